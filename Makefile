@@ -1,0 +1,47 @@
+# Developer entry points. `make test` is what CI runs (.ci/run).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Marks the last `pip install`; reinstall only when pyproject.toml is newer.
+STAMP  := $(VENV)/.installed
+CONFIG ?= cluster.toml
+
+.PHONY: help venv up down status test lint clean
+
+help:
+	@echo "make up      create .venv if needed and start a local 3-node cluster"
+	@echo "make status  show the cluster's nodes, roles and indexes"
+	@echo "make down    stop the cluster (data is kept)"
+	@echo "make test    run the test suite"
+	@echo "make lint    ruff"
+	@echo "make clean   stop the cluster, remove data/ and $(CONFIG)"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[test]'
+	touch $@
+
+venv: $(STAMP)
+
+up: $(STAMP)
+	$(BIN)/statekeeper cluster up --config $(CONFIG)
+
+down: $(STAMP)
+	$(BIN)/statekeeper cluster down --config $(CONFIG)
+
+status: $(STAMP)
+	$(BIN)/statekeeper cluster status --config $(CONFIG)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	@if [ -f $(CONFIG) ] && [ -x $(BIN)/statekeeper ]; then \
+		$(BIN)/statekeeper cluster down --config $(CONFIG); \
+	fi
+	rm -rf data $(CONFIG)

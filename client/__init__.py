@@ -1,0 +1,83 @@
+"""statekeeper client: a Raft-replicated key-value store for the state of AI agents.
+
+Blocking::
+
+    from client import Client, NotFound
+    with Client(["http://127.0.0.1:7000", "http://127.0.0.1:7001"], ns="agent-42") as c:
+        c.put("memory/plan", "step 1")
+        print(c.get("memory/plan").text)
+
+asyncio (same methods, awaited)::
+
+    from client import AsyncClient
+    async with AsyncClient("http://127.0.0.1:7000") as c:
+        await c.put("memory/plan", b"step 1")
+
+Every write carries an idempotency key reused across retries, so a write retried after a
+timeout or a lost connection takes effect once. See docs/protocol.md for the wire format.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    Compacted,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    StatekeeperError,
+    Timeout,
+    Unavailable,
+)
+from .protocol import (
+    CompactResult,
+    Compare,
+    DeleteResult,
+    KeyValue,
+    Ops,
+    RangeResult,
+    TxnResult,
+    WriteResult,
+    compare,
+    ops,
+)
+from .retry import RetryPolicy
+from .sync import Batch, Client
+
+if TYPE_CHECKING:
+    from .aio import AsyncBatch, AsyncClient
+
+__all__ = [
+    "AsyncBatch",
+    "AsyncClient",
+    "Batch",
+    "Client",
+    "CompactResult",
+    "Compacted",
+    "Compare",
+    "Conflict",
+    "DeleteResult",
+    "InvalidRequest",
+    "KeyValue",
+    "NotFound",
+    "Ops",
+    "RangeResult",
+    "RetryPolicy",
+    "StatekeeperError",
+    "Timeout",
+    "TxnResult",
+    "Unavailable",
+    "WriteResult",
+    "compare",
+    "ops",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # aiohttp is imported only by code that uses the async client (it is slow to import).
+    if name in ("AsyncClient", "AsyncBatch"):
+        from . import aio
+
+        return getattr(aio, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,194 @@
+"""Exceptions raised by the statekeeper client.
+
+Every error the server reports is ``{"error": {"code", "message", ...}}`` plus an HTTP
+status (see docs/protocol.md); the client turns it into one of the classes below, chosen
+by ``code`` (falling back to the HTTP status for bodies that are not ours, e.g. a proxy's
+502 page). Failures below HTTP (refused, reset, client-side timeout) use the same classes
+with client-side codes:
+
+=====================  =====================================================
+code                   meaning
+=====================  =====================================================
+``connection_failed``  could not connect; the request was never sent
+``connection_lost``    the connection broke after the request was sent
+``client_timeout``     no answer within ``timeout``; the outcome is unknown
+=====================  =====================================================
+
+Catch :class:`StatekeeperError` for everything. Errors raised for a write carry the
+``idempotency_key`` that was used, so a caller that gives up on ``Timeout`` can retry
+later with the same key and still have the write take effect at most once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "CLIENT_CODES",
+    "Compacted",
+    "Conflict",
+    "InvalidRequest",
+    "NotFound",
+    "StatekeeperError",
+    "Timeout",
+    "Unavailable",
+    "error_class",
+]
+
+CLIENT_CODES = ("connection_failed", "connection_lost", "client_timeout")
+
+
+class StatekeeperError(Exception):
+    """Base class of every client error.
+
+    Attributes:
+        code: machine-readable error code (server's ``error.code`` or a client code).
+        status: HTTP status, or ``None`` when no HTTP answer was received.
+        message: human-readable explanation.
+        details: every other field the server sent with the error (e.g. ``revision``).
+        idempotency_key: key of the failed write (``None`` for reads).
+        endpoint: URL of the node that produced the last error, if known.
+        attempts: how many requests the call sent before giving up.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        code: str = "error",
+        status: int | None = None,
+        details: dict[str, Any] | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.message = message
+        self.details: dict[str, Any] = details if details is not None else {}
+        self.endpoint = endpoint
+        self.idempotency_key: str | None = None
+        self.attempts = 0  # requests sent for the call, set by the retry loop
+
+    @property
+    def revision(self) -> int | None:
+        """Store revision the server reported with the error, when it sent one."""
+        rev = self.details.get("revision")
+        return rev if isinstance(rev, int) else None
+
+    @property
+    def retryable(self) -> bool:
+        """True for failures a retry may cure (the default RetryPolicy retries them)."""
+        return False
+
+    def __str__(self) -> str:
+        where = f" (HTTP {self.status})" if self.status is not None else ""
+        return f"{self.code}: {self.message}{where}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, status={self.status!r}, message={self.message!r})"
+
+    def __reduce__(self):  # keyword-only __init__ would otherwise break pickling
+        state = dict(self.__dict__)
+        return (_rebuild, (type(self), state))
+
+
+def _rebuild(cls: type[StatekeeperError], state: dict[str, Any]) -> StatekeeperError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, state.get("message", ""))
+    err.__dict__.update(state)
+    return err
+
+
+class NotFound(StatekeeperError):
+    """The key (``key_not_found``) or the path (``not_found``) does not exist."""
+
+
+class Conflict(StatekeeperError):
+    """A compare-and-swap expectation was not met (``compare_failed``).
+
+    Attributes:
+        current: the key's current :class:`~client.protocol.KeyValue`, or ``None`` if the
+            key does not exist.
+    """
+
+    def __init__(self, message: str = "", *, current: Any = None, **kw: Any) -> None:
+        kw.setdefault("code", "compare_failed")
+        super().__init__(message, **kw)
+        self.current = current
+
+
+class Unavailable(StatekeeperError):
+    """No node could serve the request: no leader, not ready, shutting down, or every
+    connection attempt failed (after retries)."""
+
+    @property
+    def retryable(self) -> bool:
+        return True
+
+
+class InvalidRequest(StatekeeperError, ValueError):
+    """The request was rejected as invalid (HTTP 400/413/415); retrying will not help.
+
+    Also a :class:`ValueError`, and raised client-side for bad arguments.
+    """
+
+
+class Compacted(StatekeeperError):
+    """The requested revision is older than the compaction point (history dropped)."""
+
+
+class Timeout(StatekeeperError):
+    """The outcome is unknown: the server (``timeout``, 504) or the client
+    (``client_timeout``) gave up waiting. A write may still commit; retry it with the
+    same ``idempotency_key`` to make sure it takes effect exactly once."""
+
+    @property
+    def retryable(self) -> bool:
+        return True
+
+
+_BY_CODE: dict[str, type[StatekeeperError]] = {
+    "key_not_found": NotFound,
+    "not_found": NotFound,
+    "compare_failed": Conflict,
+    "unavailable": Unavailable,
+    "not_ready": Unavailable,
+    "connection_failed": Unavailable,
+    "connection_lost": Unavailable,
+    "timeout": Timeout,
+    "client_timeout": Timeout,
+    "compacted": Compacted,
+    "malformed_body": InvalidRequest,
+    "unsupported_media_type": InvalidRequest,
+    "unknown_op": InvalidRequest,
+    "invalid_argument": InvalidRequest,
+    "invalid_request": InvalidRequest,
+    "key_too_large": InvalidRequest,
+    "value_too_large": InvalidRequest,
+    "request_too_large": InvalidRequest,
+    "too_many_ops": InvalidRequest,
+    "future_revision": InvalidRequest,
+}
+
+_BY_STATUS: dict[int, type[StatekeeperError]] = {
+    400: InvalidRequest,
+    404: NotFound,
+    409: Conflict,
+    410: Compacted,
+    413: InvalidRequest,
+    415: InvalidRequest,
+    502: Unavailable,
+    503: Unavailable,
+    504: Timeout,
+}
+
+
+def error_class(code: str | None, status: int | None = None) -> type[StatekeeperError]:
+    """Exception class for a server error ``code`` (or, if unknown, the HTTP status)."""
+    if code is not None:
+        cls = _BY_CODE.get(code)
+        if cls is not None:
+            return cls
+    if status is not None:
+        return _BY_STATUS.get(status, StatekeeperError)
+    return StatekeeperError

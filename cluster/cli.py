@@ -1,0 +1,531 @@
+"""The `statekeeper` command: run one node, or drive a local three-node cluster.
+
+Subcommands are registered with @command: adding one (say `cluster chaos`) is one
+decorated function taking the parsed arguments and returning an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cluster.supervisor import (
+    LocalCluster,
+    SupervisorError,
+    http_get_json,
+    status_field,
+    status_leader,
+    status_role,
+)
+from node import config as node_config
+from node.config import FSYNC_MODES, ClusterConfig, ConfigError
+
+PROG = "statekeeper"
+DEFAULT_CONFIG = "cluster.toml"
+DEFAULT_DATA_DIR = "data"
+DEFAULT_BASE_PORT = 7000
+RAFT_PORT_OFFSET = 100  # raft ports sit 100 above the HTTP ports (7100-7102)
+
+EXIT_OK = 0
+EXIT_FAILURE = 1  # the cluster misbehaved (timeout, node crashed)
+EXIT_USAGE = 2  # the user asked for something impossible (bad id, missing config)
+
+
+class UserError(Exception):
+    """A mistake in what was asked: shown as one line, exit code 2, no traceback."""
+
+
+# -- subcommand registry ---------------------------------------------------------------
+
+
+def arg(*flags: str, **kwargs: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """One argparse argument, declared next to the command that takes it."""
+    return flags, kwargs
+
+
+@dataclass
+class Command:
+    path: tuple[str, ...]  # e.g. ("cluster", "up")
+    func: Callable[[argparse.Namespace], int]
+    help: str
+    description: str
+    epilog: str
+    args: list[tuple[tuple[str, ...], dict[str, Any]]] = field(default_factory=list)
+
+
+COMMANDS: list[Command] = []
+
+# Help for command groups (the first word of a command path).
+GROUPS: dict[str, tuple[str, str]] = {
+    "cluster": (
+        "run and inspect a local cluster (one process per node)",
+        "Start, stop and inspect the nodes listed in a cluster config file, as\n"
+        "background processes on this machine. Each node's pid and log live in\n"
+        "its data directory (<data dir>/<node id>/node.pid, node.log).",
+    ),
+}
+
+
+def command(
+    *path: str,
+    help: str,
+    epilog: str = "",
+    args: Sequence[tuple[tuple[str, ...], dict[str, Any]]] = (),
+) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
+    """Register `func` as `statekeeper <path...>`; its docstring is the long help."""
+
+    def register(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        COMMANDS.append(
+            Command(
+                path,
+                func,
+                help,
+                inspect.cleandoc(func.__doc__ or help),
+                epilog.strip("\n").rstrip(),
+                list(args),
+            )
+        )
+        return func
+
+    return register
+
+
+CONFIG_ARG = arg(
+    "--config",
+    "-c",
+    default=DEFAULT_CONFIG,
+    metavar="PATH",
+    help=f"cluster config file (default: {DEFAULT_CONFIG})",
+)
+NODE_ARG = arg("node_id", metavar="NODE_ID", help="a node id from the config, e.g. node-1")
+TIMEOUT_ARG = arg(
+    "--timeout",
+    type=float,
+    default=60.0,
+    metavar="SECONDS",
+    help="how long to wait for nodes to become ready (default: 60)",
+)
+STOP_TIMEOUT_ARG = arg(
+    "--stop-timeout",
+    type=float,
+    default=10.0,
+    metavar="SECONDS",
+    help="how long a node may take to exit after SIGTERM before it gets SIGKILL (default: 10)",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse's usage dump hides the message; one line and the hint is clearer.
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n(see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="statekeeper: a Raft-replicated, RocksDB-backed key-value store "
+        "for AI agents' state.",
+        epilog="examples:\n"
+        "  statekeeper cluster up            # create cluster.toml and start 3 local nodes\n"
+        "  statekeeper cluster status        # who leads, terms, indexes\n"
+        "  statekeeper cluster kill node-1   # crash a node\n"
+        "  statekeeper cluster start node-1  # bring it back\n"
+        "  statekeeper cluster down          # stop everything\n"
+        "  statekeeper node --config cluster.toml --id node-0   # run one node in the foreground",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    top = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    top.required = True
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for cmd in COMMANDS:
+        if len(cmd.path) == 1:
+            owner = top
+        else:
+            group = cmd.path[0]
+            if group not in groups:
+                short, long = GROUPS.get(group, (f"{group} commands", ""))
+                gp = top.add_parser(
+                    group,
+                    help=short,
+                    description=long or short,
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                )
+                sub = gp.add_subparsers(
+                    dest=f"{group}_command", metavar="COMMAND", parser_class=_Parser
+                )
+                sub.required = True
+                groups[group] = sub
+            owner = groups[group]
+        p = owner.add_parser(
+            cmd.path[-1],
+            help=cmd.help,
+            description=cmd.description,
+            epilog=("examples:\n" + cmd.epilog) if cmd.epilog else None,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        for flags, kwargs in cmd.args:
+            p.add_argument(*flags, **kwargs)
+        p.set_defaults(func=cmd.func)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or EXIT_OK)
+    except (UserError, ConfigError) as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except SupervisorError as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+# -- helpers (kept free of side effects where possible, for the unit tests) -------------
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def create_config_if_missing(
+    path: str | Path,
+    data_dir: str = DEFAULT_DATA_DIR,
+    base_port: int = DEFAULT_BASE_PORT,
+    fsync: str = "always",
+) -> tuple[ClusterConfig, bool]:
+    """Load the config at `path`, first writing the default 3-node one if it is absent.
+
+    Returns (config, created).
+    """
+    p = Path(path)
+    if p.exists():
+        return node_config.load(p), False
+    if not 1 <= base_port <= 65535 - RAFT_PORT_OFFSET - 2:
+        raise UserError(f"--base-port {base_port} leaves no room for 3 HTTP and 3 raft ports")
+    if p.parent and not p.parent.is_dir():
+        raise UserError(f"cannot create {p}: directory {p.parent} does not exist")
+    cfg = node_config.local_cluster(
+        http_base_port=base_port,
+        raft_base_port=base_port + RAFT_PORT_OFFSET,
+        data_dir=data_dir,
+        fsync=fsync,
+    )
+    node_config.write(cfg, p)
+    return node_config.load(p), True
+
+
+def load_cluster(args: argparse.Namespace) -> LocalCluster:
+    path = Path(args.config)
+    if not path.exists():
+        raise UserError(
+            f"no cluster config at {path} (run 'statekeeper cluster up' to create one, "
+            "or pass --config)"
+        )
+    return LocalCluster(node_config.load(path), path, progress=say)
+
+
+def check_node_id(cfg: ClusterConfig, node_id: str) -> str:
+    try:
+        cfg.node(node_id)
+    except ConfigError as e:
+        raise UserError(str(e)) from None
+    return node_id
+
+
+def collect_status(lc: LocalCluster) -> list[dict[str, Any]]:
+    """One row per node: id, url, pid, running, and its /v1/status answer (or None)."""
+    rows = []
+    for nid in lc.node_ids:
+        pid = lc.pid(nid)
+        code, doc = http_get_json(lc.url(nid) + "/v1/status", timeout=2.0)
+        rows.append(
+            {
+                "id": nid,
+                "url": lc.url(nid),
+                "pid": pid,
+                "running": pid is not None,
+                "status": doc if code == 200 else None,
+            }
+        )
+    return rows
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+STATUS_COLUMNS = ("NODE", "PID", "ROLE", "TERM", "LEADER", "COMMIT", "APPLIED", "REVISION", "URL")
+
+
+def format_status_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Render collect_status() rows as an aligned text table."""
+    table = [list(STATUS_COLUMNS)]
+    for row in rows:
+        st = row.get("status")
+        pid = row.get("pid")
+        if st is None:
+            # Running but not answering (starting, paused, wedged) differs from down.
+            role = "no answer" if row.get("running") else "down"
+            cells = [role, None, None, None, None, None]
+        else:
+            cells = [
+                status_role(st),
+                status_field(st, "term"),
+                status_leader(st),
+                status_field(st, "commit_index"),
+                status_field(st, "applied_index"),
+                status_field(st, "revision"),
+            ]
+        table.append([row["id"], _cell(pid), *map(_cell, cells), row.get("url", "")])
+    widths = [max(len(r[i]) for r in table) for i in range(len(STATUS_COLUMNS))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table
+    )
+
+
+def how_to_connect(cfg: ClusterConfig) -> str:
+    urls = cfg.http_urls()
+    first = urls[0]
+    url_list = ",".join(f'"{u}"' for u in urls)
+    return (
+        "Talk to the cluster:\n"
+        f"  curl -s -X POST {first}/v1/kv/put -H 'Content-Type: application/json' \\\n"
+        '       -d \'{"key":"greeting","value":"hello"}\'\n'
+        f"  curl -s -X POST {first}/v1/kv/get -H 'Content-Type: application/json' \\\n"
+        '       -d \'{"key":"greeting"}\'\n'
+        "From Python:\n"
+        f"  from client import Client; c = Client([{url_list}])\n"
+        "Stop it with: statekeeper cluster down"
+    )
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+@command(
+    "node",
+    help="run one node in the foreground (what 'cluster up' starts for each node)",
+    epilog="  statekeeper node --config cluster.toml --id node-0",
+    args=[
+        CONFIG_ARG,
+        arg("--id", required=True, dest="node_id", metavar="NODE_ID", help="this node's id"),
+    ],
+)
+def cmd_node(args: argparse.Namespace) -> int:
+    """Run one statekeeper node until SIGTERM or SIGINT.
+
+    The node reads its ports, data directory and peers from the cluster config.
+    """
+    cfg = node_config.load(args.config)  # a bad file or id is reported before importing
+    check_node_id(cfg, args.node_id)
+    # Imported here: `statekeeper cluster ...` must work without the node's dependencies loaded.
+    try:
+        from node.main import run_node
+    except ModuleNotFoundError as e:
+        if e.name not in ("node.main", "node"):
+            raise  # a missing dependency of the node: the traceback is the useful part
+        raise UserError("this installation has no node implementation (node.main)") from None
+    return run_node(str(Path(args.config).resolve()), args.node_id)
+
+
+@command(
+    "cluster",
+    "up",
+    help="create cluster.toml if missing, start the nodes, wait until ready",
+    epilog="  statekeeper cluster up\n"
+    "  statekeeper cluster up --base-port 8000 --data-dir /tmp/sk --fsync never\n"
+    "  statekeeper cluster up --config other.toml --timeout 120",
+    args=[
+        CONFIG_ARG,
+        arg(
+            "--data-dir",
+            metavar="DIR",
+            help=f"where node data goes, relative to the config file (default: {DEFAULT_DATA_DIR}); "
+            "only used when the config is created",
+        ),
+        arg(
+            "--base-port",
+            type=int,
+            metavar="PORT",
+            help=f"first HTTP port; raft ports are {RAFT_PORT_OFFSET} higher "
+            f"(default: {DEFAULT_BASE_PORT}); only used when the config is created",
+        ),
+        arg(
+            "--fsync",
+            choices=FSYNC_MODES,
+            help="'always': acknowledged writes survive power loss; 'never': faster, survives "
+            "process crashes only (default: always); only used when the config is created",
+        ),
+        TIMEOUT_ARG,
+    ],
+)
+def cmd_up(args: argparse.Namespace) -> int:
+    """Start a local cluster.
+
+    If the config file does not exist, a 3-node config (node-0..node-2, HTTP ports
+    7000-7002, raft ports 7100-7102, a fresh secret) is written first. The nodes are
+    started in order, each answering /v1/health/live before the next starts; then
+    the command waits until every node is ready. Nodes already running are left
+    alone, so running it again is harmless.
+    """
+    cfg, created = create_config_if_missing(
+        args.config,
+        data_dir=args.data_dir or DEFAULT_DATA_DIR,
+        base_port=args.base_port if args.base_port is not None else DEFAULT_BASE_PORT,
+        fsync=args.fsync or "always",
+    )
+    if created:
+        say(
+            f"wrote {args.config} ({len(cfg.nodes)} nodes, data in {cfg.data_dir}/, fsync={cfg.fsync})"
+        )
+    elif args.data_dir or args.base_port is not None or args.fsync:
+        say(
+            f"note: {args.config} exists; --data-dir/--base-port/--fsync apply only when creating it"
+        )
+    lc = LocalCluster(cfg, args.config, progress=say)
+    lc.up(timeout=args.timeout)
+    say("")
+    say(format_status_table(collect_status(lc)))
+    say("")
+    say(how_to_connect(cfg))
+    return EXIT_OK
+
+
+@command(
+    "cluster",
+    "status",
+    help="show each node's role, term, leader and indexes",
+    epilog="  statekeeper cluster status\n  statekeeper cluster status --json | jq .",
+    args=[CONFIG_ARG, arg("--json", action="store_true", help="print JSON instead of a table")],
+)
+def cmd_status(args: argparse.Namespace) -> int:
+    """Ask every node for GET /v1/status. Nodes that do not answer are shown as down
+    (or 'no answer' when their process is alive but silent, e.g. paused)."""
+    lc = load_cluster(args)
+    rows = collect_status(lc)
+    if args.json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+    else:
+        print(format_status_table(rows))
+    return EXIT_OK
+
+
+@command(
+    "cluster",
+    "down",
+    help="stop every node (SIGTERM, then SIGKILL after a timeout)",
+    epilog="  statekeeper cluster down\n  statekeeper cluster down --stop-timeout 30",
+    args=[CONFIG_ARG, STOP_TIMEOUT_ARG],
+)
+def cmd_down(args: argparse.Namespace) -> int:
+    """Stop every node: SIGTERM, wait, and SIGKILL (with a warning) any node that has
+    not exited after --stop-timeout seconds. Data is kept."""
+    lc = load_cluster(args)
+    outcome = lc.down(timeout=args.stop_timeout)
+    if all(o == "not running" for o in outcome.values()):
+        say("no node was running")
+    return EXIT_OK
+
+
+@command(
+    "cluster",
+    "start",
+    help="start one stopped node and wait until it is ready",
+    epilog="  statekeeper cluster start node-1",
+    args=[CONFIG_ARG, NODE_ARG, TIMEOUT_ARG],
+)
+def cmd_start(args: argparse.Namespace) -> int:
+    """Start one node (e.g. after 'cluster kill') and wait until it is live and ready."""
+    lc = load_cluster(args)
+    nid = check_node_id(lc.config, args.node_id)
+    if lc.is_running(nid):
+        say(f"{nid} is already running (pid {lc.pid(nid)})")
+        return EXIT_OK
+    lc.start_and_wait(nid, timeout=args.timeout)
+    return EXIT_OK
+
+
+@command(
+    "cluster",
+    "restart",
+    help="stop one node gracefully, start it again, wait until ready",
+    epilog="  statekeeper cluster restart node-1",
+    args=[CONFIG_ARG, NODE_ARG, STOP_TIMEOUT_ARG, TIMEOUT_ARG],
+)
+def cmd_restart(args: argparse.Namespace) -> int:
+    """Restart one node: SIGTERM, wait for it to exit, start it, wait until ready."""
+    lc = load_cluster(args)
+    nid = check_node_id(lc.config, args.node_id)
+    lc.restart_node(nid, stop_timeout=args.stop_timeout, ready_timeout=args.timeout)
+    return EXIT_OK
+
+
+@command(
+    "cluster",
+    "kill",
+    help="SIGKILL one node (simulate a crash)",
+    epilog="  statekeeper cluster kill node-1\n  statekeeper cluster start node-1",
+    args=[CONFIG_ARG, NODE_ARG],
+)
+def cmd_kill(args: argparse.Namespace) -> int:
+    """Kill one node with SIGKILL, as a crash would. Its data stays; bring it back
+    with 'statekeeper cluster start NODE_ID'."""
+    lc = load_cluster(args)
+    nid = check_node_id(lc.config, args.node_id)
+    if not lc.kill_node(nid):
+        say(f"{nid} was not running")
+    return EXIT_OK
+
+
+@command(
+    "cluster",
+    "pause",
+    help="SIGSTOP one node (it freezes: alive but silent)",
+    epilog="  statekeeper cluster pause node-0\n  statekeeper cluster resume node-0",
+    args=[CONFIG_ARG, NODE_ARG],
+)
+def cmd_pause(args: argparse.Namespace) -> int:
+    """Freeze one node with SIGSTOP, like a long GC pause or a hung VM. The others
+    elect a new leader if it was leading. Undo with 'statekeeper cluster resume'."""
+    lc = load_cluster(args)
+    nid = check_node_id(lc.config, args.node_id)
+    try:
+        lc.pause_node(nid)
+    except SupervisorError as e:
+        raise UserError(str(e)) from None
+    say(f"{nid} paused")
+    return EXIT_OK
+
+
+@command(
+    "cluster",
+    "resume",
+    help="SIGCONT a paused node",
+    epilog="  statekeeper cluster resume node-0",
+    args=[CONFIG_ARG, NODE_ARG],
+)
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Let a node paused with 'statekeeper cluster pause' run again."""
+    lc = load_cluster(args)
+    nid = check_node_id(lc.config, args.node_id)
+    try:
+        lc.resume_node(nid)
+    except SupervisorError as e:
+        raise UserError(str(e)) from None
+    say(f"{nid} resumed")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Request/response bodies: msgpack (values as bin) or JSON (values as text or base64)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+import msgpack
+
+from node.errors import OpError
+
+MSGPACK = "application/msgpack"
+JSON = "application/json"
+_MSGPACK_TYPES = {"application/msgpack", "application/x-msgpack", "application/vnd.msgpack"}
+
+
+def pick_format(content_type: str | None, accept: str | None = None) -> str:
+    """The encoding of a request body (by Content-Type) and hence of its answer."""
+    ct = (content_type or "").split(";")[0].strip().lower()
+    if ct in _MSGPACK_TYPES:
+        return MSGPACK
+    if ct in ("application/json", "") or ct.endswith("+json"):
+        if not ct and accept and any(t in accept for t in _MSGPACK_TYPES):
+            return MSGPACK
+        return JSON
+    raise OpError(
+        "unsupported_media_type",
+        f"Content-Type {ct!r} is not supported; use application/json or application/msgpack",
+    )
+
+
+def decode(body: bytes, fmt: str) -> dict:
+    if not body:
+        raise OpError("malformed_body", "the request body is empty; send a JSON or msgpack object")
+    try:
+        if fmt == MSGPACK:
+            obj = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        else:
+            obj = json.loads(body)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+        raise OpError("malformed_body", f"the body is not valid {fmt}: {e}") from e
+    except Exception as e:  # msgpack raises assorted errors on truncated input
+        raise OpError("malformed_body", f"the body is not valid {fmt}: {type(e).__name__}") from e
+    if not isinstance(obj, dict):
+        raise OpError("malformed_body", "the body must be an object (a map)")
+    if fmt == JSON:
+        _json_values_in(obj)
+    return obj
+
+
+def _json_value(d: dict) -> None:
+    if "value_b64" in d:
+        raw = d.pop("value_b64")
+        if not isinstance(raw, str):
+            raise OpError("invalid_argument", "value_b64 must be a base64 string")
+        try:
+            d["value"] = base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise OpError("invalid_argument", f"value_b64 is not valid base64: {e}") from e
+    elif isinstance(d.get("value"), str) and d.get("target") in (None, "value"):
+        d["value"] = d["value"].encode()
+
+
+def _json_values_in(obj: dict) -> None:
+    """JSON has no bytes: turn value / value_b64 of ops and compares into bytes."""
+    _json_value(obj)
+    for name in ("ops", "success", "failure", "compare"):
+        items = obj.get(name)
+        if isinstance(items, list):
+            for item in items:
+                if isinstance(item, dict):
+                    _json_values_in(item)
+
+
+def _json_ready(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if isinstance(v, bytes | bytearray):
+                try:
+                    out[k] = v.decode()
+                except UnicodeDecodeError:
+                    out[f"{k}_b64"] = base64.b64encode(v).decode()
+            else:
+                out[k] = _json_ready(v)
+        return out
+    if isinstance(obj, list | tuple):
+        return [_json_ready(v) for v in obj]
+    return obj
+
+
+def encode(obj: Any, fmt: str) -> bytes:
+    if fmt == MSGPACK:
+        return msgpack.packb(obj, use_bin_type=True)
+    return json.dumps(_json_ready(obj), separators=(",", ":")).encode()

@@ -1,0 +1,62 @@
+"""Error codes of the statekeeper protocol (docs/protocol.md, "Errors").
+
+`OpError` is raised by op validation and by the state machine's reads; the HTTP
+layer turns it into `{"error": err.to_dict()}` with status `err.status`. Inside
+raft entries a failed op becomes the result `{"error": err.to_dict()}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# code -> HTTP status
+STATUS: dict[str, int] = {
+    "malformed_body": 400,
+    "unsupported_media_type": 415,
+    "unknown_op": 400,
+    "invalid_argument": 400,
+    "invalid_request": 400,  # a raft entry that could not be decoded
+    "future_revision": 400,
+    "key_too_large": 413,
+    "value_too_large": 413,
+    "request_too_large": 413,
+    "too_many_ops": 413,
+    "key_not_found": 404,
+    "not_found": 404,
+    "compare_failed": 409,
+    "compacted": 410,
+    "unavailable": 503,
+    "not_ready": 503,  # GET /v1/health/ready
+    "method_not_allowed": 405,
+    "timeout": 504,
+    "internal": 500,
+}
+
+
+def status_for(code: str) -> int:
+    """HTTP status of an error code (500 for a code nobody registered)."""
+    return STATUS.get(code, 500)
+
+
+class OpError(Exception):
+    """A protocol-level failure with a machine-readable `code`.
+
+    `extra` fields (e.g. `kv` and `revision` for `compare_failed`) are merged into
+    `to_dict()` next to `code` and `message`.
+    """
+
+    def __init__(self, code: str, message: str = "", **extra: Any) -> None:
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message or code
+        self.extra = extra
+
+    @property
+    def status(self) -> int:
+        return status_for(self.code)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, **self.extra}
+
+    def __repr__(self) -> str:
+        return f"OpError({self.code!r}, {self.message!r})"

@@ -1,0 +1,102 @@
+"""One statekeeper node process: state machine + raft + HTTP API."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from aiohttp import web
+
+from node import config as config_mod
+from node.errors import OpError
+from node.http_api import Api
+from node.proposer import Proposer
+from node.raft import RaftNode
+from node.state_machine import StateMachine
+
+log = logging.getLogger("statekeeper.node")
+
+
+def _fatal_apply_guard(sm: StateMachine):
+    """apply() may raise only when RocksDB fails; a node that cannot persist an entry it
+    must apply cannot continue with a state it trusts, so it stops at once."""
+
+    def apply(index: int, payload: bytes):
+        try:
+            return sm.apply(index, payload)
+        except BaseException:
+            log.critical("applying raft entry %d failed; stopping the node", index, exc_info=True)
+            logging.shutdown()
+            os._exit(70)
+
+    return apply
+
+
+async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool = False) -> int:
+    me = cfg.node(node_id)
+    data_dir = cfg.node_data_dir(node_id)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    sm = StateMachine(
+        data_dir / "db",
+        limits=cfg.limits,
+        retention=cfg.retention,
+        sync_writes=cfg.fsync == "always",
+    )
+    raft = RaftNode(cfg, node_id, _fatal_apply_guard(sm), sm)
+    proposer = Proposer(raft.submit, max_entry_bytes=cfg.raft.max_entry_bytes)
+    api = Api(cfg, node_id, sm, raft, proposer, serve_reads_without_barrier=unsafe_reads)
+    runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, me.host, me.http_port, reuse_address=True)
+    await site.start()
+    log.info(
+        "%s serving HTTP on %s, raft on %s, data in %s (fsync=%s)",
+        node_id, me.http_url, me.raft_address, data_dir, cfg.fsync,
+    )
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+    log.info("%s shutting down", node_id)
+    api.shutting_down = True
+    # Hand leadership over first so the cluster does not wait an election timeout.
+    if raft.status().is_leader:
+        raft.transfer_leadership()
+        for _ in range(20):
+            await asyncio.sleep(0.05)
+            if not raft.status().is_leader:
+                break
+    proposer.fail_all(OpError("unavailable", f"{node_id} is shutting down"))
+    await runner.cleanup()
+    # Joins the raft thread, so no apply can race the close below.
+    await asyncio.get_running_loop().run_in_executor(None, raft.destroy)
+    sm.close()
+    log.info("%s stopped", node_id)
+    return 0
+
+
+def run_node(config_path: str, node_id: str, unsafe_reads: bool = False) -> int:
+    logging.basicConfig(
+        level=os.environ.get("STATEKEEPER_LOG", "INFO"),
+        format=f"%(asctime)s {node_id} %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        cfg = config_mod.load(config_path)
+        cfg.node(node_id)
+    except config_mod.ConfigError as e:
+        print(f"statekeeper node: {e}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop  # optional: faster event loop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    return asyncio.run(serve(cfg, node_id, unsafe_reads))

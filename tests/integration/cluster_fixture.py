@@ -1,0 +1,167 @@
+"""Pytest fixtures that run a real statekeeper cluster on loopback.
+
+- `cluster_config`: writes a cluster config with free ports under tmp_path and
+  returns a WrittenConfig(path, config); starts nothing (for tests that start
+  nodes themselves). Any node still running from that config is killed at teardown.
+- `cluster`: the same config, started with LocalCluster.up(); yields the
+  LocalCluster; stops it gracefully after a passing test, kills it after a failing
+  one and prints the tail of every node.log.
+
+Options per test: @pytest.mark.cluster_options(size=5, fsync="always",
+election_timeout_min=0.2, election_timeout_max=0.5, node_command=[...], env={...},
+ready_timeout=90).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from cluster.supervisor import LocalCluster
+from node import config as node_config
+from node.config import ClusterConfig, NodeConfig
+
+HOST = "127.0.0.1"
+
+# Ports handed out in this pytest process: never hand the same one out twice, even
+# after the cluster that used it is gone (its sockets may linger in TIME_WAIT).
+_handed_out: set[int] = set()
+
+_CONFIG_OPTIONS = {"size", "fsync"} | {f.name for f in dataclasses.fields(node_config.RaftSettings)}
+_CLUSTER_OPTIONS = {"node_command", "env", "ready_timeout"}
+
+
+class WrittenConfig(NamedTuple):
+    path: Path
+    config: ClusterConfig
+
+
+def free_ports(count: int, host: str = HOST) -> list[int]:
+    """`count` distinct ports that were free a moment ago (bound to port 0, then released).
+
+    All sockets stay open until every port is picked, so the OS cannot return one twice.
+    """
+    socks: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+            if port not in _handed_out:
+                ports.append(port)
+    finally:
+        for s in socks:
+            s.close()
+    _handed_out.update(ports)
+    return ports
+
+
+def write_test_config(
+    directory: Path,
+    size: int = 3,
+    fsync: str = "never",
+    **raft: Any,
+) -> WrittenConfig:
+    """Write `<directory>/cluster.toml` for `size` nodes on free loopback ports.
+
+    fsync defaults to "never": tests kill processes, not machines, and it is faster.
+    Extra keyword arguments override RaftSettings fields.
+    """
+    ports = free_ports(2 * size)
+    nodes = tuple(
+        NodeConfig(id=f"node-{i}", host=HOST, http_port=ports[2 * i], raft_port=ports[2 * i + 1])
+        for i in range(size)
+    )
+    base = node_config.local_cluster(size=size, fsync=fsync, secret="test-secret")
+    cfg = dataclasses.replace(
+        base,
+        nodes=nodes,
+        raft=dataclasses.replace(base.raft, **raft),
+    )
+    node_config.validate(cfg)
+    path = directory / "cluster.toml"
+    node_config.write(cfg, path)
+    # Load it back: that is what the nodes will see (base_dir resolved, env applied).
+    return WrittenConfig(path, node_config.load(path))
+
+
+def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
+    marker = request.node.get_closest_marker("cluster_options")
+    opts = dict(marker.kwargs) if marker else {}
+    unknown = set(opts) - _CONFIG_OPTIONS - _CLUSTER_OPTIONS
+    if unknown:
+        raise pytest.UsageError(f"unknown cluster_options: {', '.join(sorted(unknown))}")
+    return opts
+
+
+def _test_failed(request: pytest.FixtureRequest) -> bool:
+    # rep_setup / rep_call are set by the makereport hook in tests/conftest.py.
+    return any(
+        getattr(getattr(request.node, f"rep_{when}", None), "failed", False)
+        for when in ("setup", "call")
+    )
+
+
+def print_logs(lc: LocalCluster, lines: int = 60) -> None:
+    for nid in lc.node_ids:
+        tail = lc.log_tail(nid, lines)
+        print(f"\n===== {nid}: last {lines} lines of {lc.log_file(nid)} =====", file=sys.stderr)
+        print(tail or "(empty)", file=sys.stderr)
+
+
+def _progress(msg: str) -> None:
+    # stderr is captured by pytest and shown only for failing tests.
+    print(f"[cluster] {msg}", file=sys.stderr, flush=True)
+
+
+@pytest.fixture
+def cluster_config(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[WrittenConfig]:
+    opts = _options(request)
+    written = write_test_config(tmp_path, **{k: v for k, v in opts.items() if k in _CONFIG_OPTIONS})
+    yield written
+    # Safety net for tests that started nodes themselves and did not stop them.
+    sweeper = LocalCluster(written.config, written.path, progress=None)
+    for nid in sweeper.node_ids:
+        if sweeper.is_running(nid):
+            print(f"[cluster] {nid} was left running; killing it", file=sys.stderr)
+            sweeper.kill_node(nid)
+
+
+@pytest.fixture
+def cluster(
+    cluster_config: WrittenConfig, request: pytest.FixtureRequest
+) -> Iterator[LocalCluster]:
+    opts = _options(request)
+    lc = LocalCluster(
+        cluster_config.config,
+        cluster_config.path,
+        node_command=opts.get("node_command"),
+        env=opts.get("env"),
+        progress=_progress,
+    )
+    try:
+        lc.up(timeout=opts.get("ready_timeout", 60.0))
+    except BaseException:
+        print_logs(lc)
+        lc.kill_all()
+        lc.close()
+        raise
+    try:
+        yield lc
+    finally:
+        if _test_failed(request):
+            print_logs(lc)
+            lc.kill_all()
+        else:
+            outcome = lc.down(timeout=15.0)
+            if "killed" in outcome.values():
+                print_logs(lc)
+        lc.close()

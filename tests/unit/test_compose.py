@@ -1,0 +1,237 @@
+"""Structural checks of docker-compose.yml, Dockerfile and docker/cluster.toml.
+
+There is no Docker engine here, so the files are only parsed and cross-checked.
+PyYAML is used when installed; otherwise a small loader for the block-YAML subset
+that docker-compose.yml keeps to (mappings, lists, quoted/plain scalars, JSON-style
+flow lists). If the compose file outgrows that subset, this loader fails loudly:
+keep to it, or add pyyaml to the test extra.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from node import config as node_config
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+NODE_IDS = ["node-0", "node-1", "node-2"]
+CONFIG_IN_CONTAINER = "/etc/statekeeper/cluster.toml"
+DATA_IN_CONTAINER = "/var/lib/statekeeper"
+
+
+class SubsetError(ValueError):
+    pass
+
+
+def _scalar(text: str, lineno: int) -> Any:
+    if text.startswith('"') or text.startswith("["):
+        try:
+            return json.loads(text)  # double-quoted YAML scalars and flow lists as used here
+        except ValueError as e:
+            raise SubsetError(f"line {lineno}: unsupported quoted/flow value {text!r}") from e
+    if text.startswith("'"):
+        if not text.endswith("'") or len(text) < 2:
+            raise SubsetError(f"line {lineno}: unterminated string")
+        return text[1:-1].replace("''", "'")
+    if text[:1] in "{&*!|>%@`":
+        raise SubsetError(f"line {lineno}: {text[0]!r} is outside the supported YAML subset")
+    text = re.split(r"\s+#", text, maxsplit=1)[0].rstrip()
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    return {"true": True, "false": False, "null": None, "~": None}.get(text, text)
+
+
+def load_yaml_subset(source: str) -> Any:
+    lines: list[tuple[int, int, str]] = []  # (line number, indent, text)
+    for no, raw in enumerate(source.splitlines(), 1):
+        if "\t" in raw[: len(raw) - len(raw.lstrip())]:
+            raise SubsetError(f"line {no}: tab in indentation")
+        text = raw.strip()
+        if not text or text.startswith("#"):
+            continue
+        lines.append((no, len(raw) - len(raw.lstrip(" ")), text))
+
+    def block(i: int, indent: int) -> tuple[Any, int]:
+        if lines[i][2].startswith("- ") or lines[i][2] == "-":
+            return seq(i, indent)
+        return mapping(i, indent)
+
+    def nested(i: int, indent: int, no: int) -> tuple[Any, int]:
+        if i < len(lines) and lines[i][1] > indent:
+            return block(i, lines[i][1])
+        return None, i
+
+    def mapping(i: int, indent: int) -> tuple[dict[str, Any], int]:
+        out: dict[str, Any] = {}
+        while i < len(lines) and lines[i][1] == indent:
+            no, _, text = lines[i]
+            if text.startswith("-"):
+                raise SubsetError(f"line {no}: list item where a key was expected")
+            key, sep, rest = text.partition(": ")
+            if not sep:
+                if not text.endswith(":"):
+                    raise SubsetError(f"line {no}: expected 'key: value' or 'key:'")
+                key, rest = text[:-1], ""
+            key = _scalar(key, no)
+            if key in out:
+                raise SubsetError(f"line {no}: duplicate key {key!r}")
+            if rest.strip():
+                out[key], i = _scalar(rest.strip(), no), i + 1
+            else:
+                out[key], i = nested(i + 1, indent, no)
+        if i < len(lines) and lines[i][1] > indent:
+            raise SubsetError(f"line {lines[i][0]}: unexpected indentation")
+        return out, i
+
+    def seq(i: int, indent: int) -> tuple[list[Any], int]:
+        out: list[Any] = []
+        while i < len(lines) and lines[i][1] == indent and lines[i][2].startswith("-"):
+            no, _, text = lines[i]
+            item = text[1:].strip()
+            if not item:
+                value, i = nested(i + 1, indent, no)
+                out.append(value)
+                continue
+            if re.match(r"^[\w.-]+:(\s|$)", item):
+                raise SubsetError(f"line {no}: mappings inside lists are outside the subset")
+            out.append(_scalar(item, no))
+            i += 1
+        return out, i
+
+    if not lines:
+        return None
+    doc, end = block(0, lines[0][1])
+    if end != len(lines):
+        raise SubsetError(f"line {lines[end][0]}: unexpected indentation")
+    return doc
+
+
+def load_compose() -> dict[str, Any]:
+    text = COMPOSE.read_text()
+    doc = load_yaml_subset(text)
+    try:
+        import yaml
+    except ImportError:
+        return doc
+    # With PyYAML around, the real parser must agree with the subset loader.
+    real = yaml.safe_load(text)
+    assert real == doc
+    return real
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return load_compose()
+
+
+def _host_port(mapping: str) -> tuple[int, int]:
+    host, _, container = str(mapping).rpartition(":")
+    return int(host), int(container.split("/")[0])
+
+
+def test_three_nodes_and_toxiproxy(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert sorted(s for s in services if s.startswith("node-")) == NODE_IDS
+    assert "toxiproxy" in services
+    assert "shopify/toxiproxy" in services["toxiproxy"]["image"]
+
+
+@pytest.mark.parametrize("node_id", NODE_IDS)
+def test_node_service_runs_statekeeper_node(compose: dict[str, Any], node_id: str) -> None:
+    svc = compose["services"][node_id]
+    assert "build" in svc or "image" in svc
+    cmd = svc["command"]
+    assert cmd[0] == "node"
+    assert cmd[cmd.index("--config") + 1] == CONFIG_IN_CONTAINER
+    assert cmd[cmd.index("--id") + 1] == node_id
+    assert "STATEKEEPER_SECRET" in svc["environment"]
+
+
+def test_ports_are_distinct_and_match_the_config(compose: dict[str, Any]) -> None:
+    cfg = node_config.load(ROOT / "docker" / "cluster.toml")
+    host_ports = []
+    for nid in NODE_IDS:
+        ports = [_host_port(p) for p in compose["services"][nid]["ports"]]
+        assert len(ports) == 1
+        host, container = ports[0]
+        # Same number outside and inside, so reported leader URLs work from the host too.
+        assert host == container == cfg.node(nid).http_port
+        host_ports.append(host)
+    assert sorted(host_ports) == [7000, 7001, 7002]
+    all_ports = [_host_port(p)[0] for s in compose["services"].values() for p in s.get("ports", [])]
+    assert len(all_ports) == len(set(all_ports))
+
+
+def test_one_volume_per_node_and_a_shared_config(compose: dict[str, Any]) -> None:
+    declared = compose["volumes"]
+    data_volumes, config_sources = [], set()
+    for nid in NODE_IDS:
+        mounts = [str(v).split(":") for v in compose["services"][nid]["volumes"]]
+        data = [m[0] for m in mounts if m[1] == DATA_IN_CONTAINER]
+        assert len(data) == 1 and data[0] in declared
+        data_volumes.append(data[0])
+        conf = [m for m in mounts if m[1] == CONFIG_IN_CONTAINER]
+        assert len(conf) == 1 and conf[0][2:] == ["ro"]
+        config_sources.add(conf[0][0])
+    assert len(set(data_volumes)) == 3
+    assert len(config_sources) == 1
+    source = ROOT / config_sources.pop()
+    assert source.is_file()
+
+
+def test_docker_cluster_config_matches_services() -> None:
+    cfg = node_config.load(ROOT / "docker" / "cluster.toml")
+    assert [n.id for n in cfg.nodes] == NODE_IDS
+    assert [n.host for n in cfg.nodes] == NODE_IDS  # compose service names resolve in-network
+    for nid in NODE_IDS:
+        assert cfg.node_data_dir(nid).is_relative_to(DATA_IN_CONTAINER)
+    raw = tomllib.loads((ROOT / "docker" / "cluster.toml").read_text())
+    assert raw["cluster"]["secret"] == ""  # never committed: it comes from STATEKEEPER_SECRET
+
+
+def test_dockerfile() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.1[1-9]", text, re.M)
+    assert "pip install" in text
+    assert re.search(r'^ENTRYPOINT \["statekeeper"\]', text, re.M)
+
+
+# -- the subset loader itself ---------------------------------------------------------
+
+
+def test_subset_loader() -> None:
+    doc = load_yaml_subset(
+        "# c\n"
+        "a: 1\n"
+        "b:\n"
+        "  c: 'it''s'\n"
+        '  d: "x:y"\n'
+        "  e:\n"
+        "    - p\n"
+        '    - "q"\n'
+        '  f: ["CMD", "y"]\n'
+        "g:\n"
+        "h: plain text # comment\n"
+    )
+    assert doc == {
+        "a": 1,
+        "b": {"c": "it's", "d": "x:y", "e": ["p", "q"], "f": ["CMD", "y"]},
+        "g": None,
+        "h": "plain text",
+    }
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["a: 1\na: 2\n", "a:\n  - k: v\n", "a: &x 1\n", "a: 1\n    b: 2\n", "a: {b: 1}\n"],
+)
+def test_subset_loader_rejects_what_it_does_not_support(bad: str) -> None:
+    with pytest.raises(SubsetError):
+        load_yaml_subset(bad)

@@ -1,0 +1,239 @@
+import pytest
+
+from node.config import Limits
+from node.errors import STATUS, OpError
+from node.ops import (
+    READ_OPS,
+    WRITE_OPS,
+    decode_continuation,
+    encode_continuation,
+    is_write,
+    validate_op,
+    validate_ops,
+)
+
+LIM = Limits(max_key_bytes=16, max_value_bytes=8, max_ops_per_request=4, max_range_limit=50)
+
+
+def code_of(op, limits=LIM, **kw):
+    with pytest.raises(OpError) as ei:
+        validate_op(op, limits, **kw)
+    return ei.value.code
+
+
+def test_put_defaults_filled():
+    op = validate_op({"op": "put", "key": "k", "value": b"v", "extra": 1}, LIM)
+    assert op == {
+        "op": "put",
+        "ns": "default",
+        "key": "k",
+        "value": b"v",
+        "prev_kv": False,
+        "idempotency_key": None,
+    }
+
+
+def test_validation_is_idempotent():
+    ops = [
+        {"op": "put", "ns": "n", "key": "k", "value": bytearray(b"v"), "idempotency_key": "i"},
+        {"op": "delete", "key": "k", "prefix": True, "prev_kv": True},
+        {"op": "cas", "key": "k", "value": b"", "expect": {"exists": False}},
+        {"op": "compact", "revision": 3},
+        {"op": "get", "key": "k", "revision": 2},
+        {"op": "range", "prefix": "p", "limit": 1000},
+        {
+            "op": "txn",
+            "ns": "t",
+            "compare": [{"key": "k", "target": "value", "op": "<", "value": b"x"}],
+            "success": [{"op": "put", "key": "a", "value": b"1"}, {"op": "get", "key": "a"}],
+            "failure": [{"op": "delete", "key": "a", "ns": "other"}],
+        },
+    ]
+    for raw in ops:
+        once = validate_op(raw, LIM)
+        assert validate_op(once, LIM) == once
+
+
+def test_range_defaults_and_limit_cap():
+    op = validate_op({"op": "range"}, LIM)
+    assert op["limit"] == 50  # default 1000 capped by max_range_limit
+    assert op["prefix"] is None and op["start"] is None and op["keys_only"] is False
+    assert validate_op({"op": "range", "limit": 7}, LIM)["limit"] == 7
+    big = Limits()
+    assert validate_op({"op": "range"}, big)["limit"] == 1000
+
+
+def test_txn_inner_ops_inherit_ns():
+    op = validate_op(
+        {
+            "op": "txn",
+            "ns": "t",
+            "compare": [{"key": "k", "target": "version", "op": "==", "value": 0}],
+            "success": [{"op": "put", "key": "a", "value": b"1"}],
+        },
+        LIM,
+    )
+    assert op["compare"][0]["ns"] == "t"
+    assert op["success"][0]["ns"] == "t"
+    assert op["failure"] == []
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        {"op": "frobnicate"},
+        {"op": 3},
+        {"key": "k"},
+    ],
+)
+def test_unknown_op(op):
+    assert code_of(op) == "unknown_op"
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        "not a dict",
+        {"op": "put", "key": "k"},  # no value
+        {"op": "put", "key": "k", "value": "str, not bytes"},
+        {"op": "put", "value": b"v"},  # no key
+        {"op": "put", "key": "", "value": b"v"},
+        {"op": "put", "key": "a\x00b", "value": b"v"},
+        {"op": "put", "key": 5, "value": b"v"},
+        {"op": "put", "key": "k", "ns": "", "value": b"v"},
+        {"op": "put", "key": "k", "ns": "n\x00", "value": b"v"},
+        {"op": "put", "key": "k", "ns": "x" * 256, "value": b"v"},
+        {"op": "put", "key": "k", "ns": 1, "value": b"v"},
+        {"op": "put", "key": "\ud800", "value": b"v"},  # lone surrogate
+        {"op": "put", "key": "k", "value": b"v", "prev_kv": 1},
+        {"op": "put", "key": "k", "value": b"v", "idempotency_key": ""},
+        {"op": "put", "key": "k", "value": b"v", "idempotency_key": "x" * 257},
+        {"op": "put", "key": "k", "value": b"v", "idempotency_key": 7},
+        {"op": "delete", "key": "k", "prefix": "yes"},
+        {"op": "cas", "key": "k", "value": b"v"},
+        {"op": "cas", "key": "k", "value": b"v", "expect": {}},
+        {"op": "cas", "key": "k", "value": b"v", "expect": {"exists": True}},
+        {"op": "cas", "key": "k", "value": b"v", "expect": {"version": -1}},
+        {"op": "cas", "key": "k", "value": b"v", "expect": {"version": 1, "mod_revision": 1}},
+        {"op": "cas", "key": "k", "value": b"v", "expect": {"version": True}},
+        {"op": "compact"},
+        {"op": "compact", "revision": -1},
+        {"op": "get", "key": "k", "revision": "3"},
+        {"op": "range", "prefix": "a", "start": "b"},
+        {"op": "range", "limit": 0},
+        {"op": "range", "limit": "10"},
+        {"op": "range", "continuation": "%%%"},
+        {"op": "range", "continuation": encode_continuation(5, "k"), "revision": 4},
+        {"op": "txn", "compare": "x"},
+        {"op": "txn", "success": {"op": "put"}},
+        {"op": "txn", "compare": [{"key": "k", "target": "colour", "op": "==", "value": 1}]},
+        {"op": "txn", "compare": [{"key": "k", "target": "version", "op": "<=", "value": 1}]},
+        {"op": "txn", "compare": [{"key": "k", "target": "version", "op": "==", "value": "1"}]},
+        {"op": "txn", "compare": [{"key": "k", "target": "exists", "op": "<", "value": True}]},
+        {"op": "txn", "compare": [{"key": "k", "target": "exists", "op": "==", "value": 1}]},
+        {"op": "txn", "compare": [{"key": "k", "target": "value", "op": "==", "value": "s"}]},
+        {"op": "txn", "compare": [{"target": "version", "op": "==", "value": 1}]},
+        {"op": "txn", "success": [{"op": "txn"}]},  # nested
+        {"op": "txn", "success": [{"op": "cas", "key": "k", "value": b"", "expect": {}}]},
+        {"op": "txn", "success": [{"op": "compact", "revision": 1}]},
+        {"op": "txn", "success": [{"op": "put", "key": "k", "value": b"", "idempotency_key": "i"}]},
+        {"op": "txn", "success": [{"op": "get", "key": "k", "revision": 1}]},
+        {"op": "txn", "success": [{"op": "range", "continuation": encode_continuation(1, "a")}]},
+    ],
+)
+def test_invalid_argument(op):
+    assert code_of(op) == "invalid_argument"
+
+
+@pytest.mark.parametrize(
+    "branch",
+    [
+        [{"op": "put", "key": "k", "value": b"1"}, {"op": "put", "key": "k", "value": b"2"}],
+        [{"op": "put", "key": "k", "value": b"1"}, {"op": "delete", "key": "k"}],
+        [{"op": "delete", "key": "k", "prefix": True}, {"op": "put", "key": "kx", "value": b""}],
+        [
+            {"op": "delete", "key": "k", "prefix": True},
+            {"op": "delete", "key": "k2", "prefix": True},
+        ],
+        [
+            {"op": "delete", "key": "abc", "prefix": True},
+            {"op": "delete", "key": "a", "prefix": True},
+        ],
+    ],
+)
+def test_txn_writing_a_key_twice_is_rejected(branch):
+    assert code_of({"op": "txn", "success": branch}) == "invalid_argument"
+    assert code_of({"op": "txn", "failure": branch}) == "invalid_argument"
+
+
+def test_txn_same_key_in_other_ns_or_branch_is_fine():
+    validate_op(
+        {
+            "op": "txn",
+            "success": [
+                {"op": "put", "key": "k", "value": b"1"},
+                {"op": "put", "key": "k", "ns": "other", "value": b"2"},
+                {"op": "delete", "key": "j", "prefix": True, "ns": "other"},
+                {"op": "get", "key": "k"},
+            ],
+            "failure": [{"op": "put", "key": "k", "value": b"3"}],
+        },
+        Limits(),
+    )
+
+
+def test_size_limits():
+    assert code_of({"op": "put", "key": "k" * 17, "value": b""}) == "key_too_large"
+    assert code_of({"op": "put", "key": "é" * 9, "value": b""}) == "key_too_large"  # 18 bytes
+    validate_op({"op": "put", "key": "é" * 8, "value": b""}, LIM)  # 16 bytes: fits
+    assert code_of({"op": "put", "key": "k", "value": b"x" * 9}) == "value_too_large"
+    assert code_of({"op": "range", "prefix": "p" * 17}) == "key_too_large"
+    cmp = {"key": "k", "target": "value", "op": "==", "value": b"x" * 9}
+    assert code_of({"op": "txn", "compare": [cmp]}) == "value_too_large"
+    too_many = [{"op": "get", "key": "k"}] * 5
+    assert code_of({"op": "txn", "success": too_many}) == "too_many_ops"
+
+
+def test_validate_ops_batch():
+    ops = [{"op": "put", "key": "k", "value": b"v"}, {"op": "get", "key": "k"}]
+    assert [o["op"] for o in validate_ops(ops, LIM)] == ["put", "get"]
+    with pytest.raises(OpError) as ei:
+        validate_ops([{"op": "get", "key": "k"}] * 5, LIM)
+    assert ei.value.code == "too_many_ops"
+    with pytest.raises(OpError) as ei:
+        validate_ops([{"op": "get", "key": "k"}, {"op": "get", "key": ""}], LIM)
+    assert ei.value.code == "invalid_argument" and "ops[1]" in ei.value.message
+    with pytest.raises(OpError):
+        validate_ops({"op": "get"}, LIM)
+    assert validate_ops([], LIM) == []
+
+
+def test_continuation_round_trip():
+    token = encode_continuation(42, "clé/1")
+    assert isinstance(token, str)
+    assert decode_continuation(token, LIM) == (42, "clé/1")
+    op = validate_op({"op": "range", "continuation": token, "revision": 42}, LIM)
+    assert op["continuation"] == token
+    for bad in ["", 17, "a", encode_continuation(1, "a\x00b")]:
+        with pytest.raises(OpError) as ei:
+            decode_continuation(bad, LIM)
+        assert ei.value.code == "invalid_argument"
+
+
+def test_read_write_sets():
+    assert WRITE_OPS == {"put", "delete", "cas", "txn", "compact"}
+    assert READ_OPS == {"get", "range"}
+    assert is_write({"op": "txn"}) and not is_write({"op": "get"}) and not is_write({})
+
+
+def test_op_error_shape_and_statuses():
+    e = OpError("compare_failed", "nope", kv=None, revision=3)
+    assert e.status == 409
+    assert e.to_dict() == {"code": "compare_failed", "message": "nope", "kv": None, "revision": 3}
+    assert OpError("compacted").status == 410
+    assert OpError("future_revision").status == 400
+    assert OpError("value_too_large").status == 413
+    assert OpError("unsupported_media_type").status == 415
+    assert OpError("timeout").status == 504
+    assert OpError("no-such-code").status == 500
+    assert STATUS["unavailable"] == 503
