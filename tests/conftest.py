@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.cluster_fixture import cluster, cluster_config  # noqa: F401 (fixtures)
+from tests.integration.cluster_fixture import (  # noqa: F401 (fixtures)
+    cluster,
+    cluster_config,
+    shared_cluster,
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:

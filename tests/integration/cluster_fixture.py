@@ -165,3 +165,19 @@ def cluster(
             if "killed" in outcome.values():
                 print_logs(lc)
         lc.close()
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One cluster for a whole module, for tests that do not fault it (bad input, API)."""
+    written = write_test_config(tmp_path_factory.mktemp("shared"))
+    lc = LocalCluster(written.config, written.path, progress=_progress)
+    try:
+        lc.up()
+        yield lc
+    except BaseException:
+        print_logs(lc)
+        raise
+    finally:
+        lc.kill_all()
+        lc.close()
