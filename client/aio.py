@@ -468,13 +468,17 @@ class AsyncClient:
         """
         return AsyncBatch(self, self._ns(ns), consistency)
 
-    async def compact(self, revision: int) -> CompactResult:
+    async def compact(self, revision: int, *, idempotency_key: str | None = None) -> CompactResult:
         """Drop history older than ``revision`` (reads below it then fail Compacted).
+
+        Args:
+            revision: the new compaction point.
+            idempotency_key: see :meth:`put`.
 
         Returns:
             CompactResult(revision, compact_revision).
         """
-        return await self._call(compact_request(revision))
+        return await self._call(compact_request(revision, idempotency_key=idempotency_key))
 
     async def status(self, endpoint: str | None = None) -> dict[str, Any]:
         """Node status (role, term, leader_url, commit_index, applied_index, revision,

@@ -127,7 +127,7 @@ class Unavailable(StatekeeperError):
 
 
 class InvalidRequest(StatekeeperError, ValueError):
-    """The request was rejected as invalid (HTTP 400/413/415); retrying will not help.
+    """The request was rejected as invalid (HTTP 400/405/413/415); retrying will not help.
 
     Also a :class:`ValueError`, and raised client-side for bad arguments.
     """
@@ -168,11 +168,13 @@ _BY_CODE: dict[str, type[StatekeeperError]] = {
     "request_too_large": InvalidRequest,
     "too_many_ops": InvalidRequest,
     "future_revision": InvalidRequest,
+    "method_not_allowed": InvalidRequest,
 }
 
 _BY_STATUS: dict[int, type[StatekeeperError]] = {
     400: InvalidRequest,
     404: NotFound,
+    405: InvalidRequest,
     409: Conflict,
     410: Compacted,
     413: InvalidRequest,

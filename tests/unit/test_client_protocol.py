@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import pickle
+import uuid
 from typing import Any
 
 import msgpack
@@ -15,6 +16,7 @@ from client import (
     AsyncClient,
     Client,
     Compacted,
+    CompactResult,
     Conflict,
     DeleteResult,
     InvalidRequest,
@@ -75,6 +77,12 @@ def test_put_request_shape_and_generated_key() -> None:
     assert len(ik) == 32 and int(ik, 16) >= 0 and req.idempotency_key == ik
     assert "prev_kv" not in body
     assert p.put_request("n", "k", b"v").idempotency_key != ik  # fresh per call
+
+
+def test_generated_keys_are_uuid4() -> None:
+    keys = {p.new_idempotency_key() for _ in range(1000)}
+    assert len(keys) == 1000
+    assert all(uuid.UUID(hex=k).version == 4 and uuid.UUID(hex=k).hex == k for k in keys)
 
 
 def test_caller_idempotency_key_and_flags() -> None:
@@ -316,12 +324,11 @@ def test_write_results() -> None:
         200, MP, pack({"revision": 4, "deleted": 2, "prev_kvs": [kvd("a"), kvd("b")]})
     )
     assert res.deleted == 2 and [kv.key for kv in res.prev_kvs] == ["a", "b"]
-    assert (
-        p.compact_request(10)
-        .parse(200, MP, pack({"revision": 12, "compact_revision": 10}))
-        .compact_revision
-        == 10
-    )
+    creq = p.compact_request(10)
+    assert body_of(creq) == {"revision": 10, "idempotency_key": creq.idempotency_key}
+    assert body_of(p.compact_request(10, idempotency_key="c"))["idempotency_key"] == "c"
+    res = creq.parse(200, MP, pack({"revision": 12, "compact_revision": 10}))
+    assert res == CompactResult(12, 10)
     res = p.range_request("n", "").parse(
         200, MP, pack({"revision": 4, "kvs": [kvd("a")], "more": True, "continuation": "b"})
     )
@@ -363,6 +370,7 @@ def test_cas_conflict_carries_current() -> None:
         (413, "request_too_large", InvalidRequest),
         (413, "too_many_ops", InvalidRequest),
         (400, "future_revision", InvalidRequest),
+        (405, "method_not_allowed", InvalidRequest),
         (404, "key_not_found", NotFound),
         (404, "not_found", NotFound),
         (409, "compare_failed", Conflict),

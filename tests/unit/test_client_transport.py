@@ -33,6 +33,7 @@ from client import (
     Unavailable,
     compare,
     ops,
+    protocol,
 )
 
 MSGPACK = "application/msgpack"
@@ -305,6 +306,24 @@ def test_sync_roundtrip_msgpack(node: FakeNode) -> None:
         assert c.get("a/2").text == "héllo"
         assert node.seen[0].body["value"] == blob
         assert c.put("a/2", b"x", prev_kv=True).prev_kv.text == "héllo"
+
+
+def test_sync_client_is_thread_safe_and_keeps_shared_headers_intact(node: FakeNode) -> None:
+    headers_before = dict(protocol._POST_HEADERS)
+    with Client(node.url(), retry=FAST) as c:
+
+        def work(t: int) -> None:
+            for i in range(20):
+                c.put(f"t{t}/{i}", b"v")
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert node.revision == 160
+        assert len(list(c.scan("t3/"))) == 20
+    assert protocol._POST_HEADERS == headers_before  # urllib3 must not have mutated them
 
 
 def test_sync_retries_503_with_same_idempotency_key(node: FakeNode) -> None:
