@@ -13,9 +13,6 @@ pysyncobj 0.3.17 facts this module works around (see ../shared/DESIGN.md):
 - journalFile without fullDumpFile comes back empty after the first compaction: we set both.
 - restart re-applies journal entries after the last snapshot: apply_fn skips indexes the
   state machine already recorded (the index being applied is raftLastApplied + 1).
-- entries of >= appendEntriesBatchSizeBytes are sent in chunks whose "finish" marker is
-  computed from the unpickled size, so an entry just under a chunk boundary is cut short:
-  we keep every entry far below that size (see MAX_MESSAGE_BYTES).
 - one thread does networking, elections, apply and callbacks: callbacks must not block.
 """
 
@@ -31,14 +28,15 @@ from typing import Protocol
 
 import msgpack
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj import pickle as _pysyncobj_pickle
 
 from node.config import ClusterConfig
 
 log = logging.getLogger("statekeeper.raft")
 
-# One append_entries message may carry this many bytes of entries. pysyncobj chunks any
-# single entry at least this large, with a broken end-of-chunk test, so it must exceed
-# the largest entry the batcher ever builds (RaftSettings.max_entry_bytes + slack).
+# One append_entries message may carry this many bytes of entries. The default (64 KiB)
+# sends a group-committed entry of a few MiB as dozens of chunked messages; on loopback
+# one message per entry is cheaper.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 SNAPSHOT_MAGIC = b"SKSNAP01"
@@ -112,6 +110,13 @@ def _entry_tuple(e) -> tuple:
     # pysyncobj compares journal entries with ==, so they must come back as
     # (bytes, int, int) tuples exactly, or it clears the journal on restart.
     return (bytes(e[0]), int(e[1]), int(e[2]))
+
+
+def replicated_command_size(payload: bytes) -> int:
+    """Bytes pysyncobj journals and ships for one entry carrying `payload`
+    (command-type byte + its pickle of (method id, args)); used by tests that probe
+    pysyncobj's chunking boundary."""
+    return 1 + len(_pysyncobj_pickle.dumps((0, (payload,))))
 
 
 class _SyncObj(SyncObj):
