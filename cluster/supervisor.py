@@ -279,18 +279,20 @@ class LocalCluster:
 
     # -- starting ------------------------------------------------------------------
 
-    def _child_env(self) -> dict[str, str]:
+    def _child_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (_PROJECT_ROOT, env.get("PYTHONPATH", "")) if p
         )
         env["PYTHONUNBUFFERED"] = "1"  # so node.log is current when we show its tail
         env.update(self._extra_env)
+        env.update(extra or {})
         return env
 
-    def start_node(self, node_id: str) -> int:
+    def start_node(self, node_id: str, env: dict[str, str] | None = None) -> int:
         """Start one node detached; return its pid (the running one's if already up).
 
+        `env` adds variables for this start of this node only (fault hooks in tests).
         Does not wait: see wait_live / wait_ready.
         """
         node = self.config.node(node_id)
@@ -315,7 +317,7 @@ class LocalCluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=str(self.config_path.parent),
-                env=self._child_env(),
+                env=self._child_env(env),
                 start_new_session=True,  # survives the CLI; signals go to its own group
                 close_fds=True,
             )

@@ -46,6 +46,8 @@ class RaftSettings:
     snapshot_min_seconds: int = 300
     # Leader gathers at most this many bytes of ops into one raft entry.
     max_entry_bytes: int = 8 * 1024 * 1024
+    # Raft entries a node may have proposed and not yet seen applied (pipelining depth).
+    max_inflight_entries: int = 1
     request_timeout: float = 5.0
 
 
@@ -56,6 +58,12 @@ class NodeConfig:
     raft_port: int
     http_port: int
     data_dir: str = ""  # empty: <cluster data_dir>/<id>
+    # Where the raft server listens ("host:port"); empty: raft_address. Fault-injection
+    # setups bind a wildcard so each peer link can use its own loopback address.
+    raft_bind: str = ""
+    # Peer id -> "host:port" this node dials to reach that peer (a proxy, or a per-link
+    # address that iptables can cut); peers not listed are dialled at their raft_address.
+    raft_dial: tuple[tuple[str, str], ...] = ()
 
     @property
     def raft_address(self) -> str:
@@ -128,6 +136,8 @@ def parse(raw: dict, base_dir: str = ".") -> ClusterConfig:
                     raft_port=int(n["raft_port"]),
                     http_port=int(n["http_port"]),
                     data_dir=str(n.get("data_dir", "")),
+                    raft_bind=str(n.get("raft_bind", "")),
+                    raft_dial=tuple(sorted((str(k), str(v)) for k, v in n.get("raft_dial", {}).items())),
                 )
             )
         except (KeyError, TypeError, ValueError) as e:
@@ -154,6 +164,10 @@ def validate(cfg: ClusterConfig) -> None:
     ports = [p for n in cfg.nodes for p in ((n.host, n.raft_port), (n.host, n.http_port))]
     if len(set(ports)) != len(ports):
         raise ConfigError("every node needs its own raft_port and http_port")
+    for n in cfg.nodes:
+        for peer, _ in n.raft_dial:
+            if peer not in ids or peer == n.id:
+                raise ConfigError(f"{n.id}: raft_dial names {peer!r}, which is not another node")
     if cfg.fsync not in FSYNC_MODES:
         raise ConfigError(f"fsync must be one of {FSYNC_MODES}, not {cfg.fsync!r}")
     r = cfg.raft
@@ -241,6 +255,11 @@ def dumps(cfg: ClusterConfig) -> str:
         ]
         if n.data_dir:
             lines.append(f"data_dir = {_toml_value(n.data_dir)}")
+        if n.raft_bind:
+            lines.append(f"raft_bind = {_toml_value(n.raft_bind)}")
+        if n.raft_dial:
+            lines.append("[nodes.raft_dial]")
+            lines += [f"{_toml_value(peer)} = {_toml_value(addr)}" for peer, addr in n.raft_dial]
         lines.append("")
     return "\n".join(lines)
 

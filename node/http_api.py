@@ -115,6 +115,9 @@ class Api:
     def _check_serving(self) -> None:
         if self.shutting_down:
             raise OpError("unavailable", f"{self.node_id} is shutting down; use another node")
+        # Fail fast rather than queue behind an election: nothing was submitted.
+        if not self.raft.leader_known():
+            raise OpError("unavailable", f"{self.node_id} knows no raft leader (election in progress or partitioned); retry")
 
     async def _with_timeout(self, aw, what: str):
         try:
@@ -225,6 +228,9 @@ class Api:
                 "applied_index": st.applied_index,
                 "leader_commit_index": st.leader_commit_index,
                 "has_quorum": st.has_quorum,
+                "log_truncations": st.log_truncations,
+                "log_truncated_entries": st.log_truncated_entries,
+                "rejected_peer_messages": st.rejected_peer_messages,
                 "ready": st.ready,
                 "revision": self.sm.revision,
                 "compact_revision": self.sm.compact_revision,

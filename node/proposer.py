@@ -32,7 +32,7 @@ def _error_for(err: SubmitError) -> OpError:
     )
 
 
-@dataclass
+@dataclass(eq=False)
 class _Pending:
     ops: list[dict] = field(default_factory=list)
     futures: list[asyncio.Future] = field(default_factory=list)
@@ -56,7 +56,7 @@ class Proposer:
         self._max_inflight = max_inflight
         self._clock = clock
         self._pending = _Pending()
-        self._inflight = 0
+        self._inflight: set[_Pending] = set()
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.entries_proposed = 0
@@ -88,7 +88,7 @@ class Proposer:
 
     def _schedule(self) -> None:
         # Defer to the end of this loop iteration so requests parsed together share an entry.
-        if not self._flush_scheduled and self._inflight < self._max_inflight:
+        if not self._flush_scheduled and len(self._inflight) < self._max_inflight:
             self._flush_scheduled = True
             self._loop_now().call_soon(self._flush)
 
@@ -97,10 +97,10 @@ class Proposer:
         p = self._pending
         if not (p.ops or p.readers):
             return
-        if self._inflight >= self._max_inflight and not force:
+        if len(self._inflight) >= self._max_inflight and not force:
             return
         self._pending = _Pending()
-        self._inflight += 1
+        self._inflight.add(p)
         payload = msgpack.packb({"t": int(self._clock() * 1000), "ops": p.ops}, use_bin_type=True)
         self.entries_proposed += 1
         self.ops_proposed += len(p.ops)
@@ -115,7 +115,9 @@ class Proposer:
             self._complete(p, None, SubmitError.NO_LEADER, e)
 
     def _complete(self, p: _Pending, results, err, exc: Exception | None = None) -> None:
-        self._inflight -= 1
+        if p not in self._inflight:  # already failed by leadership_lost()
+            return
+        self._inflight.discard(p)
         if err is not None or not isinstance(results, list) or len(results) != len(p.ops):
             error = _error_for(err or SubmitError.OUTCOME_UNKNOWN)
             for f in p.futures + p.readers:
@@ -128,6 +130,25 @@ class Proposer:
             for f in p.readers:
                 if not f.done():
                     f.set_result(None)
+        if self._pending.ops or self._pending.readers:
+            self._schedule()
+
+    def leadership_lost(self) -> None:
+        """Thread-safe. Entries proposed through a leader that stepped down may still commit
+        or may be dropped; answer their writers "outcome unknown" now instead of letting them
+        wait for a timeout, and their readers "unavailable" (a read has no side effect)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._fail_inflight)
+
+    def _fail_inflight(self) -> None:
+        batches, self._inflight = self._inflight, set()
+        for p in batches:
+            for f in p.futures:
+                if not f.done():
+                    f.set_exception(_error_for(SubmitError.OUTCOME_UNKNOWN))
+            for f in p.readers:
+                if not f.done():
+                    f.set_exception(OpError("unavailable", "this node lost its leadership; retry"))
         if self._pending.ops or self._pending.readers:
             self._schedule()
 

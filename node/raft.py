@@ -4,13 +4,25 @@ Interface (what the rest of the node uses):
     RaftNode(cluster_config, node_id, apply_fn, snapshotter)
     .submit(payload, callback)   payload: bytes; callback(results | None, SubmitError | None)
                                  called from the raft thread once the entry is applied HERE
-    .status() -> RaftStatus
+    .leader_known() / .status() -> RaftStatus
+    .on_leadership_lost(fn)      fn() called on the raft thread when this node stops leading
     .transfer_leadership()
     .destroy()
 
-pysyncobj 0.3.17 facts this module works around (see ../shared/DESIGN.md):
-- appendEntriesUseBatch=True sends only every 0.1 s: we disable it and batch ourselves.
-- journalFile without fullDumpFile comes back empty after the first compaction: we set both.
+pysyncobj 0.3.17 defects this module works around (see ../shared/DESIGN.md), each with a
+test in tests/integration/test_durability.py or test_raft_workarounds.py:
+- FileJournal never fsyncs: we hand it DurableJournal (node/journal.py) instead, and sync
+  it once per received AppendEntries before the follower answers, and at the start of every
+  tick, before the leader counts its own entries towards the commit index.
+- followers truncate everything after prevLogIdx on every AppendEntries: we ignore that
+  truncation and let _RaftLog.add truncate only where a term really conflicts (Raft 5.3),
+  and we bound the follower's commit index by the last entry the message vouched for.
+- peer messages are pickle: every peer must hold the cluster secret (Fernet), and a message
+  failing authentication is logged and its connection dropped before anything is unpickled.
+- a leader cut off from the majority stays leader for 30 s and a rejoining node deposes a
+  healthy leader: leaderFallbackTimeout ~ one election timeout (check-quorum), plus pre-vote.
+- appendEntriesUseBatch=True sends only every 0.1 s: disabled, we batch ourselves.
+- journalFile without fullDumpFile comes back empty after the first compaction: both set.
 - restart re-applies journal entries after the last snapshot: apply_fn skips indexes the
   state machine already recorded (the index being applied is raftLastApplied + 1).
 - one thread does networking, elections, apply and callbacks: callbacks must not block.
@@ -19,18 +31,25 @@ pysyncobj 0.3.17 facts this module works around (see ../shared/DESIGN.md):
 from __future__ import annotations
 
 import logging
+import math
 import os
-import struct
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-import msgpack
+import pysyncobj.syncobj as _syncobj_module
+from cryptography.fernet import InvalidToken
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as _pysyncobj_pickle
+from pysyncobj.encryptor import getEncryptor
+from pysyncobj.node import TCPNode
 
-from node.config import ClusterConfig
+from node import snapshot_file
+from node.config import ClusterConfig, ConfigError
+from node.journal import DurableJournal
 
 log = logging.getLogger("statekeeper.raft")
 
@@ -39,7 +58,13 @@ log = logging.getLogger("statekeeper.raft")
 # one message per entry is cheaper.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
-SNAPSHOT_MAGIC = b"SKSNAP01"
+# An incoming raft connection must authenticate within this time and these many bytes.
+UNAUTHENTICATED_GRACE = 2.0
+MAX_UNAUTHENTICATED_BYTES = 64 * 1024
+
+PREVOTE_REQUEST = "sk_prevote"
+PREVOTE_RESPONSE = "sk_prevote_resp"
+_LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
 
 
 class SubmitError(Enum):
@@ -73,6 +98,9 @@ class RaftStatus:
     leader_commit_index: int | None
     has_quorum: bool
     ready: bool
+    log_truncations: int
+    log_truncated_entries: int
+    rejected_peer_messages: int
 
 
 class Snapshotter(Protocol):
@@ -88,24 +116,6 @@ ApplyFn = Callable[[int, bytes], object]
 Callback = Callable[[object, "SubmitError | None"], None]
 
 
-def _write_snapshot_file(path: str, header: dict, db_file: str) -> None:
-    head = msgpack.packb(header, use_bin_type=True)
-    with open(path, "wb") as out, open(db_file, "rb") as src:
-        out.write(SNAPSHOT_MAGIC + struct.pack(">I", len(head)) + head)
-        while chunk := src.read(1 << 20):
-            out.write(chunk)
-
-
-def _read_snapshot_header(path: str) -> tuple[dict, int]:
-    with open(path, "rb") as f:
-        magic = f.read(len(SNAPSHOT_MAGIC))
-        if magic != SNAPSHOT_MAGIC:
-            raise ValueError(f"{path}: not a statekeeper snapshot")
-        (n,) = struct.unpack(">I", f.read(4))
-        header = msgpack.unpackb(f.read(n), raw=False)
-        return header, f.tell()
-
-
 def _entry_tuple(e) -> tuple:
     # pysyncobj compares journal entries with ==, so they must come back as
     # (bytes, int, int) tuples exactly, or it clears the journal on restart.
@@ -119,10 +129,129 @@ def replicated_command_size(payload: bytes) -> int:
     return 1 + len(_pysyncobj_pickle.dumps((0, (payload,))))
 
 
+class _RaftLog(DurableJournal):
+    """The journal as pysyncobj sees it, made safe for followers: an entry that is
+    already present with the same term is kept (a repeated or reordered AppendEntries
+    must not shorten the log); only a real term conflict truncates (Raft 5.3)."""
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        if len(self):
+            first, last = self[0][1], self[-1][1]
+            if first <= idx <= last:
+                pos = idx - first
+                if self[pos][2] == term:
+                    return
+                self.deleteEntriesFrom(pos)
+        super().add(command, idx, term)
+
+    def deleteEntriesTo(self, entryTo: int) -> None:
+        # Called right after pysyncobj renamed a new snapshot into place: make that rename
+        # durable before the entries it covers leave the journal.
+        if self.fsync_mode == "always":
+            snapshot_file.fsync_dir(os.path.dirname(self.path))
+        super().deleteEntriesTo(entryTo)
+
+
+class _AuthenticatingEncryptor:
+    """Fernet as pysyncobj uses it, plus a log line (pysyncobj drops such connections
+    silently) when a peer message fails authentication. Nothing unauthenticated is ever
+    decompressed or unpickled: pysyncobj decrypts first."""
+
+    def __init__(self, secret: str):
+        self._fernet = getEncryptor(secret)
+        self.rejected = 0
+        self._last_log = 0.0
+
+    def reject(self, why: str = "message failed authentication") -> None:
+        self.rejected += 1
+        now = time.monotonic()
+        if now - self._last_log > 1.0:  # a flood of garbage must not flood the log
+            self._last_log = now
+            log.warning(
+                "dropped a raft peer connection: %s (wrong cluster secret, or not a "
+                "statekeeper peer); %d rejected so far",
+                why,
+                self.rejected,
+            )
+
+    def encrypt_at_time(self, data: bytes, current_time: int) -> bytes:
+        return self._fernet.encrypt_at_time(data, current_time)
+
+    def extract_timestamp(self, token: bytes) -> int:
+        try:
+            return self._fernet.extract_timestamp(token)
+        except (InvalidToken, TypeError, ValueError):
+            self.reject()
+            raise
+
+    def decrypt(self, token: bytes) -> bytes:
+        try:
+            return self._fernet.decrypt(token)
+        except (InvalidToken, TypeError, ValueError):
+            self.reject()
+            raise
+
+
+class _DialNode(TCPNode):
+    """A peer whose identity is its raft address but which is dialled elsewhere (a proxy,
+    or a per-link loopback address that a fault injector can cut)."""
+
+    def __init__(self, address: str, dial: str | None = None):
+        super().__init__(address)
+        host, port = (dial or address).rsplit(":", 1)
+        self._dial_host, self._dial_port = host, int(port)
+
+    @property
+    def ip(self) -> str:
+        return self._dial_host
+
+    @property
+    def port(self) -> int:
+        return self._dial_port
+
+
+class _TruncationLogFilter(logging.Filter):
+    # pysyncobj logs this before the truncation we no longer perform.
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "truncating already-applied" not in str(record.msg)
+
+
+logging.getLogger("pysyncobj.syncobj").addFilter(_TruncationLogFilter())
+_journal_patch_lock = threading.Lock()
+
+
 class _SyncObj(SyncObj):
-    def __init__(self, self_addr: str, peers: list[str], conf: SyncObjConf, apply_fn: ApplyFn):
+    def __init__(
+        self,
+        self_addr: str,
+        peers: list[TCPNode],
+        conf: SyncObjConf,
+        apply_fn: ApplyFn,
+        journal: _RaftLog,
+        encryptor: _AuthenticatingEncryptor,
+    ):
+        # Everything the raft thread touches must exist before SyncObj.__init__ starts it.
         self._apply_fn = apply_fn
-        super().__init__(self_addr, peers, conf=conf)
+        self._journal = journal
+        self._sk_encryptor = encryptor
+        self._election_timeout_min = conf.raftMinTimeout
+        self._last_leader_contact = -math.inf
+        self._prevote: tuple[int, set] | None = None
+        self._prevote_won = False
+        self._leadership_lost: list[Callable[[], None]] = []
+        self._unknown_since: dict[object, float] = {}
+        self._next_sweep = 0.0
+        with _journal_patch_lock:
+            original = _syncobj_module.createJournal
+            _syncobj_module.createJournal = lambda _path: journal
+            try:
+                super().__init__(self_addr, peers, conf=conf)
+            finally:
+                _syncobj_module.createJournal = original
+
+    @property
+    def encryptor(self):  # what pysyncobj's transport puts on every connection
+        return self._sk_encryptor
 
     @replicated
     def _apply_entry(self, payload: bytes):
@@ -132,6 +261,129 @@ class _SyncObj(SyncObj):
 
     def leader_commit_index(self) -> int | None:
         return self._SyncObj__leaderCommitIndex  # type: ignore[attr-defined]
+
+    # -- durability ---------------------------------------------------------------------
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        # The leader counts itself towards the commit index inside this tick: whatever it
+        # appended since the last tick must be on disk first (one fsync per tick).
+        self._journal.sync()
+        self._prevote_tick()
+        self._sweep_unauthenticated()
+        was_leader = self._isLeader()
+        super()._onTick(timeToWait)
+        if was_leader and not self._isLeader():
+            for fn in self._leadership_lost:
+                fn()
+
+    def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):
+        # A follower acknowledges only entries that are on disk (one fsync per message).
+        self._journal.sync()
+        SyncObj._SyncObj__sendNextNodeIdx(  # type: ignore[attr-defined]
+            self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success
+        )
+
+    # -- peers that never authenticate -------------------------------------------------
+
+    def _sweep_unauthenticated(self) -> None:
+        """pysyncobj checks a connection's timeout only when bytes arrive, so a client that
+        sends half a frame (or a huge length prefix) and waits is kept forever. A real peer
+        authenticates within one round trip: drop connections that have not done so."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + 0.2
+        transport = self._SyncObj__transport
+        unknown = getattr(transport, "_unknownConnections", set())
+        for conn in list(unknown):
+            since = self._unknown_since.setdefault(conn, now)
+            buffered = len(getattr(conn, "_TcpConnection__readBuffer", b""))
+            if now - since > UNAUTHENTICATED_GRACE or buffered > MAX_UNAUTHENTICATED_BYTES:
+                self._sk_encryptor.reject("connection sent no authenticated message in time")
+                conn.disconnect()
+                unknown.discard(conn)
+        for conn in list(self._unknown_since):
+            if conn not in unknown:
+                del self._unknown_since[conn]
+
+    # -- safe truncation ----------------------------------------------------------------
+
+    def _SyncObj__deleteEntriesFrom(self, fromIDx):
+        # pysyncobj calls this for every AppendEntries whose prevLogIdx is not our last
+        # entry; _RaftLog.add truncates only at a real conflict instead.
+        return None
+
+    def _SyncObj__onMessageReceived(self, node, message):
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == PREVOTE_REQUEST:
+            return self._on_prevote_request(node, message)
+        if kind == PREVOTE_RESPONSE:
+            return self._on_prevote_response(node, message)
+        if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
+            self._last_leader_contact = time.monotonic()
+            self._prevote, self._prevote_won = None, False
+            if "prevLogIdx" in message:
+                before = self.raftCommitIndex
+                SyncObj._SyncObj__onMessageReceived(self, node, message)  # type: ignore[attr-defined]
+                # Raft: commit up to min(leaderCommit, last entry THIS message vouched for),
+                # not up to our log's end, which may hold a stale term's entries now that
+                # we no longer truncate blindly.
+                n = 1 if message.get("transmission") == "finish" else len(message.get("entries", ()))
+                bound = max(before, min(message["commit_index"], message["prevLogIdx"] + n))
+                if self.raftCommitIndex > bound:
+                    self._SyncObj__raftCommitIndex = bound
+                    self._journal.setRaftCommitIndex(bound)
+                return None
+        return SyncObj._SyncObj__onMessageReceived(self, node, message)  # type: ignore[attr-defined]
+
+    # -- pre-vote -------------------------------------------------------------------------
+
+    def _log_position(self) -> tuple[int, int]:
+        last = self._journal[-1]
+        return last[2], last[1]  # (term, index): compared as a tuple
+
+    def _prevote_tick(self) -> None:
+        """Hold back pysyncobj's election until a majority says it would vote for us, so a
+        node returning from a partition cannot raise the term and depose a healthy leader."""
+        if self._isLeader() or self._SyncObj__transferInProgress:
+            self._prevote, self._prevote_won = None, False
+            return
+        now = time.monotonic()
+        if self._SyncObj__raftElectionDeadline >= now:
+            return
+        if self._prevote_won:  # pysyncobj starts the real election in this tick
+            self._prevote_won = False
+            return
+        if not self._SyncObj__connectedToAnyone():
+            return
+        term = self.raftCurrentTerm + 1
+        self._prevote = (term, {self.selfNode})
+        last_term, last_index = self._log_position()
+        request = {"type": PREVOTE_REQUEST, "term": term, "last_log_term": last_term, "last_log_index": last_index}
+        transport = self._SyncObj__transport
+        for peer in self.otherNodes:
+            transport.send(peer, request)
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+
+    def _on_prevote_request(self, node, m: dict) -> None:
+        heard_from_leader = time.monotonic() - self._last_leader_contact < self._election_timeout_min
+        up_to_date = (m.get("last_log_term", -1), m.get("last_log_index", -1)) >= self._log_position()
+        granted = (
+            isinstance(m.get("term"), int)
+            and m["term"] > self.raftCurrentTerm
+            and up_to_date
+            and not self._isLeader()
+            and not heard_from_leader
+        )
+        self._SyncObj__transport.send(node, {"type": PREVOTE_RESPONSE, "term": m.get("term"), "granted": granted})
+
+    def _on_prevote_response(self, node, m: dict) -> None:
+        if self._prevote is None or m.get("term") != self._prevote[0] or not m.get("granted"):
+            return
+        self._prevote[1].add(node)
+        if len(self._prevote[1]) > (len(self.otherNodes) + 1) / 2:
+            self._prevote, self._prevote_won = None, True
+            self._SyncObj__raftElectionDeadline = 0
 
 
 class RaftNode:
@@ -145,35 +397,48 @@ class RaftNode:
         snapshotter: Snapshotter,
         max_ready_lag: int = 1000,
     ):
+        if not cluster.secret:
+            raise ConfigError(
+                "the cluster needs a secret ([cluster] secret or STATEKEEPER_SECRET): raft "
+                "peers authenticate with it; `statekeeper cluster up` generates one"
+            )
         self.node_id = node_id
         self._me = cluster.node(node_id)
         self._snapshotter = snapshotter
         self._max_ready_lag = max_ready_lag
+        self._durable = cluster.fsync == "always"
         self._addr_to_id = {n.raft_address: n.id for n in cluster.nodes}
-        raft_dir = cluster.node_data_dir(node_id) / "raft"
-        raft_dir.mkdir(parents=True, exist_ok=True)
-        self._snapshot_tmp = str(raft_dir / "snapshot.db.tmp")
+        self._raft_dir = str(cluster.node_data_dir(node_id) / "raft")
+        os.makedirs(self._raft_dir, exist_ok=True)
+        self._snapshot_tmp = os.path.join(self._raft_dir, "snapshot.db.tmp")
         r = cluster.raft
         conf = SyncObjConf(
-            journalFile=str(raft_dir / "journal.bin"),
-            fullDumpFile=str(raft_dir / "snapshot.bin"),
+            journalFile=os.path.join(self._raft_dir, "journal.log"),
+            fullDumpFile=os.path.join(self._raft_dir, "snapshot.bin"),
+            bindAddress=self._me.raft_bind or self._me.raft_address,
             appendEntriesUseBatch=False,
             appendEntriesBatchSizeBytes=MAX_MESSAGE_BYTES,
             raftMinTimeout=r.election_timeout_min,
             raftMaxTimeout=r.election_timeout_max,
             # Heartbeats well inside the election timeout.
             appendEntriesPeriod=min(0.1, r.election_timeout_min / 4),
+            # Check-quorum: a leader that heard from no majority for an election timeout
+            # steps down instead of serving (and hanging) for 30 s.
+            leaderFallbackTimeout=r.election_timeout_max,
             logCompactionMinEntries=r.snapshot_min_entries,
             logCompactionMinTime=r.snapshot_min_seconds,
             logCompactionBatchSize=1 << 20,
             serializer=self._serialize,
             deserializer=self._deserialize,
-            connectionRetryTime=0.5,
-            connectionTimeout=2.0,
+            connectionRetryTime=0.3,
+            connectionTimeout=max(1.0, 2 * r.election_timeout_max),
             dynamicMembershipChange=False,
         )
-        peers = [n.raft_address for n in cluster.peers_of(node_id)]
-        self._obj = _SyncObj(self._me.raft_address, peers, conf, apply_fn)
+        dial = dict(self._me.raft_dial)
+        peers = [_DialNode(n.raft_address, dial.get(n.id)) for n in cluster.peers_of(node_id)]
+        self._journal = _RaftLog(conf.journalFile, fsync=cluster.fsync)
+        self._encryptor = _AuthenticatingEncryptor(cluster.secret)
+        self._obj = _SyncObj(self._me.raft_address, peers, conf, apply_fn, self._journal, self._encryptor)
 
     # -- snapshots (called on the raft thread by pysyncobj) ---------------------------
 
@@ -185,20 +450,23 @@ class RaftNode:
             "prev": list(prev_entry),
             "cluster": sorted(n.address for n in cluster_nodes),
         }
-        _write_snapshot_file(path, header, self._snapshot_tmp)
+        # pysyncobj renames `path` into place next; _RaftLog.deleteEntriesTo fsyncs the
+        # directory before the journal forgets what the snapshot covers.
+        snapshot_file.write(path, header, self._snapshot_tmp, durable=self._durable)
         os.unlink(self._snapshot_tmp)
 
     def _deserialize(self, path: str):
-        header, offset = _read_snapshot_header(path)
+        if self._durable:  # a snapshot just received from the leader was renamed unsynced
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+            snapshot_file.fsync_dir(self._raft_dir)
+        header, offset = snapshot_file.read_header(path)
         last = _entry_tuple(header["last"])
         # Restore only when the snapshot is ahead of what RocksDB already holds: on a
         # plain restart RocksDB is newer than the last snapshot and must be kept.
         if last[1] > self._snapshotter.applied_index:
             log.info("restoring state machine from snapshot at index %d", last[1])
-            with open(path, "rb") as src, open(self._snapshot_tmp, "wb") as dst:
-                src.seek(offset)
-                while chunk := src.read(1 << 20):
-                    dst.write(chunk)
+            snapshot_file.extract_body(path, offset, self._snapshot_tmp)
             self._snapshotter.restore(self._snapshot_tmp)
             os.unlink(self._snapshot_tmp)
         return last, _entry_tuple(header["prev"]), list(header["cluster"])
@@ -215,6 +483,13 @@ class RaftNode:
                 callback(None, _FAIL_MAP.get(err, SubmitError.OUTCOME_UNKNOWN))
 
         self._obj._apply_entry(payload, callback=on_done)
+
+    def leader_known(self) -> bool:
+        return self._obj._getLeader() is not None
+
+    def on_leadership_lost(self, fn: Callable[[], None]) -> None:
+        """fn() runs on the raft thread whenever this node stops being the leader."""
+        self._obj._leadership_lost.append(fn)
 
     def status(self) -> RaftStatus:
         o = self._obj
@@ -233,6 +508,9 @@ class RaftNode:
             leader_commit_index=leader_commit,
             has_quorum=o.hasQuorum,
             ready=leader_id is not None and o.isReady() and caught_up,
+            log_truncations=self._journal.truncations,
+            log_truncated_entries=self._journal.truncated_entries,
+            rejected_peer_messages=self._encryptor.rejected,
         )
 
     def transfer_leadership(self) -> None:
@@ -241,4 +519,4 @@ class RaftNode:
             self._obj.transferLeadership()
 
     def destroy(self) -> None:
-        self._obj.destroy_synchronous()
+        self._obj.destroy_synchronous()  # also closes the journal

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from chaos.partition import with_link_addresses
 from cluster.supervisor import LocalCluster
 from node import config as node_config
 from node.config import ClusterConfig, NodeConfig
@@ -33,7 +34,7 @@ HOST = "127.0.0.1"
 # after the cluster that used it is gone (its sockets may linger in TIME_WAIT).
 _handed_out: set[int] = set()
 
-_CONFIG_OPTIONS = {"size", "fsync"} | {f.name for f in dataclasses.fields(node_config.RaftSettings)}
+_CONFIG_OPTIONS = {"size", "fsync", "link_addresses"} | {f.name for f in dataclasses.fields(node_config.RaftSettings)}
 _CLUSTER_OPTIONS = {"node_command", "env", "ready_timeout"}
 
 
@@ -68,6 +69,7 @@ def write_test_config(
     directory: Path,
     size: int = 3,
     fsync: str = "never",
+    link_addresses: bool = False,
     **raft: Any,
 ) -> WrittenConfig:
     """Write `<directory>/cluster.toml` for `size` nodes on free loopback ports.
@@ -86,6 +88,8 @@ def write_test_config(
         nodes=nodes,
         raft=dataclasses.replace(base.raft, **raft),
     )
+    if link_addresses:  # one loopback address per raft link, for iptables partitions
+        cfg = with_link_addresses(cfg)
     node_config.validate(cfg)
     path = directory / "cluster.toml"
     node_config.write(cfg, path)

@@ -1,0 +1,113 @@
+"""Packet-level partitions between raft peers on one machine, with iptables DROP rules.
+
+All loopback connections leave from 127.0.0.1, so a rule cannot tell node A's packets
+from node B's by source address. Instead every raft link gets its own loopback address:
+node i dials node j at 127.(10+i).(10+j).1 (config `raft_dial`), and every node listens on
+the wildcard address (`raft_bind`). A packet of the link i<->j then carries that address
+as destination (dialler -> listener) or as source (listener -> dialler), so each link, and
+each direction of it, can be cut alone. Client (HTTP) traffic is never touched.
+
+Rules live in their own chain, STATEKEEPER-CHAOS, jumped to from OUTPUT (loopback packets
+traverse OUTPUT once), and `heal()` / leaving the context manager flushes it, also on
+errors and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+
+from node.config import ClusterConfig
+
+CHAIN = "STATEKEEPER-CHAOS"
+
+
+def link_address(from_index: int, to_index: int) -> str:
+    return f"127.{10 + from_index}.{10 + to_index}.1"
+
+
+def with_link_addresses(cfg: ClusterConfig) -> ClusterConfig:
+    """The same cluster, with one loopback address per directed raft link."""
+    nodes = []
+    for i, n in enumerate(cfg.nodes):
+        dial = tuple(
+            (peer.id, f"{link_address(i, j)}:{peer.raft_port}")
+            for j, peer in enumerate(cfg.nodes)
+            if peer.id != n.id
+        )
+        nodes.append(dataclasses.replace(n, raft_bind=f"0.0.0.0:{n.raft_port}", raft_dial=dial))
+    return dataclasses.replace(cfg, nodes=tuple(nodes))
+
+
+def available() -> tuple[bool, str]:
+    """Whether partitions can be made here, and if not, why."""
+    if os.geteuid() != 0:
+        return False, "iptables partitions need root"
+    if shutil.which("iptables") is None:
+        return False, "iptables is not installed (apt-get install iptables)"
+    r = subprocess.run(["iptables", "-S", "OUTPUT"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return False, f"iptables does not work here: {r.stderr.strip()}"
+    return True, ""
+
+
+def _ipt(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["iptables", "-w", *args], capture_output=True, text=True, check=check)
+
+
+class Partitioner:
+    """Cut and heal raft links of one cluster configured with `with_link_addresses`."""
+
+    def __init__(self, cfg: ClusterConfig):
+        self._index = {n.id: i for i, n in enumerate(cfg.nodes)}
+        self.active: list[str] = []
+
+    def __enter__(self) -> Partitioner:
+        _ipt("-N", CHAIN, check=False)  # exists already after an interrupted run: fine
+        _ipt("-F", CHAIN)
+        if _ipt("-C", "OUTPUT", "-j", CHAIN, check=False).returncode != 0:
+            _ipt("-I", "OUTPUT", "-j", CHAIN)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.heal()
+        _ipt("-D", "OUTPUT", "-j", CHAIN, check=False)
+        _ipt("-X", CHAIN, check=False)
+
+    def _drop(self, match: list[str], why: str) -> None:
+        _ipt("-A", CHAIN, *match, "-j", "DROP")
+        self.active.append(why)
+
+    def cut(self, a: str, b: str, *, one_way: bool = False, probability: float | None = None) -> None:
+        """Drop a's packets to b (and, unless one_way, b's to a). With probability, drop
+        that fraction of packets at random instead of all (-m statistic)."""
+        ia, ib = self._index[a], self._index[b]
+        stat = ["-m", "statistic", "--mode", "random", "--probability", f"{probability:.4f}"] if probability else []
+        # a -> b travels as dst=link(a,b) when a dialled, or src=link(b,a) when b dialled.
+        self._drop(["-d", link_address(ia, ib), *stat], f"{a}->{b}")
+        self._drop(["-s", link_address(ib, ia), *stat], f"{a}->{b}")
+        if not one_way:
+            self._drop(["-d", link_address(ib, ia), *stat], f"{b}->{a}")
+            self._drop(["-s", link_address(ia, ib), *stat], f"{b}->{a}")
+
+    def isolate(self, node: str, others: Iterable[str] | None = None) -> None:
+        """Cut every raft link between `node` and the others (both directions)."""
+        for other in others if others is not None else self._index:
+            if other != node:
+                self.cut(node, other)
+
+    def split(self, side_a: Iterable[str], side_b: Iterable[str]) -> None:
+        b = list(side_b)
+        for x in side_a:
+            for y in b:
+                self.cut(x, y)
+
+    def heal(self) -> None:
+        _ipt("-F", CHAIN, check=False)
+        self.active.clear()

@@ -1,0 +1,97 @@
+"""Partitions at the packet level (iptables DROP on per-link loopback addresses): a
+leader cut off from the majority steps down fast (check-quorum), and a node returning from
+a partition does not depose a healthy leader (pre-vote)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from chaos.partition import Partitioner, available
+from client import Client, RetryPolicy, StatekeeperError
+from cluster.supervisor import LocalCluster
+
+ok, why = available()
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not ok, reason=why),
+    pytest.mark.cluster_options(link_addresses=True, election_timeout_min=0.4, election_timeout_max=1.0),
+]
+ELECTION_TIMEOUT = 1.0
+
+
+def _status(lc: LocalCluster, node_id: str) -> dict:
+    st = lc.status(node_id)
+    assert st is not None, f"{node_id} does not answer /v1/status"
+    return st
+
+
+def _wait(cond, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_partitioned_leader_steps_down_and_the_majority_keeps_serving(cluster: LocalCluster) -> None:
+    leader = _wait(cluster.leader_id, 10, "a leader")
+    others = [n for n in cluster.node_ids if n != leader]
+    no_retry = RetryPolicy.disabled()
+    with Client(cluster.url(leader), retry=no_retry, timeout=10) as at_old, Client(
+        [cluster.url(n) for n in others], timeout=10
+    ) as at_majority:
+        at_old.put("before", b"1")
+        with Partitioner(cluster.config) as net:
+            net.isolate(leader)
+            t0 = time.monotonic()
+            # Reads keep arriving at the old leader; each must fail, never succeed, and
+            # the failures must come fast once it has stepped down.
+            answered_at = None
+            while time.monotonic() - t0 < 4 * ELECTION_TIMEOUT:
+                sent = time.monotonic()
+                try:
+                    at_old.get("before")
+                except StatekeeperError as e:
+                    assert e.code in ("unavailable", "timeout"), e
+                    if answered_at is None and time.monotonic() - sent < 0.5:
+                        answered_at = time.monotonic() - t0
+                else:
+                    pytest.fail("a partitioned old leader served a linearizable read")
+            assert answered_at is not None and answered_at < 2 * ELECTION_TIMEOUT + 0.5, (
+                f"the old leader kept accepting reads for {answered_at} s"
+            )
+            assert _status(cluster, leader)["role"] != "leader"
+            new_leader = _wait(
+                lambda: next((n for n in others if _status(cluster, n)["role"] == "leader"), None),
+                10,
+                "a new leader on the majority side",
+            )
+            assert new_leader != leader
+            rev = at_majority.put("during", b"2").revision
+            assert at_majority.get("during").value == b"2"
+        # Healed: the old leader catches up as a follower.
+        with Client(cluster.url(leader), timeout=10) as c:
+            assert c.get("during", consistency="serializable", min_revision=rev).value == b"2"
+
+
+def test_node_returning_from_a_partition_does_not_depose_the_leader(cluster: LocalCluster) -> None:
+    leader = _wait(cluster.leader_id, 10, "a leader")
+    term = _status(cluster, leader)["term"]
+    follower = next(n for n in cluster.node_ids if n != leader)
+    with Partitioner(cluster.config) as net:
+        net.isolate(follower)
+        time.sleep(6 * ELECTION_TIMEOUT)  # long enough for many election attempts
+    # Healed. Give the returning node time to reconnect and try its luck.
+    time.sleep(4 * ELECTION_TIMEOUT)
+    st = _status(cluster, leader)
+    assert (st["role"], st["term"]) == ("leader", term), f"leader deposed: {st}"
+    back = _status(cluster, follower)
+    assert back["leader"] == leader and back["term"] == term, back
+    with Client([cluster.url(n) for n in cluster.node_ids]) as c:
+        rev = c.put("after-heal", b"ok").revision
+    with Client(cluster.url(follower)) as c:
+        assert c.get("after-heal", consistency="serializable", min_revision=rev).value == b"ok"
