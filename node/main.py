@@ -15,6 +15,7 @@ from node.errors import OpError
 from node.http_api import Api
 from node.proposer import Proposer
 from node.raft import RaftNode
+from node.snapshot_file import fsync_dir
 from node.state_machine import StateMachine
 
 log = logging.getLogger("statekeeper.node")
@@ -50,6 +51,11 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
         sync_writes=False,
     )
     raft = RaftNode(cfg, node_id, _fatal_apply_guard(sm), sm)
+    if cfg.fsync == "always":
+        # A new directory entry is durable only once its parent is fsynced: without this a
+        # power loss right after the first start can take the whole data dir with it.
+        for d in (data_dir / "raft", data_dir, data_dir.parent):
+            fsync_dir(str(d))
     proposer = Proposer(
         raft.submit,
         max_entry_bytes=cfg.raft.max_entry_bytes,
@@ -91,6 +97,7 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
 
 
 def run_node(config_path: str, node_id: str, unsafe_reads: bool = False) -> int:
+    sys.setswitchinterval(float(os.environ.get("SK_SWITCH", "0.005")))
     logging.basicConfig(
         level=os.environ.get("STATEKEEPER_LOG", "INFO"),
         format=f"%(asctime)s {node_id} %(levelname)s %(name)s: %(message)s",
