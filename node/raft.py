@@ -276,6 +276,13 @@ class _SyncObj(SyncObj):
             for fn in self._leadership_lost:
                 fn()
 
+    def _checkCommandsToApply(self) -> None:
+        # The leader has just appended (and already sent) new entries: fsync them now, while
+        # the followers write theirs, rather than at the next tick, after their answers.
+        super()._checkCommandsToApply()
+        if self._isLeader():
+            self._journal.sync()
+
     def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):
         # A follower acknowledges only entries that are on disk (one fsync per message).
         self._journal.sync()
