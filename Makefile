@@ -21,6 +21,8 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e '.[test]'
+	@$(BIN)/python -m pip install -e '.[powerloss]' >/dev/null 2>&1 || \
+		echo "note: pyfuse3 could not be built (it needs Debian fuse3 libfuse3-dev pkg-config); the power-loss tests will be skipped"
 	touch $@
 
 venv: $(STAMP)
