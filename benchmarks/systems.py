@@ -1,8 +1,13 @@
 """Systems under test.
 
 A `System` is the small surface the load generator needs from a key-value store. Adding
-another store (etcd is next) means writing one subclass and decorating it with
-`@register`; `python -m benchmarks.load --system <name>` then finds it.
+another store means writing one subclass and decorating it with `@register`;
+`python -m benchmarks.load --system <name>` then finds it. etcd lives in `benchmarks/etcd.py`
+(imported at the end of this module so the registry always has it).
+
+`benchmarks.compare` needs more than put/get: cas, txn, client-side batches, and a
+`ClusterControl` (from `managed_cluster()`) to kill the leader or restart a node. Those
+are optional here: a system without them raises NotImplementedError and its rows say so.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ import itertools
 import random
 import socket
 import sys
+import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -54,21 +60,157 @@ class System(ABC):
     async def get(self, key: str, consistency: str = "linearizable") -> object:
         """Read `key` with the given consistency ("linearizable" or "serializable")."""
 
-    async def populate(self, keys: Sequence[str], value: bytes, concurrency: int = 64) -> None:
-        """Write every key once (before a read workload). Override if the store has a bulk path."""
+    async def populate(
+        self,
+        keys: Sequence[str],
+        value: bytes,
+        concurrency: int = 64,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        """Write every key once (before a read workload). Override if the store has a bulk path.
+
+        `progress(n)` is called after every n keys written (for a progress bar).
+        """
         it = iter(keys)
 
         async def writer() -> None:
             # All writers pull from one iterator, so each key is written exactly once.
             for key in it:
                 await self.put(key, value)
+                if progress is not None:
+                    progress(1)
 
         await asyncio.gather(*(writer() for _ in range(max(1, min(concurrency, len(keys))))))
+
+    # -- optional operations used by benchmarks.compare ---------------------------------
+
+    # Most ops one batch_put() request may carry (the server's own limit).
+    max_batch: ClassVar[int] = 1
+    # Concurrent batch_put() requests that load fastest (bulk loads only, not a measured row).
+    bulk_concurrency: ClassVar[int] = 16
+
+    async def cas(self, key: str, value: bytes, expect_version: int) -> tuple[bool, int]:
+        """Write `value` only if `key`'s version is `expect_version` (0 = missing).
+
+        Returns (succeeded, the key's version now), so a caller can retry without a read.
+        """
+        raise NotImplementedError(f"{self.name}: cas")
+
+    async def txn_put(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Write every (key, value) in one atomic transaction (keys distinct)."""
+        raise NotImplementedError(f"{self.name}: txn")
+
+    async def batch_put(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Write every (key, value) in one request (client-side batching; raise on any failure)."""
+        raise NotImplementedError(f"{self.name}: batch")
+
+    async def bulk_populate(
+        self,
+        keys: Sequence[str],
+        value: bytes,
+        *,
+        batch: int,
+        concurrency: int,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        """Write every key with `concurrency` batch_put() requests of up to `batch` keys."""
+        batch = max(1, min(batch, self.max_batch))
+        chunks = iter(range(0, len(keys), batch))
+
+        async def writer() -> None:
+            for start in chunks:
+                part = keys[start : start + batch]
+                await self.batch_put([(k, value) for k in part])
+                if progress is not None:
+                    progress(len(part))
+
+        n = max(1, min(concurrency, -(-len(keys) // batch)))
+        await asyncio.gather(*(writer() for _ in range(n)))
 
     @classmethod
     def local_cluster(cls, workdir: Path, **options: Any) -> AbstractAsyncContextManager[list[str]]:
         """Start a fresh local cluster under `workdir`; the context yields its endpoints."""
         raise NotImplementedError(f"--start-cluster is not supported for {cls.name}")
+
+    @classmethod
+    def managed_cluster(
+        cls, workdir: Path, **options: Any
+    ) -> AbstractAsyncContextManager[ClusterControl]:
+        """Like local_cluster(), but yields a ClusterControl (kill, restart, RSS...)."""
+        raise NotImplementedError(f"{cls.name}: no managed local cluster")
+
+
+class ClusterControl(ABC):
+    """A local cluster the comparison may break and mend: failover and cold-start rows.
+
+    Members are named by the system's own ids (statekeeper `node-0`, etcd `m0`). Blocking
+    process work runs in a thread so a put load in the same event loop keeps going.
+    """
+
+    def __init__(self, endpoints: Sequence[str], members: Sequence[str]) -> None:
+        self.endpoints = list(endpoints)
+        self.members = list(members)
+
+    @abstractmethod
+    async def leader(self) -> str | None:
+        """The member that leads now (None while there is no leader)."""
+
+    @abstractmethod
+    async def kill(self, member: str) -> None:
+        """SIGKILL the member's process and reap it (a crash)."""
+
+    @abstractmethod
+    async def stop(self, member: str) -> None:
+        """Stop the member gracefully (SIGTERM, then SIGKILL after a timeout)."""
+
+    @abstractmethod
+    async def start(self, member: str) -> None:
+        """Start the stopped member's process; do not wait for it."""
+
+    @abstractmethod
+    def is_ready(self, member: str) -> bool:
+        """Blocking probe: the member's own health endpoint says it is ready to serve."""
+
+    @abstractmethod
+    def pid(self, member: str) -> int | None:
+        """The member's process id, or None when it is not running."""
+
+    async def wait_ready(
+        self, members: Sequence[str] | None = None, timeout: float = 120.0
+    ) -> float:
+        """Poll until every given member (default: all) is ready; return the seconds waited.
+
+        Both systems are polled the same way (every 50 ms) so the cold-start figures are
+        comparable to within that step.
+        """
+        pending = list(self.members if members is None else members)
+        start = time.monotonic()
+        while pending:
+            ready = await asyncio.gather(*(asyncio.to_thread(self.is_ready, m) for m in pending))
+            pending = [m for m, ok in zip(pending, ready, strict=True) if not ok]
+            if not pending:
+                break
+            if time.monotonic() - start > timeout:
+                raise TimeoutError(f"not ready after {timeout:.0f}s: {', '.join(pending)}")
+            await asyncio.sleep(0.05)
+        return time.monotonic() - start
+
+    def rss_bytes(self, member: str) -> int | None:
+        """Resident memory of the member's process (VmRSS), or None if it is not running."""
+        pid = self.pid(member)
+        return None if pid is None else rss_of_pid(pid)
+
+
+def rss_of_pid(pid: int) -> int | None:
+    """VmRSS of `pid` in bytes, from /proc/<pid>/status; None if unknown."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024  # the kernel reports kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 SYSTEMS: dict[str, type[System]] = {}
@@ -128,10 +270,25 @@ class StatekeeperSystem(System):
 
     name = "statekeeper"
     default_endpoints = ("http://127.0.0.1:7000", "http://127.0.0.1:7001", "http://127.0.0.1:7002")
+    # The server's max_ops_per_request (node/config.py); bulk loads also stay far below
+    # max_request_bytes, see bulk_populate().
+    max_batch = 1024
+    # Measured on 2 cores: more requests in flight only slow the bulk load down.
+    bulk_concurrency = 4
 
-    def __init__(self, endpoints: Sequence[str], *, pool: int = 1, ns: str = "bench") -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        pool: int = 1,
+        ns: str = "bench",
+        max_connections: int | None = None,
+    ) -> None:
         super().__init__(endpoints, pool=pool)
         self.ns = ns
+        # None: the client's default. The comparison raises it to the highest concurrency
+        # it runs, so the client's connection pool is not what caps the offered load.
+        self.max_connections = max_connections
         self._clients: list[Any] = []
         self._next: itertools.cycle[Any] | None = None
 
@@ -139,11 +296,14 @@ class StatekeeperSystem(System):
         # Imported here so the harness and its tests do not need the client package.
         from client import AsyncClient
 
+        extra = {} if self.max_connections is None else {"max_connections": self.max_connections}
         for i in range(self.pool):
             # Rotate the endpoint list per client so a pool spreads its first choice
             # over the nodes instead of all clients preferring the same one.
             k = i % len(self.endpoints)
-            self._clients.append(AsyncClient(self.endpoints[k:] + self.endpoints[:k]))
+            self._clients.append(
+                AsyncClient(self.endpoints[k:] + self.endpoints[:k], ns=self.ns, **extra)
+            )
         self._next = itertools.cycle(self._clients)
 
     async def teardown(self) -> None:
@@ -159,15 +319,65 @@ class StatekeeperSystem(System):
     async def get(self, key: str, consistency: str = "linearizable") -> object:
         return await next(self._next).get(key, ns=self.ns, consistency=consistency)  # type: ignore[arg-type]
 
+    async def cas(self, key: str, value: bytes, expect_version: int) -> tuple[bool, int]:
+        from client import Conflict
+
+        try:
+            await next(self._next).cas(key, value, expect_version=expect_version, ns=self.ns)  # type: ignore[arg-type]
+        except Conflict as exc:
+            # The 409 answer carries the current kv: the next attempt needs no extra read.
+            current = exc.current
+            return False, current.version if current is not None else 0
+        return True, expect_version + 1
+
+    async def txn_put(self, items: Sequence[tuple[str, bytes]]) -> None:
+        c = next(self._next)  # type: ignore[arg-type]
+        await c.txn([], [c.ops.put(k, v) for k, v in items], ns=self.ns)
+
+    async def batch_put(self, items: Sequence[tuple[str, bytes]]) -> None:
+        b = next(self._next).batch(ns=self.ns)  # type: ignore[arg-type]
+        for k, v in items:
+            b.put(k, v)
+        results = await b.execute()
+        for r in results:
+            # A batch is not atomic: each op reports its own failure instead of raising.
+            if isinstance(r, BaseException):
+                raise r
+
+    async def bulk_populate(
+        self,
+        keys: Sequence[str],
+        value: bytes,
+        *,
+        batch: int,
+        concurrency: int,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        # Keep one request near 1 MiB whatever the value size (limit: max_request_bytes).
+        batch = max(1, min(batch, (1 << 20) // (len(value) + 64)))
+        await super().bulk_populate(
+            keys, value, batch=batch, concurrency=concurrency, progress=progress
+        )
+
     @classmethod
     @asynccontextmanager
     async def local_cluster(
         cls, workdir: Path, *, size: int = 3, fsync: str = "always", **_: Any
     ) -> AsyncIterator[list[str]]:
         """A fresh `size`-node cluster on free loopback ports with its data under `workdir`."""
+        async with cls.managed_cluster(workdir, size=size, fsync=fsync) as control:
+            yield control.endpoints
+
+    @classmethod
+    @asynccontextmanager
+    async def managed_cluster(
+        cls, workdir: Path, *, size: int = 3, fsync: str = "always", quiet: bool = False, **_: Any
+    ) -> AsyncIterator[ClusterControl]:
+        """A fresh `size`-node cluster on free loopback ports, as a ClusterControl."""
         from cluster.supervisor import LocalCluster
         from node import config as node_config
 
+        say = _stderr_say(quiet)
         rng = random.Random()
         http_base = _free_port_block(size, set(), rng)
         raft_base = _free_port_block(size, set(range(http_base, http_base + size)), rng)
@@ -178,13 +388,12 @@ class StatekeeperSystem(System):
         path = workdir / "cluster.toml"
         node_config.write(cfg, path)
         cfg = node_config.load(path)
-        print(
+        say(
             f"starting {size}-node statekeeper cluster in {workdir} "
             f"(http {http_base}-{http_base + size - 1}, raft {raft_base}-{raft_base + size - 1}, "
-            f"fsync={fsync})",
-            file=sys.stderr,
+            f"fsync={fsync})"
         )
-        lc = LocalCluster(cfg, path, progress=lambda m: print(f"[cluster] {m}", file=sys.stderr))
+        lc = LocalCluster(cfg, path, progress=None if quiet else lambda m: say(f"[cluster] {m}"))
         try:
             try:
                 # Blocking on purpose: in a thread, a ^C would leave up() starting nodes
@@ -194,10 +403,51 @@ class StatekeeperSystem(System):
                 for nid in lc.node_ids:
                     print(f"--- {nid} log tail ---\n{lc.log_tail(nid)}", file=sys.stderr)
                 raise  # the outer handler kills whatever did start
-            yield cfg.http_urls()
+            yield StatekeeperControl(lc, cfg.http_urls())
             lc.down(timeout=15.0)
         except BaseException:
             lc.kill_all()  # interrupted or failed mid-run: do not leave nodes behind
             raise
         finally:
             lc.close()
+
+
+class StatekeeperControl(ClusterControl):
+    """A statekeeper cluster run by cluster.supervisor.LocalCluster."""
+
+    def __init__(self, lc: Any, endpoints: Sequence[str]) -> None:
+        super().__init__(endpoints, lc.node_ids)
+        self.lc = lc
+
+    async def leader(self) -> str | None:
+        return await asyncio.to_thread(self.lc.leader_id)
+
+    async def kill(self, member: str) -> None:
+        await asyncio.to_thread(self.lc.kill_node, member)
+
+    async def stop(self, member: str) -> None:
+        await asyncio.to_thread(self.lc.stop_node, member, 30.0)
+
+    async def start(self, member: str) -> None:
+        await asyncio.to_thread(self.lc.start_node, member)
+
+    def is_ready(self, member: str) -> bool:
+        return bool(self.lc.is_ready(member))
+
+    def pid(self, member: str) -> int | None:
+        return self.lc.pid(member)
+
+    def log_tail(self, member: str, lines: int = 20) -> str:
+        return str(self.lc.log_tail(member, lines))
+
+
+def _stderr_say(quiet: bool) -> Callable[[str], None]:
+    def say(msg: str) -> None:
+        if not quiet:
+            print(msg, file=sys.stderr)
+
+    return say
+
+
+# Registers EtcdSystem. At the end, so benchmarks.etcd can import System/register from here.
+from benchmarks import etcd as _etcd  # noqa: E402, F401

@@ -97,7 +97,9 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
 
 
 def run_node(config_path: str, node_id: str, unsafe_reads: bool = False) -> int:
-    sys.setswitchinterval(float(os.environ.get("SK_SWITCH", "0.005")))
+    # Two threads share the GIL (HTTP loop, raft tick); the default 5 ms switch interval
+    # lets one stall the other for a whole raft round trip.
+    sys.setswitchinterval(0.001)
     logging.basicConfig(
         level=os.environ.get("STATEKEEPER_LOG", "INFO"),
         format=f"%(asctime)s {node_id} %(levelname)s %(name)s: %(message)s",
