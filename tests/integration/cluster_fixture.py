@@ -15,7 +15,6 @@ ready_timeout=90).
 from __future__ import annotations
 
 import dataclasses
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,15 +23,12 @@ from typing import Any, NamedTuple
 import pytest
 
 from chaos.partition import with_link_addresses
+from cluster.ports import free_ports
 from cluster.supervisor import LocalCluster
 from node import config as node_config
 from node.config import ClusterConfig, NodeConfig
 
 HOST = "127.0.0.1"
-
-# Ports handed out in this pytest process: never hand the same one out twice, even
-# after the cluster that used it is gone (its sockets may linger in TIME_WAIT).
-_handed_out: set[int] = set()
 
 _CONFIG_OPTIONS = {"size", "fsync", "link_addresses"} | {f.name for f in dataclasses.fields(node_config.RaftSettings)}
 _CLUSTER_OPTIONS = {"node_command", "env", "ready_timeout"}
@@ -41,28 +37,6 @@ _CLUSTER_OPTIONS = {"node_command", "env", "ready_timeout"}
 class WrittenConfig(NamedTuple):
     path: Path
     config: ClusterConfig
-
-
-def free_ports(count: int, host: str = HOST) -> list[int]:
-    """`count` distinct ports that were free a moment ago (bound to port 0, then released).
-
-    All sockets stay open until every port is picked, so the OS cannot return one twice.
-    """
-    socks: list[socket.socket] = []
-    ports: list[int] = []
-    try:
-        while len(ports) < count:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(s)
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-            if port not in _handed_out:
-                ports.append(port)
-    finally:
-        for s in socks:
-            s.close()
-    _handed_out.update(ports)
-    return ports
 
 
 def write_test_config(
