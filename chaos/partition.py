@@ -7,9 +7,10 @@ the wildcard address (`raft_bind`). A packet of the link i<->j then carries that
 as destination (dialler -> listener) or as source (listener -> dialler), so each link, and
 each direction of it, can be cut alone. Client (HTTP) traffic is never touched.
 
-Rules live in their own chain, STATEKEEPER-CHAOS, jumped to from OUTPUT (loopback packets
-traverse OUTPUT once), and `heal()` / leaving the context manager flushes it, also on
-errors and Ctrl-C.
+Rules live in a chain of their own per process, SKCHAOS-<pid>, jumped to from OUTPUT
+(loopback packets traverse OUTPUT once), so two runs never flush each other's rules;
+`heal()` / leaving the context manager flushes it, also on errors and Ctrl-C, and chains
+left behind by processes that died are removed on the next use.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Iterable
 
 from node.config import ClusterConfig
 
-CHAIN = "STATEKEEPER-CHAOS"
+CHAIN_PREFIX = "SKCHAOS-"
 
 
 def link_address(from_index: int, to_index: int) -> str:
@@ -58,18 +59,38 @@ def _ipt(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["iptables", "-w", *args], capture_output=True, text=True, check=check)
 
 
+def _drop_chain(chain: str) -> None:
+    _ipt("-F", chain, check=False)
+    while _ipt("-D", "OUTPUT", "-j", chain, check=False).returncode == 0:
+        pass
+    _ipt("-X", chain, check=False)
+
+
+def _remove_stale_chains() -> None:
+    """Chains of processes that no longer exist (killed before they could clean up)."""
+    listing = _ipt("-S", check=False).stdout
+    for line in listing.splitlines():
+        if line.startswith(f"-N {CHAIN_PREFIX}"):
+            chain = line.split()[1]
+            pid = chain.removeprefix(CHAIN_PREFIX)
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                _drop_chain(chain)
+
+
 class Partitioner:
     """Cut and heal raft links of one cluster configured with `with_link_addresses`."""
 
     def __init__(self, cfg: ClusterConfig):
         self._index = {n.id: i for i, n in enumerate(cfg.nodes)}
         self.active: list[str] = []
+        self.chain = f"{CHAIN_PREFIX}{os.getpid()}"
 
     def __enter__(self) -> Partitioner:
-        _ipt("-N", CHAIN, check=False)  # exists already after an interrupted run: fine
-        _ipt("-F", CHAIN)
-        if _ipt("-C", "OUTPUT", "-j", CHAIN, check=False).returncode != 0:
-            _ipt("-I", "OUTPUT", "-j", CHAIN)
+        _remove_stale_chains()
+        _ipt("-N", self.chain, check=False)  # exists already after an interrupted run: fine
+        _ipt("-F", self.chain)
+        if _ipt("-C", "OUTPUT", "-j", self.chain, check=False).returncode != 0:
+            _ipt("-I", "OUTPUT", "-j", self.chain)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -77,11 +98,10 @@ class Partitioner:
 
     def close(self) -> None:
         self.heal()
-        _ipt("-D", "OUTPUT", "-j", CHAIN, check=False)
-        _ipt("-X", CHAIN, check=False)
+        _drop_chain(self.chain)
 
     def _drop(self, match: list[str], why: str) -> None:
-        _ipt("-A", CHAIN, *match, "-j", "DROP")
+        _ipt("-A", self.chain, *match, "-j", "DROP")
         self.active.append(why)
 
     def cut(self, a: str, b: str, *, one_way: bool = False, probability: float | None = None) -> None:
@@ -109,5 +129,5 @@ class Partitioner:
                 self.cut(x, y)
 
     def heal(self) -> None:
-        _ipt("-F", CHAIN, check=False)
+        _ipt("-F", self.chain, check=False)
         self.active.clear()

@@ -320,6 +320,12 @@ def how_to_connect(cfg: ClusterConfig) -> str:
     args=[
         CONFIG_ARG,
         arg("--id", required=True, dest="node_id", metavar="NODE_ID", help="this node's id"),
+        arg(
+            "--unsafe-reads",
+            action="store_true",
+            help="DEBUG ONLY (chaos mutation test): serve linearizable reads from local "
+            "state without the raft barrier, i.e. break linearizability on purpose",
+        ),
     ],
 )
 def cmd_node(args: argparse.Namespace) -> int:
@@ -336,7 +342,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         if e.name not in ("node.main", "node"):
             raise  # a missing dependency of the node: the traceback is the useful part
         raise UserError("this installation has no node implementation (node.main)") from None
-    return run_node(str(Path(args.config).resolve()), args.node_id)
+    return run_node(str(Path(args.config).resolve()), args.node_id, unsafe_reads=args.unsafe_reads)
 
 
 @command(
@@ -525,6 +531,41 @@ def cmd_resume(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
     say(f"{nid} resumed")
     return EXIT_OK
+
+
+@command(
+    "bench",
+    "compare",
+    help="benchmark statekeeper and etcd side by side (python -m benchmarks.compare)",
+    epilog="  statekeeper bench compare --quick\n  statekeeper bench compare --only put,get",
+    args=__import__("benchmarks.compare_args", fromlist=["CLI_ARGS"]).CLI_ARGS,
+)
+def cmd_bench_compare(args: argparse.Namespace) -> int:
+    """Start a 3-node etcd and a 3-node statekeeper cluster (one at a time), run the same
+    workloads on both, print one table with the ratio statekeeper/etcd per row, append it
+    to benchmarks/RESULTS.md and draw a chart. Needs the bench extra (pip install -e '.[bench]')."""
+    from benchmarks.compare import run_from_namespace
+
+    return run_from_namespace(args, "statekeeper " + " ".join(sys.argv[1:]))
+
+
+@command(
+    "chaos",
+    help="fault injection + linearizability checking: chaos run | list | suite",
+    epilog="  statekeeper chaos list\n"
+    "  statekeeper chaos run --fault kill-leader --duration 30 --clients 16 --seed 7\n"
+    "  statekeeper chaos suite --smoke\n"
+    "  statekeeper chaos run --help",
+    args=[arg("chaos_args", nargs=argparse.REMAINDER, metavar="ACTION ...", help="run, list or suite, and their options")],
+)
+def cmd_chaos(args: argparse.Namespace) -> int:
+    """Run fault-injection scenarios against a fresh local cluster and check the history
+    of what the clients saw (linearizability, lost and duplicated writes, RTO); each run
+    writes a Markdown + PNG report. Actions: run, list, suite (see 'statekeeper chaos
+    ACTION --help')."""
+    from chaos.cli import main as chaos_main
+
+    return chaos_main(args.chaos_args or ["--help"], prog=f"{PROG} chaos")
 
 
 if __name__ == "__main__":

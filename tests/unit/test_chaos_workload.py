@@ -1,0 +1,215 @@
+"""How the workload turns answers into outcomes (ok / fail / unknown), against a fake
+node on loopback; the run options and the CLI parser."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+from aiohttp import web
+
+from chaos.history import HistoryWriter, parse_events
+from chaos.workload import OpMix, Workload, WorkloadConfig, classify_error
+from client import Conflict, Timeout, Unavailable
+from client.protocol import connection_error
+
+
+def test_classify_error_only_trusts_proofs_of_not_sent() -> None:
+    assert classify_error(connection_error("connect", "http://x")) == ("connection_failed", True)
+    assert classify_error(connection_error("lost", "http://x")) == ("connection_lost", False)
+    assert classify_error(connection_error("timeout", "http://x")) == ("client_timeout", False)
+    assert classify_error(Unavailable("no leader", code="unavailable", status=503)) == (
+        "unavailable",
+        True,
+    )
+    # "unavailable" without the node's 503 (e.g. a client-side guess) proves nothing.
+    assert classify_error(Unavailable("?", code="unavailable", status=None)) == (
+        "unavailable",
+        False,
+    )
+    assert classify_error(Timeout("t", code="timeout", status=504)) == ("timeout", False)
+    assert classify_error(Conflict("c")) == ("compare_failed", False)
+    assert classify_error(TimeoutError()) == ("client_timeout", False)
+    assert classify_error(RuntimeError("x")) == ("RuntimeError", False)
+
+
+def test_workload_config_rejects_odd_key_counts() -> None:
+    with pytest.raises(ValueError, match="even"):
+        Workload(["http://127.0.0.1:1"], HistoryWriter(io.StringIO()), WorkloadConfig(keys=3))
+
+
+# -- a fake node answering every request the same way ------------------------------
+
+
+class FakeNode:
+    def __init__(self, status: int, body: dict) -> None:
+        self.status, self.body = status, body
+        self.requests = 0
+        self.url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        self.requests += 1
+        await request.read()
+        return web.json_response(self.body, status=self.status)
+
+    async def _main(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        self._stop = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._ready.set()
+        await self._stop.wait()
+        await runner.cleanup()
+
+    def __enter__(self) -> FakeNode:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        assert self._loop is not None and self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+
+def run_workload(endpoints: list[str], seconds: float = 0.6, **kw) -> list:
+    buf = io.StringIO()
+    h = HistoryWriter(buf)
+    cfg = WorkloadConfig(clients=3, keys=4, op_deadline=0.3, attempt_timeout=0.2, **kw)
+    w = Workload(endpoints, h, cfg, run_id="test")
+    w.start()
+    threading.Event().wait(seconds)
+    w.stop()
+    h.flush()
+    return parse_events(json.loads(line) for line in buf.getvalue().splitlines())
+
+
+@pytest.fixture
+def unavailable_node() -> Iterator[FakeNode]:
+    body = {"error": {"code": "unavailable", "message": "no leader"}}
+    with FakeNode(503, body) as node:
+        yield node
+
+
+def test_unavailable_answers_are_fail_and_retried(unavailable_node: FakeNode) -> None:
+    ops = run_workload([unavailable_node.url])
+    assert ops and {o.outcome for o in ops} == {"fail"}
+    assert unavailable_node.requests > len(ops)  # each op retried until its deadline
+    writes = [o for o in ops if o.f in ("put", "cas", "txn", "delete")]
+    assert writes and all(o.input["idempotency_key"].startswith("test-") for o in writes)
+    # Unique values per write: "<process>-<counter>" (txn second key: + "b").
+    values = [o.input["value"] for o in ops if o.f in ("put", "cas")]
+    assert len(values) == len(set(values))
+
+
+def test_timeouts_are_unknown_never_fail() -> None:
+    body = {"error": {"code": "timeout", "message": "no commit in time"}}
+    with FakeNode(504, body) as node:
+        ops = run_workload([node.url])
+    writes = [o for o in ops if o.f != "get"]
+    assert writes and {o.outcome for o in writes} == {"info"}
+    assert all(o.output.get("error") == "timeout" for o in writes)
+
+
+def test_one_unknown_attempt_makes_the_op_unknown(unavailable_node: FakeNode) -> None:
+    # Attempts alternate between a node that says "unavailable" (nothing submitted) and
+    # one that times out (maybe submitted): the outcome must be unknown, not fail.
+    body = {"error": {"code": "timeout", "message": "x"}}
+    with FakeNode(504, body) as slow:
+        ops = run_workload(
+            [unavailable_node.url, slow.url],
+            seconds=1.0,
+            mix=OpMix(get=0, put=1, cas=0, txn=0, delete=0),
+        )
+    retried = [o for o in ops if o.outcome == "info"]
+    assert retried and all(o.f == "put" for o in ops)
+    assert not [o for o in ops if o.outcome == "fail" and o.output.get("error") == "timeout"]
+
+
+def test_refused_connections_are_fail() -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    ops = run_workload([f"http://127.0.0.1:{port}"], seconds=0.4)
+    assert ops and {o.outcome for o in ops} == {"fail"}
+    assert {o.output.get("error") for o in ops} == {"connection_failed"}
+
+
+def test_pinned_readers_only_read() -> None:
+    body = {"error": {"code": "unavailable", "message": "x"}}
+    with FakeNode(503, body) as node:
+        buf = io.StringIO()
+        h = HistoryWriter(buf)
+        w = Workload(
+            [node.url],
+            h,
+            WorkloadConfig(clients=4, keys=2, op_deadline=0.2, pinned_reader_share=0.5),
+        )
+        w.start()
+        threading.Event().wait(0.5)
+        w.stop()
+    ops = parse_events(json.loads(line) for line in buf.getvalue().splitlines())
+    assert {o.f for o in ops if o.process in (2, 3)} == {"get"}
+
+
+# -- options and CLI ------------------------------------------------------------------
+
+
+def test_run_options_phases() -> None:
+    from chaos.runner import RunOptions
+
+    assert RunOptions(duration=30).phases() == pytest.approx((6.0, 10.5, 13.5))
+    assert RunOptions(duration=10).phases() == pytest.approx((2.0, 3.5, 4.5))
+    assert RunOptions(duration=20, warmup=1, fault_window=4).phases() == (1, 4, 15)
+    with pytest.raises(ValueError, match="leaves"):
+        RunOptions(duration=6).validate()
+    with pytest.raises(ValueError, match="even"):
+        RunOptions(keys=5).validate()
+
+
+def test_cli_parses_the_documented_commands() -> None:
+    from chaos.cli import build_parser
+
+    p = build_parser()
+    a = p.parse_args("run --fault kill-leader --duration 30 --clients 16 --seed 7".split())
+    assert (a.action, a.fault, a.duration, a.clients, a.seed, a.fsync) == (
+        "run",
+        "kill-leader",
+        30,
+        16,
+        7,
+        "always",
+    )
+    a = p.parse_args("suite --smoke --only a,b --fsync never --debug-unsafe-reads".split())
+    assert (a.action, a.smoke, a.only, a.fsync, a.debug_unsafe_reads) == (
+        "suite",
+        True,
+        "a,b",
+        "never",
+        True,
+    )
+
+
+def test_statekeeper_chaos_is_registered(capsys) -> None:
+    from chaos.cli import EXIT_USAGE
+    from cluster import cli
+
+    assert cli.main(["chaos", "run", "--fault", "no-such-fault"]) == EXIT_USAGE
+    assert "unknown fault 'no-such-fault'" in capsys.readouterr().err
+    node = cli.build_parser().parse_args(["node", "--id", "node-0", "--unsafe-reads"])
+    assert node.unsafe_reads is True
