@@ -54,7 +54,8 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     if cfg.fsync == "always":
         # A new directory entry is durable only once its parent is fsynced: without this a
         # power loss right after the first start can take the whole data dir with it.
-        for d in (data_dir / "raft", data_dir, data_dir.parent):
+        # Every ancestor: `cluster up` may just have created several levels of them.
+        for d in (data_dir / "raft", data_dir, *data_dir.parents):
             fsync_dir(str(d))
     proposer = Proposer(
         raft.submit,

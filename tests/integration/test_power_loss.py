@@ -28,7 +28,8 @@ def _power_loss_run(tmp_path: Path, fsync: str) -> tuple[dict[str, bytes], set[s
     backing.mkdir()
     mount.mkdir()
     written = write_test_config(tmp_path, fsync=fsync)
-    cfg = dataclasses.replace(written.config, data_dir=str(mount))
+    # Nested and not yet created, as `cluster up` does: every level must be made durable.
+    cfg = dataclasses.replace(written.config, data_dir=str(mount / "cluster" / "data"))
     node_config.write(cfg, written.path)
     cfg = node_config.load(written.path)
     with LazyFS(backing, mount, backing_sync=False) as fs:
