@@ -17,7 +17,7 @@ test in tests/integration/test_durability.py or test_raft_workarounds.py:
 - followers truncate everything after prevLogIdx on every AppendEntries: we ignore that
   truncation and let _RaftLog.add truncate only where a term really conflicts (Raft 5.3),
   and we bound the follower's commit index by the last entry the message vouched for.
-- peer messages are pickle: every peer must hold the cluster secret (Fernet), and a message
+- peer messages are pickle: every peer must hold the cluster secret (AES-GCM), and a message
   failing authentication is logged and its connection dropped before anything is unpickled.
 - a leader cut off from the majority stays leader for 30 s and a rejoining node deposes a
   healthy leader: leaderFallbackTimeout ~ one election timeout (check-quorum), plus pre-vote.
@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -41,10 +42,12 @@ from enum import Enum
 from typing import Protocol
 
 import pysyncobj.syncobj as _syncobj_module
-from cryptography.fernet import InvalidToken
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as _pysyncobj_pickle
-from pysyncobj.encryptor import getEncryptor
 from pysyncobj.node import TCPNode
 
 from node import snapshot_file
@@ -61,6 +64,9 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # An incoming raft connection must authenticate within this time and these many bytes.
 UNAUTHENTICATED_GRACE = 2.0
 MAX_UNAUTHENTICATED_BYTES = 64 * 1024
+
+# Fixed and public on purpose: it only has to differ from other uses of the same secret.
+_KDF_SALT = b"statekeeper raft peers v1"
 
 PREVOTE_REQUEST = "sk_prevote"
 PREVOTE_RESPONSE = "sk_prevote_resp"
@@ -153,12 +159,19 @@ class _RaftLog(DurableJournal):
 
 
 class _AuthenticatingEncryptor:
-    """Fernet as pysyncobj uses it, plus a log line (pysyncobj drops such connections
-    silently) when a peer message fails authentication. Nothing unauthenticated is ever
-    decompressed or unpickled: pysyncobj decrypts first."""
+    """What pysyncobj's transport calls for every peer message, with AES-GCM instead of
+    its Fernet (AES-CBC + HMAC + base64: ~120 us per message here, GCM ~8 us). A token is
+    version | 8-byte timestamp | 12-byte nonce | ciphertext+tag, the first 9 bytes
+    authenticated as associated data. A message failing authentication is logged (pysyncobj
+    drops such connections silently); nothing unauthenticated is ever decompressed or
+    unpickled, because pysyncobj decrypts first. Every node must run this same scheme."""
+
+    _VERSION = b"\x01"
+    _HEAD = 9  # version + timestamp
 
     def __init__(self, secret: str):
-        self._fernet = getEncryptor(secret)
+        kdf = PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=_KDF_SALT, iterations=200_000)
+        self._aead = AESGCM(kdf.derive(secret.encode()))
         self.rejected = 0
         self._last_log = 0.0
 
@@ -175,19 +188,21 @@ class _AuthenticatingEncryptor:
             )
 
     def encrypt_at_time(self, data: bytes, current_time: int) -> bytes:
-        return self._fernet.encrypt_at_time(data, current_time)
+        head = self._VERSION + struct.pack(">Q", current_time)
+        nonce = os.urandom(12)
+        return head + nonce + self._aead.encrypt(nonce, data, head)
 
     def extract_timestamp(self, token: bytes) -> int:
-        try:
-            return self._fernet.extract_timestamp(token)
-        except (InvalidToken, TypeError, ValueError):
+        if len(token) < self._HEAD + 12 + 16 or token[:1] != self._VERSION:
             self.reject()
-            raise
+            raise ValueError("not a statekeeper peer message")
+        return struct.unpack(">Q", token[1 : self._HEAD])[0]
 
     def decrypt(self, token: bytes) -> bytes:
+        head, nonce = token[: self._HEAD], token[self._HEAD : self._HEAD + 12]
         try:
-            return self._fernet.decrypt(token)
-        except (InvalidToken, TypeError, ValueError):
+            return self._aead.decrypt(nonce, token[self._HEAD + 12 :], head)
+        except (InvalidTag, ValueError):
             self.reject()
             raise
 
