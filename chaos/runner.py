@@ -22,7 +22,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -54,6 +53,7 @@ from chaos.report import (
     write_summary,
 )
 from chaos.workload import Workload, WorkloadConfig, final_reads
+from cluster.ports import free_ports
 from cluster.supervisor import LocalCluster, SupervisorError
 from node import config as node_config
 from node.config import FSYNC_MODES, ClusterConfig, NodeConfig
@@ -131,22 +131,8 @@ def default_report_dir(fault: str, root: Path = Path("chaos-reports")) -> Path:
 # ------------------------------------------------------------------------ cluster setup
 
 
-def _free_ports(count: int) -> list[int]:
-    """Ports free on every address right now (all held open until all are picked)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("0.0.0.0", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _base_config(opts: RunOptions, data_dir: Path) -> ClusterConfig:
-    ports = _free_ports(2 * opts.nodes)
+    ports = free_ports(2 * opts.nodes)
     nodes = tuple(
         NodeConfig(
             id=f"node-{i}", host="127.0.0.1", http_port=ports[2 * i], raft_port=ports[2 * i + 1]
