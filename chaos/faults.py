@@ -585,31 +585,34 @@ class ProxyLatency(_Proxy):
         return "latency toxics on every link"
 
 
-class ProxyBandwidth(_Proxy):
-    name = "proxy-bandwidth"
-    description = "the leader's raft links limited to 8 KB/s each way (replication lags)"
+class _LeaderLinkToxic(_Proxy):
+    """One toxic on every raft link of the leader; subclasses only name it."""
+
+    toxic: str = ""
+    attributes: dict[str, int] = {}
+    what: str = ""
 
     def start(self, ctx: FaultContext) -> str:
         leader = ctx.leader()
         for a, b in self.links_of(ctx, leader):
-            self.net(ctx).degrade_link(a, b, "bandwidth", rate=8)
+            self.net(ctx).degrade_link(a, b, self.toxic, **self.attributes)
         ctx.mark()
-        return f"bandwidth 8 KB/s on {leader}'s (leader) raft links"
+        return f"{self.what} on {leader}'s (leader) raft links"
 
 
-class ProxyBlackhole(_Proxy):
+class ProxyBandwidth(_LeaderLinkToxic):
+    name = "proxy-bandwidth"
+    description = "the leader's raft links limited to 8 KB/s each way (replication lags)"
+    toxic, attributes, what = "bandwidth", {"rate": 8}, "bandwidth 8 KB/s"
+
+
+class ProxyBlackhole(_LeaderLinkToxic):
     name = "proxy-blackhole"
     description = (
         "timeout toxic (timeout 0) on the leader's raft links: data silently vanishes, "
         "connections stay open"
     )
-
-    def start(self, ctx: FaultContext) -> str:
-        leader = ctx.leader()
-        for a, b in self.links_of(ctx, leader):
-            self.net(ctx).degrade_link(a, b, "timeout", timeout=0)
-        ctx.mark()
-        return f"blackholed {leader}'s (leader) raft links"
+    toxic, attributes, what = "timeout", {"timeout": 0}, "blackhole (timeout 0)"
 
 
 class ProxyResetPeer(_Proxy):

@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -23,7 +22,6 @@ from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
 from chaos.toxiproxy import (
     ToxiproxyServer,
-    configure_client,
     split_url,
     start_server,
     toxiproxy_endpoint,
@@ -42,20 +40,6 @@ def _listening(addr: str) -> bool:
     host, port = addr.rsplit(":", 1)
     with socket.socket() as s:
         return s.connect_ex((host, int(port))) == 0
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ToxiproxyServer]:
-    with ToxiproxyServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def tp(server: ToxiproxyServer) -> Iterator[Toxiproxy]:
-    configure_client(server.url)
-    client = Toxiproxy()
-    yield client
-    client.destroy_all()
 
 
 @pytest.fixture

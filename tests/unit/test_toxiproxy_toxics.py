@@ -18,7 +18,7 @@ import requests
 from toxiproxy import Toxiproxy
 from toxiproxy.proxy import Proxy
 
-from chaos.toxiproxy import ToxiproxyServer, configure_client
+from chaos.toxiproxy import ToxiproxyServer
 
 BANNER = b"hello\n"
 
@@ -82,20 +82,6 @@ def wait_received(srv: _EchoServer, marker: bytes, timeout: float = 3.0) -> bool
             return True
         time.sleep(0.02)
     return False
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ToxiproxyServer]:
-    with ToxiproxyServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def tp(server: ToxiproxyServer) -> Iterator[Toxiproxy]:
-    configure_client(server.url)
-    client = Toxiproxy()
-    yield client
-    client.destroy_all()
 
 
 @pytest.fixture

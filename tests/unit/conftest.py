@@ -1,0 +1,25 @@
+"""Unit-test fixtures. Toxiproxy contract and toxic tests share: one embedded server per
+module and a toxiproxy-python client pointed at it, cleaned after each test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from toxiproxy import Toxiproxy
+
+from chaos.toxiproxy import ToxiproxyServer, configure_client
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ToxiproxyServer]:
+    with ToxiproxyServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def tp(server: ToxiproxyServer) -> Iterator[Toxiproxy]:
+    configure_client(server.url)
+    client = Toxiproxy()
+    yield client
+    client.destroy_all()
