@@ -121,7 +121,9 @@ class Api:
 
     async def _with_timeout(self, aw, what: str):
         try:
-            return await asyncio.wait_for(aw, self.timeout)
+            # asyncio.timeout, unlike wait_for, does not wrap the awaitable in a new task.
+            async with asyncio.timeout(self.timeout):
+                return await aw
         except TimeoutError:
             if what == "write":
                 raise OpError(
