@@ -443,14 +443,6 @@ class EtcdSystem(System):
 
     @classmethod
     @asynccontextmanager
-    async def local_cluster(
-        cls, workdir: Path, *, size: int = 3, fsync: str = "always", **_: Any
-    ) -> AsyncIterator[list[str]]:
-        async with cls.managed_cluster(workdir, size=size, fsync=fsync) as control:
-            yield control.endpoints
-
-    @classmethod
-    @asynccontextmanager
     async def managed_cluster(
         cls, workdir: Path, *, size: int = 3, fsync: str = "always", quiet: bool = False, **_: Any
     ) -> AsyncIterator[ClusterControl]:

@@ -128,9 +128,13 @@ class System(ABC):
         await asyncio.gather(*(writer() for _ in range(n)))
 
     @classmethod
-    def local_cluster(cls, workdir: Path, **options: Any) -> AbstractAsyncContextManager[list[str]]:
-        """Start a fresh local cluster under `workdir`; the context yields its endpoints."""
-        raise NotImplementedError(f"--start-cluster is not supported for {cls.name}")
+    @asynccontextmanager
+    async def local_cluster(
+        cls, workdir: Path, *, size: int = 3, fsync: str = "always", **_: Any
+    ) -> AsyncIterator[list[str]]:
+        """A fresh `size`-member local cluster under `workdir`; yields its endpoints."""
+        async with cls.managed_cluster(workdir, size=size, fsync=fsync) as control:
+            yield control.endpoints
 
     @classmethod
     def managed_cluster(
@@ -358,15 +362,6 @@ class StatekeeperSystem(System):
         await super().bulk_populate(
             keys, value, batch=batch, concurrency=concurrency, progress=progress
         )
-
-    @classmethod
-    @asynccontextmanager
-    async def local_cluster(
-        cls, workdir: Path, *, size: int = 3, fsync: str = "always", **_: Any
-    ) -> AsyncIterator[list[str]]:
-        """A fresh `size`-node cluster on free loopback ports with its data under `workdir`."""
-        async with cls.managed_cluster(workdir, size=size, fsync=fsync) as control:
-            yield control.endpoints
 
     @classmethod
     @asynccontextmanager
