@@ -12,6 +12,8 @@ from typing import Any
 # code -> HTTP status
 STATUS: dict[str, int] = {
     "malformed_body": 400,
+    "malformed_http": 400,  # not parseable as HTTP/1.1 (the connection is closed)
+    "headers_too_large": 431,
     "unsupported_media_type": 415,
     "unknown_op": 400,
     "invalid_argument": 400,

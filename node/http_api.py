@@ -1,5 +1,6 @@
-"""HTTP API under /v1 (aiohttp). Thin: decode, validate, hand to the proposer or the
-state machine, encode. See docs/protocol.md for the contract."""
+"""HTTP API under /v1. Thin: route, decode, validate, hand to the proposer or the state
+machine, encode. The wire (keep-alive, parsing, limits) is node/http_server.py; the
+contract is docs/protocol.md."""
 
 from __future__ import annotations
 
@@ -7,11 +8,10 @@ import asyncio
 import logging
 from typing import Any
 
-from aiohttp import web
-
 from node import codec
 from node.config import ClusterConfig
 from node.errors import OpError, status_for
+from node.http_server import HttpServer, Request, Response, ServerLimits
 from node.ops import is_write, validate_op, validate_ops
 from node.proposer import Proposer
 from node.raft import RaftNode
@@ -45,79 +45,104 @@ class Api:
         self._unsafe_reads = serve_reads_without_barrier
         self._urls = {n.id: n.http_url for n in cluster.nodes}
         self.shutting_down = False
+        # path template -> method -> handler
+        self._methods: dict[str, dict[str, Any]] = {}
+        for (method, path), handler in self.routes().items():
+            self._methods.setdefault(path, {})[method] = handler
 
     # -- plumbing -----------------------------------------------------------------------
 
-    def app(self) -> web.Application:
-        app = web.Application(
-            client_max_size=self.limits.max_request_bytes,
-            middlewares=[self._errors_middleware],
-        )
-        app.router.add_post("/v1/kv/{op}", self.handle_kv)
-        app.router.add_post("/v1/batch", self.handle_batch)
-        app.router.add_get("/v1/status", self.handle_status)
-        app.router.add_get("/v1/health/live", self.handle_live)
-        app.router.add_get("/v1/health/ready", self.handle_ready)
-        app.router.add_get("/v1/openapi.json", self.handle_openapi)
-        return app
-
-    def _respond(self, obj: Any, fmt: str, status: int = 200) -> web.Response:
-        return web.Response(
-            body=codec.encode(obj, fmt),
-            status=status,
-            content_type=fmt,
-            headers={"X-Statekeeper-Node": self.node_id},
+    def server(self) -> HttpServer:
+        """The HTTP server that answers every request through dispatch()."""
+        return HttpServer(
+            self.dispatch,
+            self.protocol_error,
+            ServerLimits(max_body_bytes=self.limits.max_request_bytes),
+            extra_headers=(("X-Statekeeper-Node", self.node_id),),
         )
 
-    def _error(self, err: OpError, fmt: str) -> web.Response:
-        return self._respond({"error": err.to_dict()}, fmt, err.status)
+    def routes(self) -> dict[tuple[str, str], Any]:
+        """(method, path) -> handler; `/v1/kv/{op}` stands for every op in KV_OPS."""
+        return {
+            ("POST", "/v1/kv/{op}"): self.handle_kv,
+            ("POST", "/v1/batch"): self.handle_batch,
+            ("GET", "/v1/status"): self.handle_status,
+            ("GET", "/v1/health/live"): self.handle_live,
+            ("GET", "/v1/health/ready"): self.handle_ready,
+            ("GET", "/v1/openapi.json"): self.handle_openapi,
+        }
 
-    @web.middleware
-    async def _errors_middleware(self, request: web.Request, handler):
+    def _route(self, request: Request):
+        path = request.path
+        allowed = self._methods.get(self._template(path))
+        if allowed is None:
+            raise OpError("not_found", f"no such endpoint: {path}")
+        method = "GET" if request.method == "HEAD" else request.method
+        handler = allowed.get(method)
+        if handler is None:
+            raise OpError(
+                "method_not_allowed",
+                f"{request.method} is not allowed on {path}; use {', '.join(sorted(allowed))}",
+            )
+        return handler
+
+    @staticmethod
+    def _template(path: str) -> str:
+        # /v1/kv/{op}: the op is checked by handle_kv (unknown_op, not not_found).
+        return "/v1/kv/{op}" if path.startswith("/v1/kv/") and "/" not in path[7:] else path
+
+    async def dispatch(self, request: Request) -> Response:
+        """The one entry point of the HTTP server: every answer, errors included."""
         fmt = codec.JSON
         try:
-            fmt = codec.pick_format(request.headers.get("Content-Type"), request.headers.get("Accept"))
+            fmt = codec.pick_format(
+                request.headers.get("content-type"), request.headers.get("accept")
+            )
         except OpError:
             pass
         try:
-            return await handler(request)
+            return await self._route(request)(request)
         except OpError as e:
-            return self._error(e, fmt)
-        except web.HTTPRequestEntityTooLarge:
-            return self._error(
-                OpError(
-                    "request_too_large",
-                    f"the request body exceeds {self.limits.max_request_bytes} bytes",
-                ),
-                fmt,
-            )
-        except web.HTTPNotFound:
-            return self._error(OpError("not_found", f"no such endpoint: {request.path}"), fmt)
-        except web.HTTPMethodNotAllowed as e:
-            return self._error(
-                OpError(
-                    "method_not_allowed",
-                    f"{request.method} is not allowed on {request.path}; use {', '.join(sorted(e.allowed_methods))}",
-                ),
-                fmt,
-            )
+            resp = self._error(e, fmt)
+            if e.code == "method_not_allowed":
+                allowed = self._methods[self._template(request.path)]
+                resp.headers = (("Allow", ", ".join(sorted(allowed))),)
+            return resp
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("unhandled error serving %s %s", request.method, request.path)
             return self._error(OpError("internal", "internal error; see the node's log"), fmt)
 
-    async def _body(self, request: web.Request) -> tuple[dict, str]:
-        fmt = codec.pick_format(request.headers.get("Content-Type"), request.headers.get("Accept"))
-        body = await request.read()
-        return codec.decode(body, fmt), fmt
+    def protocol_error(self, status: int, code: str, message: str) -> Response:
+        """An answer for a request the HTTP server could not parse or accept (JSON)."""
+        return Response(
+            status,
+            codec.encode({"error": {"code": code, "message": message}}, codec.JSON),
+            codec.JSON,
+        )
+
+    def _respond(self, obj: Any, fmt: str, status: int = 200) -> Response:
+        # X-Statekeeper-Node is added by the server to every answer.
+        return Response(status, codec.encode(obj, fmt), fmt)
+
+    def _error(self, err: OpError, fmt: str) -> Response:
+        return self._respond({"error": err.to_dict()}, fmt, err.status)
+
+    @staticmethod
+    def _body(request: Request) -> tuple[dict, str]:
+        fmt = codec.pick_format(request.headers.get("content-type"), request.headers.get("accept"))
+        return codec.decode(request.body, fmt), fmt
 
     def _check_serving(self) -> None:
         if self.shutting_down:
             raise OpError("unavailable", f"{self.node_id} is shutting down; use another node")
         # Fail fast rather than queue behind an election: nothing was submitted.
         if not self.raft.leader_known():
-            raise OpError("unavailable", f"{self.node_id} knows no raft leader (election in progress or partitioned); retry")
+            raise OpError(
+                "unavailable",
+                f"{self.node_id} knows no raft leader (election in progress or partitioned); retry",
+            )
 
     async def _with_timeout(self, aw, what: str):
         try:
@@ -162,16 +187,18 @@ class Api:
 
     # -- handlers -----------------------------------------------------------------------
 
-    async def handle_kv(self, request: web.Request) -> web.Response:
-        name = request.match_info["op"]
+    async def handle_kv(self, request: Request) -> Response:
+        name = request.path[7:]  # /v1/kv/{op}
         if name not in KV_OPS:
             raise OpError("unknown_op", f"unknown op {name!r}; known: {', '.join(KV_OPS)}")
-        body, fmt = await self._body(request)
+        body, fmt = self._body(request)
         body["op"] = name
         if is_write(body):
             op = validate_op(body, self.limits)
             self._check_serving()
-            result = await self._with_timeout(self.proposer.write(op, request.content_length or 0), "write")
+            result = await self._with_timeout(
+                self.proposer.write(op, request.content_length), "write"
+            )
         else:
             consistency, min_rev = self._read_options(body)
             op = validate_op(body, self.limits)
@@ -179,7 +206,7 @@ class Api:
             result = self.sm.read(op)
         return self._single_result(name, result, fmt)
 
-    def _single_result(self, name: str, result: dict, fmt: str) -> web.Response:
+    def _single_result(self, name: str, result: dict, fmt: str) -> Response:
         if "error" in result:
             return self._respond(result, fmt, status_for(result["error"].get("code", "internal")))
         if name == "get" and result.get("kv") is None:
@@ -190,15 +217,15 @@ class Api:
             return self._respond({"error": err.to_dict(), **result}, fmt, 409)
         return self._respond(result, fmt)
 
-    async def handle_batch(self, request: web.Request) -> web.Response:
-        body, fmt = await self._body(request)
+    async def handle_batch(self, request: Request) -> Response:
+        body, fmt = self._body(request)
         consistency, min_rev = self._read_options(body)
         ops = validate_ops(body.get("ops"), self.limits)
         writes = [(i, op) for i, op in enumerate(ops) if is_write(op)]
         results: list[dict | None] = [None] * len(ops)
         if writes:
             self._check_serving()
-            size = (request.content_length or 0) // max(1, len(ops))
+            size = (request.content_length) // max(1, len(ops))
             done = await self._with_timeout(
                 asyncio.gather(*(self.proposer.write(op, size) for _, op in writes)), "write"
             )
@@ -216,9 +243,9 @@ class Api:
                         results[i] = {"error": e.to_dict()}
         return self._respond({"results": results}, fmt)
 
-    async def handle_status(self, request: web.Request) -> web.Response:
+    async def handle_status(self, request: Request) -> Response:
         st = self.raft.status()
-        fmt = codec.pick_format(None, request.headers.get("Accept"))
+        fmt = codec.pick_format(None, request.headers.get("accept"))
         return self._respond(
             {
                 "node_id": self.node_id,
@@ -244,10 +271,10 @@ class Api:
             fmt,
         )
 
-    async def handle_live(self, request: web.Request) -> web.Response:
+    async def handle_live(self, request: Request) -> Response:
         return self._respond({"ok": True, "node_id": self.node_id}, codec.JSON)
 
-    async def handle_ready(self, request: web.Request) -> web.Response:
+    async def handle_ready(self, request: Request) -> Response:
         st = self.raft.status()
         if st.ready and not self.shutting_down:
             return self._respond({"ready": True, "node_id": self.node_id}, codec.JSON)
@@ -261,7 +288,7 @@ class Api:
         err = OpError("not_ready", f"{self.node_id} is not ready: {reason}")
         return self._respond({"error": err.to_dict(), "ready": False}, codec.JSON, 503)
 
-    async def handle_openapi(self, request: web.Request) -> web.Response:
+    async def handle_openapi(self, request: Request) -> Response:
         from node.openapi import document
 
-        return web.json_response(document())
+        return self._respond(document(), codec.JSON)

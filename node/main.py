@@ -8,8 +8,6 @@ import os
 import signal
 import sys
 
-from aiohttp import web
-
 from node import config as config_mod
 from node.errors import OpError
 from node.http_api import Api
@@ -64,13 +62,15 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     )
     raft.on_leadership_lost(proposer.leadership_lost)
     api = Api(cfg, node_id, sm, raft, proposer, serve_reads_without_barrier=unsafe_reads)
-    runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, me.host, me.http_port, reuse_address=True)
-    await site.start()
+    http = api.server()
+    await http.start(me.host, me.http_port)
     log.info(
         "%s serving HTTP on %s, raft on %s, data in %s (fsync=%s)",
-        node_id, me.http_url, me.raft_address, data_dir, cfg.fsync,
+        node_id,
+        me.http_url,
+        me.raft_address,
+        data_dir,
+        cfg.fsync,
     )
 
     stop = asyncio.Event()
@@ -89,7 +89,7 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
             if not raft.status().is_leader:
                 break
     proposer.fail_all(OpError("unavailable", f"{node_id} is shutting down"))
-    await runner.cleanup()
+    await http.close()
     # Joins the raft thread, so no apply can race the close below.
     await asyncio.get_running_loop().run_in_executor(None, raft.destroy)
     sm.close()

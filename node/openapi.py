@@ -39,6 +39,8 @@ HTTP_ONLY_STATUS = {"method_not_allowed": 405, "not_ready": 503}
 # add; the HTTP status comes from node.errors.STATUS (or HTTP_ONLY_STATUS).
 ERROR_WHEN: dict[str, str] = {
     "malformed_body": "the body is not valid JSON/msgpack, is truncated or empty, or is not an object",
+    "malformed_http": "the bytes are not an HTTP/1.1 request (the node answers, then closes the connection)",
+    "headers_too_large": "the request line and headers exceed 64 KiB",
     "unsupported_media_type": "the Content-Type is neither JSON nor msgpack",
     "unknown_op": "the op name is not known (batch/txn, or /v1/kv/{op} with an unknown op)",
     "invalid_argument": "wrong type, missing field, bad ns/key, bad compare, txn writes a key twice",

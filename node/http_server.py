@@ -1,0 +1,372 @@
+"""A small HTTP/1.1 server: asyncio.Protocol + httptools (llhttp, the parser Node.js uses).
+
+Why not aiohttp's server: on two shared cores its per-request machinery (request and
+response objects, router, middleware chain, stream writer) cost a leader about as much CPU
+as raft replication itself. This module does only what the node's API needs: keep-alive,
+pipelining (answers in order), Content-Length and chunked request bodies, Expect:
+100-continue, size limits that answer before reading an oversize body, an idle timeout,
+and a graceful close. Routing and error bodies belong to the caller (node/http_api.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+
+import httptools
+
+log = logging.getLogger("statekeeper.http")
+
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+@dataclass(slots=True)
+class Request:
+    method: str
+    path: str  # without the query string
+    query: str
+    headers: dict[str, str]  # lower-case names; repeated headers joined with ", "
+    body: bytes
+
+    @property
+    def content_length(self) -> int:
+        return len(self.body)
+
+
+@dataclass(slots=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+# (status, code, message) -> the error body in the API's own format.
+ErrorResponder = Callable[[int, str, str], Response]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    max_body_bytes: int
+    max_header_bytes: int = 64 * 1024
+    # Pipelined requests parsed ahead of the one being served before we stop reading.
+    max_pipelined: int = 32
+    # Seconds an idle keep-alive connection stays open (aiohttp's default too).
+    keepalive_timeout: float = 75.0
+    # After rejecting a request mid-body we keep reading (and dropping) what the client
+    # still sends, so it gets to read our answer instead of a reset: at most this long...
+    linger_seconds: float = 5.0
+    # ...and at most this many bytes.
+    linger_bytes: int = 64 * 1024 * 1024
+
+
+class _Reject(Exception):
+    """Raised inside a parser callback; the protocol answers `status` and closes."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+class HttpServer:
+    """Listens on one address; `close()` lets answers in progress finish first."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        error_response: ErrorResponder,
+        limits: ServerLimits,
+        *,
+        extra_headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        self.handler = handler
+        self.error_response = error_response
+        self.limits = limits
+        # Pre-encoded once: every answer carries them (e.g. X-Statekeeper-Node).
+        self.fixed_headers = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in extra_headers)
+        self.connections: set[_HttpProtocol] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self.closing = False
+
+    async def start(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _HttpProtocol(self), host, port, reuse_address=True
+        )
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful after start(host, 0))."""
+        assert self._server is not None, "not started"
+        return self._server.sockets[0].getsockname()[1]
+
+    async def close(self, grace: float = 5.0) -> None:
+        """Stop accepting, close idle connections, wait up to `grace` s for busy ones."""
+        self.closing = True
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close_when_idle()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while self.connections and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        for conn in list(self.connections):
+            conn.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+class _HttpProtocol(asyncio.Protocol):
+    """One client connection. Requests are parsed as they arrive and answered in order."""
+
+    def __init__(self, server: HttpServer) -> None:
+        self.server = server
+        self.limits = server.limits
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        # Parse state of the request being read.
+        self._url = b""
+        self._headers: dict[str, str] = {}
+        self._header_bytes = 0
+        self._body: list[bytes] = []
+        self._body_bytes = 0
+        # Parsed requests waiting for their turn; (request, keep_alive) or a rejection.
+        self._queue: deque[tuple[Request, bool] | _Reject] = deque()
+        self._busy = False
+        self._paused = False
+        self._closed = False
+        self._close_when_idle = False
+        self._lingering = 0  # > 0: bytes still allowed in before we drop the connection
+        self._idle_timer: asyncio.TimerHandle | None = None
+
+    # -- connection -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.server.connections.add(self)
+        if self.server.closing:
+            self.abort()
+            return
+        self._arm_idle_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._queue.clear()
+        self.server.connections.discard(self)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        # A handler still running is not cancelled: a write it proposed may commit, and
+        # it must finish its bookkeeping; its answer is dropped (see _write).
+
+    def close_when_idle(self) -> None:
+        self._close_when_idle = True
+        if not self._busy and not self._queue:
+            self.abort()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def _arm_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._idle_timer = self.loop.call_later(self.limits.keepalive_timeout, self._idle_expired)
+
+    def _idle_expired(self) -> None:
+        self._idle_timer = None
+        if not self._busy and not self._queue:
+            self.abort()
+        else:
+            self._arm_idle_timer()
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            self._lingering -= min(len(data), self._lingering)
+            if not self._lingering:
+                self.abort()
+            return
+        if self._closed or self._reject_pending():
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as e:
+            cause = e.__context__ if isinstance(e.__context__, _Reject) else None
+            self._queue_reject(cause or _Reject(400, "malformed_http", f"bad HTTP request: {e}"))
+        except httptools.HttpParserUpgrade:
+            self._queue_reject(
+                _Reject(400, "malformed_http", "protocol upgrades are not supported")
+            )
+        except httptools.HttpParserError as e:
+            self._queue_reject(_Reject(400, "malformed_http", f"bad HTTP request: {e}"))
+        except _Reject as e:
+            self._queue_reject(e)
+
+    def _reject_pending(self) -> bool:
+        return bool(self._queue) and isinstance(self._queue[-1], _Reject)
+
+    def _queue_reject(self, rej: _Reject) -> None:
+        # Answered after the requests before it, then the connection closes: after a
+        # framing error nothing later on this connection can be trusted.
+        self._queue.append(rej)
+        self._pause()
+        self._next()
+
+    # -- parser callbacks -------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = {}
+        self._header_bytes = 0
+        self._body = []
+        self._body_bytes = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._header_bytes += len(url)
+        if self._header_bytes > self.limits.max_header_bytes:
+            raise _Reject(431, "headers_too_large", "the request line and headers are too large")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value) + 4
+        if self._header_bytes > self.limits.max_header_bytes:
+            raise _Reject(
+                431,
+                "headers_too_large",
+                f"the request headers exceed {self.limits.max_header_bytes} bytes",
+            )
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        old = self._headers.get(key)
+        self._headers[key] = text if old is None else f"{old}, {text}"
+
+    def on_headers_complete(self) -> None:
+        declared = self._headers.get("content-length")
+        if (
+            declared is not None
+            and declared.isdigit()
+            and int(declared) > self.limits.max_body_bytes
+        ):
+            # Answer now instead of reading megabytes we would throw away.
+            raise _Reject(413, "request_too_large", self._too_large())
+        if (
+            self._headers.get("expect", "").lower() == "100-continue"
+            and not self._busy
+            and not self._queue
+            and self.transport is not None
+        ):
+            self.transport.write(_CONTINUE)
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        if self._body_bytes > self.limits.max_body_bytes:
+            raise _Reject(413, "request_too_large", self._too_large())
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        path, _, query = self._url.decode("latin-1").partition("?")
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        req = Request(self.parser.get_method().decode("ascii"), path, query, self._headers, body)
+        self._queue.append((req, self.parser.should_keep_alive()))
+        if len(self._queue) >= self.limits.max_pipelined:
+            self._pause()
+        self._next()
+
+    def _too_large(self) -> str:
+        return f"the request body exceeds {self.limits.max_body_bytes} bytes"
+
+    # -- serving ----------------------------------------------------------------------
+
+    def _pause(self) -> None:
+        if not self._paused and self.transport is not None and not self._closed:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def _next(self) -> None:
+        if self._busy or not self._queue or self._closed:
+            return
+        item = self._queue.popleft()
+        if isinstance(item, _Reject):
+            resp = self.server.error_response(item.status, item.code, item.message)
+            self._write(resp, "GET", keep_alive=False, linger=True)
+            return
+        self._busy = True
+        self.loop.create_task(self._serve(*item))
+
+    async def _serve(self, req: Request, keep_alive: bool) -> None:
+        try:
+            resp = await self.server.handler(req)
+        except Exception:  # the handler maps its own errors; this is a bug in it
+            log.exception("unhandled error serving %s %s", req.method, req.path)
+            resp = self.server.error_response(500, "internal", "internal error; see the node's log")
+        self._busy = False
+        if self._closed:
+            return
+        keep_alive = keep_alive and not self._close_when_idle
+        self._write(resp, req.method, keep_alive)
+        if not keep_alive:
+            return
+        if (
+            self._paused
+            and len(self._queue) < self.limits.max_pipelined // 2
+            and not self._reject_pending()
+        ):
+            self._paused = False
+            self.transport.resume_reading()  # type: ignore[union-attr]
+        if self._queue:
+            self._next()
+        else:
+            self._arm_idle_timer()
+
+    def _write(self, resp: Response, method: str, keep_alive: bool, linger: bool = False) -> None:
+        transport = self.transport
+        if transport is None or self._closed:
+            return
+        extra = "".join(f"{k}: {v}\r\n" for k, v in resp.headers) if resp.headers else ""
+        head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s%s%s\r\n" % (
+            resp.status,
+            _REASONS.get(resp.status, b"Unknown"),
+            resp.content_type.encode("latin-1"),
+            len(resp.body),
+            self.server.fixed_headers,
+            extra.encode("latin-1"),
+            b"" if keep_alive else b"Connection: close\r\n",
+        )
+        # One write per answer: with TCP_NODELAY two writes would be two packets.
+        transport.write(head if method == "HEAD" else head + resp.body)
+        if not keep_alive:
+            self._queue.clear()
+            if linger:
+                self._linger()
+            else:
+                self._closed = True
+                transport.close()
+
+    def _linger(self) -> None:
+        """Half-close after a rejection and drain the rest of the client's request.
+
+        Closing at once would make the client's unfinished send fail with a reset (EPIPE)
+        before it ever reads our 413/400; so we shut our side, discard what still comes,
+        and drop the connection when the client closes, or after linger_seconds/_bytes.
+        """
+        transport = self.transport
+        if transport is None or self._closed:
+            return
+        self._closed = True  # no more requests are parsed or answered
+        self._lingering = self.limits.linger_bytes
+        try:
+            transport.write_eof()
+        except (OSError, RuntimeError):
+            transport.close()
+            return
+        if self._paused:
+            self._paused = False
+            transport.resume_reading()
+        self.loop.call_later(self.limits.linger_seconds, transport.close)
