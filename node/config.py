@@ -44,6 +44,9 @@ class RaftSettings:
     # Entries between snapshots (pysyncobj log compaction).
     snapshot_min_entries: int = 5000
     snapshot_min_seconds: int = 300
+    # ...or as soon as the journal holds this many bytes: a restart reads the whole
+    # journal back (and keeps it in memory), so this bounds cold-start time and memory.
+    snapshot_max_journal_bytes: int = 64 * 1024 * 1024
     # Leader gathers at most this many bytes of ops into one raft entry.
     max_entry_bytes: int = 8 * 1024 * 1024
     # Raft entries a node may have proposed and not yet seen applied (pipelining depth).
@@ -173,6 +176,8 @@ def validate(cfg: ClusterConfig) -> None:
     r = cfg.raft
     if not 0 < r.election_timeout_min < r.election_timeout_max:
         raise ConfigError("raft: need 0 < election_timeout_min < election_timeout_max")
+    if r.snapshot_max_journal_bytes < 1024 * 1024:
+        raise ConfigError("raft: snapshot_max_journal_bytes must be at least 1 MiB")
 
 
 def load(path: str | os.PathLike) -> ClusterConfig:

@@ -363,6 +363,11 @@ class DurableJournal:
             self._unsynced = False
 
     @property
+    def size_bytes(self) -> int:
+        """Bytes of the log file (written or buffered)."""
+        return self._written + len(self._buf)
+
+    @property
     def dirty(self) -> bool:
         """True if some change is not yet durable (sync() would do something)."""
         return bool(self._buf) or self._unsynced

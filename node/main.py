@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import time
 
 from node import config as config_mod
 from node.errors import OpError
@@ -17,6 +18,17 @@ from node.snapshot_file import fsync_dir
 from node.state_machine import StateMachine
 
 log = logging.getLogger("statekeeper.node")
+
+
+async def _log_when_ready(raft: RaftNode, started: float) -> None:
+    # One line operators (and the cold-start benchmark) can read recovery time from.
+    while not raft.status().ready:
+        await asyncio.sleep(0.02)
+    st = raft.status()
+    log.info(
+        "ready %.2f s after start (applied index %d, leader %s)",
+        time.monotonic() - started, st.applied_index, st.leader_id,
+    )
 
 
 def _fatal_apply_guard(sm: StateMachine):
@@ -38,6 +50,7 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     me = cfg.node(node_id)
     data_dir = cfg.node_data_dir(node_id)
     data_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
     sm = StateMachine(
         data_dir / "db",
         limits=cfg.limits,
@@ -48,7 +61,13 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
         # second fsync per entry.
         sync_writes=False,
     )
+    opened = time.monotonic()
+    log.info(
+        "state machine open in %.2f s (applied index %d, revision %d)",
+        opened - started, sm.applied_index, sm.revision,
+    )
     raft = RaftNode(cfg, node_id, _fatal_apply_guard(sm), sm)
+    log.info("raft journal loaded in %.2f s (%s)", time.monotonic() - opened, raft.journal_summary())
     if cfg.fsync == "always":
         # A new directory entry is durable only once its parent is fsynced: without this a
         # power loss right after the first start can take the whole data dir with it.
@@ -73,6 +92,7 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
         cfg.fsync,
     )
 
+    ready_logger = asyncio.create_task(_log_when_ready(raft, started))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -80,6 +100,7 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     await stop.wait()
 
     log.info("%s shutting down", node_id)
+    ready_logger.cancel()
     api.shutting_down = True
     # Hand leadership over first so the cluster does not wait an election timeout.
     if raft.status().is_leader:

@@ -30,16 +30,19 @@ test in tests/integration/test_durability.py or test_raft_workarounds.py:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import shutil
 import struct
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from pathlib import Path
+from typing import BinaryIO, Protocol
 
 import pysyncobj.syncobj as _syncobj_module
 from cryptography.exceptions import InvalidTag
@@ -48,6 +51,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as _pysyncobj_pickle
+from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.node import TCPNode
 
 from node import snapshot_file
@@ -63,6 +67,8 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 # An incoming raft connection must authenticate within this time and these many bytes.
 UNAUTHENTICATED_GRACE = 2.0
+# Fault injection for tests: seconds a snapshot's packing sleeps first (a large DB).
+SNAPSHOT_DELAY_ENV = "STATEKEEPER_FAULT_SNAPSHOT_DELAY"
 MAX_UNAUTHENTICATED_BYTES = 64 * 1024
 
 # Fixed and public on purpose: it only has to differ from other uses of the same secret.
@@ -112,7 +118,8 @@ class RaftStatus:
 class Snapshotter(Protocol):
     """What the state machine offers for raft snapshots."""
 
-    def snapshot(self, path: str) -> None: ...
+    def checkpoint(self) -> Path: ...
+    def write_checkpoint(self, work: Path, f: BinaryIO) -> None: ...
     def restore(self, path: str) -> None: ...
     @property
     def applied_index(self) -> int: ...
@@ -244,6 +251,8 @@ class _SyncObj(SyncObj):
         apply_fn: ApplyFn,
         journal: _RaftLog,
         encryptor: _AuthenticatingEncryptor,
+        *,
+        max_journal_bytes: float = math.inf,
     ):
         # Everything the raft thread touches must exist before SyncObj.__init__ starts it.
         self._apply_fn = apply_fn
@@ -256,6 +265,7 @@ class _SyncObj(SyncObj):
         self._leadership_lost: list[Callable[[], None]] = []
         self._unknown_since: dict[object, float] = {}
         self._next_sweep = 0.0
+        self._max_journal_bytes = max_journal_bytes
         with _journal_patch_lock:
             original = _syncobj_module.createJournal
             _syncobj_module.createJournal = lambda _path: journal
@@ -283,6 +293,8 @@ class _SyncObj(SyncObj):
         # The leader counts itself towards the commit index inside this tick: whatever it
         # appended since the last tick must be on disk first (one fsync per tick).
         self._journal.sync()
+        if self._journal.size_bytes > self._max_journal_bytes:
+            self.forceLogCompaction()  # a no-op flag while a snapshot is being written
         self._prevote_tick()
         self._sweep_unauthenticated()
         was_leader = self._isLeader()
@@ -433,8 +445,10 @@ class RaftNode:
         self._raft_dir = str(cluster.node_data_dir(node_id) / "raft")
         os.makedirs(self._raft_dir, exist_ok=True)
         self._snapshot_tmp = os.path.join(self._raft_dir, "snapshot.db.tmp")
+        self._snapshot_state = SERIALIZER_STATE.NOT_SERIALIZING
+        self.snapshots_taken = 0
         r = cluster.raft
-        conf = SyncObjConf(
+        self._conf = conf = SyncObjConf(
             journalFile=os.path.join(self._raft_dir, "journal.log"),
             fullDumpFile=os.path.join(self._raft_dir, "snapshot.bin"),
             bindAddress=self._me.raft_bind or self._me.raft_address,
@@ -452,6 +466,7 @@ class RaftNode:
             logCompactionBatchSize=1 << 20,
             serializer=self._serialize,
             deserializer=self._deserialize,
+            serializeChecker=self._snapshot_status,
             connectionRetryTime=0.3,
             connectionTimeout=max(1.0, 2 * r.election_timeout_max),
             dynamicMembershipChange=False,
@@ -460,22 +475,65 @@ class RaftNode:
         peers = [_DialNode(n.raft_address, dial.get(n.id)) for n in cluster.peers_of(node_id)]
         self._journal = _RaftLog(conf.journalFile, fsync=cluster.fsync)
         self._encryptor = _AuthenticatingEncryptor(cluster.secret)
-        self._obj = _SyncObj(self._me.raft_address, peers, conf, apply_fn, self._journal, self._encryptor)
+        self._obj = _SyncObj(
+            self._me.raft_address, peers, conf, apply_fn, self._journal, self._encryptor,
+            max_journal_bytes=r.snapshot_max_journal_bytes,
+        )
 
     # -- snapshots (called on the raft thread by pysyncobj) ---------------------------
 
     def _serialize(self, path: str, data) -> None:
+        """Start a snapshot: the checkpoint here, the packing on a helper thread.
+
+        pysyncobj calls this on the raft thread and would have it write the whole file
+        before returning: for a large DB that is longer than an election timeout without
+        heartbeats. Only the checkpoint (hard links) has to happen between two applies;
+        the thread packs it into `fullDumpFile` and _snapshot_status() reports the outcome.
+        pysyncobj then tries to rename `path`, which we never create, and ignores the error.
+        """
         last_entry, prev_entry, cluster_nodes = data
-        self._snapshotter.snapshot(self._snapshot_tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a leftover would be renamed over the snapshot
         header = {
             "last": list(last_entry),
             "prev": list(prev_entry),
             "cluster": sorted(n.address for n in cluster_nodes),
         }
-        # pysyncobj renames `path` into place next; _RaftLog.deleteEntriesTo fsyncs the
-        # directory before the journal forgets what the snapshot covers.
-        snapshot_file.write(path, header, self._snapshot_tmp, durable=self._durable)
-        os.unlink(self._snapshot_tmp)
+        work = self._snapshotter.checkpoint()
+        self._snapshot_state = SERIALIZER_STATE.SERIALIZING
+        threading.Thread(
+            target=self._pack_snapshot, args=(work, header), name="snapshot", daemon=True
+        ).start()
+
+    def _pack_snapshot(self, work: Path, header: dict) -> None:
+        final = self._conf.fullDumpFile
+        tmp = final + ".packing"
+        try:
+            delay = float(os.environ.get(SNAPSHOT_DELAY_ENV, "0") or 0)
+            if delay:  # fault injection for tests: a snapshot that takes this long
+                time.sleep(delay)
+            snapshot_file.write(
+                tmp, header, lambda f: self._snapshotter.write_checkpoint(work, f), durable=self._durable
+            )
+            os.replace(tmp, final)
+            if self._durable:  # before the journal drops the entries the snapshot covers
+                snapshot_file.fsync_dir(self._raft_dir)
+            self.snapshots_taken += 1
+            self._snapshot_state = SERIALIZER_STATE.SUCCESS
+        except Exception:
+            log.exception("writing the snapshot failed; the journal keeps its entries")
+            self._snapshot_state = SERIALIZER_STATE.FAILED
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def _snapshot_status(self) -> int:
+        # pysyncobj's serializeChecker, polled every tick: SUCCESS/FAILED are reported once.
+        state = self._snapshot_state
+        if state in (SERIALIZER_STATE.SUCCESS, SERIALIZER_STATE.FAILED):
+            self._snapshot_state = SERIALIZER_STATE.NOT_SERIALIZING
+        return state
 
     def _deserialize(self, path: str):
         if self._durable:  # a snapshot just received from the leader was renamed unsynced
@@ -505,6 +563,11 @@ class RaftNode:
                 callback(None, _FAIL_MAP.get(err, SubmitError.OUTCOME_UNKNOWN))
 
         self._obj._apply_entry(payload, callback=on_done)
+
+    def journal_summary(self) -> str:
+        """Entries and bytes of the raft journal (for start-up logs)."""
+        j = self._journal
+        return f"{len(j)} entries, {j.size_bytes / 2**20:.1f} MiB"
 
     def leader_known(self) -> bool:
         return self._obj._getLeader() is not None

@@ -1,10 +1,12 @@
 """The raft snapshot file: a header naming the raft entries it covers, then the state
-machine's own snapshot bytes. Written on the raft thread, shipped to followers as is."""
+machine's own snapshot bytes. Shipped to followers as is."""
 
 from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
+from typing import BinaryIO
 
 import msgpack
 
@@ -19,12 +21,12 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write(path: str, header: dict, body_file: str, durable: bool) -> None:
+def write(path: str, header: dict, write_body: Callable[[BinaryIO], None], durable: bool) -> None:
+    """The header, then whatever write_body(file) writes; fsynced when `durable`."""
     head = msgpack.packb(header, use_bin_type=True)
-    with open(path, "wb") as out, open(body_file, "rb") as src:
+    with open(path, "wb") as out:
         out.write(MAGIC + struct.pack(">I", len(head)) + head)
-        while chunk := src.read(1 << 20):
-            out.write(chunk)
+        write_body(out)
         out.flush()
         if durable:
             os.fsync(out.fileno())

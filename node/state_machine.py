@@ -69,7 +69,7 @@ import threading
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import msgpack
 from rocksdict import (
@@ -621,28 +621,10 @@ class StateMachine:
         """Write a consistent checkpoint of the whole DB into ONE file at `path`."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        work = Path(tempfile.mkdtemp(prefix=self.path.name + ".ckpt-", dir=self.path.parent))
+        work = self.checkpoint()
         try:
-            ckpt = work / "db"
-            with self._lock.shared:
-                self._checkpoint(ckpt)
-            meta = _read_meta_of(ckpt)
-            header = msgpack.packb(
-                {
-                    "format": SNAPSHOT_FORMAT,
-                    "applied_index": meta.get("applied_index", 0),
-                    "revision": meta.get("revision", 0),
-                    "compact_revision": meta.get("compact_revision", 0),
-                },
-                use_bin_type=True,
-            )
             with open(tmp, "wb") as f:
-                with tarfile.open(fileobj=f, mode="w") as tar:
-                    info = tarfile.TarInfo(SNAPSHOT_HEADER)
-                    info.size = len(header)
-                    tar.addfile(info, io.BytesIO(header))
-                    for p in sorted(ckpt.iterdir()):
-                        tar.add(p, arcname=f"db/{p.name}", recursive=False)
+                self.write_checkpoint(work, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -650,6 +632,42 @@ class StateMachine:
         finally:
             shutil.rmtree(work, ignore_errors=True)
             tmp.unlink(missing_ok=True)
+
+    def checkpoint(self) -> Path:
+        """A consistent checkpoint of the DB in a new directory (hard links: fast).
+
+        Taking it is the only part of a snapshot that must happen between two applies;
+        write_checkpoint() can then pack it on another thread. The caller removes it.
+        """
+        work = Path(tempfile.mkdtemp(prefix=self.path.name + ".ckpt-", dir=self.path.parent))
+        try:
+            with self._lock.shared:
+                self._checkpoint(work / "db")
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        return work
+
+    @staticmethod
+    def write_checkpoint(work: Path, f: BinaryIO) -> None:
+        """Pack a checkpoint() directory into `f` as the snapshot format restore() reads."""
+        ckpt = work / "db"
+        meta = _read_meta_of(ckpt)
+        header = msgpack.packb(
+            {
+                "format": SNAPSHOT_FORMAT,
+                "applied_index": meta.get("applied_index", 0),
+                "revision": meta.get("revision", 0),
+                "compact_revision": meta.get("compact_revision", 0),
+            },
+            use_bin_type=True,
+        )
+        with tarfile.open(fileobj=f, mode="w") as tar:
+            info = tarfile.TarInfo(SNAPSHOT_HEADER)
+            info.size = len(header)
+            tar.addfile(info, io.BytesIO(header))
+            for p in sorted(ckpt.iterdir()):
+                tar.add(p, arcname=f"db/{p.name}", recursive=False)
 
     def _checkpoint(self, dest: Path) -> None:
         # Own function so the Checkpoint (which holds the DB open) dies before we return.

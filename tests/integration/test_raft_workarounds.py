@@ -80,3 +80,55 @@ def test_restart_after_log_compaction_keeps_data_and_accepts_writes(cluster: Loc
         assert r.revision == before.revision + 1
     for node_id in cluster.node_ids:
         assert list(cluster.data_dir(node_id).glob("raft/snapshot.bin")), f"{node_id} never compacted"
+
+
+def _term(cluster: LocalCluster) -> int:
+    with Client(cluster.url(cluster.leader_id()), timeout=5) as c:
+        return c.status()["term"]
+
+
+@pytest.mark.cluster_options(
+    snapshot_min_entries=50,
+    election_timeout_min=0.4,
+    election_timeout_max=1.0,
+    env={"STATEKEEPER_FAULT_SNAPSHOT_DELAY": "3"},
+)
+def test_a_slow_snapshot_does_not_stall_raft(cluster: LocalCluster) -> None:
+    """pysyncobj runs a custom serializer on its raft thread; packing a large DB there stops
+    heartbeats for longer than an election timeout and the followers depose the leader.
+    Snapshots here take 3 s (3x the election timeout): the leader and term must survive,
+    and writes keep being acknowledged while the snapshots are written."""
+    leader, term = cluster.leader_id(), _term(cluster)
+    with Client([cluster.url(i) for i in cluster.node_ids], timeout=5) as c:
+        start = time.monotonic()
+        i = 0
+        while time.monotonic() - start < 6:  # past snapshot_min_entries, then through the 3 s
+            t0 = time.monotonic()
+            c.put(f"k{i}", str(i))
+            assert time.monotonic() - t0 < 2.5, f"put {i} stalled (snapshot on the raft thread?)"
+            i += 1
+    assert (cluster.leader_id(), _term(cluster)) == (leader, term), "leadership changed during a snapshot"
+    for node_id in cluster.node_ids:
+        assert list(cluster.data_dir(node_id).glob("raft/snapshot.bin")), f"{node_id} never finished a snapshot"
+
+
+@pytest.mark.cluster_options(snapshot_min_entries=1_000_000, snapshot_max_journal_bytes=1024 * 1024)
+def test_journal_size_bounds_the_journal(cluster: LocalCluster) -> None:
+    """A restart reads the whole journal back into memory: a snapshot is taken once it
+    holds snapshot_max_journal_bytes, whatever the entry count, and the journal shrinks."""
+    value = b"v" * (100 * 1024)
+    with Client([cluster.url(i) for i in cluster.node_ids], timeout=10) as c:
+        for i in range(40):  # ~4 MiB of entries, far fewer than snapshot_min_entries
+            c.put(f"big{i}", value)
+    deadline = time.monotonic() + 20
+    for node_id in cluster.node_ids:
+        journal = cluster.data_dir(node_id) / "raft" / "journal.log"
+        while journal.stat().st_size > 2 * 1024 * 1024 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert journal.stat().st_size <= 2 * 1024 * 1024, f"{node_id}: journal never compacted"
+        assert list(cluster.data_dir(node_id).glob("raft/snapshot.bin"))
+    cluster.kill_all()
+    cluster.up()
+    with Client([cluster.url(i) for i in cluster.node_ids], timeout=10) as c:
+        assert len(c.get("big39").value) == len(value)
+        assert len(list(c.scan("big"))) == 40
