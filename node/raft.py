@@ -60,6 +60,12 @@ from node.journal import DurableJournal
 
 log = logging.getLogger("statekeeper.raft")
 
+# pysyncobj pickles every command and peer message with protocol 2, which encodes bytes
+# through a latin-1 str round trip: 14x slower than protocol 5 for a 60 KB entry, and our
+# entries are all bytes. Module globals are not name-mangled: this is its `__protocol`.
+PEER_PICKLE_PROTOCOL = 5
+setattr(_pysyncobj_pickle, "__protocol", PEER_PICKLE_PROTOCOL)
+
 # One append_entries message may carry this many bytes of entries. The default (64 KiB)
 # sends a group-committed entry of a few MiB as dozens of chunked messages; on loopback
 # one message per entry is cheaper.
