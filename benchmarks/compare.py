@@ -773,7 +773,7 @@ def versions() -> dict[str, str]:
         out["etcd"] = etcd_version(find_etcd(install=False))
     except Exception:  # noqa: BLE001 - not installed: the section says so
         out["etcd"] = "not installed"
-    for pkg in ("aetcd", "grpcio", "protobuf", "aiohttp"):
+    for pkg in ("aetcd", "grpcio", "protobuf", "httptools", "uvloop"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

@@ -75,7 +75,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # aiohttp is imported only by code that uses the async client (it is slow to import).
+    # client.aio (asyncio, httptools) is imported only by code that uses the async client.
     if name in ("AsyncClient", "AsyncBatch"):
         from . import aio
 

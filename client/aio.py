@@ -1,17 +1,35 @@
-"""asyncio client over aiohttp (one ClientSession, keep-alive connections).
+"""asyncio client over a small HTTP/1.1 keep-alive connection pool.
 
 Same methods and arguments as :class:`client.Client`, as coroutines. One AsyncClient
 belongs to one event loop; share it between the tasks of that loop.
+
+The transport is an ``asyncio.Protocol`` per connection with httptools (llhttp) parsing
+the answers, not aiohttp: aiohttp's ClientSession machinery cost ~300 µs of CPU per
+request, which on a small machine capped what a client could offer a cluster. It does
+what the node API needs and no more: one request at a time per connection (no
+pipelining), keep-alive connections reused last-in first-out per endpoint, at most
+``max_connections`` open in total, Content-Length and chunked answers, ``Connection:
+close``, a lazily re-armed deadline timer per connection, and https through asyncio's TLS.
+
+Transport failures map to the three kinds of :func:`protocol.connection_error`:
+``connect`` (:class:`CannotConnect`: nothing was sent), ``timeout`` (no whole answer in
+time) and ``lost`` (:class:`ConnectionLost`: the connection broke or closed after the
+request was written, including a keep-alive connection the server closed just as it was
+reused; the retry layer resends with the same idempotency key).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import ssl
+from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
-import aiohttp
-from yarl import URL
+import httptools
 
 from .errors import StatekeeperError
 from .protocol import (
@@ -43,21 +61,456 @@ from .retry import DEFAULT_RETRY, Backoff, Endpoints, Exchange, RetryPolicy, nor
 
 __all__ = ["AsyncBatch", "AsyncClient"]
 
-_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
-# ConnectionTimeoutError only exists from aiohttp 3.10 on.
-_CONNECT_ERRORS: tuple[type[BaseException], ...] = tuple(
-    c
-    for c in (aiohttp.ClientConnectorError, getattr(aiohttp, "ConnectionTimeoutError", None))
-    if c is not None
-)
+
+class CannotConnect(OSError):
+    """No connection could be made (refused, DNS, TLS handshake, connect timeout, or closed
+    by the server before anything was sent): the request was not sent."""
+
+
+class ConnectionLost(ConnectionError):
+    """The connection closed or broke after the request was written, before the whole
+    answer arrived (also: an answer that is not valid HTTP/1.1). Outcome unknown."""
+
+
+# TimeoutError (no whole answer in time) is an OSError too; listed for the reader.
+_TRANSPORT_ERRORS = (OSError, TimeoutError)
 
 
 def _kind(exc: BaseException) -> str:
-    if isinstance(exc, _CONNECT_ERRORS):  # refused, DNS, connect timeout: nothing sent
+    if isinstance(exc, CannotConnect):  # refused, DNS, connect timeout: nothing sent
         return "connect"
     if isinstance(exc, TimeoutError):
         return "timeout"
     return "lost"
+
+
+def _expire_wait(fut: asyncio.Future[Any], limit: int) -> None:
+    if not fut.done():
+        fut.set_exception(TimeoutError(f"no free connection in time (max_connections={limit})"))
+
+
+class _Endpoint:
+    """One node URL, parsed once: where to connect, the request-line prefix, and the idle
+    keep-alive connections to it (most recently used last)."""
+
+    __slots__ = ("heads", "host", "host_header", "idle", "port", "prefix", "tls", "url")
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"endpoint {url!r}: the scheme must be http or https")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError(f"endpoint {url!r}: credentials in the URL are not supported")
+        try:
+            port = parts.port
+        except ValueError as exc:
+            raise ValueError(f"endpoint {url!r}: bad port") from exc
+        if not parts.hostname:
+            raise ValueError(f"endpoint {url!r}: no host")
+        self.url = url
+        self.tls = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = port if port is not None else (443 if self.tls else 80)
+        self.host_header = parts.netloc
+        self.prefix = parts.path
+        self.idle: deque[_Conn] = deque()
+        # (method, path) -> (the headers mapping it was built from, request head bytes)
+        self.heads: dict[tuple[str, str], tuple[Mapping[str, str], bytes]] = {}
+
+    def head(self, req: Request) -> bytes:
+        """Request line, Host and the request's headers (without Content-Length and the
+        blank line), built once per (method, path, headers mapping)."""
+        key = (req.method, req.path)
+        entry = self.heads.get(key)
+        if entry is not None and entry[0] is req.headers:
+            return entry[1]
+        lines = [f"{req.method} {self.prefix}{req.path} HTTP/1.1", f"Host: {self.host_header}"]
+        lines += [f"{k}: {v}" for k, v in req.headers.items() if k.lower() != "content-length"]
+        for line in lines:
+            if "\r" in line or "\n" in line:
+                raise ValueError(f"line break in HTTP request head: {line!r}")
+        head = ("\r\n".join(lines) + "\r\n").encode("utf-8")
+        if len(self.heads) < 256:
+            self.heads[key] = (req.headers, head)
+        return head
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection, one outstanding request at a time.
+
+    The request's future (``fut``) gets ``(status, content_type, body)``, or
+    ConnectionLost when the connection ends first, or TimeoutError at ``deadline``.
+    ``reusable`` says whether the connection may serve another request afterwards.
+
+    The deadline timer is armed lazily: one that fires before the current request's
+    deadline (armed by an earlier request) re-arms itself, so a busy connection
+    schedules about one timer per ``timeout`` seconds, not one per request.
+    """
+
+    __slots__ = (
+        "answered",
+        "chunks",
+        "closed",
+        "ctype",
+        "deadline",
+        "ep",
+        "framed",
+        "fut",
+        "headers_done",
+        "idle",
+        "parser",
+        "pool",
+        "reusable",
+        "seen",
+        "slot",
+        "timeout",
+        "timer",
+        "timer_at",
+        "transport",
+    )
+
+    def __init__(self, pool: _Pool, ep: _Endpoint) -> None:
+        self.pool = pool
+        self.ep = ep
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set at once
+        self.parser = httptools.HttpResponseParser(self)
+        self.fut: asyncio.Future[tuple[int, str | None, bytes]] | None = None
+        self.closed = False  # connection_lost has run
+        self.idle = False  # in ep.idle
+        self.slot = False  # counts against max_connections (see _Pool)
+        self.reusable = False
+        self.answered = 0  # whole answers received on this connection
+        self.seen = False  # a byte of the current answer has arrived
+        self.headers_done = False
+        self.framed = False  # the answer has Content-Length or Transfer-Encoding
+        self.ctype: str | None = None
+        self.chunks: list[bytes] = []
+        self.deadline = 0.0  # loop time by which the current answer must be complete
+        self.timeout = 0.0  # the current request's timeout (for the error message)
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0.0  # when self.timer fires
+
+    def arm(self, deadline: float, timeout: float) -> None:
+        """Expire the current request at ``deadline`` (loop time)."""
+        self.deadline = deadline
+        self.timeout = timeout
+        timer = self.timer
+        if timer is None or self.timer_at > deadline:
+            if timer is not None:
+                timer.cancel()
+            self.timer_at = deadline
+            self.timer = self.pool.loop.call_at(deadline, self._on_timer)
+
+    def disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        fut = self.fut
+        if fut is None or fut.done():  # idle (or already answered): stay disarmed
+            return
+        if self.deadline <= self.timer_at:
+            fut.set_exception(TimeoutError(f"no answer within {self.timeout:g} s"))
+        else:  # armed for an earlier request: wait for this one's deadline
+            self.timer_at = self.deadline
+            self.timer = self.pool.loop.call_at(self.deadline, self._on_timer)
+
+    # -- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # asyncio and uvloop set it already
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        if self.fut is None:  # nothing was asked: out of step, never reuse it
+            self.reusable = False
+            self.transport.abort()
+            return
+        self.seen = True
+        try:
+            self.parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self.reusable = False
+            fut, self.fut = self.fut, None
+            if fut is not None and not fut.done():
+                fut.set_exception(
+                    ConnectionLost(f"invalid HTTP answer from {self.ep.url}: {exc!r}")
+                )
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.reusable = False
+        fut, self.fut = self.fut, None
+        if fut is not None and not fut.done():
+            status = self.parser.get_status_code()
+            if exc is None and self.headers_done and not self.framed and status >= 200:
+                # An answer without Content-Length or chunking ends with the connection.
+                fut.set_result((status, self.ctype, b"".join(self.chunks)))
+            else:
+                if self.seen:
+                    why = "the connection closed in the middle of the answer"
+                elif self.answered:
+                    why = "the server closed the keep-alive connection before answering"
+                else:
+                    why = "the server closed the connection before answering"
+                err = ConnectionLost(f"{why} ({exc})" if exc is not None else why)
+                err.__cause__ = exc
+                fut.set_exception(err)
+        self.pool.lost(self)
+
+    # -- httptools callbacks
+
+    def on_message_begin(self) -> None:
+        if self.fut is None:  # a second answer to one request
+            self.reusable = False
+        self.headers_done = False
+        self.framed = False
+        self.ctype = None
+        self.chunks.clear()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        n = len(name)
+        if n == 12:
+            if name.lower() == b"content-type":
+                self.ctype = value.decode("latin-1")
+        elif (n == 14 and name.lower() == b"content-length") or (
+            n == 17 and name.lower() == b"transfer-encoding"
+        ):
+            self.framed = True
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+        # Connection: close, HTTP/1.0 without keep-alive, or a body read to EOF: no reuse.
+        self.reusable = self.parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if status < 200:  # 100 Continue and other interim answers: the real one follows
+            return
+        self.answered += 1
+        chunks = self.chunks
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()  # an idle connection keeps no answer alive
+        fut, self.fut = self.fut, None
+        if fut is None:
+            self.reusable = False
+        elif not fut.done():
+            fut.set_result((status, self.ctype, body))
+
+
+class _Pool:
+    """The connections of one AsyncClient, bound to one event loop.
+
+    At most ``limit`` connections are open (or being opened) at a time; each holds a
+    "slot". A request takes the most recently used idle connection to its endpoint, else
+    opens one if a slot is free (closing an idle connection to another endpoint if that
+    frees one), else queues. A released connection goes straight to the first waiter
+    (if it wants another endpoint, the connection is closed and its slot passed on).
+    """
+
+    __slots__ = ("_tls", "closed", "conns", "endpoints", "limit", "loop", "nopen", "waiters")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, limit: int, endpoints: dict[str, _Endpoint]
+    ) -> None:
+        self.loop = loop
+        self.limit = max(limit, 0)  # 0: no limit (aiohttp's TCPConnector semantics)
+        self.endpoints = endpoints
+        self.nopen = 0
+        self.conns: set[_Conn] = set()  # every connection holding a slot
+        # (endpoint, future): the future gets a connection to that endpoint, or None
+        # meaning "a slot is yours: open one".
+        self.waiters: deque[tuple[_Endpoint, asyncio.Future[_Conn | None]]] = deque()
+        self.closed = False
+        self._tls: ssl.SSLContext | None = None
+
+    def endpoint(self, url: str) -> _Endpoint:
+        ep = self.endpoints.get(url)
+        if ep is None:
+            ep = self.endpoints[url] = _Endpoint(url)
+        return ep
+
+    def take(self, ep: _Endpoint) -> _Conn | None:
+        """An idle live connection to ``ep``, or None."""
+        idle = ep.idle
+        while idle:
+            conn = idle.pop()
+            conn.idle = False
+            if not conn.closed and not conn.transport.is_closing():
+                return conn
+            self.discard(conn)
+        return None
+
+    async def connect(self, ep: _Endpoint, deadline: float) -> _Conn:
+        """A connection to ``ep`` when none is idle: a new one, or one handed over."""
+        while True:
+            if self.closed:
+                raise RuntimeError("AsyncClient is closed")
+            if not self.limit or self.nopen < self.limit:
+                self.nopen += 1
+            elif not self._evict(ep):
+                got = await self._wait(ep, deadline)
+                if got is not None:
+                    if not got.closed and not got.transport.is_closing():
+                        return got
+                    self.discard(got)
+                    conn = self.take(ep)
+                    if conn is not None:
+                        return conn
+                    continue
+            try:  # we hold a slot
+                return await self._open(ep, deadline)
+            except BaseException:
+                self._slot_freed()
+                raise
+
+    async def _open(self, ep: _Endpoint, deadline: float) -> _Conn:
+        tls = None
+        if ep.tls:
+            tls = self._tls
+            if tls is None:
+                tls = self._tls = ssl.create_default_context()
+        try:
+            async with asyncio.timeout_at(deadline):
+                _, conn = await self.loop.create_connection(
+                    lambda: _Conn(self, ep), ep.host, ep.port, ssl=tls
+                )
+        except TimeoutError as exc:
+            raise CannotConnect(f"connecting to {ep.url} timed out") from exc
+        except OSError as exc:
+            raise CannotConnect(str(exc) or type(exc).__name__) from exc
+        if self.closed:
+            conn.transport.abort()
+            raise RuntimeError("AsyncClient is closed")
+        if conn.closed or conn.transport.is_closing():
+            raise CannotConnect(f"{ep.url} closed the connection before the request was sent")
+        conn.slot = True
+        self.conns.add(conn)
+        return conn
+
+    async def _wait(self, ep: _Endpoint, deadline: float) -> _Conn | None:
+        fut: asyncio.Future[_Conn | None] = self.loop.create_future()
+        w = (ep, fut)
+        self.waiters.append(w)
+        timer = self.loop.call_at(deadline, _expire_wait, fut, self.limit)
+        try:
+            return await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                got = fut.result()  # handed over, but we were cancelled: pass it on
+                if got is None:
+                    self._slot_freed()
+                else:
+                    self.release(got)
+            else:
+                with contextlib.suppress(ValueError):
+                    self.waiters.remove(w)
+            raise
+        finally:
+            timer.cancel()
+
+    def _evict(self, ep: _Endpoint) -> bool:
+        """Close the least recently used idle connection to another endpoint, keeping its
+        slot for the caller; False if there is none."""
+        for other in self.endpoints.values():
+            if other is not ep and other.idle:
+                conn = other.idle.popleft()
+                conn.idle = False
+                self._unslot(conn)
+                conn.transport.close()
+                return True
+        return False
+
+    def _unslot(self, conn: _Conn) -> bool:
+        if conn.slot:
+            conn.slot = False
+            self.conns.discard(conn)
+            return True
+        return False
+
+    def _slot_freed(self) -> None:
+        waiters = self.waiters
+        while waiters:
+            _, fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)  # the slot passes to this waiter
+                return
+        self.nopen -= 1
+
+    def release(self, conn: _Conn) -> None:
+        """``conn`` answered in full and may be reused."""
+        if self.closed or conn.closed or conn.transport.is_closing():
+            self.discard(conn)
+            return
+        waiters = self.waiters
+        while waiters:
+            ep, fut = waiters.popleft()
+            if fut.done():
+                continue
+            if ep is conn.ep:
+                fut.set_result(conn)
+            else:
+                self._unslot(conn)
+                conn.transport.close()
+                fut.set_result(None)
+            return
+        conn.idle = True
+        conn.ep.idle.append(conn)
+
+    def discard(self, conn: _Conn) -> None:
+        """Close ``conn`` at once (broken, timed out, cancelled, or not reusable)."""
+        if conn.idle:
+            conn.idle = False
+            with contextlib.suppress(ValueError):
+                conn.ep.idle.remove(conn)
+        conn.fut = None
+        conn.disarm()
+        conn.transport.abort()
+        if self._unslot(conn):
+            self._slot_freed()
+
+    def lost(self, conn: _Conn) -> None:
+        """From ``conn.connection_lost``."""
+        conn.disarm()
+        if conn.idle:
+            conn.idle = False
+            with contextlib.suppress(ValueError):
+                conn.ep.idle.remove(conn)
+        if self._unslot(conn):
+            self._slot_freed()
+
+    def close(self) -> int:
+        """Close every connection (requests in flight fail as lost) and fail the waiters;
+        returns how many connections were closed."""
+        self.closed = True
+        for ep in self.endpoints.values():
+            for conn in ep.idle:
+                conn.idle = False
+            ep.idle.clear()
+        conns = list(self.conns)
+        self.conns.clear()
+        self.nopen = 0
+        for conn in conns:
+            conn.slot = False
+            with contextlib.suppress(RuntimeError):  # its loop is closed already
+                if conn.fut is None:
+                    conn.transport.close()
+                else:
+                    conn.transport.abort()
+        waiters, self.waiters = self.waiters, deque()
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_exception(RuntimeError("AsyncClient is closed"))
+        return len(conns)
 
 
 class AsyncClient:
@@ -80,8 +533,8 @@ class AsyncClient:
             await c.put("plan", b"step 1")
             kv = await c.get("plan")
 
-    The aiohttp session is created on first use (or by ``async with``); call
-    :meth:`close` (or use ``async with``) when done.
+    Connections are opened on first use; call :meth:`close` (or use ``async with``)
+    when done.
     """
 
     ops = ops
@@ -111,10 +564,9 @@ class AsyncClient:
         self.prefer_leader = prefer_leader
         self._max_connections = max_connections
         self._endpoints = Endpoints(endpoints)
-        self._session: aiohttp.ClientSession | None = None
-        # Parsed once per (endpoint, path): building a yarl.URL per call costs.
-        self._urls: dict[tuple[str, str], URL] = {}
-        self._default_timeout = aiohttp.ClientTimeout(total=self.timeout)
+        # Parsed here so a bad endpoint fails now, not at the first request.
+        self._eps = {url: _Endpoint(url) for url in self._endpoints.urls}
+        self._pool: _Pool | None = None  # created on first use, in the loop that uses it
         self._leader_stale = prefer_leader
         self._closed = False
 
@@ -130,37 +582,43 @@ class AsyncClient:
         """The endpoint the next request goes to."""
         return self._endpoints.current
 
-    def _open(self) -> aiohttp.ClientSession:
+    def _open(self) -> _Pool:
         if self._closed:
             raise RuntimeError("AsyncClient is closed")
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0)
-            self._session = aiohttp.ClientSession(connector=connector)
-        return self._session
-
-    def _url(self, endpoint: str, path: str) -> URL:
-        url = self._urls.get((endpoint, path))
-        if url is None:
-            url = self._urls[(endpoint, path)] = URL(endpoint + path)
-        return url
+        if self._pool is None:
+            self._pool = _Pool(asyncio.get_running_loop(), self._max_connections, self._eps)
+        return self._pool
 
     async def _send(self, url: str, req: Request, timeout: float) -> tuple[int, str | None, bytes]:
-        session = self._session or self._open()
-        tmo = (
-            self._default_timeout
-            if timeout == self.timeout
-            else aiohttp.ClientTimeout(total=timeout)
-        )
-        async with session.request(
-            req.method,
-            self._url(url, req.path),
-            data=req.body,
-            headers=req.headers,
-            timeout=tmo,
-            allow_redirects=False,
-        ) as resp:
-            body = await resp.read()
-            return resp.status, resp.headers.get("Content-Type"), body
+        pool = self._pool or self._open()
+        loop = pool.loop
+        if loop is not asyncio.get_running_loop():
+            raise RuntimeError("an AsyncClient belongs to the event loop that first used it")
+        ep = self._eps.get(url) or pool.endpoint(url)
+        body = req.body
+        if body is not None:
+            data = b"%sContent-Length: %d\r\n\r\n%s" % (ep.head(req), len(body), body)
+        elif req.method == "GET":
+            data = ep.head(req) + b"\r\n"
+        else:
+            data = ep.head(req) + b"Content-Length: 0\r\n\r\n"
+        deadline = loop.time() + timeout
+        conn = pool.take(ep) or await pool.connect(ep, deadline)
+        fut = loop.create_future()
+        conn.fut = fut
+        conn.seen = conn.headers_done = False
+        conn.arm(deadline, timeout)
+        try:
+            conn.transport.write(data)
+            answer = await fut
+        except BaseException:  # timeout, lost, cancelled: its answer must not reach anyone
+            pool.discard(conn)
+            raise
+        if conn.reusable:
+            pool.release(conn)
+        else:
+            pool.discard(conn)
+        return answer
 
     async def _once(self, url: str, req: Request, timeout: float) -> Any:
         """One attempt at ``url``, no retry."""
@@ -495,11 +953,11 @@ class AsyncClient:
         return await self._once(normalize_endpoint(endpoint), status_request(), self.timeout)
 
     async def close(self) -> None:
-        """Close the session and its connections. The client cannot be used afterwards."""
+        """Close the connections. The client cannot be used afterwards."""
         self._closed = True
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        pool, self._pool = self._pool, None
+        if pool is not None and pool.close():
+            await asyncio.sleep(0)  # let the transports finish closing their sockets
 
     async def __aenter__(self) -> AsyncClient:
         self._open()

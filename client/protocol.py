@@ -1,6 +1,6 @@
 """Sans-IO core of the statekeeper client: requests, responses, results. No sockets here.
 
-``Client`` (urllib3) and ``AsyncClient`` (aiohttp) both build a :class:`Request` with the
+``Client`` (urllib3) and ``AsyncClient`` (asyncio) both build a :class:`Request` with the
 functions below, send ``request.body`` to ``endpoint + request.path`` and hand the
 answer's status, Content-Type and body to ``request.parse``, which returns the result or
 raises the typed exception. Keeping every wire detail here means the two clients cannot
