@@ -213,7 +213,7 @@ class Workload:
         return self.endpoints[start:] + self.endpoints[:start]
 
     async def _client(self, p: int, pinned: bool) -> None:
-        from client import AsyncClient  # aiohttp is only needed here
+        from client import AsyncClient  # imported only where the async client is used
 
         cfg = self.config
         rng = random.Random(cfg.seed * 100_003 + p)
@@ -228,6 +228,7 @@ class Workload:
             timeout=cfg.attempt_timeout,
             retry=RetryPolicy.disabled(),
             max_connections=4,
+            prefer_leader=False,  # spread over the nodes on purpose: followers serve too
         ) as c:
             counter = 0
             while not self._stopping.is_set():

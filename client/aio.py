@@ -524,7 +524,9 @@ class AsyncClient:
         timeout: seconds to wait for one HTTP answer.
         retry: the RetryPolicy (attempts, backoff, overall deadline).
         consistency: default read consistency, ``"linearizable"`` or ``"serializable"``.
-        prefer_leader: ask ``GET /v1/status`` which node leads and talk to it first.
+        prefer_leader: ask ``GET /v1/status`` which node leads and talk to it first, and
+            again after a failure (default; saves the follower-to-leader hop). False:
+            stick to the order given.
         max_connections: keep-alive connections kept (in total).
 
     Example::
@@ -550,7 +552,7 @@ class AsyncClient:
         timeout: float = 10.0,
         retry: RetryPolicy = DEFAULT_RETRY,
         consistency: str = "linearizable",
-        prefer_leader: bool = False,
+        prefer_leader: bool = True,
         max_connections: int = 32,
     ) -> None:
         if consistency not in CONSISTENCY_LEVELS:
@@ -561,13 +563,14 @@ class AsyncClient:
         self.timeout = float(timeout)
         self.retry = retry
         self.consistency = consistency
-        self.prefer_leader = prefer_leader
         self._max_connections = max_connections
         self._endpoints = Endpoints(endpoints)
         # Parsed here so a bad endpoint fails now, not at the first request.
         self._eps = {url: _Endpoint(url) for url in self._endpoints.urls}
         self._pool: _Pool | None = None  # created on first use, in the loop that uses it
-        self._leader_stale = prefer_leader
+        # With one endpoint there is nothing to choose: no status round trip.
+        self.prefer_leader = prefer_leader and len(self._endpoints.urls) > 1
+        self._leader_stale = self.prefer_leader
         self._closed = False
 
     # ------------------------------------------------------------------ plumbing

@@ -69,8 +69,10 @@ class Client:
             ``RetryPolicy.disabled()`` turns retries off.
         consistency: default read consistency: ``"linearizable"`` (always up to date) or
             ``"serializable"`` (served from the node's local state, may be stale, cheaper).
-        prefer_leader: ask ``GET /v1/status`` which node leads and talk to it first
-            (saves the follower-to-leader hop; only URLs listed in ``endpoints`` are used).
+        prefer_leader: ask ``GET /v1/status`` which node leads and talk to it first, and
+            again after a failure (default). A follower forwards writes and linearizable
+            reads to the leader inside raft, which costs a hop and follower CPU; only URLs
+            listed in ``endpoints`` are used. False: stick to the order given.
         max_connections: keep-alive connections kept per node.
 
     Example::
@@ -95,7 +97,7 @@ class Client:
         timeout: float = 10.0,
         retry: RetryPolicy = DEFAULT_RETRY,
         consistency: str = "linearizable",
-        prefer_leader: bool = False,
+        prefer_leader: bool = True,
         max_connections: int = 32,
     ) -> None:
         if consistency not in CONSISTENCY_LEVELS:
@@ -106,7 +108,6 @@ class Client:
         self.timeout = float(timeout)
         self.retry = retry
         self.consistency = consistency
-        self.prefer_leader = prefer_leader
         self._endpoints = Endpoints(endpoints)
         self._pm = urllib3.PoolManager(
             num_pools=len(self._endpoints) + 8,
@@ -119,7 +120,9 @@ class Client:
         for url in self._endpoints.urls:
             self._pool(url)
         self._default_timeout = urllib3.Timeout(connect=self.timeout, read=self.timeout)
-        self._leader_stale = prefer_leader
+        # With one endpoint there is nothing to choose: no status round trip.
+        self.prefer_leader = prefer_leader and len(self._endpoints.urls) > 1
+        self._leader_stale = self.prefer_leader
         self._closed = False
 
     # ------------------------------------------------------------------ plumbing
