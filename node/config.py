@@ -39,11 +39,11 @@ class Retention:
 
 @dataclass(frozen=True)
 class RaftSettings:
-    # A follower calls an election 0.4-0.8 s after the last heartbeat (sent every 0.1 s):
+    # A follower calls an election 0.4-0.7 s after the last heartbeat (sent every 0.1 s):
     # with two followers the earlier of two draws decides, so a leader crash is healed in
     # well under a second, while one lost heartbeat (or a 0.3 s GIL/GC stall) is not enough.
     election_timeout_min: float = 0.4
-    election_timeout_max: float = 0.8
+    election_timeout_max: float = 0.7
     # Entries between snapshots (pysyncobj log compaction).
     snapshot_min_entries: int = 5000
     snapshot_min_seconds: int = 300
