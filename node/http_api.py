@@ -14,7 +14,7 @@ from node.errors import OpError, status_for
 from node.http_server import HttpServer, Request, Response, ServerLimits
 from node.ops import is_write, validate_op, validate_ops
 from node.proposer import Proposer
-from node.raft import RaftNode
+from node.raft import READ_INDEX_NOT_LEADER, RaftNode
 from node.state_machine import StateMachine
 
 log = logging.getLogger("statekeeper.http")
@@ -175,9 +175,33 @@ class Api:
     async def _read_barrier(self, consistency: str, min_revision: int | None) -> None:
         if consistency == "linearizable" and not self._unsafe_reads:
             self._check_serving()
-            await self._with_timeout(self.proposer.barrier(), "read")
+            await self._with_timeout(self._linearizable_point(), "read")
         if min_revision is not None and self.sm.revision < min_revision:
             await self._with_timeout(self._wait_revision(min_revision), "read")
+
+    async def _linearizable_point(self) -> None:
+        """Return once a read served from local state now is linearizable."""
+        if self.raft.is_leader():
+            # ReadIndex: a heartbeat round confirms leadership; no log entry, no fsync.
+            index = await self._read_index()
+            if index >= 0:
+                return
+            if index == READ_INDEX_NOT_LEADER:
+                self._check_serving()  # deposed: fail fast unless a new leader is known
+        # A follower, or a leader that just changed or has not committed its no-op yet:
+        # a barrier entry through raft (forwarded to the leader).
+        await self.proposer.barrier()
+
+    def _read_index(self) -> asyncio.Future[int]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+
+        def resolve(index: int) -> None:
+            if not fut.done():  # the read may have timed out meanwhile
+                fut.set_result(index)
+
+        self.raft.read_index(lambda index: loop.call_soon_threadsafe(resolve, index))
+        return fut
 
     async def _wait_revision(self, revision: int) -> None:
         delay = 0.001
