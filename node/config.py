@@ -48,8 +48,10 @@ class RaftSettings:
     snapshot_min_entries: int = 5000
     snapshot_min_seconds: int = 300
     # ...or as soon as the journal holds this many bytes: a restart reads the whole
-    # journal back (and keeps it in memory), so this bounds cold-start time and memory.
-    snapshot_max_journal_bytes: int = 64 * 1024 * 1024
+    # journal back (and keeps it in memory), so this bounds cold-start time (~0.5 s per
+    # 100 MiB) and memory. Lower costs steady writes: each snapshot copies the DB once
+    # (4 KiB puts at 64 clients: 1,731 ops/s without snapshots, 1,496 with one every 64 MiB).
+    snapshot_max_journal_bytes: int = 256 * 1024 * 1024
     # Leader gathers at most this many bytes of ops into one raft entry.
     max_entry_bytes: int = 8 * 1024 * 1024
     # Raft entries a node may have proposed and not yet seen applied (pipelining depth).

@@ -45,6 +45,7 @@ class Api:
         self._unsafe_reads = serve_reads_without_barrier
         self._urls = {n.id: n.http_url for n in cluster.nodes}
         self.shutting_down = False
+        self._read_waiters: list[asyncio.Future[int]] = []  # ReadIndex requests not yet sent
         # path template -> method -> handler
         self._methods: dict[str, dict[str, Any]] = {}
         for (method, path), handler in self.routes().items():
@@ -193,15 +194,24 @@ class Api:
         await self.proposer.barrier()
 
     def _read_index(self) -> asyncio.Future[int]:
+        # Reads parsed in one loop iteration share one request to the raft thread (one
+        # wake-up, one hand-back) instead of one each.
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[int] = loop.create_future()
+        if not self._read_waiters:
+            loop.call_soon(self._request_read_index, loop)
+        self._read_waiters.append(fut)
+        return fut
+
+    def _request_read_index(self, loop: asyncio.AbstractEventLoop) -> None:
+        waiters, self._read_waiters = self._read_waiters, []
 
         def resolve(index: int) -> None:
-            if not fut.done():  # the read may have timed out meanwhile
-                fut.set_result(index)
+            for fut in waiters:
+                if not fut.done():  # a read may have timed out meanwhile
+                    fut.set_result(index)
 
         self.raft.read_index(lambda index: loop.call_soon_threadsafe(resolve, index))
-        return fut
 
     async def _wait_revision(self, revision: int) -> None:
         delay = 0.001

@@ -633,6 +633,16 @@ class StateMachine:
             shutil.rmtree(work, ignore_errors=True)
             tmp.unlink(missing_ok=True)
 
+    def flush(self) -> None:
+        """Write the memtable to an SST file now (any thread; applies go on meanwhile).
+
+        A checkpoint flushes first; doing most of that work here, off the raft thread,
+        keeps the checkpoint itself short."""
+        try:
+            self._db.flush(True)
+        except Exception as e:
+            raise StorageError(f"RocksDB flush failed: {e}") from e
+
     def checkpoint(self) -> Path:
         """A consistent checkpoint of the DB in a new directory (hard links: fast).
 
