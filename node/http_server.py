@@ -146,6 +146,7 @@ class _HttpProtocol(asyncio.Protocol):
         self._close_when_idle = False
         self._lingering = 0  # > 0: bytes still allowed in before we drop the connection
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_since = 0.0  # loop time of the last answer (or of the connection)
 
     # -- connection -------------------------------------------------------------------
 
@@ -176,16 +177,25 @@ class _HttpProtocol(asyncio.Protocol):
             self.transport.close()
 
     def _arm_idle_timer(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-        self._idle_timer = self.loop.call_later(self.limits.keepalive_timeout, self._idle_expired)
+        # Called after every answer: only note the time; the one timer re-arms itself lazily
+        # (a cancel + call_later per request showed up in the leader's profile).
+        self._idle_since = self.loop.time()
+        if self._idle_timer is None:
+            self._idle_timer = self.loop.call_at(
+                self._idle_since + self.limits.keepalive_timeout, self._idle_expired
+            )
 
     def _idle_expired(self) -> None:
         self._idle_timer = None
-        if not self._busy and not self._queue:
-            self.abort()
+        now = self.loop.time()
+        if self._busy or self._queue:
+            due = now + self.limits.keepalive_timeout  # serving: look again a period later
         else:
-            self._arm_idle_timer()
+            due = self._idle_since + self.limits.keepalive_timeout
+            if now >= due:
+                self.abort()
+                return
+        self._idle_timer = self.loop.call_at(due, self._idle_expired)
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:

@@ -237,3 +237,14 @@ async def test_client_gone_mid_request_does_not_cancel_the_handler(server):
     await asyncio.sleep(0.05)
     writer.close()
     await asyncio.wait_for(finished.wait(), 5)
+
+
+async def test_a_connection_in_use_outlives_the_keepalive_timeout(server):
+    # keepalive_timeout is 0.5 s: a request every 0.2 s for 1.4 s keeps one connection.
+    reader, writer = await _connect(server)
+    for i in range(7):
+        writer.write(_post(f"/r{i}", b""))
+        assert (await _read_response(reader))[0] == 200
+        await asyncio.sleep(0.2)
+    assert len(server.connections) == 1
+    writer.close()
