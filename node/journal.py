@@ -78,6 +78,8 @@ from typing import NoReturn, TypeVar
 
 import msgpack
 
+from node import failpoints
+
 log = logging.getLogger("statekeeper.journal")
 
 FSYNC_MODES = ("always", "never")
@@ -487,7 +489,9 @@ class DurableJournal:
             out += len(kept)
             if self._always:
                 self._fsync(tmp_fd, "fsync of the rewritten log")
+            failpoints.hit("journal-prefix-drop")
             self._guard("rename of the rewritten log", os.replace, self._tmp_path, self.path)
+            failpoints.hit("journal-prefix-dropped")
             if self._always:
                 self._fsync(self._dir_fd, "fsync of the journal directory")
         except BaseException:
