@@ -127,7 +127,7 @@ class Unavailable(StatekeeperError):
 
 
 class InvalidRequest(StatekeeperError, ValueError):
-    """The request was rejected as invalid (HTTP 400/405/413/415); retrying will not help.
+    """The request was rejected as invalid (HTTP 400/405/413/415/422); retrying will not help.
 
     Also a :class:`ValueError`, and raised client-side for bad arguments.
     """
@@ -169,6 +169,7 @@ _BY_CODE: dict[str, type[StatekeeperError]] = {
     "too_many_ops": InvalidRequest,
     "future_revision": InvalidRequest,
     "method_not_allowed": InvalidRequest,
+    "idempotency_key_reused": InvalidRequest,
 }
 
 _BY_STATUS: dict[int, type[StatekeeperError]] = {
@@ -179,6 +180,7 @@ _BY_STATUS: dict[int, type[StatekeeperError]] = {
     410: Compacted,
     413: InvalidRequest,
     415: InvalidRequest,
+    422: InvalidRequest,
     502: Unavailable,
     503: Unavailable,
     504: Timeout,

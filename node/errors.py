@@ -26,6 +26,7 @@ STATUS: dict[str, int] = {
     "key_not_found": 404,
     "not_found": 404,
     "compare_failed": 409,
+    "idempotency_key_reused": 422,  # the key came with another request before
     "compacted": 410,
     "unavailable": 503,
     "not_ready": 503,  # GET /v1/health/ready

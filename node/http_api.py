@@ -261,10 +261,17 @@ class Api:
             self._check_serving()
             size = (request.content_length) // max(1, len(ops))
             done = await self._with_timeout(
-                asyncio.gather(*(self.proposer.write(op, size) for _, op in writes)), "write"
+                asyncio.gather(
+                    *(self.proposer.write(op, size) for _, op in writes), return_exceptions=True
+                ),
+                "write",
             )
             for (i, _), r in zip(writes, done, strict=True):
                 results[i] = r
+            _raise_unless_partly_applied(done)
+            for i, r in enumerate(results):
+                if isinstance(r, OpError):
+                    results[i] = {"error": r.to_dict()}
         if len(writes) < len(ops):
             # Reads of a batch are served after its writes, so they see them.
             if not writes or consistency != "linearizable":
@@ -326,3 +333,16 @@ class Api:
         from node.openapi import document
 
         return self._respond(document(), codec.JSON)
+
+
+def _raise_unless_partly_applied(outcomes: list) -> None:
+    """A batch's writes may be split over several raft entries that fail separately. When
+    none of them applied, answer with one error (the weakest claim: "timeout" if any entry's
+    outcome is unknown, so "unavailable, nothing was applied" is only said when true for all).
+    When some applied, return and let each op's result carry its own outcome."""
+    errors = [r for r in outcomes if isinstance(r, BaseException)]
+    for e in errors:
+        if not isinstance(e, OpError):
+            raise e
+    if errors and len(errors) == len(outcomes):
+        raise next((e for e in errors if e.code == "timeout"), errors[0])

@@ -78,6 +78,7 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
         raft.submit,
         max_entry_bytes=cfg.raft.max_entry_bytes,
         max_inflight=cfg.raft.max_inflight_entries,
+        inflight_timeout=cfg.raft.request_timeout,
     )
     raft.on_leadership_lost(proposer.leadership_lost)
     api = Api(cfg, node_id, sm, raft, proposer, serve_reads_without_barrier=unsafe_reads)

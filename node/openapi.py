@@ -54,6 +54,7 @@ ERROR_WHEN: dict[str, str] = {
     "not_found": "unknown path",
     "method_not_allowed": "the path exists but not for this method",
     "compare_failed": "the cas expectation was not met (the body has the current `kv` and `revision`)",
+    "idempotency_key_reused": "the idempotency_key was already used in this namespace for a different request (nothing applied)",
     "compacted": "the read revision is below compact_revision (history dropped)",
     "unavailable": "no leader / no quorum / shutting down: retry, possibly on another node",
     "not_ready": "no leader known, or this node lags behind the leader's commit index",

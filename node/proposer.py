@@ -5,6 +5,17 @@ next one; that entry carries all of their ops at once (one raft round trip, one 
 one RocksDB WriteBatch for many ops). A read is linearizable once ANY entry proposed
 after the read arrived has been applied on this node, so waiting reads ride along in the
 next entry, which is empty ("a barrier") when no write is pending.
+
+An entry in flight that hears nothing back within `inflight_timeout` is given up: its
+writers get "timeout" (outcome unknown: it may still commit) and its readers
+"unavailable", and the proposer moves on. pysyncobj can lose the callback of an entry (a
+forwarded command whose send or reply is lost, a snapshot installed over a waiting
+index); without this expiry one lost callback stopped the node proposing anything until
+the next leader change. A callback that arrives after the expiry is ignored.
+
+Whatever goes wrong inside submit() means "outcome unknown", never "not applied":
+pysyncobj queues the command before the steps that can raise. Only an explicit NO_LEADER
+from raft (the command was never queued) is reported as "nothing was applied".
 """
 
 from __future__ import annotations
@@ -14,8 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import msgpack
-
+from node import entry
 from node.errors import OpError
 from node.raft import SubmitError
 
@@ -38,6 +48,7 @@ class _Pending:
     futures: list[asyncio.Future] = field(default_factory=list)
     readers: list[asyncio.Future] = field(default_factory=list)
     size: int = 0
+    expiry: asyncio.TimerHandle | None = None
 
 
 class Proposer:
@@ -49,11 +60,14 @@ class Proposer:
         *,
         max_entry_bytes: int = 8 * 1024 * 1024,
         max_inflight: int = 1,
+        inflight_timeout: float = 5.0,
         clock: Callable[[], float] = time.time,
     ):
         self._submit = submit
         self._max_entry_bytes = max_entry_bytes
         self._max_inflight = max_inflight
+        self._inflight_timeout = inflight_timeout
+        # Provisional: the leader restamps every entry with its own time (node/raft.py).
         self._clock = clock
         self._pending = _Pending()
         self._inflight: set[_Pending] = set()
@@ -101,23 +115,29 @@ class Proposer:
             return
         self._pending = _Pending()
         self._inflight.add(p)
-        payload = msgpack.packb({"t": int(self._clock() * 1000), "ops": p.ops}, use_bin_type=True)
+        payload = entry.encode(int(self._clock() * 1000), p.ops)
         self.entries_proposed += 1
         self.ops_proposed += len(p.ops)
         loop = self._loop_now()
+        p.expiry = loop.call_later(self._inflight_timeout, self._expire, p)
 
         def on_applied(results, err):  # raft thread: hand over, never block
             loop.call_soon_threadsafe(self._complete, p, results, err)
 
         try:
             self._submit(payload, on_applied)
-        except Exception as e:  # the raft layer refused synchronously
-            self._complete(p, None, SubmitError.NO_LEADER, e)
+        except Exception:  # raised after the command may have been queued: unknown
+            self._complete(p, None, SubmitError.OUTCOME_UNKNOWN)
 
-    def _complete(self, p: _Pending, results, err, exc: Exception | None = None) -> None:
-        if p not in self._inflight:  # already failed by leadership_lost()
+    def _expire(self, p: _Pending) -> None:
+        self._complete(p, None, SubmitError.OUTCOME_UNKNOWN)
+
+    def _complete(self, p: _Pending, results, err) -> None:
+        if p not in self._inflight:  # already failed by leadership_lost() or expired
             return
         self._inflight.discard(p)
+        if p.expiry is not None:
+            p.expiry.cancel()
         if err is not None or not isinstance(results, list) or len(results) != len(p.ops):
             error = _error_for(err or SubmitError.OUTCOME_UNKNOWN)
             for f in p.futures + p.readers:
@@ -143,6 +163,8 @@ class Proposer:
     def _fail_inflight(self) -> None:
         batches, self._inflight = self._inflight, set()
         for p in batches:
+            if p.expiry is not None:
+                p.expiry.cancel()
             for f in p.futures:
                 if not f.done():
                     f.set_exception(_error_for(SubmitError.OUTCOME_UNKNOWN))

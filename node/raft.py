@@ -10,7 +10,8 @@ Interface (what the rest of the node uses):
     .destroy()
 
 pysyncobj 0.3.17 defects this module works around (see ../shared/DESIGN.md), each with a
-test in tests/integration/test_durability.py or test_raft_workarounds.py:
+test in tests/integration/ (test_raft_workarounds.py, test_raft_safety.py,
+test_raft_defects.py) unless named:
 - FileJournal never fsyncs: we hand it DurableJournal (node/journal.py) instead, and sync
   it once per received AppendEntries before the follower answers, and at the start of every
   tick, before the leader counts its own entries towards the commit index.
@@ -26,6 +27,22 @@ test in tests/integration/test_durability.py or test_raft_workarounds.py:
 - restart re-applies journal entries after the last snapshot: apply_fn skips indexes the
   state machine already recorded (the index being applied is raftLastApplied + 1).
 - one thread does networking, elections, apply and callbacks: callbacks must not block.
+- a crash between a snapshot's rename and the journal's prefix drop made the next start
+  cut the journal to the snapshot's two entries, losing acknowledged entries after it:
+  loading keeps the entries after the snapshot's last one (Raft's InstallSnapshot rule).
+  Test: tests/integration/test_raft_defects.py::test_crash_after_snapshot_rename_keeps_later_entries
+- a snapshot-install message (no prevLogIdx) set commit = min(leaderCommit, last index),
+  applying a deposed leader's never-committed tail: it now commits at most the snapshot.
+  Test: test_snapshot_install_message_never_commits_a_stale_tail
+- replies to AppendEntries carry no term and the leader takes any success: we tag them with
+  the term and the leader drops other terms' replies. Test: test_stale_term_reply_is_ignored
+- pre-vote counted its majority only when a reply arrived: a one-node cluster never elected
+  a leader. Test: test_one_node_cluster_elects_itself
+- submit() raised BlockingIOError when the wake-up pipe was full although the command was
+  queued (and so applied later): a full pipe is ignored. Test: tests/unit/test_proposer.py
+- entries carry the time of whichever node built them: the leader restamps every regular
+  command it appends (node/cluster_clock.py bounds that time). Test: test_raft_defects.py::
+  test_a_follower_clock_a_day_ahead_does_not_expire_idempotency
 """
 
 from __future__ import annotations
@@ -54,7 +71,8 @@ from pysyncobj import pickle as _pysyncobj_pickle
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.node import TCPNode
 
-from node import snapshot_file
+from node import entry, failpoints, snapshot_file
+from node.cluster_clock import ClusterClock
 from node.config import ClusterConfig, ConfigError
 from node.journal import DurableJournal
 
@@ -88,6 +106,8 @@ READ_INDEX_ACK = "sk_readindex_ack"
 READ_INDEX_NOT_LEADER = -1
 READ_INDEX_NOT_YET = -2
 _LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
+REGULAR_COMMAND = b"\x00"  # pysyncobj's _COMMAND_TYPE.REGULAR: a @replicated call
+NEXT_NODE_IDX = "next_node_idx"
 
 
 class SubmitError(Enum):
@@ -135,6 +155,10 @@ class Snapshotter(Protocol):
     def restore(self, path: str) -> None: ...
     @property
     def applied_index(self) -> int: ...
+    @property
+    def clock_ms(self) -> int:
+        """The largest entry time applied so far (the replicated clock)."""
+        ...
 
 
 ApplyFn = Callable[[int, bytes], object]
@@ -157,9 +181,16 @@ def replicated_command_size(payload: bytes) -> int:
 class _RaftLog(DurableJournal):
     """The journal as pysyncobj sees it, made safe for followers: an entry that is
     already present with the same term is kept (a repeated or reordered AppendEntries
-    must not shorten the log); only a real term conflict truncates (Raft 5.3)."""
+    must not shorten the log); only a real term conflict truncates (Raft 5.3).
+
+    While `stamp` is set (only around the leader's own appends, see
+    _SyncObj._checkCommandsToApply) every regular command gets the leader's time."""
+
+    stamp: Callable[[], int] | None = None
 
     def add(self, command: bytes, idx: int, term: int) -> None:
+        if self.stamp is not None and command[:1] == REGULAR_COMMAND:
+            command = entry.restamp(command, self.stamp())
         if len(self):
             first, last = self[0][1], self[-1][1]
             if first <= idx <= last:
@@ -264,11 +295,15 @@ class _SyncObj(SyncObj):
         journal: _RaftLog,
         encryptor: _AuthenticatingEncryptor,
         *,
+        clock: ClusterClock,
         max_journal_bytes: float = math.inf,
         flush_state_machine: Callable[[], None] = lambda: None,
     ):
         # Everything the raft thread touches must exist before SyncObj.__init__ starts it.
         self._apply_fn = apply_fn
+        self._clock = clock
+        self._clock_term = -1  # term in which the clock was last anchored
+        self._installed_snapshot: int | None = None  # last index of a snapshot just installed
         self._journal = journal
         self._sk_encryptor = encryptor
         self._election_timeout_min = conf.raftMinTimeout
@@ -294,6 +329,21 @@ class _SyncObj(SyncObj):
                 super().__init__(self_addr, peers, conf=conf)
             finally:
                 _syncobj_module.createJournal = original
+        self._tolerate_full_wakeup_pipe()
+
+    def _tolerate_full_wakeup_pipe(self) -> None:
+        """pysyncobj queues a command, then writes a byte to a non-blocking pipe to wake
+        the raft thread; with the pipe full (the raft thread busy for a while) that write
+        raises BlockingIOError out of submit() although the command IS queued and will be
+        applied. A full pipe already guarantees a wake-up, so the error means nothing."""
+        notifier = self._SyncObj__pipeNotifier
+        write = notifier.notify
+
+        def notify() -> None:
+            with contextlib.suppress(BlockingIOError):
+                write()
+
+        notifier.notify = notify
 
     @property
     def encryptor(self):  # what pysyncobj's transport puts on every connection
@@ -334,18 +384,38 @@ class _SyncObj(SyncObj):
         self._answer_confirmed_reads()
 
     def _checkCommandsToApply(self) -> None:
+        # This is where the leader appends queued commands (its own and forwarded ones):
+        # each gets the leader's time (node/cluster_clock.py), whoever built it.
+        if self._isLeader():
+            if self._clock_term != self.raftCurrentTerm:
+                self._clock.anchor()
+                self._clock_term = self.raftCurrentTerm
+            self._journal.stamp = self._clock.stamp
+        try:
+            super()._checkCommandsToApply()
+        finally:
+            self._journal.stamp = None
         # The leader has just appended (and already sent) new entries: fsync them now, while
         # the followers write theirs, rather than at the next tick, after their answers.
-        super()._checkCommandsToApply()
         if self._isLeader():
             self._journal.sync()
 
     def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):
         # A follower acknowledges only entries that are on disk (one fsync per message).
         self._journal.sync()
-        SyncObj._SyncObj__sendNextNodeIdx(  # type: ignore[attr-defined]
-            self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success
-        )
+        failpoints.hit("follower-after-fsync")
+        if nextNodeIdx is None:
+            nextNodeIdx = self._journal[-1][1] + 1
+        # pysyncobj's reply carries no term, and its leader takes any success reply: a late
+        # one from an earlier term could raise matchIndex above what the follower holds now.
+        # We tag replies with our term; the leader drops those not of its term.
+        self._SyncObj__transport.send(node, {
+            "type": NEXT_NODE_IDX,
+            "next_node_idx": nextNodeIdx,
+            "reset": reset,
+            "success": success,
+            "term": self.raftCurrentTerm,
+        })
 
     # -- peers that never authenticate -------------------------------------------------
 
@@ -387,22 +457,62 @@ class _SyncObj(SyncObj):
             return self._on_read_index_request(node, message)
         if kind == READ_INDEX_ACK:
             return self._on_read_index_ack(node, message)
+        if kind == NEXT_NODE_IDX and message.get("term") != self.raftCurrentTerm:
+            return None  # a reply to an earlier term's AppendEntries (see __sendNextNodeIdx)
         if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
             self._last_leader_contact = time.monotonic()
             self._prevote, self._prevote_won = None, False
-            if "prevLogIdx" in message:
-                before = self.raftCommitIndex
-                SyncObj._SyncObj__onMessageReceived(self, node, message)  # type: ignore[attr-defined]
-                # Raft: commit up to min(leaderCommit, last entry THIS message vouched for),
-                # not up to our log's end, which may hold a stale term's entries now that
-                # we no longer truncate blindly.
-                n = 1 if message.get("transmission") == "finish" else len(message.get("entries", ()))
-                bound = max(before, min(message["commit_index"], message["prevLogIdx"] + n))
-                if self.raftCommitIndex > bound:
-                    self._SyncObj__raftCommitIndex = bound
-                    self._journal.setRaftCommitIndex(bound)
-                return None
+            return self._on_append_entries(node, message)
         return SyncObj._SyncObj__onMessageReceived(self, node, message)  # type: ignore[attr-defined]
+
+    def _on_append_entries(self, node, message: dict) -> None:
+        """pysyncobj sets commit = min(leaderCommit, our last index) after any AppendEntries.
+        Our log may end in a stale term's entries (we truncate only at a real conflict), so
+        commit only what THIS message vouched for: up to prevLogIdx + its entries, or, for a
+        snapshot-install message (no prevLogIdx: a chunk, or None while the leader is still
+        packing), up to the snapshot's last index once it is installed, else not at all."""
+        before = self.raftCommitIndex
+        self._installed_snapshot = None
+        SyncObj._SyncObj__onMessageReceived(self, node, message)  # type: ignore[attr-defined]
+        if "prevLogIdx" in message:
+            n = 1 if message.get("transmission") == "finish" else len(message.get("entries", ()))
+            vouched = min(message["commit_index"], message["prevLogIdx"] + n)
+        else:
+            vouched = self._installed_snapshot or 0
+        bound = max(before, vouched)
+        if self.raftCommitIndex > bound:
+            self._SyncObj__raftCommitIndex = bound
+            self._journal.setRaftCommitIndex(bound)
+
+    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
+        """Load the snapshot at start (clearJournal False) or after receiving it from the
+        leader (True). pysyncobj keeps the journal only if it starts exactly with the
+        snapshot's (prev, last) entries, and otherwise cuts it to those two: after a crash
+        between the snapshot's rename and the journal's prefix drop that threw away every
+        entry after the snapshot, entries this node had fsynced, acknowledged and applied.
+        Raft's rule instead: if the journal holds the snapshot's last entry (same index and
+        term), keep what follows it and drop only what precedes; else start from the
+        snapshot alone."""
+        try:
+            header, _ = snapshot_file.read_header(self._SyncObj__conf.fullDumpFile)
+            prev, last = _entry_tuple(header["prev"]), _entry_tuple(header["last"])
+        except Exception:
+            log.exception("reading the snapshot header failed")
+            return SyncObj._SyncObj__loadDumpFile(self, clearJournal)  # type: ignore[attr-defined]
+        if clearJournal:
+            failpoints.hit("snapshot-install")
+        self._cut_journal_before(prev, last)
+        SyncObj._SyncObj__loadDumpFile(self, False)  # type: ignore[attr-defined]
+        if clearJournal:
+            self._installed_snapshot = last[1]
+
+    def _cut_journal_before(self, prev: tuple, last: tuple) -> None:
+        j = self._journal
+        if len(j) < 2 or not j[0][1] <= prev[1] < j[-1][1]:
+            return
+        pos = prev[1] - j[0][1]
+        if j[pos] == prev and j[pos + 1] == last and pos > 0:
+            j.deleteEntriesTo(pos)  # crash-safe: new file, fsync, rename, fsync dir
 
     def _flush_then_compact(self) -> None:
         try:
@@ -514,6 +624,7 @@ class _SyncObj(SyncObj):
         for peer in self.otherNodes:
             transport.send(peer, request)
         self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        self._count_prevotes()  # a one-node cluster has its majority already
 
     def _on_prevote_request(self, node, m: dict) -> None:
         heard_from_leader = time.monotonic() - self._last_leader_contact < self._election_timeout_min
@@ -531,7 +642,10 @@ class _SyncObj(SyncObj):
         if self._prevote is None or m.get("term") != self._prevote[0] or not m.get("granted"):
             return
         self._prevote[1].add(node)
-        if len(self._prevote[1]) > (len(self.otherNodes) + 1) / 2:
+        self._count_prevotes()
+
+    def _count_prevotes(self) -> None:
+        if self._prevote is not None and len(self._prevote[1]) > (len(self.otherNodes) + 1) / 2:
             self._prevote, self._prevote_won = None, True
             self._SyncObj__raftElectionDeadline = 0
 
@@ -546,6 +660,7 @@ class RaftNode:
         apply_fn: ApplyFn,
         snapshotter: Snapshotter,
         max_ready_lag: int = 1000,
+        clock: ClusterClock | None = None,
     ):
         if not cluster.secret:
             raise ConfigError(
@@ -593,6 +708,7 @@ class RaftNode:
         self._encryptor = _AuthenticatingEncryptor(cluster.secret)
         self._obj = _SyncObj(
             self._me.raft_address, peers, conf, apply_fn, self._journal, self._encryptor,
+            clock=clock or ClusterClock(lambda: snapshotter.clock_ms),
             max_journal_bytes=r.snapshot_max_journal_bytes,
             flush_state_machine=snapshotter.flush,
         )
@@ -629,12 +745,14 @@ class RaftNode:
             delay = float(os.environ.get(SNAPSHOT_DELAY_ENV, "0") or 0)
             if delay:  # fault injection for tests: a snapshot that takes this long
                 time.sleep(delay)
+            failpoints.hit("snapshot-pack")
             snapshot_file.write(
                 tmp, header, lambda f: self._snapshotter.write_checkpoint(work, f), durable=self._durable
             )
             os.replace(tmp, final)
             if self._durable:  # before the journal drops the entries the snapshot covers
                 snapshot_file.fsync_dir(self._raft_dir)
+            failpoints.hit("snapshot-after-rename")
             self.snapshots_taken += 1
             self._snapshot_state = SERIALIZER_STATE.SUCCESS
         except Exception:

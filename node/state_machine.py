@@ -24,8 +24,8 @@ byte order of the composite keys equals (ns, key, revision) order):
                                          rev (no read at >= rev needs it). A tombstone
                                          also indexes itself at its own revision so a
                                          deleted key vanishes once compacted past it.
-    b"i" idempotency_key                 [expires_ms, revision, result]
-    b"e" ms8 idempotency_key             empty; expiry index of the "i" records
+    b"i" ns 0x00 idempotency_key         [expires_ms, revision, result, op_digest]
+    b"e" ms8 ns 0x00 idempotency_key     empty; expiry index of the "i" records
 
 The value of a key is stored once (in its "h" record); "c" holds only metadata so
 writes stay cheap and reads of the latest state need no history scan.
@@ -39,10 +39,16 @@ entry wrote, so it keeps up with any write rate). `pruned_rev` remembers how far
 it got (seek position, skips RocksDB tombstones). Reads at R >= C stay exact
 because the newest record <= C of every key is never superseded at <= C.
 
-Idempotency: `clock` = max of all entry timestamps seen (so time never runs
-backwards across leader changes); a record expires at clock + idempotency_seconds
-when stored and is pruned (bounded per entry) once clock passes it. Results of
-failed ops (errors) are not stored: a failed op leaves no trace.
+Idempotency: a key is scoped to the op's namespace (ns-less ops such as compact use
+the empty ns) and bound to the op it came with: the record keeps a 16-byte BLAKE2b
+digest of the op (without its idempotency_key, dict keys sorted), and the same key
+with another op fails with `idempotency_key_reused` instead of replaying a result
+that belongs to a different request. `clock` = max of all entry timestamps seen
+(time only the leader stamps, node/cluster_clock.py; it never runs backwards across
+leader changes); a record expires at clock + idempotency_seconds when stored and is
+pruned (bounded per entry) once clock passes it. Results of failed ops (errors) are
+not stored: a failed op leaves no trace. Records written before keys were scoped
+(b"i" idempotency_key, 3 fields) are never matched again and expire as before.
 
 Range continuation tokens encode (revision, next key) (see node.ops); later pages
 are served at the first page's revision, so paging is consistent as long as that
@@ -58,6 +64,8 @@ opening a StateMachine finishes or rolls back an interrupted swap.
 from __future__ import annotations
 
 import base64
+import contextlib
+import hashlib
 import heapq
 import io
 import os
@@ -83,6 +91,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from node import entry as raft_entry
 from node.config import Limits, Retention
 from node.errors import OpError
 from node.ops import decode_continuation, encode_continuation, validate_op
@@ -490,6 +499,11 @@ class StateMachine:
         return self._applied_index
 
     @property
+    def clock_ms(self) -> int:
+        """The largest entry time applied so far (ms): the replicated clock."""
+        return self._clock
+
+    @property
     def revision(self) -> int:
         return self._revision
 
@@ -847,19 +861,16 @@ class _Apply:
     # -- entry --
 
     def run(self, entry: Any) -> list[dict]:
-        ops = None
         try:
-            doc = msgpack.unpackb(entry, raw=False)
-        except Exception:
-            doc = None
-        if isinstance(doc, dict):
-            ops, t = doc.get("ops"), doc.get("t")
-            if isinstance(ops, list) and type(t) is int and 0 <= t < 2**63:
-                self.clock = max(self.clock, t)
-                return [self._run_op(op) for op in ops]
-        n = len(ops) if isinstance(ops, list) else 1
-        message = 'not a valid raft entry (want msgpack {"t": int, "ops": [op, ...]})'
-        return [{"error": {"code": "invalid_request", "message": message}} for _ in range(n)]
+            t, ops = raft_entry.decode(entry)
+        except raft_entry.EntryError as e:
+            n = 1
+            with contextlib.suppress(Exception):
+                ops = msgpack.unpackb(entry, raw=False).get("ops")
+                n = len(ops) if isinstance(ops, list) else 1
+            return [{"error": {"code": "invalid_request", "message": str(e)}} for _ in range(n)]
+        self.clock = max(self.clock, t)
+        return [self._run_op(op) for op in ops]
 
     def _run_op(self, raw: Any) -> dict:
         saved = (self.compact_revision, self.hist_written, self.idem_written, self.stored_min_exp)
@@ -869,16 +880,24 @@ class _Apply:
             ik = op.get("idempotency_key")
             old_exp = None
             if ik is not None:
-                stored = self.point(IDEM + ik.encode())
+                record_id = idempotency_record_id(op)
+                digest = op_digest(op)
+                stored = self.point(IDEM + record_id)
                 if stored is not None:
-                    exp, _, result = _unpack(stored)
+                    exp, _, result, *bound_to = _unpack(stored)
                     if exp > self.clock:
+                        if bound_to and bound_to[0] != digest:
+                            raise OpError(
+                                "idempotency_key_reused",
+                                f"idempotency_key {ik!r} was already used in namespace "
+                                f"{op.get('ns', '')!r} for a different request; use a new key",
+                            )
                         result["replayed"] = True
                         return result
                     old_exp = exp  # expired, not pruned yet: replaced below
             result = _HANDLERS[op["op"]](self, op)
             if ik is not None and self.retention.idempotency_seconds > 0:
-                self._remember(ik, old_exp, result)
+                self._remember(record_id, digest, old_exp, result)
             if self.wrote:
                 self.revision += 1
             self.overlay.update(self.staging)
@@ -897,13 +916,12 @@ class _Apply:
     def _stage(self, k: bytes, v: bytes | None) -> None:
         self.staging[k] = v
 
-    def _remember(self, ik: str, old_exp: int | None, result: dict) -> None:
-        ikb = ik.encode()
+    def _remember(self, ikb: bytes, digest: bytes, old_exp: int | None, result: dict) -> None:
         if old_exp is not None:
             self._stage(IDEM_EXP + _p64(old_exp) + ikb, None)
         exp = self.clock + self.retention.idempotency_seconds * 1000
         rev = self.revision + 1 if self.wrote else self.revision
-        self._stage(IDEM + ikb, self.pack([exp, rev, result]))
+        self._stage(IDEM + ikb, self.pack([exp, rev, result, digest]))
         self._stage(IDEM_EXP + _p64(exp) + ikb, b"")
         self.idem_written += 1
         self.stored_min_exp = min(self.stored_min_exp, exp)
@@ -1128,6 +1146,27 @@ class _Apply:
 
 
 _META_INDEX = {"version": 0, "create_revision": 1, "mod_revision": 2}
+
+
+def idempotency_record_id(op: dict) -> bytes:
+    """Where an op's idempotency record lives: its ns, NUL, its key (ns has no NUL)."""
+    return op.get("ns", "").encode() + SEP + op["idempotency_key"].encode()
+
+
+def _canonical(v: Any) -> Any:
+    if isinstance(v, dict):
+        return [[k, _canonical(v[k])] for k in sorted(v)]
+    if isinstance(v, list | tuple):
+        return [_canonical(x) for x in v]
+    return v
+
+
+def op_digest(op: dict) -> bytes:
+    """What binds an idempotency key to its request: a digest of the validated op without
+    the key itself, independent of the order of its fields (a retry is re-validated)."""
+    body = {k: v for k, v in op.items() if k != "idempotency_key"}
+    packed = msgpack.packb(_canonical(body), use_bin_type=True)
+    return hashlib.blake2b(packed, digest_size=16).digest()
 
 
 def _fix_txn_result(result: dict, revision: int, op_ns: str, txn_ns: str) -> None:

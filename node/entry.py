@@ -1,0 +1,74 @@
+"""The raft entry format: its one owner (built by the proposer, stamped by the leader,
+read by the state machine).
+
+One entry is a msgpack map `{"t": time_ms, "ops": [op, ...]}` (docs/protocol.md, "Raft
+entries"). `encode` always writes `t` first and as a msgpack uint64 (0xcf + 8 bytes), so the
+entry starts with the fixed 12 bytes
+
+    0x82 0xa1 't' 0xcf <u64 big-endian time_ms>
+
+and the leader can replace the time in place (`restamp`) without decoding the ops: apply
+must only ever see time that the LEADER read from its clock (an entry built on a follower,
+a forwarded write or read barrier, carries the follower's clock until the leader restamps
+it when it appends the entry). The non-minimal integer encoding is valid msgpack, so
+entries written before this layout (minimal encoding) still decode.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgpack
+
+STAMP_PREFIX = b"\x82\xa1t\xcf"  # fixmap(2), fixstr "t", uint64
+_TIME = struct.Struct(">Q")
+STAMP_END = len(STAMP_PREFIX) + _TIME.size  # 12
+_OPS_KEY = b"\xa3ops"
+# How far into a wrapped command (pysyncobj's type byte + pickle header) the entry may start.
+_SEARCH = 64
+
+
+class EntryError(ValueError):
+    """Bytes that are not a raft entry of this format."""
+
+
+def encode(time_ms: int, ops: list[dict]) -> bytes:
+    """One entry; `time_ms` is provisional until the leader restamps it."""
+    return STAMP_PREFIX + _TIME.pack(time_ms) + _OPS_KEY + msgpack.packb(ops, use_bin_type=True)
+
+
+def decode(payload: bytes) -> tuple[int, list[Any]]:
+    """(time_ms, ops) of an entry; raises EntryError for anything else."""
+    try:
+        doc = msgpack.unpackb(payload, raw=False)
+    except Exception as e:  # msgpack raises assorted errors on garbage
+        raise EntryError(f"not msgpack: {e}") from None
+    if isinstance(doc, dict):
+        ops, t = doc.get("ops"), doc.get("t")
+        if isinstance(ops, list) and type(t) is int and 0 <= t < 2**63:
+            return t, ops
+    raise EntryError('not a raft entry (want msgpack {"t": int, "ops": [op, ...]})')
+
+
+def stamp_of(buf: bytes) -> int | None:
+    """The time stamped in an entry, or in a command wrapping one near its start."""
+    pos = buf.find(STAMP_PREFIX, 0, _SEARCH)
+    if pos < 0:
+        return None
+    return _TIME.unpack_from(buf, pos + len(STAMP_PREFIX))[0]
+
+
+def restamp(buf: bytes, time_ms: int) -> bytes:
+    """`buf` with the entry's time replaced by `time_ms`.
+
+    `buf` is an entry, or a command that embeds one verbatim within its first 64 bytes
+    (pysyncobj's command: a type byte, then a pickle whose bytes object holds the entry; the
+    pickle header is ~20 bytes and cannot contain the prefix, since its length fields would
+    have to exceed 3 GB). A buffer without an entry of this layout is returned unchanged.
+    """
+    pos = buf.find(STAMP_PREFIX, 0, _SEARCH)
+    if pos < 0:
+        return buf
+    at = pos + len(STAMP_PREFIX)
+    return b"".join((buf[:at], _TIME.pack(time_ms), buf[at + _TIME.size :]))

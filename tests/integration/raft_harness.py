@@ -1,0 +1,96 @@
+"""Raft nodes in this process, on loopback, each with its own RocksDB state machine:
+for tests of node/raft.py that must reach into one node (inject a message on its raft
+thread, read its match index) while the others stay real peers. No HTTP."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from cluster.ports import free_ports
+from node import entry
+from node.config import ClusterConfig, NodeConfig, RaftSettings
+from node.raft import RaftNode, SubmitError
+from node.state_machine import StateMachine
+
+
+def config(base: Path, size: int, fsync: str = "always", **raft) -> ClusterConfig:
+    ports = free_ports(2 * size)
+    nodes = tuple(
+        NodeConfig(id=f"n{i}", host="127.0.0.1", raft_port=ports[2 * i], http_port=ports[2 * i + 1])
+        for i in range(size)
+    )
+    return ClusterConfig(
+        nodes=nodes, data_dir=str(base), fsync=fsync, secret="test-secret",
+        raft=dataclasses.replace(RaftSettings(), **raft),
+    )
+
+
+class Member:
+    def __init__(self, cfg: ClusterConfig, node_id: str):
+        self.node_id = node_id
+        self.sm = StateMachine(cfg.node_data_dir(node_id) / "db")
+        self.raft = RaftNode(cfg, node_id, self.sm.apply, self.sm)
+
+    @property
+    def obj(self):
+        return self.raft._obj
+
+    def submit(self, payload: bytes, timeout: float = 10.0) -> tuple[object, SubmitError | None]:
+        done = threading.Event()
+        out: list = []
+
+        def cb(result, err):
+            out.append((result, err))
+            done.set()
+
+        self.raft.submit(payload, cb)
+        if not done.wait(timeout):
+            raise TimeoutError(f"{self.node_id}: no callback within {timeout} s")
+        return out[0]
+
+    def put(self, key: str, value: bytes = b"v", ns: str = "a", **extra) -> dict:
+        op = {"op": "put", "ns": ns, "key": key, "value": value, **extra}
+        result, err = self.submit(entry.encode(int(time.time() * 1000), [op]))
+        assert err is None, err
+        return result[0]
+
+    def on_raft_thread(self, fn: Callable[[], None], timeout: float = 5.0) -> None:
+        """Run fn once on this node's raft thread (between two ticks) and wait for it."""
+        done = threading.Event()
+
+        def once():
+            if not done.is_set():
+                try:
+                    fn()
+                finally:
+                    done.set()
+
+        self.obj.addOnTickCallback(once)
+        try:
+            assert done.wait(timeout), "the raft thread did not tick"
+        finally:
+            self.obj.removeOnTickCallback(once)
+
+    def close(self) -> None:
+        self.raft.destroy()
+        self.sm.close()
+
+
+def wait_for(pred: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def leader_of(members: list[Member], timeout: float = 10.0) -> Member:
+    return wait_for(
+        lambda: next((m for m in members if m.raft.is_leader()), None), timeout, "a leader"
+    )

@@ -1,0 +1,90 @@
+"""The raft entry codec (node/entry.py) and the leader's bounded clock (cluster_clock.py)."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pysyncobj import pickle as pysyncobj_pickle
+
+from node import entry
+from node.cluster_clock import ClusterClock
+from node.raft import PEER_PICKLE_PROTOCOL  # importing node.raft sets pysyncobj's protocol
+
+OPS = [{"op": "put", "ns": "a", "key": "k", "value": b"v" * 300, "idempotency_key": None}]
+DAY_MS = 24 * 3600 * 1000
+
+
+@given(st.integers(min_value=0, max_value=2**63 - 1), st.integers(min_value=0, max_value=2**63 - 1))
+def test_restamp_inside_a_pysyncobj_command(t1: int, t2: int) -> None:
+    """With protocol 2 pysyncobj would encode bytes through latin-1 and the entry would not
+    appear verbatim in the command; node.raft sets protocol 5."""
+    assert PEER_PICKLE_PROTOCOL == 5
+    payload = entry.encode(t1, OPS)
+    command = b"\x00" + pysyncobj_pickle.dumps((0, (payload,)))
+    restamped = entry.restamp(command, t2)
+    func, (inner,) = pysyncobj_pickle.loads(restamped[1:])
+    assert func == 0
+    assert entry.decode(inner) == (t2, OPS)
+    assert entry.stamp_of(restamped) == t2
+
+
+def test_entries_of_the_old_layout_still_decode() -> None:
+    old = msgpack.packb({"t": 5, "ops": OPS}, use_bin_type=True)
+    assert entry.decode(old) == (5, OPS)
+    assert entry.restamp(old, 9) == old  # not this layout: left alone
+
+
+@pytest.mark.parametrize("bad", [b"", b"\xc1", msgpack.packb([1, 2]), msgpack.packb({"t": -1, "ops": []})])
+def test_not_an_entry(bad: bytes) -> None:
+    with pytest.raises(entry.EntryError):
+        entry.decode(bad)
+
+
+class Clocks:
+    def __init__(self, wall_ms: int) -> None:
+        self.wall_ms = wall_ms
+        self.mono = 100.0
+
+    def advance(self, seconds: float) -> None:
+        self.wall_ms += int(seconds * 1000)
+        self.mono += seconds
+
+
+def _clock(c: Clocks, replicated: int) -> ClusterClock:
+    return ClusterClock(lambda: replicated, wall=lambda: c.wall_ms / 1000, monotonic=lambda: c.mono, max_lead_ms=60_000)
+
+
+def test_a_wall_clock_a_day_ahead_moves_the_cluster_clock_by_at_most_the_lead() -> None:
+    c = Clocks(wall_ms=1_000_000 + DAY_MS)
+    clock = _clock(c, replicated=1_000_000)
+    clock.anchor()
+    assert clock.stamp() == 1_000_000 + 60_000
+    c.advance(10)
+    assert clock.stamp() == 1_000_000 + 10_000 + 60_000
+
+
+def test_a_wall_clock_behind_holds_the_cluster_clock() -> None:
+    c = Clocks(wall_ms=500_000)
+    clock = _clock(c, replicated=1_000_000)
+    clock.anchor()
+    assert clock.stamp() == 1_000_000
+    c.advance(5)
+    assert clock.stamp() == 1_000_000  # never backwards, never past the replicated clock's lead
+
+
+def test_a_correct_wall_clock_is_used_as_is() -> None:
+    c = Clocks(wall_ms=1_000_000)
+    clock = _clock(c, replicated=999_000)
+    clock.anchor()
+    assert clock.stamp() == 1_000_000
+    c.advance(2)
+    assert clock.stamp() == 1_002_000
+
+
+def test_a_fresh_cluster_anchors_at_the_wall_clock() -> None:
+    c = Clocks(wall_ms=1_700_000_000_000)
+    clock = _clock(c, replicated=0)
+    clock.anchor()
+    assert clock.stamp() == 1_700_000_000_000

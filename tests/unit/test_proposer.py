@@ -1,0 +1,136 @@
+"""Proposer (group commit) and the batch endpoint's answers when raft loses or refuses
+entries: an answer that says "nothing was applied" must be true (issue 9, defects 5, 6)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from node import entry
+from node.config import ClusterConfig, NodeConfig
+from node.errors import OpError
+from node.http_api import Api
+from node.http_server import Request
+from node.proposer import Proposer
+from node.raft import SubmitError
+
+PUT = {"op": "put", "ns": "a", "key": "k", "value": b"v", "idempotency_key": None}
+
+
+def test_a_lost_callback_does_not_wedge_the_proposer() -> None:
+    """Defect 5: with one entry in flight and its callback lost (pysyncobj can lose it),
+    nothing was ever proposed again until a leader change."""
+    calls: list[bytes] = []
+
+    def submit(payload, cb):
+        calls.append(payload)
+        if len(calls) > 1:
+            cb([{"revision": len(calls)}] * len(entry.decode(payload)[1]), None)
+
+    async def main():
+        p = Proposer(submit, inflight_timeout=0.2)
+        with pytest.raises(OpError) as lost:
+            await asyncio.wait_for(p.write(dict(PUT)), 2.0)
+        assert lost.value.code == "timeout"  # outcome unknown, not "not applied"
+        assert await asyncio.wait_for(p.write(dict(PUT)), 2.0) == {"revision": 2}
+        await asyncio.wait_for(p.barrier(), 2.0)
+
+    asyncio.run(main())
+
+
+def test_a_late_callback_after_expiry_is_ignored() -> None:
+    held = []
+
+    def submit(payload, cb):
+        held.append(cb)
+
+    async def main():
+        p = Proposer(submit, inflight_timeout=0.05)
+        with pytest.raises(OpError):
+            await p.write(dict(PUT))
+        held[0]([{"revision": 1}], None)  # arrives late: nothing to resolve, nothing raised
+        await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+
+
+def test_submit_raising_means_outcome_unknown() -> None:
+    """Defect 6: pysyncobj queues the command, then may raise (a full wake-up pipe); the
+    proposer answered "unavailable: nothing was applied" for a command that was applied."""
+
+    def submit(payload, cb):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    async def main():
+        p = Proposer(submit)
+        with pytest.raises(OpError) as e:
+            await p.write(dict(PUT))
+        assert e.value.code == "timeout"
+        assert "may or may not" in e.value.message
+
+    asyncio.run(main())
+
+
+def test_an_explicit_no_leader_still_says_not_applied() -> None:
+    def submit(payload, cb):
+        cb(None, SubmitError.NO_LEADER)
+
+    async def main():
+        p = Proposer(submit)
+        with pytest.raises(OpError) as e:
+            await p.write(dict(PUT))
+        assert e.value.code == "unavailable"
+
+    asyncio.run(main())
+
+
+def _api(submit) -> Api:
+    cfg = ClusterConfig(
+        nodes=(NodeConfig(id="n0", host="127.0.0.1", raft_port=1, http_port=2),), secret="s"
+    )
+    raft = SimpleNamespace(leader_known=lambda: True, is_leader=lambda: True)
+    # One op per entry, so a two-put batch becomes two raft entries.
+    proposer = Proposer(submit, max_entry_bytes=1)
+    return Api(cfg, "n0", sm=None, raft=raft, proposer=proposer)
+
+
+def _batch(api: Api, n: int) -> tuple[int, dict]:
+    body = {"ops": [{"op": "put", "key": f"k{i}", "value": "v"} for i in range(n)]}
+    req = Request("POST", "/v1/batch", "", {"content-type": "application/json"}, json.dumps(body).encode())
+    resp = asyncio.run(api.dispatch(req))
+    return resp.status, json.loads(resp.body)
+
+
+def test_batch_split_over_entries_reports_each_outcome() -> None:
+    """Defect 6: a batch split over two entries answered 503 "nothing was applied" when
+    only the second entry failed; the first op WAS applied."""
+    entries = []
+
+    def submit(payload, cb):
+        entries.append(payload)
+        if len(entries) == 1:
+            cb([{"revision": 1}], None)
+        else:
+            cb(None, SubmitError.NO_LEADER)
+
+    status, body = _batch(_api(submit), 2)
+    assert len(entries) == 2
+    assert status == 200, body
+    assert body["results"][0] == {"revision": 1}
+    assert body["results"][1]["error"]["code"] == "unavailable"
+
+
+def test_batch_whose_entries_all_failed_says_the_weakest_claim() -> None:
+    outcomes = iter([SubmitError.NO_LEADER, SubmitError.OUTCOME_UNKNOWN])
+
+    def submit(payload, cb):
+        cb(None, next(outcomes))
+
+    status, body = _batch(_api(submit), 2)
+    assert status == 504 and body["error"]["code"] == "timeout"
+
+    status, body = _batch(_api(lambda payload, cb: cb(None, SubmitError.NO_LEADER)), 2)
+    assert status == 503 and body["error"]["code"] == "unavailable"
