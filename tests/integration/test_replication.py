@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from client import Client, NotFound, RetryPolicy, StatekeeperError
+from client import Client, InvalidRequest, NotFound, RetryPolicy, StatekeeperError
 from cluster.supervisor import LocalCluster
 
 pytestmark = pytest.mark.integration
@@ -126,8 +126,12 @@ def test_follower_forwards_writes_and_answers_with_its_result(cluster: LocalClus
 def test_same_idempotency_key_applies_once(cluster: LocalCluster) -> None:
     with _client(cluster) as c:
         a = c.put("idem", b"first", idempotency_key="op-123")
-        b = c.put("idem", b"second", idempotency_key="op-123")
+        b = c.put("idem", b"first", idempotency_key="op-123")
         assert a.revision == b.revision
+        # The same key with another request is refused, not "replayed" (issue 9, defect 3).
+        with pytest.raises(InvalidRequest) as e:
+            c.put("idem", b"second", idempotency_key="op-123")
+        assert e.value.code == "idempotency_key_reused" and e.value.status == 422
         assert c.get("idem").value == b"first"
 
 
