@@ -1,4 +1,4 @@
-"""``statekeeper chaos ...`` (also ``python -m chaos ...``): run, list, suite.
+"""``statekeeper chaos ...`` (also ``python -m chaos ...``): run, list, suite, soak.
 
 Exit codes: 0 every verdict passed (or skipped / unknown), 1 a verdict failed or a run
 broke, 2 bad usage, 130 interrupted (after cleaning up).
@@ -7,9 +7,11 @@ broke, 2 bad usage, 130 interrupted (after cleaning up).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from node.config import FSYNC_MODES
 
@@ -25,6 +27,23 @@ def _run_args(p: argparse.ArgumentParser, *, suite: bool) -> None:
         metavar="S",
         help="seconds of workload per scenario (default: %(default)s)",
     )
+    _workload_args(p)
+    p.add_argument(
+        "--warmup",
+        type=float,
+        metavar="S",
+        help="seconds before the fault (default: 20%% of --duration, >= 2)",
+    )
+    p.add_argument(
+        "--fault-window",
+        type=float,
+        metavar="S",
+        help="seconds the fault lasts (default: 35%% of --duration, >= 3)",
+    )
+    _output_args(p, check_time_limit=120.0)
+
+
+def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--clients",
         type=int,
@@ -49,23 +68,14 @@ def _run_args(p: argparse.ArgumentParser, *, suite: bool) -> None:
         metavar="N",
         help="size of the key set; even (default: %(default)s)",
     )
-    p.add_argument(
-        "--warmup",
-        type=float,
-        metavar="S",
-        help="seconds before the fault (default: 20%% of --duration, >= 2)",
-    )
-    p.add_argument(
-        "--fault-window",
-        type=float,
-        metavar="S",
-        help="seconds the fault lasts (default: 35%% of --duration, >= 3)",
-    )
+
+
+def _output_args(p: argparse.ArgumentParser, *, check_time_limit: float | None) -> None:
     p.add_argument(
         "--report-dir",
         type=Path,
         metavar="DIR",
-        help="where the report goes (default: chaos-reports/<time>-<fault or suite>/)",
+        help="where the report goes (default: chaos-reports/<time>-<fault, suite or soak>/)",
     )
     p.add_argument(
         "--debug-unsafe-reads",
@@ -76,9 +86,10 @@ def _run_args(p: argparse.ArgumentParser, *, suite: bool) -> None:
     p.add_argument(
         "--check-time-limit",
         type=float,
-        default=120.0,
+        default=check_time_limit,
         metavar="S",
-        help="seconds the linearizability search may take (default: %(default)s)",
+        help="seconds the linearizability search may take (default: "
+        + ("%(default)s)" if check_time_limit is not None else "max(120, a quarter of the soak))"),
     )
     p.add_argument(
         "--op-deadline",
@@ -100,6 +111,63 @@ def _run_args(p: argparse.ArgumentParser, *, suite: bool) -> None:
     )
 
 
+def _range(text: str) -> tuple[float, float]:
+    """MIN-MAX seconds ("3-15" or "3:15") -> (3.0, 15.0)."""
+    parts = text.replace(":", "-").split("-")
+    try:
+        lo, hi = (float(parts[0]), float(parts[1])) if len(parts) == 2 else (float(text),) * 2
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MIN-MAX seconds, not {text!r}") from None
+    if not 0 <= lo <= hi:
+        raise argparse.ArgumentTypeError(f"need 0 <= MIN <= MAX, not {text!r}")
+    return lo, hi
+
+
+def _soak_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=30.0,
+        metavar="M",
+        help="length of the soak, fractional allowed (default: %(default)s)",
+    )
+    _workload_args(p)
+    p.add_argument(
+        "--topology",
+        choices=("auto", "links", "proxy", "plain", "lazyfs"),
+        default="auto",
+        help="how the cluster is built, which decides the faults besides the process ones: "
+        "links = iptables partitions, proxy = Toxiproxy faults, lazyfs = power loss, "
+        "plain = process faults only; auto = links if iptables works here, else proxy "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--fault-time",
+        type=_range,
+        default=(3.0, 15.0),
+        metavar="MIN-MAX",
+        help="seconds each fault is held, drawn at random (default: 3-15)",
+    )
+    p.add_argument(
+        "--quiet-time",
+        type=_range,
+        default=(2.0, 10.0),
+        metavar="MIN-MAX",
+        help="seconds from a heal to the next fault, drawn at random; the next fault also "
+        "waits until every node is ready (default: 2-10)",
+    )
+    p.add_argument("--only", metavar="A,B,...", help="inject only these faults")
+    p.add_argument("--exclude", metavar="A,B,...", help="never inject these faults")
+    p.add_argument(
+        "--progress",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="seconds between progress lines (default: %(default)s)",
+    )
+    _output_args(p, check_time_limit=None)
+
+
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -111,7 +179,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "  statekeeper chaos run --fault kill-leader --duration 30 --clients 16 --seed 7\n"
         "  statekeeper chaos suite                 # every scenario (~15-25 min)\n"
         "  statekeeper chaos suite --smoke         # the CI subset (~3-5 min)\n"
-        "  statekeeper chaos suite --only partition-leader,proxy-latency",
+        "  statekeeper chaos suite --only partition-leader,proxy-latency\n"
+        "  statekeeper chaos soak --minutes 30     # random faults one after another",
     )
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     run = sub.add_parser("run", help="run one scenario", description="Run one scenario.")
@@ -122,6 +191,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     suite.add_argument("--only", metavar="A,B,...", help="comma-separated fault names")
     suite.add_argument("--smoke", action="store_true", help="only the CI smoke subset")
     _run_args(suite, suite=True)
+    soak = sub.add_parser(
+        "soak",
+        help="one long run with a nemesis that injects random faults one after another",
+        description="One fresh cluster and one workload for --minutes; a nemesis picks a "
+        "fault at random (seeded by --seed), holds it for --fault-time, heals it, waits "
+        "--quiet-time and until every node is ready, and repeats; then every check of a "
+        "normal run. The report lists each fault with its start and stop time.",
+    )
+    _soak_args(soak)
     return parser
 
 
@@ -194,6 +272,101 @@ def cmd_suite(args: argparse.Namespace) -> int:
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
 
 
+def _names(text: str | None) -> list[str] | None:
+    return None if text is None else [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _soak_say(nemesis_cls: Any) -> Callable[[str], None]:
+    """Print, putting the nemesis' current fault into the runner's progress lines."""
+    column = re.compile(r"FAULT nemesis +")
+
+    def say(msg: str) -> None:
+        nem = nemesis_cls.last_instance
+        if nem is not None and "FAULT nemesis" in msg:
+            label = f"nemesis: {nem.label()}"
+            msg = column.sub(lambda m: f"{label:<{len(m.group(0)) - 1}} ", msg, count=1)
+        print(msg, flush=True)
+
+    return say
+
+
+def cmd_soak(args: argparse.Namespace) -> int:
+    from chaos.nemesis import (
+        NemesisConfig,
+        auto_topology,
+        eligible_faults,
+        make_nemesis,
+        registered,
+        soak_phases,
+    )
+    from chaos.nemesis_report import write_soak_report
+    from chaos.report import format_verdicts
+    from chaos.runner import RunOptions, default_report_dir, run_scenario
+
+    duration, warmup, window = soak_phases(args.minutes, args.fault_time)
+    only = _names(args.only)
+    topology = auto_topology(only) if args.topology == "auto" else args.topology
+    try:
+        allowed, skipped = eligible_faults(
+            topology, args.nodes, only=only, exclude=_names(args.exclude) or ()
+        )
+    except KeyError as e:
+        print(f"{PROG}: {e.args[0]}; see '{PROG} list'", file=sys.stderr)
+        return EXIT_USAGE
+    if not allowed:
+        print(
+            f"{PROG}: no fault left for the nemesis ({topology} topology): "
+            + "; ".join(f"{n}: {why}" for n, why in skipped.items()),
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    cfg = NemesisConfig(
+        faults=tuple(allowed),
+        seed=args.seed,
+        topology=topology,
+        fault_time=args.fault_time,
+        quiet_time=args.quiet_time,
+        excluded=skipped,
+    )
+    cls = make_nemesis(cfg)
+    opts = RunOptions(
+        fault=cls.name,
+        duration=duration,
+        clients=args.clients,
+        seed=args.seed,
+        fsync=args.fsync,
+        nodes=args.nodes,
+        keys=args.keys,
+        warmup=warmup,
+        fault_window=window,
+        report_dir=args.report_dir or default_report_dir("soak"),
+        debug_unsafe_reads=args.debug_unsafe_reads,
+        check_time_limit=(
+            args.check_time_limit if args.check_time_limit is not None else max(120.0, duration / 4)
+        ),
+        op_deadline=args.op_deadline,
+        keep_data=args.keep_data,
+        verbose=args.verbose,
+        progress_interval=args.progress,
+        toxiproxy=args.toxiproxy,
+    )
+    opts.validate()
+    say = _soak_say(cls)
+    say(f"== chaos soak: {args.minutes:g} min, nemesis over {window:.0f} s: {cfg.describe()}")
+    by_reason: dict[str, list[str]] = {}
+    for name, why in skipped.items():
+        by_reason.setdefault(why, []).append(name)
+    for why, names in by_reason.items():
+        say(f"   not used: {', '.join(names)}: {why}")
+    with registered(cls):
+        result = run_scenario(opts, say)
+    if result.status != "skipped" and result.report_dir:
+        md = write_soak_report(result, cls.last_instance, Path(result.report_dir))
+        say("\n" + format_verdicts(result))
+        say(f"== soak: {result.status.upper()}  (report: {md})")
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(argv)
     try:
@@ -201,6 +374,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             return cmd_list()
         if args.action == "run":
             return cmd_run(args)
+        if args.action == "soak":
+            return cmd_soak(args)
         return cmd_suite(args)
     except ValueError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)

@@ -551,17 +551,18 @@ def cmd_bench_compare(args: argparse.Namespace) -> int:
 
 @command(
     "chaos",
-    help="fault injection + linearizability checking: chaos run | list | suite",
+    help="fault injection + linearizability checking: chaos run | list | suite | soak",
     epilog="  statekeeper chaos list\n"
     "  statekeeper chaos run --fault kill-leader --duration 30 --clients 16 --seed 7\n"
     "  statekeeper chaos suite --smoke\n"
+    "  statekeeper chaos soak --minutes 30\n"
     "  statekeeper chaos run --help",
-    args=[arg("chaos_args", nargs=argparse.REMAINDER, metavar="ACTION ...", help="run, list or suite, and their options")],
+    args=[arg("chaos_args", nargs=argparse.REMAINDER, metavar="ACTION ...", help="run, list, suite or soak, and their options")],
 )
 def cmd_chaos(args: argparse.Namespace) -> int:
     """Run fault-injection scenarios against a fresh local cluster and check the history
     of what the clients saw (linearizability, lost and duplicated writes, RTO); each run
-    writes a Markdown + PNG report. Actions: run, list, suite (see 'statekeeper chaos
+    writes a Markdown + PNG report. Actions: run, list, suite, soak (see 'statekeeper chaos
     ACTION --help')."""
     from chaos.cli import main as chaos_main
 
