@@ -1,4 +1,5 @@
-"""AsyncClient's own HTTP/1.1 transport (client/aio.py) against a tiny real asyncio server.
+"""AsyncClient's own HTTP/1.1 transport (client/aio_transport.py and aio_connection.py)
+against a tiny real asyncio server.
 
 The server speaks just enough HTTP/1.1 on loopback and misbehaves on request: each
 request takes the next action from ``script`` (answer, chunked answer, ``Connection:
@@ -179,6 +180,11 @@ async def _until(cond: Callable[[], bool], timeout: float = 2.0) -> None:
         await asyncio.sleep(0.005)
 
 
+async def _once(c: AsyncClient, url: str, request: protocol.Request, timeout: float) -> Any:
+    """One attempt at ``url`` with its own timeout, no retry (a plan of client/base.py)."""
+    return await c._drive(c._once(url, request, timeout))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -307,16 +313,16 @@ async def test_each_request_gets_its_own_timeout_on_a_reused_connection(server: 
     async with AsyncClient(server.url(), timeout=0.2, retry=ONCE) as c:
         url = c.endpoint
         # A short timeout after a long one on the same connection: still 0.2 s.
-        await c._once(url, status, 10.0)
+        await _once(c, url, status, 10.0)
         server.script[:] = ["hang"]
         t0 = time.monotonic()
         with pytest.raises(Timeout):
-            await c._once(url, status, 0.2)
+            await _once(c, url, status, 0.2)
         assert time.monotonic() - t0 < 1.0
         # A long timeout after a short one: the first request's deadline does not apply.
-        await c._once(url, status, 0.2)
+        await _once(c, url, status, 0.2)
         server.script[:] = [("slow", 0.5)]
-        assert (await c._once(url, status, 10.0))["conn"] == 2
+        assert (await _once(c, url, status, 10.0))["conn"] == 2
     assert server.conns == 2
 
 
@@ -324,7 +330,7 @@ async def test_waiting_for_a_connection_counts_against_the_timeout(server: Serve
     server.script[:] = ["hang"]
     async with AsyncClient(server.url(), timeout=0.3, retry=ONCE, max_connections=1) as c:
         # One attempt with a longer timeout holds the only connection.
-        busy = asyncio.ensure_future(c._once(c.endpoint, protocol.status_request(), 5.0))
+        busy = asyncio.ensure_future(_once(c, c.endpoint, protocol.status_request(), 5.0))
         await _until(lambda: len(server.requests) == 1)
         t0 = time.monotonic()
         with pytest.raises(Timeout):

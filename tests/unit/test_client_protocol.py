@@ -3,7 +3,6 @@ retry decisions. No network."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import pickle
 import uuid
@@ -13,8 +12,6 @@ import msgpack
 import pytest
 
 from client import (
-    AsyncClient,
-    Client,
     Compacted,
     CompactResult,
     Conflict,
@@ -612,40 +609,3 @@ def test_endpoints_normalize_rotate_stick_prefer() -> None:
     assert not eps.prefer("http://elsewhere:9") and eps.current == "http://a:1"
     with pytest.raises(ValueError):
         Endpoints([])
-
-
-# ------------------------------------------------------------------- API parity
-
-
-def _public(cls: type) -> dict[str, inspect.Signature]:
-    return {
-        n: inspect.signature(f)
-        for n, f in vars(cls).items()
-        if not n.startswith("_") and callable(f)
-    }
-
-
-def test_sync_and_async_clients_have_the_same_api() -> None:
-    sync, aio = _public(Client), _public(AsyncClient)
-    assert sync.keys() == aio.keys()
-    assert {
-        "put",
-        "get",
-        "delete",
-        "range",
-        "scan",
-        "cas",
-        "txn",
-        "batch",
-        "compact",
-        "status",
-        "close",
-    } <= sync.keys()
-    for name, sig in sync.items():
-        assert list(sig.parameters) == list(aio[name].parameters), name
-        assert [x.default for x in sig.parameters.values()] == [
-            x.default for x in aio[name].parameters.values()
-        ], name
-        assert vars(Client)[name].__doc__ and vars(AsyncClient)[name].__doc__, name
-    assert inspect.signature(Client.__init__) == inspect.signature(AsyncClient.__init__)
-    assert Client.ops is ops and AsyncClient.compare is compare

@@ -1,0 +1,243 @@
+"""What Client and AsyncClient share below their operations: the configuration, the
+endpoints, and how one call runs (retries, backoff, leader discovery) as a sans-IO *plan*.
+
+A plan is a generator that yields what to do next and is sent what came of it:
+
+- ``(url, request, timeout)``: send ``request`` to ``url``, waiting at most ``timeout``
+  seconds; send back ``(status, content_type, body)``, or, when the transport failed,
+  the error :func:`protocol.connection_error` maps the failure to (not raised);
+- a :class:`retry.Backoff`: sleep ``delay`` seconds, then go on with ``next(plan)``.
+
+It returns the call's result (``StopIteration.value``) or raises the call's error. Each
+client runs plans over its own transport in ``_drive``: blocking over urllib3 in
+client/sync.py, awaited over asyncio in client/aio.py. So the retry loop, which node to
+ask and when to look for the leader are written once, here.
+
+The decorators :class:`command` and :class:`paged` mark the operations of
+:class:`commands.Commands` and make each one, defined once, a plain method (generator
+function) on Client and a coroutine function (async generator function) on AsyncClient.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator, Sequence
+from types import MethodType
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeAlias, TypeVar, overload
+
+from .errors import StatekeeperError
+from .protocol import CONSISTENCY_LEVELS, DEFAULT_ENDPOINT, Request, status_request
+from .retry import DEFAULT_RETRY, Backoff, Endpoints, Exchange, RetryPolicy, normalize_endpoint
+
+if TYPE_CHECKING:
+    from .commands import AsyncCommands
+
+__all__ = ["Answer", "Attempt", "BaseClient", "Plan", "command", "paged"]
+
+Attempt: TypeAlias = tuple[str, Request, float]
+"""A step of a plan: send the request to the URL, with this timeout (seconds)."""
+Answer: TypeAlias = tuple[int, str | None, bytes] | StatekeeperError
+"""What an attempt came to: (status, content type, body), or the transport's failure."""
+Plan: TypeAlias = Generator[Attempt | Backoff, Answer, Any]
+"""One call, sans-IO (see the module docstring)."""
+
+
+class BaseClient:
+    """Configuration and call plans shared by :class:`client.Client` and
+    :class:`client.AsyncClient` (see their docstrings for the arguments).
+
+    A transport subclass implements ``_init_transport(max_connections)`` (called by
+    ``__init__``) and ``_drive(plan)``, which runs a plan and returns its result (an
+    awaitable of it, for the async client).
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[str] = DEFAULT_ENDPOINT,
+        *,
+        ns: str = "default",
+        timeout: float = 10.0,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        consistency: str = "linearizable",
+        prefer_leader: bool = True,
+        max_connections: int = 32,
+    ) -> None:
+        if consistency not in CONSISTENCY_LEVELS:
+            raise ValueError(f"consistency must be one of {CONSISTENCY_LEVELS}")
+        if timeout <= 0:
+            raise ValueError("timeout must be > 0")
+        self.ns = ns
+        self.timeout = float(timeout)
+        self.retry = retry
+        self.consistency = consistency
+        self._endpoints = Endpoints(endpoints)
+        self._init_transport(max_connections)
+        # With one endpoint there is nothing to choose: no status round trip.
+        self.prefer_leader = prefer_leader and len(self._endpoints.urls) > 1
+        self._leader_stale = self.prefer_leader
+        self._closed = False
+
+    def _init_transport(self, max_connections: int) -> None:
+        raise NotImplementedError
+
+    def _drive(self, plan: Plan) -> Any:
+        raise NotImplementedError
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The normalized endpoint URLs."""
+        return self._endpoints.urls
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint the next request goes to."""
+        return self._endpoints.current
+
+    def _ns(self, ns: str | None) -> str:
+        return self.ns if ns is None else ns
+
+    def _consistency(self, consistency: str | None) -> str:
+        return self.consistency if consistency is None else consistency
+
+    def _execute(self, request: Request, endpoint: str | None = None) -> Any:
+        """Run one call: with retries (and leader discovery), or, given ``endpoint``, one
+        attempt at that node. Returns the result, or for AsyncClient an awaitable of it."""
+        return self._drive(self._plan(request, endpoint))
+
+    def _plan(self, request: Request, endpoint: str | None = None) -> Plan:
+        """The plan of one call (see the module docstring)."""
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+        if endpoint is not None:
+            return (yield from self._once(normalize_endpoint(endpoint), request, self.timeout))
+        if self._leader_stale:
+            yield from self._discover_leader()
+        ex = Exchange(request, self._endpoints, self.retry, self.timeout)
+        while True:
+            url, timeout = ex.next_attempt()
+            answer = yield url, request, timeout
+            if isinstance(answer, StatekeeperError):
+                backoff = ex.failed(answer)
+            else:
+                out = ex.received(*answer)
+                if type(out) is not Backoff:
+                    return out
+                backoff = out
+            yield backoff
+            if self.prefer_leader:
+                yield from self._discover_leader()
+
+    def _once(self, url: str, request: Request, timeout: float) -> Plan:
+        """One attempt at ``url``, no retry."""
+        answer = yield url, request, timeout
+        if isinstance(answer, StatekeeperError):
+            raise answer
+        return request.parse(*answer)
+
+    def _discover_leader(self) -> Plan:
+        """Ask the nodes, current one first, which node leads, and make it current."""
+        self._leader_stale = False
+        timeout = min(self.timeout, 1.0)
+        for url in self._endpoints.rotation():
+            try:
+                info = yield from self._once(url, status_request(), timeout)
+            except StatekeeperError:
+                continue
+            leader = url if info.get("role") == "leader" else info.get("leader_url")
+            if isinstance(leader, str) and self._endpoints.prefer(leader):
+                return
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self.endpoints)!r}, ns={self.ns!r})"
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+class command(Generic[P, R]):
+    """Marks an operation of :class:`commands.Commands`: a method returning
+    ``self._execute(request)``.
+
+    On a Client the operation is that method; :class:`commands.AsyncCommands` has a coroutine
+    function around it (:meth:`awaited`), so its request is built when the call is
+    awaited, like any coroutine's body. The ``__get__`` overloads tell type checkers so:
+    ``AsyncClient.put(...)`` is a ``Coroutine[..., WriteResult]``.
+    """
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[Concatenate[Any, P], R]) -> None:
+        self.fn = fn
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any]) -> Callable[Concatenate[Any, P], R]: ...
+    @overload
+    def __get__(
+        self, obj: AsyncCommands[Any], owner: type[Any]
+    ) -> Callable[P, Coroutine[Any, Any, R]]: ...
+    @overload
+    def __get__(self, obj: object, owner: type[Any]) -> Callable[P, R]: ...
+    def __get__(self, obj: object, owner: type[Any] | None = None) -> Any:
+        return self.fn if obj is None else MethodType(self.fn, obj)
+
+    def awaited(self) -> Callable[..., Coroutine[Any, Any, R]]:
+        """The operation as a coroutine function (for AsyncCommands)."""
+        fn = self.fn
+
+        @functools.wraps(fn)
+        async def call(self: Any, *args: Any, **kwargs: Any) -> R:
+            return await fn(self, *args, **kwargs)  # type: ignore[misc]
+
+        return call
+
+
+class paged(Generic[P, T]):
+    """Marks an operation of :class:`commands.Commands` that iterates: a method returning
+    ``self._iterate(pages)``. On a Client it is a generator function; AsyncCommands has an
+    async generator function around it (:meth:`awaited`). Both start on first iteration.
+    """
+
+    __slots__ = ("fn", "sync")
+
+    def __init__(self, fn: Callable[Concatenate[Any, P], Iterator[T]]) -> None:
+        self.fn = fn
+
+        @functools.wraps(fn)
+        def iterate(self: Any, *args: Any, **kwargs: Any) -> Iterator[T]:
+            yield from fn(self, *args, **kwargs)
+
+        self.sync = iterate
+
+    @overload
+    def __get__(
+        self, obj: None, owner: type[Any]
+    ) -> Callable[Concatenate[Any, P], Iterator[T]]: ...
+    @overload
+    def __get__(
+        self, obj: AsyncCommands[Any], owner: type[Any]
+    ) -> Callable[P, AsyncIterator[T]]: ...
+    @overload
+    def __get__(self, obj: object, owner: type[Any]) -> Callable[P, Iterator[T]]: ...
+    def __get__(self, obj: object, owner: type[Any] | None = None) -> Any:
+        return self.sync if obj is None else MethodType(self.sync, obj)
+
+    def awaited(self) -> Callable[..., AsyncIterator[T]]:
+        """The operation as an async generator function (for AsyncCommands)."""
+        fn = self.fn
+
+        @functools.wraps(fn)
+        async def iterate(self: Any, *args: Any, **kwargs: Any) -> AsyncIterator[T]:
+            async for item in fn(self, *args, **kwargs):  # type: ignore[attr-defined]
+                yield item
+
+        returns = fn.__annotations__.get("return")
+        if isinstance(returns, str) and returns.startswith("Iterator["):
+            returns = "Async" + returns  # what it is as an async generator function
+            iterate.__annotations__ = {**fn.__annotations__, "return": returns}
+            iterate.__signature__ = inspect.signature(fn).replace(  # type: ignore[attr-defined]
+                return_annotation=returns
+            )
+        return iterate

@@ -1,0 +1,434 @@
+"""The operations of both clients, each defined once (redis-py's ``redis/commands`` model:
+one definition of a command, two transports).
+
+An operation is a method of :class:`Commands` that builds its request with the builders of
+client/protocol.py and hands it to ``self._execute(request)``, returning whatever that
+returns::
+
+    @command
+    def compact(self, revision: int, *, idempotency_key: str | None = None) -> CompactResult:
+        return self._execute(compact_request(revision, idempotency_key=idempotency_key))
+
+:class:`client.Client` runs the call in ``_execute`` and returns the result: its
+``compact`` is the method above. :class:`AsyncCommands` (the base of
+:class:`client.AsyncClient`) has, for every ``@command``, a coroutine function that awaits
+what the method returns (``await client.compact(...)``), and for every ``@paged``
+operation an async generator function (``async for kv in client.scan(...)``); the
+signature, docstring and annotations stay the method's. Adding an operation is one method
+here; ``tests/unit/test_client_api.py`` checks that both clients keep the same API.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+from .base import BaseClient, command, paged
+from .protocol import (
+    MISSING,
+    BatchOps,
+    CompactResult,
+    DeleteResult,
+    KeyValue,
+    RangeResult,
+    Request,
+    TxnResult,
+    WriteResult,
+    cas_request,
+    compact_request,
+    compare,
+    delete_request,
+    get_request,
+    ops,
+    put_request,
+    range_request,
+    scan_next,
+    status_request,
+    txn_request,
+)
+
+__all__ = ["AsyncCommands", "ClientBatch", "Commands", "ScanPages"]
+
+BatchT = TypeVar("BatchT", bound=BatchOps)
+
+
+class ScanPages:
+    """The range requests of one scan, sans-IO: iterate it for the next page's request and
+    pass each page to :meth:`kvs` before asking for the next one. Later pages are read at
+    the first page's revision (see :func:`protocol.scan_next`)."""
+
+    __slots__ = ("_last", "_make", "_read")
+
+    def __init__(self, make: Callable[..., Request], read: dict[str, Any]) -> None:
+        self._make = make  # the range request, given the read options
+        self._read = read  # the read options of the next page
+        self._last: RangeResult | None = None
+
+    def __iter__(self) -> ScanPages:
+        return self
+
+    def __next__(self) -> Request:
+        if self._last is not None:
+            read = scan_next(self._last)
+            if read is None:
+                raise StopIteration
+            self._read, self._last = read, None
+        return self._make(**self._read)
+
+    def kvs(self, page: RangeResult) -> list[KeyValue]:
+        """The KeyValues of ``page``, the answer to the last request."""
+        self._last = page
+        return page.kvs
+
+
+class Commands(BaseClient, Generic[BatchT]):
+    """The operations of both clients. Each builds its request and returns
+    ``self._execute(request)`` (see :class:`base.BaseClient`). A transport subclass
+    implements what BaseClient asks for, ``_iterate(pages)`` (run a :class:`ScanPages`,
+    yielding its KeyValues) and sets ``_batch_type`` (what :meth:`batch` returns)."""
+
+    ops = ops
+    """Op builders for :meth:`txn` branches: ``client.ops.put(key, value)`` etc."""
+    compare = compare
+    """Compare builders for :meth:`txn`: ``client.compare.version(key) == 3`` etc."""
+
+    _batch_type: Callable[[Any, str, str | None], BatchT]
+
+    def _iterate(self, pages: ScanPages) -> Any:
+        raise NotImplementedError
+
+    @command
+    def put(
+        self,
+        key: str,
+        value: bytes | str,
+        *,
+        ns: str | None = None,
+        idempotency_key: str | None = None,
+        prev_kv: bool = False,
+    ) -> WriteResult:
+        """Set ``key`` to ``value`` (bytes, or str stored as UTF-8).
+
+        Args:
+            key: the key (str, no NUL, at most 4 KiB of UTF-8).
+            value: the value (at most 1 MiB).
+            ns: namespace; defaults to the client's.
+            idempotency_key: reuse a key to make a repeated call apply once (a fresh
+                uuid4 is used otherwise; retries inside the call always reuse it).
+            prev_kv: also return the key's previous KeyValue.
+
+        Returns:
+            WriteResult with the write's ``revision`` (and ``prev_kv``).
+
+        Raises:
+            InvalidRequest: bad key/value, too large.
+            Unavailable, Timeout: no node could apply it in time (after retries); for a
+                Timeout the write may still happen, retry with ``err.idempotency_key``.
+        """
+        return self._execute(
+            put_request(self._ns(ns), key, value, idempotency_key=idempotency_key, prev_kv=prev_kv)
+        )
+
+    @command
+    def get(
+        self,
+        key: str,
+        *,
+        ns: str | None = None,
+        revision: int | None = None,
+        consistency: str | None = None,
+        min_revision: int | None = None,
+        default: Any = MISSING,
+    ) -> KeyValue | Any:
+        """Read ``key``.
+
+        Args:
+            key: the key.
+            ns: namespace; defaults to the client's.
+            revision: read the key as it was right after this store revision.
+            consistency: ``"linearizable"`` or ``"serializable"``; defaults to the
+                client's.
+            min_revision: serve only once the node has applied at least this revision
+                (read-your-writes on a serializable read: pass a write's ``revision``).
+            default: returned instead of raising NotFound when the key does not exist.
+
+        Returns:
+            The KeyValue (``.value`` bytes, ``.text`` str, ``.version``,
+            ``.mod_revision``, ``.revision`` = revision the read was served at).
+
+        Raises:
+            NotFound: the key does not exist (and no ``default`` was given).
+            Compacted: ``revision`` is older than the compaction point.
+            InvalidRequest: ``future_revision`` and other bad arguments.
+        """
+        return self._execute(
+            get_request(
+                self._ns(ns),
+                key,
+                revision=revision,
+                consistency=self._consistency(consistency),
+                min_revision=min_revision,
+                default=default,
+            )
+        )
+
+    @command
+    def delete(
+        self,
+        key: str,
+        *,
+        ns: str | None = None,
+        prefix: bool = False,
+        idempotency_key: str | None = None,
+        prev_kv: bool = False,
+    ) -> DeleteResult:
+        """Delete ``key`` (or, with ``prefix=True``, every key starting with ``key``).
+
+        Deleting a missing key is not an error: ``deleted`` is 0 and the revision does not
+        advance.
+
+        Args:
+            key: the key, or the prefix.
+            ns: namespace; defaults to the client's.
+            prefix: treat ``key`` as a prefix.
+            idempotency_key: see :meth:`put`.
+            prev_kv: also return the deleted KeyValues (``prev_kvs``).
+
+        Returns:
+            DeleteResult(revision, deleted, prev_kvs).
+        """
+        return self._execute(
+            delete_request(
+                self._ns(ns), key, prefix=prefix, prev_kv=prev_kv, idempotency_key=idempotency_key
+            )
+        )
+
+    @command
+    def range(
+        self,
+        prefix: str | None = None,
+        *,
+        start: str | None = None,
+        end: str | None = None,
+        limit: int | None = None,
+        ns: str | None = None,
+        revision: int | None = None,
+        consistency: str | None = None,
+        min_revision: int | None = None,
+        keys_only: bool = False,
+        continuation: Any = None,
+    ) -> RangeResult:
+        """Read one page of keys in byte order: keys starting with ``prefix``, or keys in
+        ``[start, end)``, or (neither given) the whole namespace.
+
+        Args:
+            prefix: key prefix (exclusive with start/end).
+            start: first key (inclusive).
+            end: stop before this key (exclusive); open-ended if omitted.
+            limit: page size (server default 1000).
+            ns: namespace; defaults to the client's.
+            revision: read as of this store revision (pass the first page's revision
+                with ``continuation`` to page through one snapshot).
+            consistency: ``"linearizable"`` or ``"serializable"``.
+            min_revision: see :meth:`get`.
+            keys_only: skip values (``KeyValue.value`` is ``b""``).
+            continuation: the previous page's ``continuation``.
+
+        Returns:
+            RangeResult(kvs, revision, more, continuation); iterate it for the kvs.
+            Use :meth:`scan` to iterate over all pages.
+        """
+        return self._execute(
+            range_request(
+                self._ns(ns),
+                prefix,
+                start=start,
+                end=end,
+                limit=limit,
+                continuation=continuation,
+                revision=revision,
+                consistency=self._consistency(consistency),
+                min_revision=min_revision,
+                keys_only=keys_only,
+            )
+        )
+
+    @paged
+    def scan(
+        self,
+        prefix: str | None = None,
+        *,
+        start: str | None = None,
+        end: str | None = None,
+        ns: str | None = None,
+        revision: int | None = None,
+        consistency: str | None = None,
+        keys_only: bool = False,
+        page_size: int | None = None,
+    ) -> Iterator[KeyValue]:
+        """Iterate over every matching KeyValue, fetching pages lazily (``async for`` on
+        an AsyncClient).
+
+        Same selection as :meth:`range`. All pages are read at the revision of the first
+        one, so the scan sees one consistent snapshot (it fails with Compacted if that
+        revision is compacted away while scanning).
+        """
+        make = functools.partial(
+            range_request,
+            self._ns(ns),
+            prefix,
+            start=start,
+            end=end,
+            limit=page_size,
+            keys_only=keys_only,
+        )
+        read = {"revision": revision, "consistency": self._consistency(consistency)}
+        return self._iterate(ScanPages(make, read))
+
+    @command
+    def cas(
+        self,
+        key: str,
+        value: bytes | str,
+        *,
+        expect_version: int | None = None,
+        expect_mod_revision: int | None = None,
+        must_not_exist: bool = False,
+        ns: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> WriteResult:
+        """Compare-and-swap: write ``value`` only if the key is as expected.
+
+        Give exactly one expectation:
+
+        - ``expect_version=v``: the key's version is ``v`` (0 = missing);
+        - ``expect_mod_revision=r``: the key was last written at revision ``r``;
+        - ``must_not_exist=True``: create only.
+
+        Returns:
+            WriteResult(revision, ...) when the swap happened.
+
+        Raises:
+            Conflict: the expectation did not hold; ``err.current`` is the key's current
+                KeyValue (None if it does not exist). Nothing was written.
+            InvalidRequest: not exactly one expectation given, or bad arguments.
+        """
+        return self._execute(
+            cas_request(
+                self._ns(ns),
+                key,
+                value,
+                expect_version=expect_version,
+                expect_mod_revision=expect_mod_revision,
+                must_not_exist=must_not_exist,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    @command
+    def txn(
+        self,
+        compare: Iterable[Mapping[str, Any]],
+        success: Iterable[Mapping[str, Any]],
+        failure: Iterable[Mapping[str, Any]] = (),
+        *,
+        ns: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> TxnResult:
+        """Atomic transaction: if every compare holds run ``success``, else ``failure``.
+
+        Build compares with ``client.compare`` and ops with ``client.ops`` (or pass dicts
+        in the wire shape)::
+
+            r = client.txn(                                    # await it, on an AsyncClient
+                [client.compare.version("lock") == 0],          # nobody holds it
+                [client.ops.put("lock", "agent-1")],
+                [client.ops.get("lock")],
+            )
+            if not r.succeeded:
+                holder = r.results[0].text
+
+        Branch ops: put, delete, get, range; ``ns=None`` inside them means this txn's
+        namespace. All writes share one revision; one txn may not write a key twice.
+
+        Returns:
+            TxnResult(succeeded, revision, results), one result per op of the branch run.
+        """
+        return self._execute(
+            txn_request(self._ns(ns), compare, success, failure, idempotency_key=idempotency_key)
+        )
+
+    def batch(self, *, ns: str | None = None, consistency: str | None = None) -> BatchT:
+        """Collect several ops and send them in one request (POST /v1/batch).
+
+        Not atomic (use :meth:`txn` for that): each op succeeds or fails on its own, and
+        ``results`` holds, per op, its result or the exception instance (not raised)::
+
+            with client.batch() as b:                 # async with, on an AsyncClient
+                b.put("a", "1").put("b", "2").get("c")
+            a_res, b_res, c_kv = b.results
+
+        Leaving the ``with`` block sends the batch (unless it raised); or call
+        ``b.execute()`` (awaited, on an AsyncClient). A request-level failure (invalid
+        op, unavailable) is raised.
+
+        Returns:
+            A :class:`client.Batch` (on an AsyncClient, a :class:`client.AsyncBatch`).
+        """
+        return self._batch_type(self, self._ns(ns), consistency)
+
+    @command
+    def compact(self, revision: int, *, idempotency_key: str | None = None) -> CompactResult:
+        """Drop history older than ``revision`` (reads below it then fail Compacted).
+
+        Args:
+            revision: the new compaction point.
+            idempotency_key: see :meth:`put`.
+
+        Returns:
+            CompactResult(revision, compact_revision).
+        """
+        return self._execute(compact_request(revision, idempotency_key=idempotency_key))
+
+    @command
+    def status(self, endpoint: str | None = None) -> dict[str, Any]:
+        """Node status (role, term, leader_url, commit_index, applied_index, revision,
+        compact_revision, node id) as a dict.
+
+        Args:
+            endpoint: ask this node (one attempt, no retry); by default the current
+                endpoint, with retries.
+        """
+        return self._execute(status_request(), endpoint)
+
+
+def _awaited(cls: type[AsyncCommands[Any]]) -> type[AsyncCommands[Any]]:
+    """Give ``cls`` the async form of every operation of :class:`Commands`."""
+    for name, op in vars(Commands).items():
+        if isinstance(op, command | paged):
+            setattr(cls, name, op.awaited())
+    return cls
+
+
+@_awaited
+class AsyncCommands(Commands[BatchT]):
+    """:class:`Commands` for an asyncio transport: every ``@command`` operation is a
+    coroutine function and every ``@paged`` one an async generator function (see the
+    module docstring); ``_execute`` returns an awaitable and ``_iterate`` an async
+    iterator."""
+
+
+class ClientBatch(BatchOps):
+    """Ops collected for one POST /v1/batch; see :meth:`Commands.batch`.
+
+    Attributes:
+        results: after sending, one entry per op: its result (WriteResult,
+            DeleteResult, KeyValue or None, RangeResult, TxnResult) or the
+            StatekeeperError instance for an op that failed.
+    """
+
+    def __init__(self, client: Any, ns: str, consistency: str | None = None) -> None:
+        super().__init__(ns, consistency)
+        self._client = client
+        self.results: list[Any] | None = None
