@@ -6,9 +6,17 @@ One run::
     -> workload starts (history.jsonl in the report dir)
     -> warmup -> fault start ... fault window ... heal -> recovery
     -> workload stops -> every node running and ready -> final linearizable read of
-       every key (recorded in the history too)
+       every key (recorded in the history too) -> replicas converge: once every node
+       reports the same applied index, each node's serializable read of the whole
+       namespace must be identical (chaos.convergence) -> the fault's own checks
     -> cluster torn down -> checks (linearizability, lost acknowledged writes, duplicate
-       applications), metrics (RTO, throughput, errors, latency) -> report.md + PNG
+       applications, reads that contradict the acknowledged writes), metrics (RTO,
+       throughput, errors, latency, ops per node) -> report.md + PNG
+
+A fault may ask for more nodes, other raft / retention settings (tiny snapshot
+thresholds), failpoints or per-node environment (chaos.faults); with failpoints, a
+CrashWatcher restarts nodes that exit at one for the whole run and the report counts
+the crashes per failpoint.
 
 Everything that changes the machine (iptables rules, proxies, paused or running nodes,
 the LazyFS mount) is undone in ``finally`` blocks, also on Ctrl-C and SIGTERM.
@@ -35,7 +43,24 @@ from pathlib import Path
 from typing import Any
 
 from chaos import checker
-from chaos.faults import SMOKE, Fault, FaultContext, ProxyNet, fault_names, get_fault
+from chaos.convergence import (
+    compare_replicas,
+    idle_nodes,
+    read_replicas,
+    revision_conflicts,
+    served_by,
+)
+from chaos.faults import (
+    SMOKE,
+    CrashWatcher,
+    Fault,
+    FaultContext,
+    ProxyNet,
+    exit_failpoints,
+    failpoint_spec,
+    fault_names,
+    get_fault,
+)
 from chaos.history import HistoryWriter, read_history
 from chaos.report import (
     ALLOWED,
@@ -62,6 +87,9 @@ __all__ = ["RunOptions", "default_report_dir", "run_scenario", "run_suite"]
 
 Say = Callable[[str], None]
 NS = 1_000_000_000
+# A node must answer writes and linearizable reads again for ops invoked this long after
+# the heal (restarts, elections and catch-up by snapshot take less).
+EVERY_NODE_GRACE_S = 3.0
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -243,8 +271,10 @@ def _sleep_until(deadline_ns: int) -> None:
 
 def run_scenario(opts: RunOptions, say: Say = _say) -> RunResult:
     """Run one scenario end to end; returns its result (the report is written)."""
-    opts.validate()
     fault: Fault = get_fault(opts.fault)
+    if opts.nodes < fault.min_nodes:  # e.g. deposed-leader-snapshot needs 5
+        opts = dataclasses.replace(opts, nodes=fault.min_nodes)
+    opts.validate()
     report_dir = Path(opts.report_dir or default_report_dir(opts.fault)).resolve()
     warmup, window, recovery = opts.phases()
     result = RunResult(
@@ -262,6 +292,10 @@ def run_scenario(opts: RunOptions, say: Say = _say) -> RunResult:
             "fault_window": window,
             "op_deadline": opts.op_deadline,
             "debug_unsafe_reads": opts.debug_unsafe_reads,
+            **({"failpoints": failpoint_spec(fault.failpoints)} if fault.failpoints else {}),
+            **({"raft": fault.raft_settings} if fault.raft_settings else {}),
+            **({"retention": fault.retention_settings} if fault.retention_settings else {}),
+            **({"workload": fault.workload_settings} if fault.workload_settings else {}),
         },
     )
     ok, why = type(fault).available()
@@ -328,7 +362,7 @@ def _run(
             mount.mkdir()
             lazyfs = stack.enter_context(LazyFS(backing, mount, log_path=work / "lazyfs.log"))
             data_dir = mount / "data"
-        cfg = _base_config(opts, data_dir)
+        cfg = fault.configure(_base_config(opts, data_dir))
         endpoints = cfg.http_urls()
         if topology == "links":
             from chaos.partition import Partitioner, with_link_addresses
@@ -358,18 +392,35 @@ def _run(
         command = [sys.executable, "-m", "cluster.cli", "node"]
         if opts.debug_unsafe_reads:
             command.append("--unsafe-reads")
-        lc = LocalCluster(cfg, cfg_path, node_command=command, progress=cluster_say)
+        lc = LocalCluster(
+            cfg,
+            cfg_path,
+            node_command=command,
+            progress=cluster_say,
+            node_env=fault.node_env(cfg, work),
+        )
         stack.callback(_teardown, lc, report_dir, result)
         say(f"   starting {opts.nodes} nodes ({topology} topology) ...")
         lc.up(timeout=90.0)
+        watcher = None
+        if fault.failpoints:
+            # Stopped before the teardown (LIFO) kills the nodes.
+            watcher = CrashWatcher(lc, log=event).start()
+            stack.callback(watcher.stop)
 
         # -- workload, fault, heal
         history = HistoryWriter(history_path)
         stack.callback(history.close)
         wcfg = WorkloadConfig(
-            clients=opts.clients, keys=opts.keys, seed=opts.seed, op_deadline=opts.op_deadline
+            clients=opts.clients,
+            keys=opts.keys,
+            seed=opts.seed,
+            op_deadline=opts.op_deadline,
+            **fault.workload_settings,
         )
-        workload = Workload(endpoints, history, wcfg, run_id=run_id)
+        workload = Workload(
+            endpoints, history, wcfg, run_id=run_id, node_ids=[n.id for n in cfg.nodes]
+        )
         ctx = FaultContext(
             cluster=lc,
             rng=rng,
@@ -378,6 +429,7 @@ def _run(
             proxies=proxies,
             partitioner=partitioner,
             lazyfs=lazyfs,
+            watcher=watcher,
         )
         t0 = time.monotonic_ns()
         workload.start()
@@ -428,18 +480,23 @@ def _run(
         )
 
         # -- every node up and ready, then the final reads
+        if watcher is not None:
+            watcher.settle(15.0)  # failpoint crashes are restarted, not "crashed"
         crashed = []
         for nid in lc.node_ids:
             if not lc.is_running(nid):
                 crashed.append(nid)
                 event(f"{nid} is not running after the heal: log tail:\n{lc.log_tail(nid, 15)}")
                 lc.start_node(nid)
+        unexpected = watcher.unexpected if watcher is not None else []
+        details = [f"not running after the heal: {', '.join(crashed)}"] if crashed else []
+        details += [f"{n} exited with status {c} during the run" for n, c in unexpected]
         result.verdicts.append(
             Verdict(
                 "no node crashed",
-                FAIL if crashed else PASS,
+                FAIL if crashed or unexpected else PASS,
                 f"{len(lc.node_ids) - len(crashed)}/{len(lc.node_ids)} running",
-                f"not running after the heal: {', '.join(crashed)}" if crashed else "",
+                "; ".join(details),
             )
         )
         try:
@@ -461,8 +518,52 @@ def _run(
                 f"unreadable: {', '.join(missing)}; {ready}" if missing else "",
             )
         )
+        replica_reads = _converge(cfg, wcfg.ns, result, event)
+        for v in fault.verify(ctx):
+            result.verdicts.append(v)
+        if watcher is not None:
+            watcher.poll()
+            if exit_failpoints(fault.failpoints):
+                result.verdicts.append(watcher.verdict(exit_failpoints(fault.failpoints)))
+            result.crashes = dict(watcher.crashes)
     # The cluster is down now: the CPU is the checker's.
-    _check(opts, fault, result, history_path, values, revisions, t0, end, fault_start, heal, say)
+    _check(
+        opts, fault, result, history_path, values, revisions, t0, end, fault_start, heal, say,
+        replica_reads, [n.id for n in cfg.nodes],
+    )
+
+
+def _converge(
+    cfg: ClusterConfig, ns: str, result: RunResult, event: Say
+) -> list[tuple[str, Any, int, str]]:
+    """The "replicas converge" verdict; returns every kv read, for the revision check."""
+    urls = {n.id: n.http_url for n in cfg.nodes}
+    states, waited = read_replicas(urls, ns, timeout=20.0)
+    conv = compare_replicas(states)
+    event(
+        f"replicas: {'identical' if conv.ok else 'DIFFER'} ({conv.keys} keys; {conv.positions}; "
+        f"waited {waited:.1f} s for equal positions)"
+    )
+    result.replica_diffs = conv.problems + [d.describe() for d in conv.diffs[:50]]
+    detail = "; ".join(conv.problems)
+    if conv.diffs:
+        shown = ", ".join(d.key for d in conv.diffs[:10])
+        more = f" and {len(conv.diffs) - 10} more" if len(conv.diffs) > 10 else ""
+        detail = (detail + "; " if detail else "") + f"keys differ: {shown}{more}"
+    result.verdicts.append(
+        Verdict(
+            "replicas converge",
+            PASS if conv.ok else FAIL,
+            f"{len(states)} nodes, {conv.keys} keys"
+            + ("" if conv.ok else f", {len(conv.diffs)} differ"),
+            detail or conv.positions,
+        )
+    )
+    return [
+        (key, kv[0], kv[3], f"convergence read on {s.node}")
+        for s in states
+        for key, kv in (s.kvs or {}).items()
+    ]
 
 
 def _teardown(lc: LocalCluster, report_dir: Path, result: RunResult) -> None:
@@ -493,6 +594,8 @@ def _check(
     fault_start: int | None,
     heal: int | None,
     say: Say,
+    replica_reads: Sequence[tuple[str, Any, int, str]] = (),
+    node_ids: Sequence[str] = (),
 ) -> None:
     say("   checking the history ...")
     ops = read_history(history_path)
@@ -543,6 +646,28 @@ def _check(
             f"{len(regs)} ops saw an older revision than one already acknowledged" if regs else "",
         ),
     )
+    conflicts = revision_conflicts(ops, replica_reads)
+    result.divergent = conflicts
+    result.verdicts.insert(
+        4,
+        Verdict(
+            "reads agree with acknowledged writes",
+            PASS if not conflicts else (ALLOWED if allowed else FAIL),
+            str(len(conflicts)),
+            "every kv read (any node, any consistency) is the write acknowledged at its "
+            "mod_revision" if not conflicts else conflicts[0],
+        ),
+    )
+    per_node = served_by(ops, exclude_processes=[opts.clients])
+    result.verdicts.append(
+        Verdict(
+            "ops served per node",
+            INFO,
+            ", ".join(f"{n} {c['writes']}w/{c['reads']}r/{c['serializable']}s" for n, c in per_node.items())
+            or "-",
+            "ok writes / linearizable reads / serializable reads answered by each node",
+        )
+    )
     m = compute_metrics(
         ops, t0=t0, end=end, fault_start=fault_start, heal=heal, exclude_processes=[opts.clients]
     )
@@ -557,6 +682,20 @@ def _check(
                 "" if recovered else "no ok write or read was invoked and completed after the heal",
             )
         )
+        # Every node, not just the cluster: clients send a share of their ops to each.
+        since = heal + int(EVERY_NODE_GRACE_S * NS)
+        if end - since >= int(2 * NS):
+            idle = idle_nodes(ops, node_ids, since, exclude_processes=[opts.clients])
+            result.verdicts.append(
+                Verdict(
+                    "every node serves after the heal",
+                    FAIL if idle else PASS,
+                    f"{len(node_ids) - len(idle)}/{len(node_ids)} nodes",
+                    "; ".join(f"{n} answered no ok {' or '.join(k)}" for n, k in idle.items())
+                    + (f" for ops invoked {EVERY_NODE_GRACE_S:g} s or more after the heal"
+                       if idle else ""),
+                )
+            )
     result.verdicts += [
         Verdict("RTO (first ok write)", INFO, _s(m.rto_write_s), "from fault start"),
         Verdict("RTO (first ok linearizable read)", INFO, _s(m.rto_read_s), "from fault start"),

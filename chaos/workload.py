@@ -21,9 +21,32 @@ reached a node. The final outcome is recorded:
 - ``info``: anything else (timeout, connection lost after sending, a garbled answer,
   stopped mid-flight). Unknown outcomes are kept as such, never guessed.
 
-"Pinned readers" (a quarter of the clients by default) only read, always from one node:
-agents reading from their local node. They are what makes a stale read show up when a node
-is cut off but still answers (the mutation test relies on them).
+Which node serves an op: every (non-pinned) client holds one connection pool per node
+and sends op n of client p first to node ``(p + n) % N`` (``op_node``), each retry to the
+next node; so every node, followers included, serves an even share of every client's
+reads and writes at any moment (a follower forwards writes inside raft and serves
+linearizable reads after a barrier: those paths are exercised, not only the leader's).
+The node that gave the recorded answer is kept on the completion event (``node``).
+``spread="sticky"`` is the older behaviour: a client stays on one node until it fails.
+
+"Pinned readers" (a quarter of the clients by default, at least one per node when there
+are enough clients) only read, always from one node: agents reading from their local
+node. They are what makes a stale read show up when a node is cut off but still answers
+(the mutation test relies on them). A share of their reads (``serializable_share``) are
+``consistency="serializable"``: local state, no leader needed, so a node cut off from the
+cluster still answers them, and whatever it serves (a value it should never have applied,
+say) is in the history. They are recorded with ``consistency``; the linearizability check
+ignores them, the revision checks (``chaos.convergence``) do not.
+
+Idempotency probes (``resend_share`` of a client's ops): a put of a unique value to a key
+of its own (``idem-<process>-<n>``, written by nothing else), later re-sent once or twice
+(``resend_delay`` seconds after it completed, through whichever node is next) with the
+same idempotency key, as an agent that lost track of an answer would. Each re-send is one
+more history op with the same idempotency key (and ``resend_of``): the store must replay
+the first answer, same revision; a re-send that is applied again shows up as one
+idempotency key acknowledged at two revisions (``checker.duplicate_applications``).
+Keys of their own keep the linearizability check exact: re-writing the same value to a
+key nobody else writes is invisible to it.
 """
 
 from __future__ import annotations
@@ -48,7 +71,17 @@ from client import (
     StatekeeperError,
 )
 
-__all__ = ["OpMix", "Workload", "WorkloadConfig", "classify_error", "final_reads"]
+__all__ = [
+    "OpMix",
+    "Workload",
+    "WorkloadConfig",
+    "classify_error",
+    "final_reads",
+    "op_node",
+    "pinned_nodes",
+]
+
+SPREAD_MODES = ("round-robin", "sticky")
 
 
 @dataclass(frozen=True)
@@ -82,9 +115,40 @@ class WorkloadConfig:
     # Pause between a client's ops (0: as fast as it can).
     think_time: float = 0.0
     ns: str = "chaos"
+    # How a (non-pinned) client picks the node of each op: "round-robin" (op_node) or
+    # "sticky" (one node until it fails).
+    spread: str = "round-robin"
+    # Share of the pinned readers' gets that are serializable.
+    serializable_share: float = 0.3
+    # How long a pinned reader's get may retry: short, so that a node that refuses
+    # linearizable reads (cut off, no leader) is still asked every second, serializable
+    # reads included, instead of one read retrying for op_deadline.
+    pinned_op_deadline: float = 1.0
+    # Share of a client's ops that are idempotency probes, and how long after a probe
+    # completed its re-send goes out (seconds, uniform); a third of the probes get a
+    # second re-send as long again after the first.
+    resend_share: float = 0.05
+    resend_delay: tuple[float, float] = (0.3, 3.0)
 
     def key_names(self) -> list[str]:
         return [f"k{i}" for i in range(self.keys)]
+
+
+def op_node(process: int, op_number: int, attempt: int, n_nodes: int) -> int:
+    """Index of the node that serves attempt ``attempt`` (0 = the first) of op
+    ``op_number`` of client ``process``: round-robin, so each client's consecutive ops
+    (and the clients' ops at any moment) are spread evenly over the nodes, and a retry
+    goes to the next node."""
+    return (process + op_number + attempt) % n_nodes
+
+
+def pinned_nodes(clients: int, share: float, n_nodes: int) -> list[int]:
+    """Node index of each pinned reader (the last clients): a ``share`` of the clients,
+    raised to one per node when there are at least two clients per node."""
+    n = int(clients * share)
+    if share > 0 and clients >= 2 * n_nodes:
+        n = max(n, n_nodes)
+    return [i % n_nodes for i in range(n)]
 
 
 def classify_error(err: BaseException) -> tuple[str, bool]:
@@ -133,14 +197,21 @@ class Workload:
         config: WorkloadConfig | None = None,
         *,
         run_id: str | None = None,
+        node_ids: Sequence[str] | None = None,
     ) -> None:
         if not endpoints:
             raise ValueError("the workload needs at least one endpoint")
         self.endpoints = list(endpoints)
+        # What the history calls the node behind each endpoint (same order).
+        self.node_ids = list(node_ids) if node_ids is not None else list(self.endpoints)
+        if len(self.node_ids) != len(self.endpoints):
+            raise ValueError("node_ids must name every endpoint")
         self.history = history
         self.config = config or WorkloadConfig()
         if self.config.keys < 2 or self.config.keys % 2:
             raise ValueError("keys must be an even number >= 2 (txns use key pairs)")
+        if self.config.spread not in SPREAD_MODES:
+            raise ValueError(f"spread must be one of {SPREAD_MODES}")
         self.run_id = run_id or uuid.uuid4().hex[:8]
         self.counters = Counters()
         self._thread: threading.Thread | None = None
@@ -188,11 +259,12 @@ class Workload:
         self._stopping = asyncio.Event()
         self._started.set()
         cfg = self.config
-        n_pinned = int(cfg.clients * cfg.pinned_reader_share)
+        pins = pinned_nodes(cfg.clients, cfg.pinned_reader_share, len(self.endpoints))
+        first_pinned = cfg.clients - len(pins)
         tasks = []
         for p in range(cfg.clients):
-            pinned = p >= cfg.clients - n_pinned
-            tasks.append(asyncio.create_task(self._client(p, pinned)))
+            pin = pins[p - first_pinned] if p >= first_pinned else None
+            tasks.append(asyncio.create_task(self._client(p, pin)))
         await self._stopping.wait()
         # In-flight ops get until their deadline (they notice _stopping between retries).
         done, pending = await asyncio.wait(tasks, timeout=cfg.op_deadline + 2.0)
@@ -205,14 +277,8 @@ class Workload:
 
     # ------------------------------------------------------------------ clients
 
-    def _client_endpoints(self, p: int, pinned: bool) -> list[str]:
-        n = len(self.endpoints)
-        if pinned:
-            return [self.endpoints[p % n]]
-        start = p % n  # spread clients over the nodes
-        return self.endpoints[start:] + self.endpoints[:start]
-
-    async def _client(self, p: int, pinned: bool) -> None:
+    async def _client(self, p: int, pin: int | None) -> None:
+        """One client: pinned to node ``pin`` (reads only), or spreading its ops."""
         from client import AsyncClient  # imported only where the async client is used
 
         cfg = self.config
@@ -222,42 +288,92 @@ class Workload:
         assert self._stopping is not None
         # What this client last saw per key: (value, mod_revision); absent = (None, 0).
         seen: dict[str, tuple[str | None, int]] = {}
-        async with AsyncClient(
-            self._client_endpoints(p, pinned),
-            ns=cfg.ns,
-            timeout=cfg.attempt_timeout,
-            retry=RetryPolicy.disabled(),
-            max_connections=4,
-            prefer_leader=False,  # spread over the nodes on purpose: followers serve too
-        ) as c:
+        # Idempotency probes waiting for their re-send: (due, key, value, ik, first op id,
+        # re-sends left).
+        resends: list[tuple[float, str, str, str, int | str, int]] = []
+        n = len(self.endpoints)
+        # One pool per node (lazily connected): the op, not the client, picks the node.
+        nodes = [pin] if pin is not None else list(range(n))
+        async with contextlib.AsyncExitStack() as stack:
+            clients: dict[int, Any] = {}
+            for i in nodes:
+                clients[i] = await stack.enter_async_context(
+                    AsyncClient(
+                        [self.endpoints[i]],
+                        ns=cfg.ns,
+                        timeout=cfg.attempt_timeout,
+                        retry=RetryPolicy.disabled(),
+                        max_connections=4,
+                        prefer_leader=False,
+                    )
+                )
+            sticky = [p % n]  # the node a "sticky" client is on (moves when it fails)
             counter = 0
             while not self._stopping.is_set():
                 counter += 1
-                f = "get" if pinned else rng.choices(names, weights)[0]
-                key = rng.choice(keys)
-                op = getattr(self, f"_op_{f}")
-                await op(c, p, counter, key, seen, rng)
+                route = self._router(p, counter, pin, sticky, clients)
+                now = time.monotonic()
+                due = [r for r in resends if r[0] <= now] if pin is None else []
+                if due:
+                    item = min(due)
+                    resends.remove(item)
+                    await self._op_resend(route, p, item, resends, rng)
+                elif pin is not None:
+                    serializable = rng.random() < cfg.serializable_share
+                    await self._op_get(route, p, counter, rng.choice(keys), seen, rng, serializable)
+                elif rng.random() < cfg.resend_share:
+                    await self._op_probe(route, p, counter, resends, rng)
+                else:
+                    f = rng.choices(names, weights)[0]
+                    op = getattr(self, f"_op_{f}")
+                    await op(route, p, counter, rng.choice(keys), seen, rng)
                 if cfg.think_time:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._stopping.wait(), cfg.think_time)
+
+    def _router(
+        self, p: int, n: int, pin: int | None, sticky: list[int], clients: dict[int, Any]
+    ) -> _Route:
+        size = len(self.endpoints)
+        if pin is not None:
+            return _Route(lambda attempt: pin, clients, self.node_ids, pinned=True)
+        if self.config.spread == "sticky":
+
+            def pick(attempt: int) -> int:
+                if attempt:  # the previous attempt failed: move on
+                    sticky[0] = (sticky[0] + 1) % size
+                return sticky[0]
+
+            return _Route(pick, clients, self.node_ids)
+        return _Route(lambda attempt: op_node(p, n, attempt, size), clients, self.node_ids)
 
     def _names(self, p: int, n: int) -> tuple[str, str]:
         """(unique value, idempotency key) of op n of process p."""
         return f"{p}-{n}", f"{self.run_id}-{p}-{n}"
 
-    async def _attempts(self, call: Callable[[], Awaitable[Any]]) -> tuple[str, Any]:
+    async def _attempts(
+        self, route: _Route, call: Callable[[Any], Awaitable[Any]]
+    ) -> tuple[str, Any]:
         """Run one op with retries; returns (outcome, result or exception).
 
         Outcomes: "ok" (result, or NotFound / Conflict: definite answers), "fail"
-        (definitely not applied), "info" (unknown).
+        (definitely not applied), "info" (unknown). ``route.node`` is left naming the
+        node of the last attempt.
         """
         assert self._stopping is not None
-        deadline = time.monotonic() + self.config.op_deadline
+        deadline = time.monotonic() + (
+            min(self.config.op_deadline, self.config.pinned_op_deadline)
+            if route.pinned
+            else self.config.op_deadline
+        )
         maybe_submitted = False
         delay = 0.05
+        attempt = 0
         while True:
+            c = route.client(attempt)
+            attempt += 1
             try:
-                return "ok", await call()
+                return "ok", await call(c)
             except (NotFound, Conflict) as e:
                 return "ok", e
             except (InvalidRequest, Compacted) as e:
@@ -278,68 +394,122 @@ class Workload:
     def _note(self, code: str) -> None:
         self.errors[code] = self.errors.get(code, 0) + 1
 
-    def _finish(self, op_id: int | str, outcome: str, err: Any = None, **result: Any) -> None:
+    def _finish(
+        self, op_id: int | str, outcome: str, err: Any = None, *, node: str | None = None,
+        **result: Any,
+    ) -> None:
         h = self.history
+        where = {"node": node} if node is not None else {}
         if outcome == "ok":
-            h.ok(op_id, **result)
+            h.ok(op_id, **result, **where)
             self.counters.ok += 1
         else:
             code, _ = classify_error(err) if err is not None else ("stopped", False)
             if outcome == "fail":
-                h.fail(op_id, error=code)
+                h.fail(op_id, error=code, **where)
                 self.counters.fail += 1
             else:
-                h.info(op_id, error=code)
+                h.info(op_id, error=code, **where)
                 self.counters.info += 1
 
     async def _run_op(
-        self, op_id: int | str, call: Callable[[], Awaitable[Any]]
+        self, op_id: int | str, route: _Route, call: Callable[[Any], Awaitable[Any]]
     ) -> tuple[str, Any]:
         """_attempts, recording info if the op is cancelled mid-flight."""
         try:
-            return await self._attempts(call)
+            return await self._attempts(route, call)
         except asyncio.CancelledError:
-            self.history.info(op_id, error="cancelled")
+            self.history.info(op_id, error="cancelled", **route.where())
             self.counters.info += 1
             raise
 
     # ------------------------------------------------------------------ ops
 
-    async def _op_get(self, c, p, n, key, seen, rng) -> None:
-        op_id = self.history.invoke(p, "get", key)
-        outcome, res = await self._run_op(op_id, lambda: c.get(key))
+    async def _op_get(self, route, p, n, key, seen, rng, serializable: bool = False) -> None:
+        extra = {"consistency": "serializable"} if serializable else {}
+        op_id = self.history.invoke(p, "get", key, **extra)
+        outcome, res = await self._run_op(op_id, route, lambda c: c.get(key, **extra))
+        node = route.node_id
         if outcome != "ok":
-            self._finish(op_id, outcome, res)
+            self._finish(op_id, outcome, res, node=node)
             return
         if isinstance(res, NotFound):
-            seen[key] = (None, 0)
-            self._finish(op_id, "ok", value=None, revision=res.revision)
+            if not serializable:
+                seen[key] = (None, 0)
+            self._finish(op_id, "ok", value=None, revision=res.revision, node=node)
             return
         value = res.text
-        seen[key] = (value, res.mod_revision)
-        self._finish(op_id, "ok", value=value, revision=res.revision, mod_revision=res.mod_revision)
+        if not serializable:
+            seen[key] = (value, res.mod_revision)
+        self._finish(
+            op_id, "ok", value=value, revision=res.revision, mod_revision=res.mod_revision,
+            node=node,
+        )
 
-    async def _op_put(self, c, p, n, key, seen, rng) -> None:
+    async def _op_put(self, route, p, n, key, seen, rng) -> None:
         value, ik = self._names(p, n)
         op_id = self.history.invoke(p, "put", key, value=value, idempotency_key=ik)
-        outcome, res = await self._run_op(op_id, lambda: c.put(key, value, idempotency_key=ik))
+        outcome, res = await self._run_op(
+            op_id, route, lambda c: c.put(key, value, idempotency_key=ik)
+        )
         if outcome == "ok":
             seen[key] = (value, res.revision)
-            self._finish(op_id, "ok", revision=res.revision)
+            self._finish(op_id, "ok", revision=res.revision, node=route.node_id)
         else:
-            self._finish(op_id, outcome, res)
+            self._finish(op_id, outcome, res, node=route.node_id)
 
-    async def _op_delete(self, c, p, n, key, seen, rng) -> None:
+    async def _op_probe(self, route, p, n, resends, rng) -> None:
+        """An idempotency probe: a put to a key of its own, re-sent later (same key)."""
+        value, ik = self._names(p, n)
+        key = f"idem-{p}-{n}"
+        op_id = self.history.invoke(p, "put", key, value=value, idempotency_key=ik)
+        outcome, res = await self._run_op(
+            op_id, route, lambda c: c.put(key, value, idempotency_key=ik)
+        )
+        if outcome == "ok":
+            self._finish(
+                op_id, "ok", revision=res.revision, replayed=res.replayed, node=route.node_id
+            )
+        else:
+            self._finish(op_id, outcome, res, node=route.node_id)
+        if outcome != "fail":  # info: it may have been applied; a re-send must not be again
+            times = 2 if rng.random() < 1 / 3 else 1
+            due = time.monotonic() + rng.uniform(*self.config.resend_delay)
+            resends.append((due, key, value, ik, op_id, times))
+
+    async def _op_resend(self, route, p, item, resends, rng) -> None:
+        _, key, value, ik, first, times = item
+        op_id = self.history.invoke(
+            p, "put", key, value=value, idempotency_key=ik, resend_of=first
+        )
+        outcome, res = await self._run_op(
+            op_id, route, lambda c: c.put(key, value, idempotency_key=ik)
+        )
+        if outcome == "ok":
+            self._finish(
+                op_id, "ok", revision=res.revision, replayed=res.replayed, node=route.node_id
+            )
+        else:
+            self._finish(op_id, outcome, res, node=route.node_id)
+        if times > 1:
+            due = time.monotonic() + rng.uniform(*self.config.resend_delay)
+            resends.append((due, key, value, ik, first, times - 1))
+
+    async def _op_delete(self, route, p, n, key, seen, rng) -> None:
         _, ik = self._names(p, n)
         op_id = self.history.invoke(p, "delete", key, idempotency_key=ik)
-        outcome, res = await self._run_op(op_id, lambda: c.delete(key, idempotency_key=ik))
+        outcome, res = await self._run_op(
+            op_id, route, lambda c: c.delete(key, idempotency_key=ik)
+        )
         if outcome == "ok":
             seen[key] = (None, 0)
-            self._finish(op_id, "ok", revision=res.revision, deleted=res.deleted)
+            self._finish(
+                op_id, "ok", revision=res.revision, deleted=res.deleted, node=route.node_id
+            )
         else:
-            self._finish(op_id, outcome, res)
+            self._finish(op_id, outcome, res, node=route.node_id)
 
-    async def _op_cas(self, c, p, n, key, seen, rng) -> None:
+    async def _op_cas(self, route, p, n, key, seen, rng) -> None:
         value, ik = self._names(p, n)
         expect, mod_rev = seen.get(key, (None, 0))
         # By mod_revision, recorded by value: with unique values the two are equivalent
@@ -349,16 +519,19 @@ class Workload:
         )
         op_id = self.history.invoke(p, "cas", key, value=value, expect=expect, idempotency_key=ik)
         outcome, res = await self._run_op(
-            op_id, lambda: c.cas(key, value, idempotency_key=ik, **kw)
+            op_id, route, lambda c: c.cas(key, value, idempotency_key=ik, **kw)
         )
+        node = route.node_id
         if outcome != "ok":
-            self._finish(op_id, outcome, res)
+            self._finish(op_id, outcome, res, node=node)
             return
         if isinstance(res, Conflict):
             cur = res.current
             if cur is None:
                 seen[key] = (None, 0)
-                self._finish(op_id, "ok", succeeded=False, value=None, revision=res.revision)
+                self._finish(
+                    op_id, "ok", succeeded=False, value=None, revision=res.revision, node=node
+                )
             else:
                 seen[key] = (cur.text, cur.mod_revision)
                 self._finish(
@@ -368,12 +541,13 @@ class Workload:
                     value=cur.text,
                     mod_revision=cur.mod_revision,
                     revision=res.revision,
+                    node=node,
                 )
             return
         seen[key] = (value, res.revision)
-        self._finish(op_id, "ok", succeeded=True, revision=res.revision)
+        self._finish(op_id, "ok", succeeded=True, revision=res.revision, node=node)
 
-    async def _op_txn(self, c, p, n, key, seen, rng) -> None:
+    async def _op_txn(self, route, p, n, key, seen, rng) -> None:
         from client import compare, ops
 
         keys = self.config.key_names()
@@ -401,10 +575,11 @@ class Workload:
             idempotency_key=ik,
         )
         outcome, res = await self._run_op(
-            op_id, lambda: c.txn([cmp], success, failure, idempotency_key=ik)
+            op_id, route, lambda c: c.txn([cmp], success, failure, idempotency_key=ik)
         )
+        node = route.node_id
         if outcome != "ok":
-            self._finish(op_id, outcome, res)
+            self._finish(op_id, outcome, res, node=node)
             return
         results: list[Any] = []
         for r in res.results:
@@ -422,7 +597,40 @@ class Workload:
             seen[a] = (results[0], res.results[0].mod_revision)
         else:
             seen[a] = (None, 0)
-        self._finish(op_id, "ok", succeeded=res.succeeded, revision=res.revision, results=results)
+        self._finish(
+            op_id, "ok", succeeded=res.succeeded, revision=res.revision, results=results,
+            node=node,
+        )
+
+
+class _Route:
+    """Where the attempts of one op go: ``pick(attempt)`` -> node index; remembers the
+    node of the last attempt (the one whose answer is recorded)."""
+
+    __slots__ = ("_clients", "_ids", "_pick", "index", "pinned")
+
+    def __init__(
+        self,
+        pick: Callable[[int], int],
+        clients: dict[int, Any],
+        node_ids: Sequence[str],
+        *,
+        pinned: bool = False,
+    ) -> None:
+        self._pick, self._clients, self._ids = pick, clients, node_ids
+        self.pinned = pinned
+        self.index: int | None = None
+
+    def client(self, attempt: int) -> Any:
+        self.index = self._pick(attempt)
+        return self._clients[self.index]
+
+    @property
+    def node_id(self) -> str | None:
+        return None if self.index is None else self._ids[self.index]
+
+    def where(self) -> dict[str, str]:
+        return {} if self.index is None else {"node": self._ids[self.index]}
 
 
 async def _final_reads_async(

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -156,16 +157,25 @@ class LocalCluster:
         node_command: Sequence[str] | None = None,
         progress: Progress | None = None,
         env: dict[str, str] | None = None,
+        node_env: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.config = config
         self.config_path = Path(config_path).resolve()
         self.node_command = list(node_command or [sys.executable, "-m", "cluster.cli", "node"])
         self._progress = progress
         self._extra_env = dict(env or {})
+        # Variables for every start of one node (after `env`, before start_node's own):
+        # fault hooks that must survive restarts (failpoints, a faked clock).
+        self.node_env: dict[str, dict[str, str]] = {k: dict(v) for k, v in (node_env or {}).items()}
         # Handles of processes this object started: kept so they can be reaped.
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         # Exit codes of reaped children, for tests that check for a clean shutdown.
         self.exit_codes: dict[str, int] = {}
+        # node id -> (pid, exit code) of its last reaped child: tells one exit from the next.
+        self.last_exit: dict[str, tuple[int, int]] = {}
+        # Starting and reaping may happen from two threads (a watcher restarting crashed
+        # nodes while a fault kills others): one at a time.
+        self._lock = threading.RLock()
 
     # -- paths and lookups ---------------------------------------------------------
 
@@ -210,15 +220,17 @@ class LocalCluster:
 
     def _reap(self, node_id: str) -> bool:
         """Collect our child's exit status if it exited; True if it is gone."""
-        proc = self._procs.get(node_id)
-        if proc is None:
-            return False
-        code = proc.poll()
-        if code is None:
-            return False
-        self.exit_codes[node_id] = code
-        del self._procs[node_id]
-        return True
+        with self._lock:
+            proc = self._procs.get(node_id)
+            if proc is None:
+                return False
+            code = proc.poll()
+            if code is None:
+                return False
+            self.exit_codes[node_id] = code
+            self.last_exit[node_id] = (proc.pid, code)
+            self._procs.pop(node_id, None)
+            return True
 
     def _cmdline_matches(self, pid: int, node_id: str) -> bool:
         if not Path("/proc").is_dir():
@@ -289,12 +301,20 @@ class LocalCluster:
         env.update(extra or {})
         return env
 
+    def _node_child_env(self, node_id: str, extra: dict[str, str] | None) -> dict[str, str]:
+        return self._child_env({**self.node_env.get(node_id, {}), **(extra or {})})
+
     def start_node(self, node_id: str, env: dict[str, str] | None = None) -> int:
         """Start one node detached; return its pid (the running one's if already up).
 
-        `env` adds variables for this start of this node only (fault hooks in tests).
+        `env` adds variables for this start of this node only (fault hooks in tests);
+        `node_env[node_id]` (see __init__) applies to every start of it.
         Does not wait: see wait_live / wait_ready.
         """
+        with self._lock:
+            return self._start_node(node_id, env)
+
+    def _start_node(self, node_id: str, env: dict[str, str] | None) -> int:
         node = self.config.node(node_id)
         pid = self.pid(node_id)
         if pid is not None:
@@ -317,7 +337,7 @@ class LocalCluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=str(self.config_path.parent),
-                env=self._child_env(env),
+                env=self._node_child_env(node_id, env),
                 start_new_session=True,  # survives the CLI; signals go to its own group
                 close_fds=True,
             )
@@ -330,13 +350,14 @@ class LocalCluster:
 
     def _exited_early(self, node_id: str) -> str | None:
         """If our child `node_id` already exited, a message saying so (with its log)."""
-        proc = self._procs.get(node_id)
-        if proc is None or proc.poll() is None:
-            if proc is None and not self.is_running(node_id):
-                return f"{node_id} is not running"
-            return None
-        self._reap(node_id)
-        self._clear_pid_file(node_id)
+        with self._lock:  # the pid file must not be a restarted process's by now
+            proc = self._procs.get(node_id)
+            if proc is None or proc.poll() is None:
+                if proc is None and not self.is_running(node_id):
+                    return f"{node_id} is not running"
+                return None
+            self._reap(node_id)
+            self._clear_pid_file(node_id)
         tail = self.log_tail(node_id, 20)
         msg = f"{node_id} exited with code {self.exit_codes.get(node_id)} before it was live"
         return f"{msg}; last lines of {self.log_file(node_id)}:\n{tail}" if tail else msg
@@ -456,14 +477,15 @@ class LocalCluster:
 
     def kill_node(self, node_id: str) -> bool:
         """SIGKILL the node (a crash, for demos and tests); False if it was not running."""
-        pid = self.pid(node_id)
-        if pid is None:
+        with self._lock:  # no restart by another thread between the kill and the pid file
+            pid = self.pid(node_id)
+            if pid is None:
+                self._clear_pid_file(node_id)
+                return False
+            _signal(pid, signal.SIGKILL)
+            if not self._wait_gone(node_id, pid, 10.0):
+                raise SupervisorError(f"{node_id} (pid {pid}) survived SIGKILL")
             self._clear_pid_file(node_id)
-            return False
-        _signal(pid, signal.SIGKILL)
-        if not self._wait_gone(node_id, pid, 10.0):
-            raise SupervisorError(f"{node_id} (pid {pid}) survived SIGKILL")
-        self._clear_pid_file(node_id)
         self._say(f"{node_id}: killed (pid {pid})")
         return True
 

@@ -1,5 +1,6 @@
-"""The CI chaos smoke: a few short scenarios against real clusters, the mutation run
-that proves the checker can fail, and Ctrl-C cleanup. About 3-4 minutes on 2 cores.
+"""The CI chaos smoke: a few short scenarios against real clusters (one with failpoint
+crashes), the mutation run that proves the checker can fail, and Ctrl-C cleanup. About
+4-5 minutes on 2 cores.
 
 The full suite is `statekeeper chaos suite` (see the README).
 """
@@ -65,6 +66,26 @@ def test_scenario_passes(fault: str, tmp_path: Path) -> None:
     _assert_clean_pass(result, tmp_path / fault)
     # Each of these takes the leader away: writes stop until a new one is elected.
     assert result.metrics.longest_write_gap_s > 0.2
+
+
+def test_failpoint_crashes_are_restarted_counted_and_checked(tmp_path: Path) -> None:
+    """crash-snapshot: nodes exit at the compaction failpoints all run long (status 86),
+    the watcher restarts them, the report counts the crashes per failpoint, and every
+    check (replicas converge, reads agree with the acknowledged writes) still passes."""
+    report = tmp_path / "crash-snapshot"
+    opts = RunOptions(
+        fault="crash-snapshot", duration=DURATION, clients=12, seed=7, report_dir=report
+    )
+    result = run_scenario(opts)
+    _assert_clean_pass(result, report)
+    crashes = {v.name: v for v in result.verdicts}["failpoint crashes"]
+    assert crashes.status == "PASS" and sum(result.crashes.values()) >= 3, crashes
+    assert set(result.crashes) <= set(FAULTS["crash-snapshot"].failpoints)
+    verdicts = {v.name: v for v in result.verdicts}
+    assert verdicts["replicas converge"].status == "PASS"
+    assert verdicts["reads agree with acknowledged writes"].status == "PASS"
+    assert verdicts["every node serves after the heal"].status == "PASS"
+    assert "## Failpoint crashes" in (report / "report.md").read_text()
 
 
 def _chaos(*args: str) -> list[str]:

@@ -18,6 +18,8 @@ EXPECTED = {
     "partition-bridge", "one-way-loss", "packet-loss",
     "proxy-latency", "proxy-bandwidth", "proxy-blackhole", "proxy-reset-peer",
     "proxy-slow-close", "proxy-limit-data", "proxy-slicer", "proxy-down",
+    "crash-snapshot", "crash-install", "crash-follower-fsync", "clock-jump",
+    "deposed-leader-snapshot",
 }  # fmt: skip
 
 
@@ -27,7 +29,7 @@ def test_registry_names_descriptions_topologies() -> None:
         assert cls.name == name
         assert len(cls.description) > 20
         assert cls.topology in ("plain", "links", "proxy", "lazyfs")
-        assert cls.kind in ("none", "process", "partition", "proxy")
+        assert cls.kind in ("none", "process", "partition", "proxy", "failpoint", "clock")
         if cls.topology in ("plain", "proxy"):  # the others probe iptables / FUSE
             ok, why = cls.available()
             assert isinstance(ok, bool) and (ok or why)
@@ -268,3 +270,185 @@ def test_proxy_faults_add_toxics_and_heal_removes_them(proxynet) -> None:
     assert down == {"t-raft-0-1", "t-raft-1-0", "t-raft-0-2", "t-raft-2-0", "t-client-0"}
     f.stop(ctx)
     assert all(p.enabled for p in proxynet._api.proxies().values())
+
+
+# -- failpoints, cluster shaping, crash watcher ------------------------------------------
+
+
+def test_failpoint_specs_are_validated_by_the_nodes_own_parser() -> None:
+    from node.failpoints import FailpointError
+
+    assert faults.failpoint_spec({"snapshot-install": "50%exit", "snapshot-pack": "sleep(1)"}) == (
+        "snapshot-install=50%exit;snapshot-pack=sleep(1)"
+    )
+    with pytest.raises(FailpointError):
+        faults.failpoint_spec({"snapshot-after-renme": "exit"})  # a typo: refused here
+    with pytest.raises(FailpointError):
+        faults.failpoint_spec({"snapshot-install": "50%crash"})
+    assert faults.exit_failpoints(
+        {"a": "exit", "b": "3*exit", "c": "2.5%exit", "d": "sleep(0.2)", "e": "off"}
+    ) == ["a", "b", "c"]
+
+
+def test_every_failpoint_fault_arms_valid_failpoints_that_can_fire() -> None:
+    from node import failpoints
+
+    for name, cls in FAULTS.items():
+        if not cls.failpoints:
+            continue
+        assert failpoints.parse(faults.failpoint_spec(cls.failpoints)), name
+        assert set(cls.failpoints) <= set(failpoints.NAMES), name
+        if cls.kind == "failpoint":  # crash scenarios: something must make nodes exit
+            assert faults.exit_failpoints(cls.failpoints), name
+    expected = {
+        "crash-snapshot": {"snapshot-after-rename", "journal-prefix-drop", "journal-prefix-dropped"},
+        "crash-install": {"snapshot-install"},
+        "crash-follower-fsync": {"follower-after-fsync"},
+    }
+    for name, names in expected.items():
+        assert set(faults.exit_failpoints(FAULTS[name].failpoints)) == names
+
+
+def _cfg(n: int = 3):
+    from node.config import local_cluster
+
+    return local_cluster(size=n, secret="s")
+
+
+def test_faults_shape_the_cluster_config_and_node_env(tmp_path) -> None:
+    from node.config import validate
+
+    base = _cfg()
+    assert get_fault("kill-leader").configure(base) == base
+    assert get_fault("kill-leader").node_env(base, tmp_path) == {}
+    cfg = get_fault("crash-snapshot").configure(base)
+    validate(cfg)  # still a valid config (pysyncobj needs snapshot_min_entries >= 2)
+    assert cfg.raft.snapshot_min_entries == faults.TINY_SNAPSHOTS["snapshot_min_entries"] >= 2
+    assert cfg.raft.snapshot_min_seconds <= 1 and cfg.raft.request_timeout == base.raft.request_timeout
+    env = get_fault("crash-snapshot").node_env(cfg, tmp_path)
+    assert set(env) == {"node-0", "node-1", "node-2"}
+    assert all(e == {"STATEKEEPER_FAILPOINTS": faults.failpoint_spec(FAULTS["crash-snapshot"].failpoints)}
+               for e in env.values())
+    clock = get_fault("clock-jump").configure(base)
+    assert clock.retention.idempotency_seconds == 3600 < base.retention.idempotency_seconds
+    # Hour-sized jumps must reach past the (shortened) idempotency window.
+    assert "+25h" in FAULTS["clock-jump"].JUMPS
+    assert FAULTS["deposed-leader-snapshot"].min_nodes == 5
+    assert FAULTS["deposed-leader-snapshot"].topology == "links"
+    assert FAULTS["deposed-leader-snapshot"].workload_settings["serializable_share"] > 0.3
+
+
+def test_clock_jump_env_and_offsets(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(faults, "find_libfaketime", lambda: "/x/libfaketime.so.1")
+    f = get_fault("clock-jump")
+    env = f.node_env(_cfg(), tmp_path)
+    e = env["node-1"]
+    assert e["LD_PRELOAD"] == "/x/libfaketime.so.1"
+    assert e["DONT_FAKE_MONOTONIC"] == "1"  # raft timeouts must not jump
+    assert e["FAKETIME_FORCE_MONOTONIC_FIX"] == "0"  # else CPython's GIL hand-off crawls
+    assert e["FAKETIME_CACHE_DURATION"] == "1" and "FAKETIME_NO_CACHE" not in e
+    assert e["PYTHONPATH"].split(":")[0].endswith("chaos/clockshim")  # the time.sleep fix
+    path = tmp_path / "faketime" / "node-1"
+    assert e["FAKETIME_TIMESTAMP_FILE"] == str(path) and path.read_text() == "+0\n"
+    f.set_offset("node-1", "+25h")
+    assert path.read_text() == "+25h\n"
+    f.stop(ctx_for(FakeCluster()))
+    assert path.read_text() == "+0\n"
+
+
+def test_clock_jump_moves_a_follower_then_the_leader_and_resets(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(faults, "find_libfaketime", lambda: "/x/libfaketime.so.1")
+    monkeypatch.setattr(faults.ClockJump, "MIN_STEP_S", 0.0)
+    f = get_fault("clock-jump")
+    f.node_env(_cfg(), tmp_path)
+    seen = []
+    monkeypatch.setattr(faults.time, "sleep", lambda s: seen.append(
+        {n: p.read_text().strip() for n, p in f.files.items()}))
+    ctx = ctx_for(FakeCluster(leader="node-1"), window=0.5)
+    f.start(ctx)
+    jumped = [(n, v) for snap in seen for n, v in snap.items() if v != "+0"]
+    assert [n for n, _ in jumped][-2:] == ["node-1", "node-1"]  # the leader last
+    assert jumped[0][0] != "node-1" and [v for _, v in jumped] == ["+25h", "-3h"] * 2
+    assert all(len([v for v in snap.values() if v != "+0"]) == 1 for snap in seen)
+    assert {p.read_text() for p in f.files.values()} == {"+0\n"}
+
+
+def test_last_failpoint_names_the_latest_exit() -> None:
+    log = (
+        "failpoints enabled: a\nfailpoint snapshot-install: exiting (hit 3)\n--- starting\n"
+        "failpoint journal-prefix-drop: exiting (hit 1)\n"
+    )
+    assert faults.last_failpoint(log) == "journal-prefix-drop"
+    assert faults.last_failpoint("nothing here") is None
+
+
+class _ExitingCluster:
+    """LocalCluster enough for CrashWatcher: nodes 'exit' with a status and a log line."""
+
+    def __init__(self) -> None:
+        self.node_ids = ["node-0", "node-1", "node-2"]
+        self.pids = {n: 100 + i for i, n in enumerate(self.node_ids)}
+        self.last_exit: dict[str, tuple[int, int]] = {}
+        self.logs = {n: "" for n in self.node_ids}
+        self.started: list[str] = []
+        self.next_pid = 200
+
+    def exit(self, nid: str, code: int, failpoint: str | None = None) -> None:
+        self.last_exit[nid] = (self.pids.pop(nid), code)
+        if failpoint:
+            self.logs[nid] += f"failpoint {failpoint}: exiting (hit 1)\n"
+
+    def pid(self, nid):
+        return self.pids.get(nid)
+
+    def log_tail(self, nid, lines=40):
+        return self.logs[nid]
+
+    def start_node(self, nid, env=None):
+        self.started.append(nid)
+        self.pids[nid] = self.next_pid
+        self.next_pid += 1
+
+
+def test_crash_watcher_restarts_failpoint_exits_only_and_counts_them() -> None:
+    c = _ExitingCluster()
+    w = faults.CrashWatcher(c, log=lambda m: None)  # type: ignore[arg-type]
+    c.exit("node-1", 86, "snapshot-after-rename")
+    c.exit("node-2", -9)  # killed by a fault: its business
+    w.poll()
+    w.poll()  # the same exit is handled once
+    assert c.started == ["node-1"] and w.restarts == 1
+    c.exit("node-1", 86, "journal-prefix-drop")
+    c.exit("node-0", 1)  # a real crash: reported, not hidden by a restart
+    w.poll()
+    assert c.started == ["node-1", "node-1"]
+    assert dict(w.crashes) == {"snapshot-after-rename": 1, "journal-prefix-drop": 1}
+    assert w.by_node == {"node-1": 2} and w.unexpected == [("node-0", 1)]
+    assert w.settle(0.1)
+    v = w.verdict(["snapshot-after-rename", "journal-prefix-drop"])
+    assert v.status == "PASS" and "snapshot-after-rename 1" in v.value
+    v = w.verdict(["snapshot-after-rename", "journal-prefix-drop", "journal-prefix-dropped"])
+    assert v.status == "UNKNOWN" and "journal-prefix-dropped" in v.detail
+    v = faults.CrashWatcher(c).verdict(["snapshot-install"])
+    assert v.status == "FAIL" and "tested nothing" in v.detail and v.value == "snapshot-install 0"
+
+
+def test_crash_watcher_retries_a_restart_that_failed() -> None:
+    from cluster.supervisor import NodeStartError
+
+    c = _ExitingCluster()
+    fails = [NodeStartError("port busy")]
+    real = c.start_node
+
+    def flaky(nid, env=None):
+        if fails:
+            raise fails.pop()
+        real(nid)
+
+    c.start_node = flaky  # type: ignore[method-assign]
+    w = faults.CrashWatcher(c, log=lambda m: None)  # type: ignore[arg-type]
+    c.exit("node-0", 86, "snapshot-install")
+    w.poll()
+    assert c.started == [] and w.restarts == 0 and w.crashes["snapshot-install"] == 1
+    assert w.settle(1.0)  # polls again: the restart goes through now
+    assert c.started == ["node-0"] and w.restarts == 1 and w.crashes["snapshot-install"] == 1

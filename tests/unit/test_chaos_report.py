@@ -229,3 +229,21 @@ def test_revision_regressions_flag_a_store_that_went_back_in_time() -> None:
     assert [(g.op.id, g.revision, g.floor, g.floor_op.id) for g in regs] == [(3, 3, 50, 1)]
     assert revision_regressions(_op_events(ev), exclude_processes=[1]) == []
     assert revision_regressions(synthetic_history()) == []
+
+
+def test_a_replayed_resend_reports_its_first_revision_and_is_no_regression() -> None:
+    from chaos.report import revision_regressions
+
+    put = {"f": "put", "key": "idem-1", "value": "1-1", "idempotency_key": "x"}
+    ev = [
+        {"type": "invoke", "process": 0, "id": 1, "time": 0, **put},
+        {"type": "ok", "process": 0, "id": 1, "time": 10, "revision": 7},
+        {"type": "invoke", "process": 1, "id": 2, "time": 20, "f": "put", "key": "k", "value": "b"},
+        {"type": "ok", "process": 1, "id": 2, "time": 25, "revision": 50},
+        # The same write re-sent later: the store replays revision 7, as it must.
+        {"type": "invoke", "process": 0, "id": 3, "time": 30, **put, "resend_of": 1},
+        {"type": "ok", "process": 0, "id": 3, "time": 35, "revision": 7, "replayed": True},
+    ]
+    assert revision_regressions(_op_events(ev)) == []
+    ev[-1] = {"type": "ok", "process": 0, "id": 3, "time": 35, "revision": 7}  # not a replay
+    assert [g.op.id for g in revision_regressions(_op_events(ev))] == [3]

@@ -111,8 +111,9 @@ def test_unavailable_answers_are_fail_and_retried(unavailable_node: FakeNode) ->
     assert unavailable_node.requests > len(ops)  # each op retried until its deadline
     writes = [o for o in ops if o.f in ("put", "cas", "txn", "delete")]
     assert writes and all(o.input["idempotency_key"].startswith("test-") for o in writes)
-    # Unique values per write: "<process>-<counter>" (txn second key: + "b").
-    values = [o.input["value"] for o in ops if o.f in ("put", "cas")]
+    # Unique values per write: "<process>-<counter>" (txn second key: + "b"); an
+    # idempotency probe's re-send repeats its probe's value on purpose.
+    values = [o.input["value"] for o in ops if o.f in ("put", "cas") and "resend_of" not in o.input]
     assert len(values) == len(set(values))
 
 
@@ -213,3 +214,140 @@ def test_statekeeper_chaos_is_registered(capsys) -> None:
     assert "unknown fault 'no-such-fault'" in capsys.readouterr().err
     node = cli.build_parser().parse_args(["node", "--id", "node-0", "--unsafe-reads"])
     assert node.unsafe_reads is True
+
+
+# -- which node serves each op -------------------------------------------------------
+
+
+def test_op_node_spreads_every_client_over_every_node() -> None:
+    from chaos.workload import op_node
+
+    for n_nodes in (3, 5):
+        for p in range(7):
+            firsts = [op_node(p, n, 0, n_nodes) for n in range(1, 1 + 10 * n_nodes)]
+            assert sorted(set(firsts)) == list(range(n_nodes))
+            assert all(firsts.count(i) == 10 for i in range(n_nodes))  # evenly
+            # a retry goes to the next node, and the attempts of one op visit them all
+            assert sorted(op_node(p, 4, a, n_nodes) for a in range(n_nodes)) == list(range(n_nodes))
+        # at any moment (same op number), the clients cover the nodes evenly too
+        at_once = [op_node(p, 9, 0, n_nodes) for p in range(3 * n_nodes)]
+        assert all(at_once.count(i) == 3 for i in range(n_nodes))
+
+
+def test_pinned_readers_cover_every_node_when_there_are_enough_clients() -> None:
+    from chaos.workload import pinned_nodes
+
+    assert pinned_nodes(16, 0.25, 3) == [0, 1, 2, 0]  # unchanged for the default cluster
+    assert sorted(pinned_nodes(16, 0.25, 5)) == [0, 1, 2, 3, 4]  # one per node
+    assert pinned_nodes(4, 0.25, 3) == [0]  # too few clients to cover every node
+    assert pinned_nodes(16, 0.0, 3) == []
+
+
+def _ops(buf: io.StringIO):
+    return parse_events(json.loads(line) for line in buf.getvalue().splitlines())
+
+
+def test_ops_go_to_every_node_and_the_answering_node_is_recorded() -> None:
+    with FakeNode(200, {"revision": 5}) as a, FakeNode(200, {"revision": 5}) as b:
+        buf = io.StringIO()
+        h = HistoryWriter(buf)
+        cfg = WorkloadConfig(
+            clients=2, keys=2, op_deadline=0.3, pinned_reader_share=0,
+            mix=OpMix(get=0, put=1, cas=0, txn=0, delete=0), resend_share=0,
+        )  # fmt: skip
+        w = Workload([a.url, b.url], h, cfg, run_id="t", node_ids=["na", "nb"])
+        w.start()
+        threading.Event().wait(0.5)
+        w.stop()
+        h.flush()
+    ops = _ops(buf)
+    assert ops and {o.outcome for o in ops} == {"ok"}
+    assert a.requests > 3 and b.requests > 3
+    for o in ops:  # op n of client p starts at node (p + n) % 2 and succeeds there
+        n = int(o.input["value"].split("-")[1])
+        assert o.output["node"] == ["na", "nb"][(o.process + n) % 2], o
+
+
+def test_a_refusing_node_is_skipped_and_the_op_recorded_where_it_succeeded(
+    unavailable_node: FakeNode,
+) -> None:
+    with FakeNode(200, {"revision": 5}) as good:
+        buf = io.StringIO()
+        h = HistoryWriter(buf)
+        cfg = WorkloadConfig(
+            clients=2, keys=2, op_deadline=2.0, pinned_reader_share=0,
+            mix=OpMix(get=0, put=1, cas=0, txn=0, delete=0), resend_share=0,
+        )  # fmt: skip
+        w = Workload([unavailable_node.url, good.url], h, cfg, node_ids=["bad", "good"])
+        w.start()
+        threading.Event().wait(0.5)
+        w.stop()
+        h.flush()
+    ops = _ops(buf)
+    assert ops and {o.outcome for o in ops} == {"ok"}
+    assert {o.output["node"] for o in ops} == {"good"}
+    assert unavailable_node.requests >= len(ops) // 2  # half the ops tried it first
+
+
+def test_idempotency_probes_are_resent_with_the_same_key_and_value() -> None:
+    with FakeNode(200, {"revision": 5}) as node:
+        buf = io.StringIO()
+        h = HistoryWriter(buf)
+        cfg = WorkloadConfig(
+            clients=2, keys=2, op_deadline=0.3, pinned_reader_share=0,
+            resend_share=0.5, resend_delay=(0.01, 0.02),
+            mix=OpMix(get=0, put=1, cas=0, txn=0, delete=0),
+        )  # fmt: skip
+        w = Workload([node.url], h, cfg, run_id="t")
+        w.start()
+        threading.Event().wait(0.6)
+        w.stop()
+        h.flush()
+    ops = _ops(buf)
+    by_id = {o.id: o for o in ops}
+    resends = [o for o in ops if "resend_of" in o.input]
+    assert resends
+    for r in resends:
+        first = by_id[r.input["resend_of"]]
+        assert first.key == r.key and first.key.startswith("idem-")
+        assert (first.input["value"], first.input["idempotency_key"]) == (
+            r.input["value"], r.input["idempotency_key"])  # fmt: skip
+        assert first.invoke_time < r.invoke_time
+    # A probe key is written by its probe (and its re-sends) only.
+    writers: dict[str, set[str]] = {}
+    for o in ops:
+        if o.key and o.key.startswith("idem-"):
+            writers.setdefault(o.key, set()).add(o.input["idempotency_key"])
+    assert all(len(iks) == 1 for iks in writers.values())
+    # Other writes keep unique values.
+    values = [o.input["value"] for o in ops if o.f == "put" and "resend_of" not in o.input]
+    assert len(values) == len(set(values))
+
+
+def test_pinned_readers_mix_serializable_reads_and_give_up_quickly(
+    unavailable_node: FakeNode,
+) -> None:
+    buf = io.StringIO()
+    h = HistoryWriter(buf)
+    cfg = WorkloadConfig(
+        clients=2, keys=2, op_deadline=5.0, pinned_reader_share=1.0, serializable_share=0.5,
+        pinned_op_deadline=0.2,
+    )  # fmt: skip
+    w = Workload([unavailable_node.url], h, cfg, node_ids=["n0"])
+    w.start()
+    threading.Event().wait(1.0)
+    w.stop()
+    h.flush()
+    ops = _ops(buf)
+    assert {o.f for o in ops} == {"get"}
+    kinds = {o.input.get("consistency", "linearizable") for o in ops}
+    assert kinds == {"linearizable", "serializable"}
+    # each read gave up after ~0.2 s (not op_deadline): many reads per client per second
+    assert len(ops) >= 6 and all(o.output.get("node") == "n0" for o in ops)
+
+
+def test_workload_rejects_bad_spread_and_node_ids() -> None:
+    with pytest.raises(ValueError, match="spread"):
+        Workload(["http://127.0.0.1:1"], HistoryWriter(io.StringIO()), WorkloadConfig(spread="x"))
+    with pytest.raises(ValueError, match="node_ids"):
+        Workload(["http://127.0.0.1:1"], HistoryWriter(io.StringIO()), node_ids=["a", "b"])
