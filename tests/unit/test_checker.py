@@ -3,10 +3,13 @@ duplicate applications."""
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import random
+import re
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -18,7 +21,7 @@ from chaos.checker import (
     lost_writes,
     render_history,
 )
-from chaos.history import HistoryWriter, Op, read_history
+from chaos.history import HistoryError, HistoryWriter, Op, read_history
 
 MS = 1_000_000  # times below are written in ms, histories are in ns
 _ids = itertools.count(1)
@@ -66,8 +69,10 @@ def get(k, v, start, end, *, p=0, mod_rev=None):
     return mk("get", k, start, end, p=p, out=out)
 
 
-def delete(k, start, end, *, p=0, outcome=None):
-    return mk("delete", k, start, end, p=p, outcome=outcome)
+def delete(k, start, end, *, p=0, outcome=None, deleted=None):
+    """A delete; ``deleted``: the count it reported (None: not recorded)."""
+    out = {} if deleted is None else {"deleted": deleted}
+    return mk("delete", k, start, end, p=p, outcome=outcome, out=out)
 
 
 def cas(k, expect, new, start, end, *, ok=True, p=0, outcome=None, current=_MISSING):
@@ -224,6 +229,73 @@ def test_deletes():
     assert check([put("k", "a", 0, 1), delete("k", 2, 3), get("k", "a", 4, 5)]).valid is False
 
 
+# Each "bad" history below is linearizable if the deleted count is ignored (the
+# checker before counts were modeled accepted all of them).
+
+
+def test_delete_count_of_a_key_that_was_certainly_absent():
+    first = [put("k", "a", 0, 1), delete("k", 2, 3, deleted=1)]
+    assert check([*first, delete("k", 4, 5, deleted=0)]).valid is True
+    r = check([*first, delete("k", 4, 5, deleted=1)])
+    assert r.valid is False
+    assert "delete(k)" in r.per_key["k"].explanation
+    # Never written at all: nothing to delete.
+    assert check([delete("k", 0, 1, deleted=1)]).valid is False
+    assert check([delete("k", 0, 1, deleted=0)]).valid is True
+
+
+def test_delete_count_of_a_key_that_was_certainly_present():
+    assert check([put("k", "a", 0, 1), delete("k", 2, 3, deleted=1)]).valid is True
+    assert check([put("k", "a", 0, 1), delete("k", 2, 3, deleted=0)]).valid is False
+    assert check([get("k", "init", 0, 1), delete("k", 2, 3, deleted=0)],
+                 initial={"k": "init"}).valid is False
+
+
+def test_delete_count_decides_the_order_of_concurrent_ops():
+    # The delete overlaps the put: deleted=0 puts it first, so the later read sees "a";
+    # deleted=1 puts it after the put, so the later read cannot see "a".
+    racing = [put("k", "a", 0, 10, p=1), get("k", "a", 11, 12, p=3)]
+    assert check([*racing, delete("k", 1, 2, p=2, deleted=0)]).valid is True
+    assert check([*racing, delete("k", 1, 2, p=2, deleted=1)]).valid is False
+    # A delete that saw the key present, then a read of absent: the put came first.
+    seq = [put("k", "a", 0, 10, p=1), delete("k", 1, 12, p=2, deleted=1), get("k", None, 13, 14)]
+    assert check(seq).valid is True
+
+
+def test_delete_count_one_needs_an_unknown_write_to_have_happened():
+    # Only the unknown put can explain deleted=1 (so it cannot be pruned as unobserved).
+    h = [put("k", "b", 0, None, p=1), delete("k", 5, 6, deleted=1), get("k", None, 7, 8)]
+    assert check(h).valid is True
+    assert check(h[1:]).valid is False
+    # ... and it cannot have happened after the read that saw the key absent first.
+    late = [get("k", None, 0, 1), put("k", "b", 2, None, p=1), delete("k", 3, 4, deleted=1)]
+    assert check(late).valid is True
+    early = [put("k", "b", 5, None, p=1), delete("k", 0, 4, deleted=1)]
+    assert check(early).valid is False
+
+
+def test_delete_count_two_for_one_key_is_impossible():
+    assert check([put("k", "a", 0, 1), delete("k", 2, 3, deleted=2)]).valid is False
+
+
+def test_unknown_and_uncounted_deletes_are_blind():
+    # No count recorded (or unknown outcome): the delete may have found anything.
+    assert check([delete("k", 0, 1), get("k", None, 2, 3)]).valid is True
+    h = [
+        put("k", "a", 0, 1),
+        delete("k", 2, None),
+        get("k", None, 5, 6),
+        delete("k", 7, 8, deleted=0),
+    ]
+    assert check(h).valid is True
+
+
+def test_prefix_deletes_are_rejected_not_misread():
+    d = mk("delete", "k", 0, 1, inp={"prefix": True}, out={"deleted": 3})
+    with pytest.raises(HistoryError, match="prefix"):
+        check([d])
+
+
 def test_failed_ops_and_unknown_reads_are_dropped():
     h = [
         put("k", "a", 0, 1),
@@ -338,6 +410,21 @@ def test_unknown_txn_is_optional_and_atomic():
     assert check([t, get("a", "1", 5, 6), get("b", None, 7, 8)]).valid is False
 
 
+def test_txn_whose_compares_need_two_unknown_writes():
+    # Both keys are absent until the unknown puts: the txn's two "!= absent" compares
+    # need both of them, one per key, right before it.
+    t = txn(
+        [{"key": "y", "value": None, "op": "!="}, {"key": "x", "value": None, "op": "!="}],
+        [{"f": "put", "key": "y", "value": "t"}],
+        [],
+        10,
+        11,
+    )
+    both = [put("x", "u1", 1, None, p=1), put("y", "u2", 8, None, p=2), t]
+    assert check(both).valid is True
+    assert check([both[0], t]).valid is False
+
+
 # ------------------------------------------------------------- not linearizable
 
 
@@ -439,6 +526,31 @@ def test_result_report_mentions_failures():
     report = r.report()
     assert report.startswith("linearizability: False")
     assert 'get(k) -> "b"' in report
+
+
+def test_result_carries_time_per_group_and_total():
+    h = [put("a", "1", 0, 1), get("a", "1", 2, 3), put("b", "2", 0, 1), get("b", "x", 2, 3)]
+    r = check(h)
+    assert set(r.group_elapsed) == {("a",), ("b",)}
+    assert all(t >= 0 for t in r.group_elapsed.values())
+    bad = r.per_key["b"]  # failed: shrinking and explaining it took time too
+    assert bad.minimize_elapsed > 0
+    assert bad.total_elapsed == bad.elapsed + bad.minimize_elapsed == r.group_elapsed[("b",)]
+    assert r.elapsed >= sum(r.group_elapsed.values())
+    assert r.stats["elapsed"] == r.elapsed
+    assert re.fullmatch(r"checker: 2 groups, \d+\.\d\d s \(slowest: .*\)", r.timing())
+    assert r.timing() in r.report().splitlines()
+    assert check([put("a", "1", 0, 1)]).timing().startswith("checker: 1 group, ")
+
+
+def test_chaos_report_shows_checker_time():
+    # chaos.report renders the checker's report() text under "Linearizability".
+    from chaos.report import RunResult, render_markdown
+
+    r = check([put("k", "a", 0, 1), get("k", "a", 2, 3), put("j", "b", 0, 1)])
+    md = render_markdown(RunResult(fault="none", checker_report=r.report()))
+    section = md.split("## Linearizability", 1)[1]
+    assert re.search(r"^checker: 2 groups, \d+\.\d\d s", section, re.MULTILINE)
 
 
 def test_time_limit_gives_unknown_never_valid():
@@ -684,6 +796,33 @@ def mutate_future_read(rng: random.Random, ops: list[Op]) -> tuple[list[Op], Op]
     return None
 
 
+def mutate_delete_count(rng: random.Random, ops: list[Op]) -> tuple[list[Op], Op] | None:
+    """Make a delete that removed a key report ``deleted=0`` where the key was certainly
+    there: an acked put / cas / txn put of it completed before the delete was invoked,
+    and no other delete (acked or unknown) can fall between the two."""
+    deletes = [o for o in ops if o.f == "delete" and o.outcome == "ok" and o.output.get("deleted")]
+    rng.shuffle(deletes)
+    for d in deletes:
+        others = [z for z in ops if z.f == "delete" and z is not d and z.outcome != "fail"
+                  and z.key == d.key]
+        for w in ops:
+            if w.outcome != "ok" or w.complete_time >= d.invoke_time or d.key not in w.keys:
+                continue
+            if w.f == "txn":
+                branch = w.input["success"] if w.output["succeeded"] else w.input["failure"]
+                wrote = any(b["f"] == "put" and b["key"] == d.key for b in branch)
+            else:
+                wrote = w.f == "put" or (w.f == "cas" and w.output["succeeded"])
+            if wrote and all(
+                z.complete_time < w.invoke_time or z.invoke_time > d.complete_time
+                for z in others
+            ):
+                bad = Op(d.id, d.process, "delete", d.keys, d.invoke_time, d.complete_time,
+                         "ok", dict(d.input), {**d.output, "deleted": 0}, d.end_time)
+                return [bad if o is d else o for o in ops], bad
+    return None
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_random_linearizable_histories(seed):
     rng = random.Random(seed)
@@ -748,6 +887,199 @@ def test_performance_16_processes_5000_ops_10_keys():
     assert r.valid is True, r.report()
     assert len(r.partitions) == 10
     assert elapsed < 60
+
+
+# ------------------------------------------- soak-like histories (many unknown writes)
+
+SOAK_MIX = (("get", 0.35), ("put", 0.20), ("cas", 0.20), ("txn", 0.20), ("delete", 0.05))
+
+
+def generate_soak(
+    rng: random.Random,
+    *,
+    n: int = 5000,
+    clients: int = 16,
+    pinned: int = 4,
+    n_keys: int = 8,
+    p_info: float = 0.09,
+    p_info_fault: float = 0.6,
+    faults: int = 6,
+) -> list[Op]:
+    """A history shaped like ``chaos.workload``'s, of a real sequential store.
+
+    Discrete-event simulation: ``clients`` issue ops back to back (``pinned`` of them
+    only read); txns use the fixed key pairs (k0, k1), (k2, k3), ...; cas and txn
+    compare with the value the client last saw; every write value is unique; deletes
+    record ``deleted``, failed cas the current value, failed txns their reads. Each op
+    takes effect at a random instant of its window against one dict, in that order, so
+    the history is linearizable. Writes are marked unknown (``info``, the client gave
+    up at the end of its window) with probability ``p_info``, ``p_info_fault`` inside
+    ``faults`` short fault windows; half of those never take effect, the rest do,
+    possibly after the client gave up. Times are in microseconds.
+    """
+    keys = [f"k{i}" for i in range(n_keys)]
+    names, weights = zip(*SOAK_MIX, strict=True)
+    span = n * 4_000 // clients  # ~4 ms per op and client
+    windows = [(t, t + 150_000) for t in sorted(rng.randrange(span) for _ in range(faults))]
+    state: dict[str, Any] = {}
+    seen: list[dict[str, Any]] = [{} for _ in range(clients)]
+    heap: list[tuple[int, int, str, Any]] = []
+    seq = itertools.count()
+    for c in range(clients):
+        heapq.heappush(heap, (rng.randrange(5_000), next(seq), "invoke", c))
+    plans: list[dict[str, Any]] = []
+    while heap:
+        t, _, kind, item = heapq.heappop(heap)
+        if kind == "invoke":
+            if len(plans) >= n:
+                continue
+            plan = _soak_invoke(rng, item, t, keys, seen[item], names, weights, item < pinned)
+            in_fault = any(a <= t < b for a, b in windows)
+            dur = rng.randint(500, 60_000 if in_fault else 15_000)
+            plan["end"] = t + dur
+            if plan["f"] != "get" and rng.random() < (p_info_fault if in_fault else p_info):
+                plan["outcome"] = "info"
+                if rng.random() < 0.5:  # applied, perhaps after the client gave up
+                    heapq.heappush(heap, (t + rng.randint(1, 2 * dur), next(seq), "effect", plan))
+            else:
+                heapq.heappush(heap, (rng.randint(t, t + dur), next(seq), "effect", plan))
+            heapq.heappush(heap, (t + dur, next(seq), "complete", plan))
+            plans.append(plan)
+        elif kind == "effect":
+            _soak_apply(item, state)
+        else:
+            if item["outcome"] == "ok":
+                _soak_saw(item, seen[item["p"]])
+            heapq.heappush(heap, (t + rng.randint(1, 2_000), next(seq), "invoke", item["p"]))
+    return [_soak_op(plan) for plan in plans]
+
+
+def _soak_invoke(rng, c, t, keys, seen, names, weights, pinned) -> dict[str, Any]:
+    f = "get" if pinned else rng.choices(names, weights)[0]
+    key = rng.choice(keys)
+    value = f"{c}-{t}"
+    plan: dict[str, Any] = {
+        "p": c, "start": t, "f": f, "keys": [key], "outcome": "ok", "inp": {}, "out": {}
+    }
+    if f == "put":
+        plan["inp"] = {"value": value}
+    elif f == "cas":
+        plan["inp"] = {"expect": seen.get(key), "value": value}
+    elif f == "txn":
+        i = keys.index(key) // 2 * 2
+        a, b = keys[i], keys[i + 1]
+        if rng.random() < 0.5:
+            a, b = b, a
+        second = (
+            {"f": "put", "key": b, "value": value + "b"}
+            if rng.random() < 0.5
+            else {"f": "get", "key": b}
+        )
+        plan["keys"] = sorted([a, b])
+        plan["inp"] = {
+            "compare": [{"key": a, "value": seen.get(a), "op": "=="}],
+            "success": [{"f": "put", "key": a, "value": value}, second],
+            "failure": [{"f": "get", "key": a}, {"f": "get", "key": b}],
+        }
+    return plan
+
+
+def _soak_apply(plan: dict[str, Any], state: dict[str, Any]) -> None:
+    """Run one op against the store (the sequential register) and record its result."""
+    f, key, inp, out = plan["f"], plan["keys"][0], plan["inp"], plan["out"]
+    if f == "get":
+        out["value"] = state.get(key)
+    elif f == "put":
+        state[key] = inp["value"]
+    elif f == "delete":
+        out["deleted"] = int(state.pop(key, None) is not None)
+    elif f == "cas":
+        out["succeeded"] = state.get(key) == inp["expect"]
+        if out["succeeded"]:
+            state[key] = inp["value"]
+        else:
+            out["value"] = state.get(key)
+    else:
+        (cmp,) = inp["compare"]
+        out["succeeded"] = state.get(cmp["key"]) == cmp["value"]
+        results = []
+        for o in inp["success"] if out["succeeded"] else inp["failure"]:
+            if o["f"] == "put":
+                state[o["key"]] = o["value"]
+            results.append(state.get(o["key"]) if o["f"] == "get" else None)
+        out["results"] = results
+
+
+def _soak_saw(plan: dict[str, Any], seen: dict[str, Any]) -> None:
+    """What the client learned from an acked op (the workload's ``seen``)."""
+    f, key, inp, out = plan["f"], plan["keys"][0], plan["inp"], plan["out"]
+    if f == "get":
+        seen[key] = out["value"]
+    elif f == "put":
+        seen[key] = inp["value"]
+    elif f == "delete":
+        seen[key] = None
+    elif f == "cas":
+        seen[key] = inp["value"] if out["succeeded"] else out["value"]
+    else:
+        branch = inp["success"] if out["succeeded"] else inp["failure"]
+        for o, r in zip(branch, out["results"], strict=True):
+            seen[o["key"]] = o["value"] if o["f"] == "put" else r
+
+
+def _soak_op(plan: dict[str, Any]) -> Op:
+    info = plan["outcome"] == "info"
+    return Op(
+        id=f"{plan['p']}-{plan['start']}",
+        process=plan["p"],
+        f=plan["f"],
+        keys=tuple(plan["keys"]),
+        invoke_time=plan["start"],
+        complete_time=math.inf if info else plan["end"],
+        outcome=plan["outcome"],
+        input=plan["inp"],
+        output={} if info else plan["out"],
+        end_time=plan["end"],
+    )
+
+
+def unknown_writes_per_group(ops: list[Op]) -> Counter:
+    """Unknown-outcome writes per txn key group (k0/k1 -> 0, k2/k3 -> 1, ...)."""
+    return Counter(
+        int(o.keys[0][1:]) // 2 for o in ops if o.outcome == "info" and o.f != "get"
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_soak_history_with_many_unknown_writes_is_decided(seed):
+    # What a long soak produces: 5,000 ops, ~80 unknown-outcome writes per key group.
+    # The checker used to give up ("unknown") on such histories.
+    rng = random.Random(seed)
+    h = generate_soak(rng)
+    assert len(h) == 5000
+    per_group = unknown_writes_per_group(h)
+    assert sorted(per_group) == [0, 1, 2, 3]
+    assert 240 <= sum(per_group.values()) <= 400, per_group
+    r = check(h, time_limit=300)
+    assert r.valid is True, r.report()
+    assert sorted(p.keys for p in r.partitions) == [("k0", "k1"), ("k2", "k3"), ("k4", "k5"),
+                                                     ("k6", "k7")]
+    assert r.stats["promoted_observed_info_writes"] > 0
+    assert set(r.group_elapsed) == {p.keys for p in r.partitions}
+
+    mutated, read = mutate_stale_read(rng, h)
+    r = check(mutated, time_limit=300, minimize_time_limit=2)
+    assert r.valid is False, "stale read not detected"
+    assert read.id in ids(r.per_key[read.key].counterexample)
+
+
+def test_soak_history_wrong_delete_count_is_caught():
+    rng = random.Random(5)
+    h = generate_soak(rng)
+    mutated, bad = mutate_delete_count(rng, h)
+    r = check(mutated, time_limit=300, minimize_time_limit=2)
+    assert r.valid is False, "a delete count that cannot be right was not detected"
+    assert bad.id in ids(r.per_key[bad.key].counterexample)
 
 
 # ------------------------------------------------------------------ lost writes
@@ -840,6 +1172,9 @@ def _reference_step(op: Op, state: dict[str, Any]) -> dict[str, Any] | None:
     if op.f == "put":
         st[key] = inp["value"]
     elif op.f == "delete":
+        count = out.get("deleted") if ok else None
+        if isinstance(count, int) and count != (0 if st.get(key) is None else 1):
+            return None  # a delete removes the key iff it was there
         st[key] = None
     elif op.f == "get":
         if ok and st.get(key) != out["value"]:
@@ -897,10 +1232,31 @@ def brute_force_linearizable(ops: list[Op], initial: dict[str, Any]) -> bool:
     )
 
 
-def random_small_history(rng: random.Random) -> list[Op]:
-    """Up to 7 ops, tiny value pool (values repeat), lots of overlap and ties."""
+def random_small_history(
+    rng: random.Random, *, counted: bool = False, unique: bool = False
+) -> list[Op]:
+    """Up to 7 ops, tiny value pool (values repeat), lots of overlap and ties.
+
+    ``counted``: acked deletes record a ``deleted`` count (0 or 1, now and then 2).
+    ``unique``: every write has a fresh value; reads and compares pick one of the
+    values written so far (or absent, or a value never written); some txns compare
+    both keys.
+    """
     keys = ["x"] if rng.random() < 0.6 else ["x", "y"]
     pool = ["a", "b", "c"]
+    written: list[str] = []
+
+    def w() -> str:  # a value to write
+        if not unique:
+            return rng.choice(pool)
+        written.append(f"u{len(written)}")
+        return written[-1]
+
+    def r() -> Any:  # a value to read / compare with
+        if not unique:
+            return rng.choice([*pool, None])
+        return rng.choice([*written, None, None, "never"])
+
     ops = []
     for _ in range(rng.randint(1, 7)):
         start = rng.randint(0, 12)
@@ -913,34 +1269,34 @@ def random_small_history(rng: random.Random) -> list[Op]:
         out: dict[str, Any] = {}
         op_keys: list[str] | str = k
         if f == "put":
-            inp["value"] = rng.choice(pool)
+            inp["value"] = w()
         elif f == "get":
-            out["value"] = rng.choice([*pool, None])
+            out["value"] = r()
+        elif f == "delete" and counted:
+            out["deleted"] = rng.choices([0, 1, 2], [5, 5, 1])[0]
         elif f == "cas":
-            inp.update(expect=rng.choice([*pool, None]), value=rng.choice(pool))
+            inp.update(expect=r(), value=w())
             out["succeeded"] = rng.random() < 0.5
             if not out["succeeded"] and rng.random() < 0.5:
-                out["value"] = rng.choice([*pool, None])
+                out["value"] = r()
         elif f == "txn":
             a, b = rng.sample(keys, 2)
             op_keys = [a, b]
-            inp["compare"] = [
-                {"key": a, "value": rng.choice([*pool, None]), "op": rng.choice(["==", "!="])}
-            ]
+            inp["compare"] = [{"key": a, "value": r(), "op": rng.choice(["==", "!="])}]
+            if unique and rng.random() < 0.4:
+                inp["compare"].append({"key": b, "value": r(), "op": rng.choice(["==", "!="])})
             inp["success"] = [
-                {"f": "put", "key": a, "value": rng.choice(pool)},
-                {"f": rng.choice(["put", "delete", "get"]), "key": b, "value": rng.choice(pool)},
+                {"f": "put", "key": a, "value": w()},
+                {"f": rng.choice(["put", "delete", "get"]), "key": b, "value": w()},
             ]
             inp["failure"] = rng.choice(
                 [[], [{"f": "get", "key": a}, {"f": "get", "key": b}],
-                 [{"f": "put", "key": b, "value": rng.choice(pool)}]]
+                 [{"f": "put", "key": b, "value": w()}]]
             )
             out["succeeded"] = rng.random() < 0.5
             branch = inp["success"] if out["succeeded"] else inp["failure"]
             if rng.random() < 0.7:
-                out["results"] = [
-                    rng.choice([*pool, None]) if o["f"] == "get" else None for o in branch
-                ]
+                out["results"] = [r() if o["f"] == "get" else None for o in branch]
         ops.append(
             mk(f, op_keys, start / 1000, None if outcome == "info" else end / 1000,
                p=rng.randrange(4), outcome=outcome, inp=inp, out=out if outcome == "ok" else {})
@@ -948,11 +1304,11 @@ def random_small_history(rng: random.Random) -> list[Op]:
     return ops
 
 
-def test_matches_brute_force_on_small_random_histories():
+def _differential(seeds: range, **kw: bool) -> dict[bool, int]:
     verdicts = {True: 0, False: 0}
-    for seed in range(3000):
+    for seed in seeds:
         rng = random.Random(seed)
-        h = random_small_history(rng)
+        h = random_small_history(rng, **kw)
         initial = {"x": rng.choice([None, "a"])}
         want = brute_force_linearizable(h, initial)
         r = check(h, initial=initial)
@@ -963,4 +1319,21 @@ def test_matches_brute_force_on_small_random_histories():
         for part in r.partitions:
             if part.valid is False:  # the counterexample must fail on its own
                 assert not brute_force_linearizable(part.counterexample, initial), seed
+    return verdicts
+
+
+def test_matches_brute_force_on_small_random_histories():
+    verdicts = _differential(range(3000))
     assert min(verdicts.values()) > 500  # both kinds well represented
+
+
+def test_matches_brute_force_with_delete_counts():
+    verdicts = _differential(range(3000, 5000), counted=True)
+    assert min(verdicts.values()) > 300
+
+
+def test_matches_brute_force_with_unique_values():
+    # Unique write values: unknown writes get promoted (a read names its write), pruned
+    # (nobody reads them) and grouped (same op up to unobserved values).
+    verdicts = _differential(range(5000, 8000), counted=True, unique=True)
+    assert min(verdicts.values()) > 300
