@@ -15,7 +15,10 @@ Actions
     N*exit          exit on the N-th hit (N >= 1), e.g. "3*exit"
     P%exit          exit with probability P percent on every hit, e.g. "25%exit"
                     (randomness from STATEKEEPER_FAILPOINTS_SEED, or the OS when unset)
+    N*error         raise OSError(EIO) on the N-th hit and every later one (a disk that
+                    starts failing), e.g. "31*error": the first 30 hits pass
     sleep(S)        sleep S seconds on every hit (a slow disk, a long snapshot)
+    on              a switch, read with `active(name)` rather than hit
     off             nothing (lets a wrapper disable one name)
 
 Before exiting, a line "failpoint NAME: exiting" goes to stderr (the node's log), so the
@@ -36,10 +39,18 @@ Names (each is documented where it is hit):
                                  AppendEntries and not yet answered the leader
     snapshot-pack                node/raft.py: a snapshot is about to be packed (use
                                  sleep(S) to make snapshots slow)
+    journal-fsync                node/journal.py: every fsync of the raft journal's files
+                                 (N*error: fsync fails from the N-th on; the node must
+                                 stop and lose nothing it acknowledged)
+    read-barrier-skip            node/reads.py, a switch (on): linearizable reads are
+                                 served from local state without ReadIndex or barrier.
+                                 For the chaos suite's mutation test only: it must then
+                                 report stale reads. `node --unsafe-reads` turns it on.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
@@ -61,11 +72,13 @@ NAMES = (
     "snapshot-install",
     "follower-after-fsync",
     "snapshot-pack",
+    "journal-fsync",
+    "read-barrier-skip",
 )
 
 _ACTION = re.compile(
     r"^(?:(?P<nth>\d+)\*exit|(?P<pct>\d+(?:\.\d+)?)%exit|(?P<exit>exit)|"
-    r"sleep\((?P<sleep>\d+(?:\.\d+)?)\)|(?P<off>off))$"
+    r"(?P<err>\d+)\*error|sleep\((?P<sleep>\d+(?:\.\d+)?)\)|(?P<on>on)|(?P<off>off))$"
 )
 
 
@@ -93,14 +106,20 @@ def parse(spec: str) -> dict[str, _Point]:
         m = _ACTION.match(action)
         if m is None:
             raise FailpointError(
-                f"{ENV}: action {action!r} of {name} is not exit, N*exit, P%exit, sleep(S) or off"
+                f"{ENV}: action {action!r} of {name} is not exit, N*exit, P%exit, N*error, "
+                "sleep(S), on or off"
             )
         if m["off"]:
             continue
+        count = m["nth"] or m["err"]
+        if count is not None and int(count) < 1:
+            raise FailpointError(f"{ENV}: {name}: N in {action} must be >= 1")
         if m["nth"]:
-            if int(m["nth"]) < 1:
-                raise FailpointError(f"{ENV}: {name}: N in N*exit must be >= 1")
             points[name] = _Point("nth", int(m["nth"]))
+        elif m["err"]:
+            points[name] = _Point("error", int(m["err"]))
+        elif m["on"]:
+            points[name] = _Point("on")
         elif m["pct"]:
             points[name] = _Point("pct", float(m["pct"]) / 100.0)
         elif m["sleep"]:
@@ -125,6 +144,18 @@ def configure(spec: str | None = None, seed: str | None = None) -> None:
         log.warning("failpoints enabled: %s", spec)
 
 
+def enable(name: str, action: str = "on") -> None:
+    """Turn one failpoint on in this process, e.g. from a command-line flag."""
+    _points.update(parse(f"{name}={action}"))
+    log.warning("failpoint enabled: %s=%s", name, action)
+
+
+def active(name: str) -> bool:
+    """Whether a switch failpoint (action "on") is set."""
+    p = _points.get(name)
+    return p is not None and p.kind == "on"
+
+
 def enabled() -> dict[str, str]:
     """name -> action kind of every enabled failpoint (for the node's start-up log)."""
     return {name: p.kind for name, p in _points.items()}
@@ -138,6 +169,10 @@ def hit(name: str) -> None:
     p.hits += 1
     if p.kind == "sleep":
         time.sleep(p.arg)
+        return
+    if p.kind == "error":
+        if p.hits >= p.arg:
+            raise OSError(errno.EIO, f"injected by failpoint {name} (hit {p.hits})")
         return
     if p.kind == "exit" or (p.kind == "nth" and p.hits == p.arg) or (
         p.kind == "pct" and _rng.random() < p.arg

@@ -14,12 +14,12 @@ from node.errors import OpError, status_for
 from node.http_server import HttpServer, Request, Response, ServerLimits
 from node.ops import is_write, validate_op, validate_ops
 from node.proposer import Proposer
-from node.raft import READ_INDEX_NOT_LEADER, RaftNode
-from node.state_machine import StateMachine
+from node.raft import RaftNode
+from node.reads import ReadPolicy, read_options
+from node.store import StateMachine
 
 log = logging.getLogger("statekeeper.http")
 
-CONSISTENCY = ("linearizable", "serializable")
 KV_OPS = ("put", "get", "delete", "range", "cas", "txn", "compact")
 
 
@@ -31,8 +31,6 @@ class Api:
         sm: StateMachine,
         raft: RaftNode,
         proposer: Proposer,
-        *,
-        serve_reads_without_barrier: bool = False,
     ):
         self.cluster = cluster
         self.node_id = node_id
@@ -41,11 +39,9 @@ class Api:
         self.proposer = proposer
         self.limits = cluster.limits
         self.timeout = cluster.raft.request_timeout
-        # Debug only (chaos mutation test): linearizable reads skip the barrier.
-        self._unsafe_reads = serve_reads_without_barrier
         self._urls = {n.id: n.http_url for n in cluster.nodes}
         self.shutting_down = False
-        self._read_waiters: list[asyncio.Future[int]] = []  # ReadIndex requests not yet sent
+        self.reads = ReadPolicy(raft, proposer, lambda: sm.revision, self._check_serving, self.timeout)
         # path template -> method -> handler
         self._methods: dict[str, dict[str, Any]] = {}
         for (method, path), handler in self.routes().items():
@@ -145,79 +141,17 @@ class Api:
                 f"{self.node_id} knows no raft leader (election in progress or partitioned); retry",
             )
 
-    async def _with_timeout(self, aw, what: str):
+    async def _write_within_timeout(self, aw):
         try:
             # asyncio.timeout, unlike wait_for, does not wrap the awaitable in a new task.
             async with asyncio.timeout(self.timeout):
                 return await aw
         except TimeoutError:
-            if what == "write":
-                raise OpError(
-                    "timeout",
-                    f"no commit within {self.timeout:g} s; the write may still be applied: "
-                    "retry with the same idempotency_key",
-                ) from None
             raise OpError(
-                "unavailable", f"could not confirm a read within {self.timeout:g} s (no quorum?)"
+                "timeout",
+                f"no commit within {self.timeout:g} s; the write may still be applied: "
+                "retry with the same idempotency_key",
             ) from None
-
-    # -- reads --------------------------------------------------------------------------
-
-    @staticmethod
-    def _read_options(body: dict) -> tuple[str, int | None]:
-        consistency = body.pop("consistency", None) or "linearizable"
-        if consistency not in CONSISTENCY:
-            raise OpError("invalid_argument", f"consistency must be one of {CONSISTENCY}")
-        min_rev = body.pop("min_revision", None)
-        if min_rev is not None and (type(min_rev) is not int or min_rev < 0):
-            raise OpError("invalid_argument", "min_revision must be a non-negative integer")
-        return consistency, min_rev
-
-    async def _read_barrier(self, consistency: str, min_revision: int | None) -> None:
-        if consistency == "linearizable" and not self._unsafe_reads:
-            self._check_serving()
-            await self._with_timeout(self._linearizable_point(), "read")
-        if min_revision is not None and self.sm.revision < min_revision:
-            await self._with_timeout(self._wait_revision(min_revision), "read")
-
-    async def _linearizable_point(self) -> None:
-        """Return once a read served from local state now is linearizable."""
-        if self.raft.is_leader():
-            # ReadIndex: a heartbeat round confirms leadership; no log entry, no fsync.
-            index = await self._read_index()
-            if index >= 0:
-                return
-            if index == READ_INDEX_NOT_LEADER:
-                self._check_serving()  # deposed: fail fast unless a new leader is known
-        # A follower, or a leader that just changed or has not committed its no-op yet:
-        # a barrier entry through raft (forwarded to the leader).
-        await self.proposer.barrier()
-
-    def _read_index(self) -> asyncio.Future[int]:
-        # Reads parsed in one loop iteration share one request to the raft thread (one
-        # wake-up, one hand-back) instead of one each.
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[int] = loop.create_future()
-        if not self._read_waiters:
-            loop.call_soon(self._request_read_index, loop)
-        self._read_waiters.append(fut)
-        return fut
-
-    def _request_read_index(self, loop: asyncio.AbstractEventLoop) -> None:
-        waiters, self._read_waiters = self._read_waiters, []
-
-        def resolve(index: int) -> None:
-            for fut in waiters:
-                if not fut.done():  # a read may have timed out meanwhile
-                    fut.set_result(index)
-
-        self.raft.read_index(lambda index: loop.call_soon_threadsafe(resolve, index))
-
-    async def _wait_revision(self, revision: int) -> None:
-        delay = 0.001
-        while self.sm.revision < revision:
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.02)
 
     # -- handlers -----------------------------------------------------------------------
 
@@ -230,13 +164,13 @@ class Api:
         if is_write(body):
             op = validate_op(body, self.limits)
             self._check_serving()
-            result = await self._with_timeout(
-                self.proposer.write(op, request.content_length), "write"
+            result = await self._write_within_timeout(
+                self.proposer.write(op, request.content_length)
             )
         else:
-            consistency, min_rev = self._read_options(body)
+            consistency, min_rev = read_options(body)
             op = validate_op(body, self.limits)
-            await self._read_barrier(consistency, min_rev)
+            await self.reads.wait(consistency, min_rev)
             result = self.sm.read(op)
         return self._single_result(name, result, fmt)
 
@@ -253,18 +187,17 @@ class Api:
 
     async def handle_batch(self, request: Request) -> Response:
         body, fmt = self._body(request)
-        consistency, min_rev = self._read_options(body)
+        consistency, min_rev = read_options(body)
         ops = validate_ops(body.get("ops"), self.limits)
         writes = [(i, op) for i, op in enumerate(ops) if is_write(op)]
         results: list[dict | None] = [None] * len(ops)
         if writes:
             self._check_serving()
             size = (request.content_length) // max(1, len(ops))
-            done = await self._with_timeout(
+            done = await self._write_within_timeout(
                 asyncio.gather(
                     *(self.proposer.write(op, size) for _, op in writes), return_exceptions=True
-                ),
-                "write",
+                )
             )
             for (i, _), r in zip(writes, done, strict=True):
                 results[i] = r
@@ -275,7 +208,7 @@ class Api:
         if len(writes) < len(ops):
             # Reads of a batch are served after its writes, so they see them.
             if not writes or consistency != "linearizable":
-                await self._read_barrier(consistency, min_rev)
+                await self.reads.wait(consistency, min_rev)
             for i, op in enumerate(ops):
                 if results[i] is None:
                     try:

@@ -83,7 +83,6 @@ from node import failpoints
 log = logging.getLogger("statekeeper.journal")
 
 FSYNC_MODES = ("always", "never")
-FAULT_ENV = "STATEKEEPER_FAULT_FSYNC_FAIL_AFTER"
 FATAL_EXIT_CODE = 71  # EX_OSERR
 
 LOG_MAGIC = b"SKJLOG\x00\x01"
@@ -610,28 +609,15 @@ class DurableJournal:
 
     # -- internals: I/O with the fatal path -----------------------------------------------------
 
-    def _fault_hook(self, fsync_fn: FsyncFn) -> FsyncFn:
-        raw = os.environ.get(FAULT_ENV, "").strip()
-        if not raw:
-            return fsync_fn
-        limit = int(raw)
-        if limit < 0:
-            raise ValueError(f"{FAULT_ENV} must be >= 0, not {raw!r}")
-        log.warning(
-            "journal %s: fault injection on: fsync number %d and later will fail",
-            self.path,
-            limit + 1,
-        )
-        calls = 0
-
-        def failing_fsync(fd: int) -> None:
-            nonlocal calls
-            calls += 1
-            if calls > limit:
-                raise OSError(errno.EIO, f"injected fsync failure ({FAULT_ENV}={limit})")
+    @staticmethod
+    def _fault_hook(fsync_fn: FsyncFn) -> FsyncFn:
+        # The failpoint journal-fsync (node/failpoints.py) can make fsyncs fail, to show
+        # that the node then stops and loses nothing it acknowledged.
+        def fsync(fd: int) -> None:
+            failpoints.hit("journal-fsync")
             fsync_fn(fd)
 
-        return failing_fsync
+        return fsync
 
     def _fsync(self, fd: int, what: str) -> None:
         self.fsyncs += 1

@@ -10,12 +10,13 @@ import sys
 import time
 
 from node import config as config_mod
+from node import failpoints
 from node.errors import OpError
 from node.http_api import Api
 from node.proposer import Proposer
 from node.raft import RaftNode
 from node.snapshot_file import fsync_dir
-from node.state_machine import StateMachine
+from node.store import StateMachine
 
 log = logging.getLogger("statekeeper.node")
 
@@ -31,17 +32,23 @@ async def _log_when_ready(raft: RaftNode, started: float) -> None:
     )
 
 
-def _fatal_apply_guard(sm: StateMachine):
-    """apply() may raise only when RocksDB fails; a node that cannot persist an entry it
+def _apply_fn(sm: StateMachine, applied: list):
+    """What raft calls for every committed entry: apply it, then wake whoever waits for
+    the new revision (`applied` is filled with those callbacks once they exist).
+
+    apply() may raise only when RocksDB fails; a node that cannot persist an entry it
     must apply cannot continue with a state it trusts, so it stops at once."""
 
     def apply(index: int, payload: bytes):
         try:
-            return sm.apply(index, payload)
+            result = sm.apply(index, payload)
         except BaseException:
             log.critical("applying raft entry %d failed; stopping the node", index, exc_info=True)
             logging.shutdown()
             os._exit(70)
+        for fn in applied:
+            fn()
+        return result
 
     return apply
 
@@ -66,7 +73,8 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
         "state machine open in %.2f s (applied index %d, revision %d)",
         opened - started, sm.applied_index, sm.revision,
     )
-    raft = RaftNode(cfg, node_id, _fatal_apply_guard(sm), sm)
+    after_apply: list = []
+    raft = RaftNode(cfg, node_id, _apply_fn(sm, after_apply), sm)
     log.info("raft journal loaded in %.2f s (%s)", time.monotonic() - opened, raft.journal_summary())
     if cfg.fsync == "always":
         # A new directory entry is durable only once its parent is fsynced: without this a
@@ -81,7 +89,10 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
         inflight_timeout=cfg.raft.request_timeout,
     )
     raft.on_leadership_lost(proposer.leadership_lost)
-    api = Api(cfg, node_id, sm, raft, proposer, serve_reads_without_barrier=unsafe_reads)
+    if unsafe_reads:
+        failpoints.enable("read-barrier-skip")
+    api = Api(cfg, node_id, sm, raft, proposer)
+    after_apply.append(api.reads.revisions.applied)
     http = api.server()
     await http.start(me.host, me.http_port)
     log.info(

@@ -1,7 +1,8 @@
 """The only module that knows pysyncobj.
 
 Interface (what the rest of the node uses):
-    RaftNode(cluster_config, node_id, apply_fn, snapshotter)
+    RaftNode(cluster_config, node_id, apply_fn, fsm)
+                                 fsm: the FSM below; apply_fn: fsm.apply or a wrapper
     .submit(payload, callback)   payload: bytes; callback(results | None, SubmitError | None)
                                  called from the raft thread once the entry is applied HERE
     .leader_known() / .status() -> RaftStatus
@@ -91,8 +92,6 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 # An incoming raft connection must authenticate within this time and these many bytes.
 UNAUTHENTICATED_GRACE = 2.0
-# Fault injection for tests: seconds a snapshot's packing sleeps first (a large DB).
-SNAPSHOT_DELAY_ENV = "STATEKEEPER_FAULT_SNAPSHOT_DELAY"
 MAX_UNAUTHENTICATED_BYTES = 64 * 1024
 
 # Fixed and public on purpose: it only has to differ from other uses of the same secret.
@@ -146,15 +145,41 @@ class RaftStatus:
     rejected_peer_messages: int
 
 
-class Snapshotter(Protocol):
-    """What the state machine offers for raft snapshots."""
+class FSM(Protocol):
+    """The replicated state machine, as raft sees it (hashicorp/raft's FSM shape).
 
-    def flush(self) -> None: ...
-    def checkpoint(self) -> Path: ...
-    def write_checkpoint(self, work: Path, f: BinaryIO) -> None: ...
-    def restore(self, path: str) -> None: ...
+    Raft knows nothing of what the entries mean; the state machine knows nothing of raft.
+    node.store.StateMachine implements this; a test can hand in any object that does.
+    apply and the snapshot calls come from the raft thread, except write_checkpoint
+    and flush, which run on a helper thread while applies go on.
+    """
+
+    def apply(self, index: int, entry: bytes) -> object:
+        """Apply the committed entry at raft `index`; None if it is already applied
+        (`index <= applied_index`: pysyncobj replays the journal on restart)."""
+        ...
+
+    def checkpoint(self) -> Path:
+        """A consistent copy of the state in a new directory, taken between two applies."""
+        ...
+
+    def write_checkpoint(self, work: Path, f: BinaryIO) -> None:
+        """Pack a checkpoint() directory into the snapshot bytes restore() reads."""
+        ...
+
+    def restore(self, path: str) -> None:
+        """Replace the whole state with a snapshot file written by write_checkpoint()."""
+        ...
+
+    def flush(self) -> None:
+        """Make the next checkpoint() quick (done before one, off the raft thread)."""
+        ...
+
     @property
-    def applied_index(self) -> int: ...
+    def applied_index(self) -> int:
+        """The last raft index applied (durably, as far as a restart is concerned)."""
+        ...
+
     @property
     def clock_ms(self) -> int:
         """The largest entry time applied so far (the replicated clock)."""
@@ -658,7 +683,7 @@ class RaftNode:
         cluster: ClusterConfig,
         node_id: str,
         apply_fn: ApplyFn,
-        snapshotter: Snapshotter,
+        fsm: FSM,
         max_ready_lag: int = 1000,
         clock: ClusterClock | None = None,
     ):
@@ -669,7 +694,7 @@ class RaftNode:
             )
         self.node_id = node_id
         self._me = cluster.node(node_id)
-        self._snapshotter = snapshotter
+        self._fsm = fsm
         self._max_ready_lag = max_ready_lag
         self._durable = cluster.fsync == "always"
         self._addr_to_id = {n.raft_address: n.id for n in cluster.nodes}
@@ -708,9 +733,9 @@ class RaftNode:
         self._encryptor = _AuthenticatingEncryptor(cluster.secret)
         self._obj = _SyncObj(
             self._me.raft_address, peers, conf, apply_fn, self._journal, self._encryptor,
-            clock=clock or ClusterClock(lambda: snapshotter.clock_ms),
+            clock=clock or ClusterClock(lambda: fsm.clock_ms),
             max_journal_bytes=r.snapshot_max_journal_bytes,
-            flush_state_machine=snapshotter.flush,
+            flush_state_machine=fsm.flush,
         )
 
     # -- snapshots (called on the raft thread by pysyncobj) ---------------------------
@@ -732,7 +757,7 @@ class RaftNode:
             "prev": list(prev_entry),
             "cluster": sorted(n.address for n in cluster_nodes),
         }
-        work = self._snapshotter.checkpoint()
+        work = self._fsm.checkpoint()
         self._snapshot_state = SERIALIZER_STATE.SERIALIZING
         threading.Thread(
             target=self._pack_snapshot, args=(work, header), name="snapshot", daemon=True
@@ -742,12 +767,9 @@ class RaftNode:
         final = self._conf.fullDumpFile
         tmp = final + ".packing"
         try:
-            delay = float(os.environ.get(SNAPSHOT_DELAY_ENV, "0") or 0)
-            if delay:  # fault injection for tests: a snapshot that takes this long
-                time.sleep(delay)
-            failpoints.hit("snapshot-pack")
+            failpoints.hit("snapshot-pack")  # sleep(S): a snapshot of a large DB
             snapshot_file.write(
-                tmp, header, lambda f: self._snapshotter.write_checkpoint(work, f), durable=self._durable
+                tmp, header, lambda f: self._fsm.write_checkpoint(work, f), durable=self._durable
             )
             os.replace(tmp, final)
             if self._durable:  # before the journal drops the entries the snapshot covers
@@ -779,10 +801,10 @@ class RaftNode:
         last = _entry_tuple(header["last"])
         # Restore only when the snapshot is ahead of what RocksDB already holds: on a
         # plain restart RocksDB is newer than the last snapshot and must be kept.
-        if last[1] > self._snapshotter.applied_index:
+        if last[1] > self._fsm.applied_index:
             log.info("restoring state machine from snapshot at index %d", last[1])
             snapshot_file.extract_body(path, offset, self._snapshot_tmp)
-            self._snapshotter.restore(self._snapshot_tmp)
+            self._fsm.restore(self._snapshot_tmp)
             os.unlink(self._snapshot_tmp)
         return last, _entry_tuple(header["prev"]), list(header["cluster"])
 

@@ -18,6 +18,7 @@ import pytest
 from client import AsyncClient, Client
 from cluster.supervisor import LocalCluster, NodeStartError
 from node import config as node_config
+from node import failpoints
 
 pytestmark = pytest.mark.integration
 
@@ -127,7 +128,7 @@ def test_fsync_failure_stops_the_node_and_loses_nothing_acknowledged(cluster: Lo
     leader = cluster.leader_id()
     cluster.stop_node(leader)
     # The restarted node's 30th journal fsync fails with EIO.
-    cluster.start_node(leader, env={"STATEKEEPER_FAULT_FSYNC_FAIL_AFTER": "30"})
+    cluster.start_node(leader, env={failpoints.ENV: "journal-fsync=31*error"})
     cluster.wait_live(leader)
     acked = {}
     with Client([cluster.url(n) for n in cluster.node_ids], timeout=5) as c:

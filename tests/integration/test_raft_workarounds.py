@@ -10,6 +10,7 @@ import pytest
 
 from client import Client
 from cluster.supervisor import LocalCluster
+from node import failpoints
 from node.config import Limits
 from node.ops import validate_op
 from node.raft import replicated_command_size
@@ -91,7 +92,7 @@ def _term(cluster: LocalCluster) -> int:
     snapshot_min_entries=50,
     election_timeout_min=0.4,
     election_timeout_max=1.0,
-    env={"STATEKEEPER_FAULT_SNAPSHOT_DELAY": "3"},
+    env={failpoints.ENV: "snapshot-pack=sleep(3)"},
 )
 def test_a_slow_snapshot_does_not_stall_raft(cluster: LocalCluster) -> None:
     """pysyncobj runs a custom serializer on its raft thread; packing a large DB there stops

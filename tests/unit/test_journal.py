@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from node import failpoints
 from node.journal import (
-    FAULT_ENV,
     FSYNC_MODES,
     LOG_MAGIC,
     DurableJournal,
@@ -650,10 +650,15 @@ def test_set_current_term_failure_is_fatal(jpath: Path) -> None:
     assert not os.path.exists(str(jpath) + ".meta")  # never renamed into place
 
 
-def test_env_fault_hook_fails_the_nth_plus_one_fsync(
-    jpath: Path, fs: FsyncRecorder, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(FAULT_ENV, "3")
+@pytest.fixture
+def failpoint():
+    """Arm failpoints for one test; whatever the environment said is restored after."""
+    yield failpoints.configure
+    failpoints.configure()
+
+
+def test_journal_fsync_failpoint_fails_from_the_nth_fsync(jpath: Path, fs: FsyncRecorder, failpoint) -> None:
+    failpoint("journal-fsync=4*error")
     fatal = FatalRecorder()
     j = open_j(jpath, fs, on_fatal=fatal)  # creation: fsyncs 1 and 2 (file, dir)
     j.add(*entry(1))
@@ -664,16 +669,12 @@ def test_env_fault_hook_fails_the_nth_plus_one_fsync(
         j.sync()  # fsync 4 fails before reaching the real fsync_fn
     assert fs.count == 3
     assert fatal.calls[0][1].errno == errno.EIO
-    monkeypatch.delenv(FAULT_ENV)
-    with open_j(jpath) as j2:  # read only at construction: a new journal is unaffected
-        j2.add(*entry(3))
-        j2.sync()
 
 
-def test_env_fault_hook_rejects_garbage(jpath: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(FAULT_ENV, "soon")
-    with pytest.raises(ValueError):
-        open_j(jpath)
+def test_failpoints_reject_garbage(failpoint) -> None:
+    for bad in ("journal-fsync=soon", "journal-fsync=0*error", "no-such-point=exit", "journal-fsync"):
+        with pytest.raises(failpoints.FailpointError):
+            failpoint(bad)
 
 
 def test_default_fatal_handler_exits_71(tmp_path: Path) -> None:
@@ -684,7 +685,7 @@ def test_default_fatal_handler_exits_71(tmp_path: Path) -> None:
         "j.sync()\n"
         "print('STILL RUNNING')\n"
     )
-    env = dict(os.environ, **{FAULT_ENV: "2"})  # creation's two fsyncs pass, sync()'s fails
+    env = dict(os.environ, **{failpoints.ENV: "journal-fsync=3*error"})  # creation's two fsyncs pass, sync()'s fails
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )

@@ -1,0 +1,154 @@
+"""When a read may be served from this node's local state: the read policy, in one place.
+
+    consistency="linearizable" (default)
+        on the leader: ReadIndex (Raft thesis 6.4). The leader notes its commit index, a
+        majority confirms it still leads (node/raft.py sends one round for all reads that
+        arrived together), and the read is served once that index is applied here. No log
+        entry, no fsync. A leader whose no-op is not committed yet, a deposed leader that
+        knows a new one, and every follower use a barrier instead: an entry proposed after
+        the read arrived (node/proposer.py; it rides along with pending writes), applied
+        here.
+    consistency="serializable"
+        local state as it is, no round trip.
+    min_revision=R (with either)
+        additionally wait until this node has applied revision R (read-your-writes on a
+        follower). Waiters are woken by apply (`RevisionWaiters.applied`, raft thread), not by
+        polling.
+
+A read that cannot be made safe within the request timeout fails "unavailable" (a read has
+no side effect, so that is always true). The failpoint `read-barrier-skip` (chaos mutation
+test only, node/failpoints.py) serves linearizable reads without any of this, so the suite
+can show that it catches stale reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable
+
+from node import failpoints
+from node.errors import OpError
+from node.proposer import Proposer
+from node.raft import READ_INDEX_NOT_LEADER, RaftNode
+
+CONSISTENCY = ("linearizable", "serializable")
+
+
+def read_options(body: dict) -> tuple[str, int | None]:
+    """Pop and check `consistency` and `min_revision` from a read request body."""
+    consistency = body.pop("consistency", None) or "linearizable"
+    if consistency not in CONSISTENCY:
+        raise OpError("invalid_argument", f"consistency must be one of {CONSISTENCY}")
+    min_rev = body.pop("min_revision", None)
+    if min_rev is not None and (type(min_rev) is not int or min_rev < 0):
+        raise OpError("invalid_argument", "min_revision must be a non-negative integer")
+    return consistency, min_rev
+
+
+class RevisionWaiters:
+    """Futures waiting for the local revision to reach a value, resolved after apply.
+
+    `wait` runs on the event loop; `applied` is called by the raft thread after every apply
+    and hands over to the loop only when somebody waits. No wake-up is lost: `wait` marks
+    itself waiting before it re-reads the revision, and apply updates the revision before it
+    reads the mark.
+    """
+
+    def __init__(self, revision: Callable[[], int]) -> None:
+        self._revision = revision
+        self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+        self._waiting = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def wait(self, target: int) -> None:
+        if self._revision() >= target:
+            return
+        self._loop = loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        heapq.heappush(self._heap, (target, next(self._seq), fut))
+        self._waiting = True
+        self._wake()  # the revision may have moved since the first check
+        await fut
+
+    def applied(self) -> None:
+        """Any thread (the raft thread, after each apply)."""
+        if self._waiting and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        revision = self._revision()
+        heap = self._heap
+        while heap and (heap[0][0] <= revision or heap[0][2].done()):
+            _, _, fut = heapq.heappop(heap)
+            if not fut.done():
+                fut.set_result(None)
+        self._waiting = bool(heap)
+
+
+class ReadPolicy:
+    """Makes reads safe to serve locally (see the module docstring)."""
+
+    def __init__(
+        self,
+        raft: RaftNode,
+        proposer: Proposer,
+        revision: Callable[[], int],
+        check_serving: Callable[[], None],
+        timeout: float,
+    ) -> None:
+        self._raft = raft
+        self._proposer = proposer
+        self._check_serving = check_serving
+        self._timeout = timeout
+        self.revisions = RevisionWaiters(revision)
+        self._revision = revision
+        self._index_waiters: list[asyncio.Future[int]] = []  # ReadIndex requests not yet sent
+
+    async def wait(self, consistency: str, min_revision: int | None) -> None:
+        """Return once a read of `consistency` may be served here (raises OpError)."""
+        if consistency == "linearizable" and not failpoints.active("read-barrier-skip"):
+            self._check_serving()
+            await self._within_timeout(self._linearizable_point())
+        if min_revision is not None and self._revision() < min_revision:
+            await self._within_timeout(self.revisions.wait(min_revision))
+
+    async def _within_timeout(self, aw) -> None:
+        try:
+            async with asyncio.timeout(self._timeout):
+                await aw
+        except TimeoutError:
+            raise OpError(
+                "unavailable", f"could not confirm a read within {self._timeout:g} s (no quorum?)"
+            ) from None
+
+    async def _linearizable_point(self) -> None:
+        if self._raft.is_leader():
+            index = await self._read_index()
+            if index >= 0:
+                return
+            if index == READ_INDEX_NOT_LEADER:
+                self._check_serving()  # deposed: fail fast unless a new leader is known
+        await self._proposer.barrier()
+
+    def _read_index(self) -> asyncio.Future[int]:
+        # Reads parsed in one loop iteration share one request to the raft thread (one
+        # wake-up, one hand-back) instead of one each.
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        if not self._index_waiters:
+            loop.call_soon(self._request_read_index, loop)
+        self._index_waiters.append(fut)
+        return fut
+
+    def _request_read_index(self, loop: asyncio.AbstractEventLoop) -> None:
+        waiters, self._index_waiters = self._index_waiters, []
+
+        def resolve(index: int) -> None:
+            for fut in waiters:
+                if not fut.done():  # a read may have timed out meanwhile
+                    fut.set_result(index)
+
+        self._raft.read_index(lambda index: loop.call_soon_threadsafe(resolve, index))
