@@ -389,7 +389,7 @@ def _run(
         cfg_path = work / "cluster.toml"
         node_config.write(cfg, cfg_path)
         cfg = node_config.load(cfg_path)
-        command = [sys.executable, "-m", "cluster.cli", "node"]
+        command = [sys.executable, "-m", "node"]
         if opts.debug_unsafe_reads:
             command.append("--unsafe-reads")
         lc = LocalCluster(

@@ -146,7 +146,7 @@ class LocalCluster:
     """The nodes of one ClusterConfig, run as processes on this machine.
 
     `node_command` is the argv prefix that starts one node; `--config PATH --id ID`
-    is appended. The default is this interpreter running `cluster.cli node`.
+    is appended. The default is this interpreter running `python -m node`.
     """
 
     def __init__(
@@ -161,7 +161,7 @@ class LocalCluster:
     ) -> None:
         self.config = config
         self.config_path = Path(config_path).resolve()
-        self.node_command = list(node_command or [sys.executable, "-m", "cluster.cli", "node"])
+        self.node_command = list(node_command or [sys.executable, "-m", "node"])
         self._progress = progress
         self._extra_env = dict(env or {})
         # Variables for every start of one node (after `env`, before start_node's own):

@@ -329,3 +329,14 @@ def test_module_entry_point_runs(tmp_path: Path) -> None:
     )
     assert res.returncode == 2
     assert "no cluster config at x.toml" in res.stderr
+
+
+def test_python_m_node_explains_itself() -> None:
+    """`python -m node` is how nodes are started (the supervisor's default command)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "node", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0
+    assert "--config" in out.stdout and "--id" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "node"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--config" in bad.stderr

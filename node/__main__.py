@@ -1,0 +1,39 @@
+"""`python -m node --config cluster.toml --id node-0`: one statekeeper node process.
+
+The same as `statekeeper node`, without the cluster tooling: a node needs only node/ and
+the server dependencies (`pip install 'statekeeper[server]'`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m node",
+        description="Run one statekeeper node until SIGTERM or SIGINT. The node reads its "
+        "ports, data directory and peers from the cluster config.",
+    )
+    p.add_argument("--config", required=True, metavar="PATH", help="the cluster's TOML config")
+    p.add_argument("--id", required=True, dest="node_id", metavar="NODE_ID", help="this node's id")
+    p.add_argument(
+        "--unsafe-reads",
+        action="store_true",
+        help="DEBUG ONLY (chaos mutation test): serve linearizable reads from local state "
+        "without ReadIndex or a barrier, i.e. break linearizability on purpose",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from node.main import run_node
+
+    return run_node(args.config, args.node_id, unsafe_reads=args.unsafe_reads)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
