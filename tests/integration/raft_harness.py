@@ -14,7 +14,7 @@ from cluster.ports import free_ports
 from node import entry
 from node.config import ClusterConfig, NodeConfig, RaftSettings
 from node.raft import RaftNode, SubmitError
-from node.state_machine import StateMachine
+from node.store import StateMachine
 
 
 def config(base: Path, size: int, fsync: str = "always", **raft) -> ClusterConfig:

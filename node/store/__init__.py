@@ -1,0 +1,39 @@
+"""The replicated state machine: an etcd-like multi-version KV store in one RocksDB.
+
+Nothing here knows about Raft or the network. `StateMachine` implements node.raft.FSM
+(hashicorp/raft's FSM shape): `apply(index, entry)` is called with committed raft
+entries (docs/protocol.md, "Raft entries") from a single thread; reads (`get`, `range`,
+`read`, `read_view`) may run concurrently from other threads.
+
+Determinism: apply depends only on the DB contents, the entry bytes, `limits` and
+`retention` (every node must run with the same config). Time comes only from the
+entries' leader timestamp `t`; no clock, randomness or environment is read.
+
+Modules, one job each (the shape of etcd's mvcc + backend):
+
+    keys.py        the on-disk format: key layout, value encodings, the meta record
+    backend.py     the RocksDB handle: opening, checked access, the lock guarding it
+    reads.py       MVCC reads: get/range at a revision; ReadView, a reader's view of the DB
+    apply.py       one entry: decoding, each op atomic, idempotency keys, the op registry
+    kv.py          ops put, delete, cas, get, range
+    txn.py         op txn (compares, then one branch of the ops above)
+    compaction.py  op compact; history and idempotency pruning after every entry
+    snapshot.py    checkpoint, pack a checkpoint, restore, the swap-directory recovery
+    machine.py     StateMachine, tying them together
+
+Adding an op family (streams, leases, CRDTs...) is one new module here plus its import
+below: decorate `handler(tx, op) -> result` with `@apply.handles("name")` for each op,
+and append a `hook(tx)` to `apply.AFTER_ENTRY` if the family has work to do after every
+entry (expiring leases, say; compaction.py does its pruning this way). A handler reads
+through `tx` (point, scan, kv_at), stages writes with `tx.stage(key, value)` and sets
+`tx.wrote` if the op takes a revision (apply.py's docstring has the rules). Give its
+records a new tag byte in keys.py (the on-disk format is append-only). The op's
+validation, like every op's, lives in node/ops.py (`validate_op` refuses names it does
+not know), and its HTTP route and schema in node/http_api.py and node/openapi.py.
+"""
+
+from node.store import compaction, kv, txn  # noqa: F401  (each registers its ops)
+from node.store.backend import StorageError
+from node.store.machine import StateMachine
+
+__all__ = ["StateMachine", "StorageError"]

@@ -1,0 +1,280 @@
+"""Applying one raft entry: its ops in order, each atomic, with idempotency keys.
+
+The op families register here (see the package docstring): `HANDLERS` maps an op name to
+`handler(tx, op) -> result`, `AFTER_ENTRY` lists `hook(tx)` run once after all ops of an
+entry (also an undecodable one), e.g. pruning. A handler reads through the tx (the DB
+plus this entry's earlier writes), stages its writes with `tx.stage` at revision
+`tx.revision + 1` and sets `tx.wrote` when it wrote something (the op then takes that
+revision); raising OpError fails the op and drops what it staged.
+
+Idempotency: a key is scoped to the op's namespace (ns-less ops such as compact use
+the empty ns) and bound to the op it came with: the record keeps a 16-byte BLAKE2b
+digest of the op (without its idempotency_key, dict keys sorted), and the same key
+with another op fails with `idempotency_key_reused` instead of replaying a result
+that belongs to a different request. `clock` = max of all entry timestamps seen
+(time only the leader stamps, node/cluster_clock.py; it never runs backwards across
+leader changes); a record expires at clock + idempotency_seconds when stored and is
+pruned (node/store/compaction.py) once clock passes it. Results of failed ops (errors)
+are not stored: a failed op leaves no trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import heapq
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgpack
+from rocksdict import Rdict, WriteBatch
+
+from node import entry as raft_entry
+from node.config import Limits, Retention
+from node.errors import OpError
+from node.ops import validate_op
+from node.store.backend import StorageError, check, db_get, db_iter
+from node.store.keys import (
+    IDEM,
+    INF,
+    META,
+    Meta,
+    cur_key,
+    hist_prefix,
+    idem_exp_key,
+    idem_record_id,
+    p64,
+    unpack,
+)
+from node.store.reads import hist_get, kv
+
+Handler = Callable[["EntryTx", dict], dict]
+HANDLERS: dict[str, Handler] = {}
+AFTER_ENTRY: list[Callable[[EntryTx], None]] = []
+
+_MISSING = object()
+
+
+def handles(name: str) -> Callable[[Handler], Handler]:
+    """Decorator: register `handler(tx, op)` for the validated ops named `name`."""
+
+    def register(handler: Handler) -> Handler:
+        if name in HANDLERS:
+            raise ValueError(f"op {name!r} already has a handler")
+        HANDLERS[name] = handler
+        return handler
+
+    return register
+
+
+class EntryTx:
+    """One entry being applied: reads see DB + overlay, writes go to the overlay.
+
+    Each op stages its writes in `staging`; they move into `overlay` only when the
+    op succeeds, so a failed op leaves no trace. The overlay becomes one WriteBatch.
+    Values are packed bytes, None = delete.
+    """
+
+    def __init__(
+        self,
+        db: Rdict,
+        limits: Limits,
+        retention: Retention,
+        pack: Callable[[Any], bytes],
+        meta: Meta,
+        idem_next: int | None,
+    ) -> None:
+        self.db = db
+        self.limits = limits
+        self.retention = retention
+        self.pack = pack
+        self.overlay: dict[bytes, bytes | None] = {}
+        self.staging: dict[bytes, bytes | None] = {}
+        self.base_revision = meta.revision  # everything <= this is in the DB itself
+        self.revision = meta.revision
+        self.compact_revision = meta.compact_revision
+        self.clock = meta.clock
+        self.pruned_rev = meta.pruned_rev
+        self.idem_pruned = meta.idem_pruned
+        # Smallest expiry pending in the "e" index, None = unknown. Only lets pruning
+        # skip a seek when nothing can be due; the pruning itself does not depend on it.
+        self.idem_next = idem_next
+        self.stored_min_exp = INF  # smallest expiry stored by this entry
+        self.hist_written = 0
+        self.idem_written = 0
+        self.wrote = False  # the current op wrote keys (takes revision + 1)
+
+    # -- storage access (reads.Source) --
+
+    def db_iter(self) -> Any:
+        return db_iter(self.db)
+
+    def point(self, k: bytes) -> bytes | None:
+        v = self.staging.get(k, _MISSING)
+        if v is _MISSING:
+            v = self.overlay.get(k, _MISSING)
+            if v is _MISSING:
+                return db_get(self.db, k)
+        return v
+
+    def _db_scan(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, int, bytes]]:
+        it = self.db_iter()
+        it.seek(lo)
+        while it.valid():
+            k = it.key()
+            if k >= hi:
+                return
+            yield k, 1, it.value()
+            it.next()
+        check(it)
+
+    def scan(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Live entries of [lo, hi): the DB merged with this entry's pending writes."""
+        pending: dict[bytes, bytes | None] = {}
+        for d in (self.overlay, self.staging):  # staging is newer
+            for k, v in d.items():
+                if lo <= k < hi:
+                    pending[k] = v
+        staged = sorted((k, 0, v) for k, v in pending.items())
+        last = None
+        for k, _, v in heapq.merge(staged, self._db_scan(lo, hi)):
+            if k == last:
+                continue  # the DB's version of a key with a pending write
+            last = k
+            if v is not None:
+                yield k, v
+
+    def hist_iter(self, revision: int) -> Any:
+        if revision > self.base_revision:
+            raise OpError(
+                "invalid_argument",
+                f"revision {revision} is written by this same raft entry; read it afterwards",
+            )
+        return self.db_iter()
+
+    def kv_at(self, ns_b: bytes, key: str, revision: int, latest: bool) -> dict | None:
+        key_b = key.encode()
+        if not latest:
+            return hist_get(self.hist_iter(revision), hist_prefix(ns_b, key_b), revision, key)
+        cur = self.point(cur_key(ns_b, key_b))
+        if cur is None:
+            return None
+        return self.kv_from_meta(ns_b, key_b, key, unpack(cur))
+
+    def kv_from_meta(self, ns_b: bytes, key_b: bytes, key: str, meta: list) -> dict:
+        """The kv of a live key, given its "c" record [version, create, mod]."""
+        version, create, mod = meta
+        rec = self.point(hist_prefix(ns_b, key_b) + p64(mod))
+        return kv(key, unpack(rec)[0] if rec is not None else b"", version, create, mod)
+
+    def stage(self, k: bytes, v: bytes | None) -> None:
+        self.staging[k] = v
+
+    # -- the entry --
+
+    def apply(self, entry: Any) -> list[dict]:
+        """Run every op of the entry, then the AFTER_ENTRY hooks; one result per op."""
+        results = self._run(entry)
+        for hook in AFTER_ENTRY:
+            hook(self)
+        return results
+
+    def write_batch(self, index: int) -> tuple[WriteBatch, Meta]:
+        """Everything the entry at raft `index` wrote, meta record included."""
+        wb = WriteBatch(raw_mode=True)
+        for k, v in self.overlay.items():
+            if v is None:
+                wb.delete(k)
+            else:
+                wb.put(k, v)
+        meta = Meta(
+            applied_index=index,
+            revision=self.revision,
+            compact_revision=self.compact_revision,
+            clock=self.clock,
+            pruned_rev=self.pruned_rev,
+            idem_pruned=self.idem_pruned,
+        )
+        wb.put(META, meta.encode(self.pack))
+        return wb, meta
+
+    def _run(self, entry: Any) -> list[dict]:
+        try:
+            t, ops = raft_entry.decode(entry)
+        except raft_entry.EntryError as e:
+            n = 1
+            with contextlib.suppress(Exception):
+                ops = msgpack.unpackb(entry, raw=False).get("ops")
+                n = len(ops) if isinstance(ops, list) else 1
+            return [{"error": {"code": "invalid_request", "message": str(e)}} for _ in range(n)]
+        self.clock = max(self.clock, t)
+        return [self._run_op(op) for op in ops]
+
+    def _run_op(self, raw: Any) -> dict:
+        saved = (self.compact_revision, self.hist_written, self.idem_written, self.stored_min_exp)
+        self.wrote = False
+        try:
+            return self._run_valid(validate_op(raw, self.limits))
+        except StorageError:
+            raise
+        except OpError as e:
+            self.compact_revision, self.hist_written, self.idem_written, self.stored_min_exp = saved
+            return {"error": e.to_dict()}
+        except Exception as e:  # a bug; failing the op the same way everywhere keeps nodes equal
+            self.compact_revision, self.hist_written, self.idem_written, self.stored_min_exp = saved
+            return {"error": {"code": "internal", "message": f"{type(e).__name__}: {e}"}}
+        finally:
+            self.staging.clear()
+
+    def _run_valid(self, op: dict) -> dict:
+        ik = op.get("idempotency_key")
+        old_exp = None
+        if ik is not None:
+            record_id = idem_record_id(op.get("ns", ""), ik)
+            digest = op_digest(op)
+            stored = self.point(IDEM + record_id)
+            if stored is not None:
+                exp, _, result, *bound_to = unpack(stored)
+                if exp > self.clock:
+                    if bound_to and bound_to[0] != digest:
+                        raise OpError(
+                            "idempotency_key_reused",
+                            f"idempotency_key {ik!r} was already used in namespace "
+                            f"{op.get('ns', '')!r} for a different request; use a new key",
+                        )
+                    result["replayed"] = True
+                    return result
+                old_exp = exp  # expired, not pruned yet: replaced below
+        result = HANDLERS[op["op"]](self, op)
+        if ik is not None and self.retention.idempotency_seconds > 0:
+            self._remember(record_id, digest, old_exp, result)
+        if self.wrote:
+            self.revision += 1
+        self.overlay.update(self.staging)
+        return result
+
+    def _remember(self, record_id: bytes, digest: bytes, old_exp: int | None, result: dict) -> None:
+        if old_exp is not None:
+            self.stage(idem_exp_key(old_exp, record_id), None)
+        exp = self.clock + self.retention.idempotency_seconds * 1000
+        rev = self.revision + 1 if self.wrote else self.revision
+        self.stage(IDEM + record_id, self.pack([exp, rev, result, digest]))
+        self.stage(idem_exp_key(exp, record_id), b"")
+        self.idem_written += 1
+        self.stored_min_exp = min(self.stored_min_exp, exp)
+
+
+def _canonical(v: Any) -> Any:
+    if isinstance(v, dict):
+        return [[k, _canonical(v[k])] for k in sorted(v)]
+    if isinstance(v, list | tuple):
+        return [_canonical(x) for x in v]
+    return v
+
+
+def op_digest(op: dict) -> bytes:
+    """What binds an idempotency key to its request: a digest of the validated op without
+    the key itself, independent of the order of its fields (a retry is re-validated)."""
+    body = {k: v for k, v in op.items() if k != "idempotency_key"}
+    packed = msgpack.packb(_canonical(body), use_bin_type=True)
+    return hashlib.blake2b(packed, digest_size=16).digest()

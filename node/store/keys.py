@@ -1,0 +1,166 @@
+"""The store's on-disk format: every RocksDB key the store writes, and what its value holds.
+
+This module owns the format. Every other module of node/store builds and parses keys
+through the names below; a data directory written by one version must open in the next,
+so nothing here changes meaning. A new op family adds a new tag byte (and a row below).
+
+One RocksDB, raw mode, default column family; every value is msgpack; `rev8`/`ms8` are
+unsigned 64-bit big-endian so byte order == numeric order; `ns` and `key` are UTF-8 and
+contain no NUL, so NUL works as separator and byte order of the composite keys equals
+(ns, key, revision) order:
+
+    b"m"                                 meta map: applied_index, revision,
+                                         compact_revision, clock, pruned_rev, idem_pruned
+    b"c" ns 0x00 key                     current index of live keys:
+                                         [version, create_revision, mod_revision]
+    b"h" ns 0x00 key 0x00 rev8           history record written at revision rev:
+                                         [value, version, create_revision], or nil
+                                         for a tombstone (the key was deleted at rev)
+    b"s" rev8 <history key>              empty; the history record is superseded at
+                                         rev (no read at >= rev needs it). A tombstone
+                                         also indexes itself at its own revision so a
+                                         deleted key vanishes once compacted past it.
+    b"i" ns 0x00 idempotency_key         [expires_ms, revision, result, op_digest]
+    b"e" ms8 ns 0x00 idempotency_key     empty; expiry index of the "i" records
+
+The value of a key is stored once (in its "h" record); "c" holds only metadata so
+writes stay cheap and reads of the latest state need no history scan. Records written
+before idempotency keys were scoped to a namespace (b"i" idempotency_key, 3 fields) are
+never matched again and expire as before.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+META = b"m"
+CUR = b"c"
+HIST = b"h"
+SUPERSEDED = b"s"
+IDEM = b"i"
+IDEM_EXP = b"e"
+SEP = b"\x00"
+NS_END = b"\x01"  # ns + NS_END sorts after every ns + SEP + key
+
+# Every key starts with one of the tag bytes above, so [FIRST_KEY, PAST_LAST_KEY) is all.
+FIRST_KEY = b""
+PAST_LAST_KEY = b"\xff"
+
+_U64 = struct.Struct(">Q")
+p64 = _U64.pack
+INF = 2**64 - 1
+TOMBSTONE = msgpack.packb(None)
+
+
+def u64(b: bytes) -> int:
+    return _U64.unpack(b)[0]
+
+
+def unpack(b: bytes) -> Any:
+    return msgpack.unpackb(b, raw=False)
+
+
+def cur_key(ns_b: bytes, key_b: bytes) -> bytes:
+    """b"c" ns 0x00 key: the live key's [version, create_revision, mod_revision]."""
+    return CUR + ns_b + SEP + key_b
+
+
+def hist_prefix(ns_b: bytes, key_b: bytes) -> bytes:
+    """b"h" ns 0x00 key 0x00: append rev8 for the key's history record at rev."""
+    return HIST + ns_b + SEP + key_b + SEP
+
+
+def hist_prefix_of(ck: bytes) -> bytes:
+    """hist_prefix() of the key whose cur_key() is `ck`."""
+    return HIST + ck[1:] + SEP
+
+
+def superseded_key(rev: int, hist_key: bytes) -> bytes:
+    """b"s" rev8 <history key>: that history record is not needed at >= rev."""
+    return SUPERSEDED + p64(rev) + hist_key
+
+
+def idem_record_id(ns: str, idempotency_key: str) -> bytes:
+    """Where an idempotency record lives: its ns, NUL, its key (ns has no NUL)."""
+    return ns.encode() + SEP + idempotency_key.encode()
+
+
+def idem_exp_key(expires_ms: int, record_id: bytes) -> bytes:
+    """b"e" ms8 record_id: the expiry index entry of IDEM + record_id."""
+    return IDEM_EXP + p64(expires_ms) + record_id
+
+
+def inc(prefix: bytes) -> bytes:
+    """The first byte string after every string starting with `prefix`."""
+    # UTF-8 never contains 0xff, so bumping the last byte gives the prefix's end.
+    return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
+def bounds(
+    tag: bytes,
+    ns_b: bytes,
+    prefix: str | None,
+    start: str | None,
+    end: str | None,
+    after: str | None,
+) -> tuple[bytes, bytes]:
+    """[lo, hi) of a key range within namespace ns in the `tag` keyspace.
+
+    For history keys (key 0x00 rev8) the same bounds select exactly the records of
+    the keys in range, because NUL sorts before every byte of a key.
+    """
+    base = tag + ns_b + SEP
+    if prefix:
+        pb = prefix.encode()
+        lo, hi = base + pb, base + inc(pb)
+    else:
+        lo = base + start.encode() if start else base
+        hi = base + end.encode() if end else tag + ns_b + NS_END
+    if after is not None:
+        lo = max(lo, base + after.encode())
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class Meta:
+    """The b"m" record: where the store stands after the last applied raft entry.
+
+    pruned_rev: history is physically pruned up to here (a seek position that skips
+    RocksDB tombstones); idem_pruned: idempotency records expiring up to here are gone.
+    """
+
+    applied_index: int = 0
+    revision: int = 0
+    compact_revision: int = 0
+    clock: int = 0
+    pruned_rev: int = 0
+    idem_pruned: int = 0
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> Meta:
+        m = unpack(raw) if raw is not None else {}
+        return cls(
+            m.get("applied_index", 0),
+            m.get("revision", 0),
+            m.get("compact_revision", 0),
+            m.get("clock", 0),
+            m.get("pruned_rev", 0),
+            m.get("idem_pruned", 0),
+        )
+
+    def encode(self, pack: Any) -> bytes:
+        # The map's field order is part of the format (nodes compare DB bytes).
+        return pack(
+            {
+                "applied_index": self.applied_index,
+                "revision": self.revision,
+                "compact_revision": self.compact_revision,
+                "clock": self.clock,
+                "pruned_rev": self.pruned_rev,
+                "idem_pruned": self.idem_pruned,
+            }
+        )

@@ -1,0 +1,130 @@
+"""The key-value ops: put, delete, cas, and get/range inside an entry (etcd's model).
+
+A write at revision rev stages the key's new "c" record, its "h" record at rev, and an
+"s" entry marking the record it replaces as superseded at rev (node/store/keys.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from node.store import reads
+from node.store.apply import EntryTx, handles
+from node.store.keys import (
+    CUR,
+    SEP,
+    TOMBSTONE,
+    cur_key,
+    hist_prefix,
+    hist_prefix_of,
+    inc,
+    p64,
+    superseded_key,
+    unpack,
+)
+
+
+def write_put(tx: EntryTx, ns_b: bytes, key_b: bytes, key: str, value: bytes, want_prev: bool):
+    """Stage a put; returns (the previous kv when asked, else None; (version, create, rev))."""
+    rev = tx.revision + 1
+    ck = cur_key(ns_b, key_b)
+    hb = hist_prefix(ns_b, key_b)
+    cur = tx.point(ck)
+    prev = None
+    if cur is not None:
+        meta = unpack(cur)
+        if want_prev:
+            prev = tx.kv_from_meta(ns_b, key_b, key, meta)
+        version, create, mod = meta
+        tx.stage(superseded_key(rev, hb + p64(mod)), b"")
+        version += 1
+    else:
+        version, create = 1, rev
+    tx.stage(ck, tx.pack([version, create, rev]))
+    tx.stage(hb + p64(rev), tx.pack([value, version, create]))
+    tx.hist_written += 1
+    tx.wrote = True
+    return prev, (version, create, rev)
+
+
+def write_delete(tx: EntryTx, ck: bytes, meta: list) -> None:
+    """Stage the deletion of the live key whose "c" key is `ck` and record is `meta`."""
+    rev = tx.revision + 1
+    hb = hist_prefix_of(ck)
+    tx.stage(ck, None)
+    tx.stage(superseded_key(rev, hb + p64(meta[2])), b"")
+    tx.stage(hb + p64(rev), TOMBSTONE)
+    tx.stage(superseded_key(rev, hb + p64(rev)), b"")  # the tombstone itself goes at rev
+    tx.hist_written += 1
+    tx.wrote = True
+
+
+@handles("put")
+def put(tx: EntryTx, op: dict) -> dict:
+    ns_b, key = op["ns"].encode(), op["key"]
+    prev, _ = write_put(tx, ns_b, key.encode(), key, op["value"], op["prev_kv"])
+    result: dict[str, Any] = {"revision": tx.revision + 1}
+    if op["prev_kv"]:
+        result["prev_kv"] = prev
+    return result
+
+
+@handles("delete")
+def delete(tx: EntryTx, op: dict) -> dict:
+    ns_b, key_b = op["ns"].encode(), op["key"].encode()
+    if op["prefix"]:
+        base = CUR + ns_b + SEP
+        targets = list(tx.scan(base + key_b, base + inc(key_b)))
+    else:
+        ck = cur_key(ns_b, key_b)
+        cur = tx.point(ck)
+        targets = [(ck, cur)] if cur is not None else []
+    prev_kvs = []
+    skip = len(ns_b) + 2
+    for ck, raw in targets:
+        meta = unpack(raw)
+        if op["prev_kv"]:
+            k_b = ck[skip:]
+            prev_kvs.append(tx.kv_from_meta(ns_b, k_b, k_b.decode(), meta))
+        write_delete(tx, ck, meta)
+    result: dict[str, Any] = {
+        "revision": tx.revision + 1 if targets else tx.revision,
+        "deleted": len(targets),
+    }
+    if op["prev_kv"]:
+        result["prev_kvs"] = prev_kvs
+    return result
+
+
+@handles("cas")
+def cas(tx: EntryTx, op: dict) -> dict:
+    ns_b, key = op["ns"].encode(), op["key"]
+    key_b = key.encode()
+    cur = tx.point(cur_key(ns_b, key_b))
+    meta = unpack(cur) if cur is not None else None
+    expect = op["expect"]
+    if "version" in expect:
+        ok = (meta[0] if meta else 0) == expect["version"]
+    elif "mod_revision" in expect:
+        ok = (meta[2] if meta else 0) == expect["mod_revision"]
+    else:
+        ok = meta is None
+    if not ok:
+        current = tx.kv_from_meta(ns_b, key_b, key, meta) if meta else None
+        return {"revision": tx.revision, "succeeded": False, "kv": current}
+    _, (version, create, rev) = write_put(tx, ns_b, key_b, key, op["value"], False)
+    return {
+        "revision": rev,
+        "succeeded": True,
+        "kv": reads.kv(key, op["value"], version, create, rev),
+    }
+
+
+@handles("get")
+def get(tx: EntryTx, op: dict) -> dict:
+    return reads.get(tx, op["ns"], op["key"], op["revision"])
+
+
+@handles("range")
+def range_(tx: EntryTx, op: dict) -> dict:
+    return reads.range_(tx, tx.limits, *reads.range_args(op))

@@ -1,0 +1,190 @@
+"""StateMachine: the store behind node.raft.FSM, tying the node/store modules together."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import msgpack
+from rocksdict import Rdict, WriteOptions
+
+from node.config import Limits, Retention
+from node.errors import OpError
+from node.store import reads, snapshot
+from node.store.apply import EntryTx
+from node.store.backend import HandleLock, StorageError, open_db
+from node.store.keys import META, Meta
+
+DEFAULT_LIMITS = Limits()
+DEFAULT_RETENTION = Retention()
+
+
+class StateMachine:
+    """Multi-version KV store over one RocksDB directory (see the package docstring).
+
+    Implements node.raft.FSM: apply, checkpoint, write_checkpoint, restore, flush,
+    applied_index, clock_ms. Reads (get, range, read, read_view) may run on any thread.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        limits: Limits = DEFAULT_LIMITS,
+        retention: Retention = DEFAULT_RETENTION,
+        sync_writes: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.limits = limits
+        self.retention = retention
+        self._wopts = WriteOptions()
+        self._wopts.sync = sync_writes
+        self._packer = msgpack.Packer(use_bin_type=True)
+        self._handle = HandleLock()
+        self._db: Rdict | None = None
+        snapshot.recover_swap(self.path)
+        self._open()
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = open_db(self.path)
+        # Replaced whole after each entry, so a reader sees one entry's meta, not a mix.
+        self._meta = Meta.decode(self._db.get(META))
+        # Smallest expiry pending in the "e" index, None = unknown (see EntryTx).
+        self._idem_next: int | None = None
+
+    def _close_db(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def close(self) -> None:
+        with self._handle.replace:
+            self._close_db()
+
+    @property
+    def applied_index(self) -> int:
+        return self._meta.applied_index
+
+    @property
+    def clock_ms(self) -> int:
+        """The largest entry time applied so far (ms): the replicated clock."""
+        return self._meta.clock
+
+    @property
+    def revision(self) -> int:
+        return self._meta.revision
+
+    @property
+    def compact_revision(self) -> int:
+        return self._meta.compact_revision
+
+    # -- apply ---------------------------------------------------------------
+
+    def apply(self, index: int, entry: bytes) -> list[dict] | None:
+        """Apply one committed raft entry; None if `index` was already applied."""
+        with self._handle.use:
+            if index <= self._meta.applied_index:
+                return None
+            return self._apply(index, entry)
+
+    def _apply(self, index: int, entry: bytes) -> list[dict]:
+        tx = EntryTx(
+            self._db, self.limits, self.retention, self._packer.pack, self._meta, self._idem_next
+        )
+        results = tx.apply(entry)
+        wb, meta = tx.write_batch(index)
+        try:
+            self._db.write(wb, self._wopts)
+        except Exception as e:
+            raise StorageError(f"RocksDB write failed: {e}") from e
+        self._idem_next = tx.idem_next
+        self._meta = meta  # last: readers of applied_index see the rest done
+        return results
+
+    # -- reads ---------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def read_view(self) -> Iterator[reads.ReadView]:
+        """A consistent view of the whole DB as of one applied entry, for as long as the
+        `with` lasts. Every read goes through one; it is also the way to look at the raw
+        keys (view.scan(keys.FIRST_KEY, keys.PAST_LAST_KEY)) when debugging."""
+        with self._handle.use:
+            if self._db is None:
+                raise OpError("unavailable", "the state machine is closed")
+            yield reads.ReadView(self._db)
+
+    def get(self, ns: str, key: str, revision: int | None = None) -> dict:
+        """{"revision": served, "kv": kv or None}; raises OpError compacted/future_revision."""
+        with self.read_view() as view:
+            return reads.get(view, ns, key, revision)
+
+    def range(
+        self,
+        ns: str,
+        prefix: str | None = None,
+        start: str | None = None,
+        end: str | None = None,
+        limit: int = 1000,
+        continuation: str | None = None,
+        revision: int | None = None,
+        keys_only: bool = False,
+    ) -> dict:
+        """{"revision", "kvs", "more", "continuation"?}; pass the continuation back
+        with the same ns/prefix/start/end to get the next page (same revision)."""
+        with self.read_view() as view:
+            return reads.range_(
+                view, self.limits, ns, prefix, start, end, limit, continuation, revision, keys_only
+            )
+
+    def read(self, op: dict) -> dict:
+        """Serve a validated get or range op from local state."""
+        kind = op.get("op")
+        if kind == "get":
+            return self.get(op["ns"], op["key"], op.get("revision"))
+        if kind == "range":
+            return self.range(*reads.range_args(op))
+        raise OpError("unknown_op", f"{kind!r} is not a read op")
+
+    # -- snapshots -----------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write the memtable to an SST file now (any thread; applies go on meanwhile).
+
+        A checkpoint flushes first; doing most of that work here, off the raft thread,
+        keeps the checkpoint itself short."""
+        try:
+            self._db.flush(True)
+        except Exception as e:
+            raise StorageError(f"RocksDB flush failed: {e}") from e
+
+    def checkpoint(self) -> Path:
+        """A consistent checkpoint of the DB in a new directory (hard links: fast).
+
+        Taking it is the only part of a snapshot that must happen between two applies;
+        write_checkpoint() can then pack it on another thread. The caller removes it.
+        """
+        with self._handle.use:
+            return snapshot.checkpoint(self._db, self.path)
+
+    @staticmethod
+    def write_checkpoint(work: Path, f: BinaryIO) -> None:
+        """Pack a checkpoint() directory into `f` as the snapshot format restore() reads."""
+        snapshot.write_checkpoint(work, f)
+
+    def restore(self, path: str | os.PathLike) -> None:
+        """Replace the whole DB with a snapshot file written by write_checkpoint()."""
+        staging = snapshot.sibling(self.path, ".restore")
+        try:
+            new_db = snapshot.stage(Path(path), staging)
+            with self._handle.replace:
+                self._close_db()
+                snapshot.swap_in(new_db, self.path)
+                self._open()
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)

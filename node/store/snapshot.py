@@ -1,0 +1,151 @@
+"""Snapshots of the store: take a checkpoint, pack it, restore one.
+
+A snapshot is a tar file: first member "statekeeper-snapshot.msgpack" (format,
+applied_index, revision, compact_revision), then "db/<file>" for every file of a
+RocksDB checkpoint. Raft wraps it in its own snapshot file (node/snapshot_file.py).
+
+Restoring extracts to "<db>.restore", then swaps directories: "<db>" -> "<db>.old",
+new -> "<db>"; recover_swap(), run before the DB is opened, finishes or rolls back a
+swap a crash interrupted.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import BinaryIO
+
+import msgpack
+from rocksdict import Checkpoint, Rdict
+
+from node.snapshot_file import fsync_dir
+from node.store.backend import read_meta
+from node.store.keys import unpack
+
+HEADER = "statekeeper-snapshot.msgpack"
+FORMAT = 1
+
+
+def sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def checkpoint(db: Rdict, db_path: Path) -> Path:
+    """A consistent checkpoint of `db` in a new directory beside it (hard links: fast).
+
+    The checkpoint is `<returned dir>/db`; the caller removes the returned directory."""
+    work = Path(tempfile.mkdtemp(prefix=db_path.name + ".ckpt-", dir=db_path.parent))
+    try:
+        _create_checkpoint(db, work / "db")
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return work
+
+
+def _create_checkpoint(db: Rdict, dest: Path) -> None:
+    # Own function so the Checkpoint (which holds the DB open) dies before we return.
+    Checkpoint(db).create_checkpoint(str(dest))
+
+
+def write_checkpoint(work: Path, f: BinaryIO) -> None:
+    """Pack a checkpoint() directory into `f` as the snapshot format restore reads."""
+    ckpt = work / "db"
+    meta = read_meta(ckpt)
+    header = msgpack.packb(
+        {
+            "format": FORMAT,
+            "applied_index": meta.applied_index,
+            "revision": meta.revision,
+            "compact_revision": meta.compact_revision,
+        },
+        use_bin_type=True,
+    )
+    with tarfile.open(fileobj=f, mode="w") as tar:
+        info = tarfile.TarInfo(HEADER)
+        info.size = len(header)
+        tar.addfile(info, io.BytesIO(header))
+        for p in sorted(ckpt.iterdir()):
+            tar.add(p, arcname=f"db/{p.name}", recursive=False)
+
+
+def read_header(path: str | os.PathLike) -> dict:
+    """The header of a snapshot file: format, applied_index, revision, compact_revision.
+
+    Raises ValueError if `path` is not a snapshot of a format this version reads."""
+    path = Path(path)
+    try:
+        with tarfile.open(path, "r:") as tar:
+            first = tar.next()
+            if first is None or first.name != HEADER or not first.isfile():
+                raise ValueError(f"{path}: not a statekeeper snapshot")
+            header = unpack(tar.extractfile(first).read())
+    except (tarfile.TarError, msgpack.UnpackException, ValueError) as e:
+        raise ValueError(f"{path}: not a statekeeper snapshot ({e})") from e
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise ValueError(f"{path}: unsupported snapshot format")
+    return header
+
+
+def stage(path: Path, staging: Path) -> Path:
+    """Extract the snapshot file `path` into `staging` (made anew) and check it.
+
+    Returns the extracted DB directory, synced to disk; the caller removes `staging`."""
+    header = read_header(path)
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    new_db = staging / "db"
+    _extract(path, staging)
+    _fsync_tree(new_db)
+    meta = read_meta(new_db)  # refuse a broken checkpoint before the swap
+    if meta.applied_index != header["applied_index"]:
+        raise ValueError(f"{path}: snapshot header does not match its database")
+    return new_db
+
+
+def _extract(path: Path, dest: Path) -> None:
+    with tarfile.open(path, "r:") as tar:
+        members = []
+        for m in tar.getmembers():
+            if m.name == HEADER:
+                continue
+            parts = m.name.split("/")
+            if len(parts) != 2 or parts[0] != "db" or parts[1] in ("", ".", "..") or not m.isfile():
+                raise ValueError(f"{path}: unexpected member {m.name!r}")
+            members.append(m)
+        (dest / "db").mkdir()
+        tar.extractall(dest, members=members, filter="data")
+
+
+def _fsync_tree(path: Path) -> None:
+    for p in path.iterdir():
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    fsync_dir(str(path))
+
+
+def swap_in(new_db: Path, db_path: Path) -> None:
+    """Move `new_db` to `db_path` (which must not be open), the old DB out of the way."""
+    old = sibling(db_path, ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if db_path.exists():
+        os.replace(db_path, old)
+    os.replace(new_db, db_path)
+    fsync_dir(str(db_path.parent))
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_swap(db_path: Path) -> None:
+    """Finish or roll back a restore that crashed between swap_in()'s two renames."""
+    old = sibling(db_path, ".old")
+    if old.exists():
+        if db_path.exists():
+            shutil.rmtree(old)  # the new DB is in place
+        else:
+            os.replace(old, db_path)  # the new DB never arrived: keep the old one
+    shutil.rmtree(sibling(db_path, ".restore"), ignore_errors=True)
