@@ -58,10 +58,12 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from chaos.history import HistoryWriter
+from chaos.workload_config import SPREAD_MODES, WorkloadConfig, op_node, pinned_nodes
+from chaos.workload_ops import WorkloadOps
 from client import (
     Compacted,
     Conflict,
@@ -71,84 +73,7 @@ from client import (
     StatekeeperError,
 )
 
-__all__ = [
-    "OpMix",
-    "Workload",
-    "WorkloadConfig",
-    "classify_error",
-    "final_reads",
-    "op_node",
-    "pinned_nodes",
-]
-
-SPREAD_MODES = ("round-robin", "sticky")
-
-
-@dataclass(frozen=True)
-class OpMix:
-    """Relative weights of the op kinds a (non-pinned) client picks from."""
-
-    get: float = 0.35
-    put: float = 0.20
-    cas: float = 0.20
-    txn: float = 0.20
-    delete: float = 0.05
-
-    def choices(self) -> tuple[list[str], list[float]]:
-        names = ["get", "put", "cas", "txn", "delete"]
-        return names, [getattr(self, n) for n in names]
-
-
-@dataclass(frozen=True)
-class WorkloadConfig:
-    clients: int = 16
-    keys: int = 8  # even: txns use fixed pairs (k0,k1), (k2,k3), ...
-    seed: int = 7
-    mix: OpMix = field(default_factory=OpMix)
-    # Share of clients that only read, pinned to one node (rounded down).
-    pinned_reader_share: float = 0.25
-    # One HTTP attempt; above the cluster's request_timeout so the node's own
-    # "timeout"/"unavailable" answer normally arrives first.
-    attempt_timeout: float = 3.0
-    # How long one op may keep retrying before it records its (unknown) outcome.
-    op_deadline: float = 8.0
-    # Pause between a client's ops (0: as fast as it can).
-    think_time: float = 0.0
-    ns: str = "chaos"
-    # How a (non-pinned) client picks the node of each op: "round-robin" (op_node) or
-    # "sticky" (one node until it fails).
-    spread: str = "round-robin"
-    # Share of the pinned readers' gets that are serializable.
-    serializable_share: float = 0.3
-    # How long a pinned reader's get may retry: short, so that a node that refuses
-    # linearizable reads (cut off, no leader) is still asked every second, serializable
-    # reads included, instead of one read retrying for op_deadline.
-    pinned_op_deadline: float = 1.0
-    # Share of a client's ops that are idempotency probes, and how long after a probe
-    # completed its re-send goes out (seconds, uniform); a third of the probes get a
-    # second re-send as long again after the first.
-    resend_share: float = 0.05
-    resend_delay: tuple[float, float] = (0.3, 3.0)
-
-    def key_names(self) -> list[str]:
-        return [f"k{i}" for i in range(self.keys)]
-
-
-def op_node(process: int, op_number: int, attempt: int, n_nodes: int) -> int:
-    """Index of the node that serves attempt ``attempt`` (0 = the first) of op
-    ``op_number`` of client ``process``: round-robin, so each client's consecutive ops
-    (and the clients' ops at any moment) are spread evenly over the nodes, and a retry
-    goes to the next node."""
-    return (process + op_number + attempt) % n_nodes
-
-
-def pinned_nodes(clients: int, share: float, n_nodes: int) -> list[int]:
-    """Node index of each pinned reader (the last clients): a ``share`` of the clients,
-    raised to one per node when there are at least two clients per node."""
-    n = int(clients * share)
-    if share > 0 and clients >= 2 * n_nodes:
-        n = max(n, n_nodes)
-    return [i % n_nodes for i in range(n)]
+__all__ = ["Workload", "classify_error"]
 
 
 def classify_error(err: BaseException) -> tuple[str, bool]:
@@ -183,7 +108,7 @@ class Counters:
         return self.ok + self.fail + self.info
 
 
-class Workload:
+class Workload(WorkloadOps):
     """Runs the clients in a background thread with its own event loop.
 
     ``start()`` returns at once; ``stop()`` lets in-flight ops finish (up to their
@@ -423,185 +348,6 @@ class Workload:
             self.counters.info += 1
             raise
 
-    # ------------------------------------------------------------------ ops
-
-    async def _op_get(self, route, p, n, key, seen, rng, serializable: bool = False) -> None:
-        extra = {"consistency": "serializable"} if serializable else {}
-        op_id = self.history.invoke(p, "get", key, **extra)
-        outcome, res = await self._run_op(op_id, route, lambda c: c.get(key, **extra))
-        node = route.node_id
-        if outcome != "ok":
-            self._finish(op_id, outcome, res, node=node)
-            return
-        if isinstance(res, NotFound):
-            if not serializable:
-                seen[key] = (None, 0)
-            self._finish(op_id, "ok", value=None, revision=res.revision, node=node)
-            return
-        value = res.text
-        if not serializable:
-            seen[key] = (value, res.mod_revision)
-        self._finish(
-            op_id, "ok", value=value, revision=res.revision, mod_revision=res.mod_revision,
-            node=node,
-        )
-
-    async def _op_put(self, route, p, n, key, seen, rng) -> None:
-        value, ik = self._names(p, n)
-        op_id = self.history.invoke(p, "put", key, value=value, idempotency_key=ik)
-        outcome, res = await self._run_op(
-            op_id, route, lambda c: c.put(key, value, idempotency_key=ik)
-        )
-        if outcome == "ok":
-            seen[key] = (value, res.revision)
-            self._finish(op_id, "ok", revision=res.revision, node=route.node_id)
-        else:
-            self._finish(op_id, outcome, res, node=route.node_id)
-
-    async def _op_probe(self, route, p, n, resends, rng) -> None:
-        """An idempotency probe: a put to a key of its own, re-sent later (same key)."""
-        value, ik = self._names(p, n)
-        key = f"idem-{p}-{n}"
-        op_id = self.history.invoke(p, "put", key, value=value, idempotency_key=ik)
-        outcome, res = await self._run_op(
-            op_id, route, lambda c: c.put(key, value, idempotency_key=ik)
-        )
-        if outcome == "ok":
-            self._finish(
-                op_id, "ok", revision=res.revision, replayed=res.replayed, node=route.node_id
-            )
-        else:
-            self._finish(op_id, outcome, res, node=route.node_id)
-        if outcome != "fail":  # info: it may have been applied; a re-send must not be again
-            times = 2 if rng.random() < 1 / 3 else 1
-            due = time.monotonic() + rng.uniform(*self.config.resend_delay)
-            resends.append((due, key, value, ik, op_id, times))
-
-    async def _op_resend(self, route, p, item, resends, rng) -> None:
-        _, key, value, ik, first, times = item
-        op_id = self.history.invoke(
-            p, "put", key, value=value, idempotency_key=ik, resend_of=first
-        )
-        outcome, res = await self._run_op(
-            op_id, route, lambda c: c.put(key, value, idempotency_key=ik)
-        )
-        if outcome == "ok":
-            self._finish(
-                op_id, "ok", revision=res.revision, replayed=res.replayed, node=route.node_id
-            )
-        else:
-            self._finish(op_id, outcome, res, node=route.node_id)
-        if times > 1:
-            due = time.monotonic() + rng.uniform(*self.config.resend_delay)
-            resends.append((due, key, value, ik, first, times - 1))
-
-    async def _op_delete(self, route, p, n, key, seen, rng) -> None:
-        _, ik = self._names(p, n)
-        op_id = self.history.invoke(p, "delete", key, idempotency_key=ik)
-        outcome, res = await self._run_op(
-            op_id, route, lambda c: c.delete(key, idempotency_key=ik)
-        )
-        if outcome == "ok":
-            seen[key] = (None, 0)
-            self._finish(
-                op_id, "ok", revision=res.revision, deleted=res.deleted, node=route.node_id
-            )
-        else:
-            self._finish(op_id, outcome, res, node=route.node_id)
-
-    async def _op_cas(self, route, p, n, key, seen, rng) -> None:
-        value, ik = self._names(p, n)
-        expect, mod_rev = seen.get(key, (None, 0))
-        # By mod_revision, recorded by value: with unique values the two are equivalent
-        # (a version would not be: it restarts at 1 after a delete).
-        kw: dict[str, Any] = (
-            {"expect_mod_revision": mod_rev} if expect is not None else {"must_not_exist": True}
-        )
-        op_id = self.history.invoke(p, "cas", key, value=value, expect=expect, idempotency_key=ik)
-        outcome, res = await self._run_op(
-            op_id, route, lambda c: c.cas(key, value, idempotency_key=ik, **kw)
-        )
-        node = route.node_id
-        if outcome != "ok":
-            self._finish(op_id, outcome, res, node=node)
-            return
-        if isinstance(res, Conflict):
-            cur = res.current
-            if cur is None:
-                seen[key] = (None, 0)
-                self._finish(
-                    op_id, "ok", succeeded=False, value=None, revision=res.revision, node=node
-                )
-            else:
-                seen[key] = (cur.text, cur.mod_revision)
-                self._finish(
-                    op_id,
-                    "ok",
-                    succeeded=False,
-                    value=cur.text,
-                    mod_revision=cur.mod_revision,
-                    revision=res.revision,
-                    node=node,
-                )
-            return
-        seen[key] = (value, res.revision)
-        self._finish(op_id, "ok", succeeded=True, revision=res.revision, node=node)
-
-    async def _op_txn(self, route, p, n, key, seen, rng) -> None:
-        from client import compare, ops
-
-        keys = self.config.key_names()
-        i = keys.index(key) // 2 * 2
-        a, b = keys[i], keys[i + 1]
-        if rng.random() < 0.5:
-            a, b = b, a
-        va, ik = self._names(p, n)
-        vb = f"{va}b"  # still unique: no other op writes a value ending in "b"
-        expect, _ = seen.get(a, (None, 0))
-        cmp = compare.value(a) == expect if expect is not None else compare.missing(a)
-        both = rng.random() < 0.5
-        success = [ops.put(a, va), ops.put(b, vb) if both else ops.get(b)]
-        failure = [ops.get(a), ops.get(b)]
-        op_id = self.history.invoke(
-            p,
-            "txn",
-            keys=[a, b],
-            compare=[{"key": a, "value": expect, "op": "=="}],
-            success=[
-                {"f": "put", "key": a, "value": va},
-                {"f": "put", "key": b, "value": vb} if both else {"f": "get", "key": b},
-            ],
-            failure=[{"f": "get", "key": a}, {"f": "get", "key": b}],
-            idempotency_key=ik,
-        )
-        outcome, res = await self._run_op(
-            op_id, route, lambda c: c.txn([cmp], success, failure, idempotency_key=ik)
-        )
-        node = route.node_id
-        if outcome != "ok":
-            self._finish(op_id, outcome, res, node=node)
-            return
-        results: list[Any] = []
-        for r in res.results:
-            if isinstance(r, StatekeeperError):
-                results.append(None)  # never expected: the txn was validated whole
-            elif hasattr(r, "mod_revision"):  # a KeyValue from a get
-                results.append(r.text)
-            else:
-                results.append(None)  # a put's WriteResult or a get of a missing key
-        if res.succeeded:
-            seen[a] = (va, res.revision)
-            if both:
-                seen[b] = (vb, res.revision)
-        elif results and results[0] is not None:
-            seen[a] = (results[0], res.results[0].mod_revision)
-        else:
-            seen[a] = (None, 0)
-        self._finish(
-            op_id, "ok", succeeded=res.succeeded, revision=res.revision, results=results,
-            node=node,
-        )
-
 
 class _Route:
     """Where the attempts of one op go: ``pick(attempt)`` -> node index; remembers the
@@ -631,59 +377,3 @@ class _Route:
 
     def where(self) -> dict[str, str]:
         return {} if self.index is None else {"node": self._ids[self.index]}
-
-
-async def _final_reads_async(
-    endpoints: Sequence[str],
-    keys: Sequence[str],
-    history: HistoryWriter | None,
-    process: int,
-    ns: str,
-    deadline: float,
-) -> tuple[dict[str, Any], dict[str, int], list[str]]:
-    from client import AsyncClient
-
-    values: dict[str, Any] = {}
-    revisions: dict[str, int] = {}
-    missing: list[str] = []
-    policy = RetryPolicy(max_attempts=1000, deadline=max(1.0, deadline - time.monotonic()))
-    async with AsyncClient(list(endpoints), ns=ns, timeout=3.0, retry=policy) as c:
-        for key in keys:
-            op_id = history.invoke(process, "get", key) if history else None
-            try:
-                kv = await c.get(key, default=None)
-            except StatekeeperError as e:
-                missing.append(key)
-                if history:
-                    history.info(op_id, error=e.code)
-                continue
-            if kv is None:
-                values[key] = None
-                if history:
-                    history.ok(op_id, value=None)
-            else:
-                values[key] = kv.text
-                revisions[key] = kv.mod_revision
-                if history:
-                    history.ok(
-                        op_id, value=kv.text, revision=kv.revision, mod_revision=kv.mod_revision
-                    )
-    return values, revisions, missing
-
-
-def final_reads(
-    endpoints: Sequence[str],
-    keys: Sequence[str],
-    *,
-    history: HistoryWriter | None = None,
-    process: int = 10_000,
-    ns: str = "chaos",
-    timeout: float = 60.0,
-) -> tuple[dict[str, Any], dict[str, int], list[str]]:
-    """Linearizable read of every key, retried until ``timeout``; recorded in ``history``.
-
-    Returns (key -> value or None, key -> mod_revision, keys that could not be read).
-    """
-    return asyncio.run(
-        _final_reads_async(endpoints, keys, history, process, ns, time.monotonic() + timeout)
-    )

@@ -30,17 +30,14 @@ from .errors import (
     Timeout,
     Unavailable,
 )
-from .protocol import (
+from .ops import Compare, Ops, compare, ops
+from .results import (
     CompactResult,
-    Compare,
     DeleteResult,
     KeyValue,
-    Ops,
     RangeResult,
     TxnResult,
     WriteResult,
-    compare,
-    ops,
 )
 from .retry import RetryPolicy
 from .sync import Batch, Client

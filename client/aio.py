@@ -17,7 +17,7 @@ from .aio_connection import Endpoint
 from .aio_transport import Pool
 from .base import Plan
 from .commands import AsyncCommands, ClientBatch, ScanPages
-from .protocol import KeyValue
+from .results import KeyValue
 from .retry import Backoff
 
 __all__ = ["AsyncBatch", "AsyncClient"]

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from .protocol import Request
+from .wire import Request
 
 if TYPE_CHECKING:
     from .aio_transport import Pool

@@ -9,7 +9,7 @@ endpoint, at most ``max_connections`` open in total, Content-Length and chunked 
 ``Connection: close``, a lazily re-armed deadline timer per connection, and https
 through asyncio's TLS.
 
-Transport failures map to the three kinds of :func:`protocol.connection_error`:
+Transport failures map to the three kinds of :func:`responses.connection_error`:
 ``connect`` (:class:`aio_connection.CannotConnect`: nothing was sent), ``timeout`` (no
 whole answer in time) and ``lost`` (:class:`aio_connection.ConnectionLost`: the
 connection broke or closed after the request was written, including a keep-alive
@@ -27,7 +27,8 @@ from typing import Any
 
 from .aio_connection import CannotConnect, Connection, Endpoint
 from .errors import StatekeeperError
-from .protocol import Request, connection_error
+from .responses import connection_error
+from .wire import Request
 
 __all__ = ["Pool"]
 
@@ -85,7 +86,7 @@ class Pool:
         self, url: str, req: Request, timeout: float
     ) -> tuple[int, str | None, bytes] | StatekeeperError:
         """One exchange with ``url``: ``(status, content_type, body)``, or the error a
-        transport failure maps to (:func:`protocol.connection_error`), returned."""
+        transport failure maps to (:func:`responses.connection_error`), returned."""
         try:
             return await self.send(url, req, timeout)
         except _TRANSPORT_ERRORS as exc:

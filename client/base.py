@@ -5,7 +5,7 @@ A plan is a generator that yields what to do next and is sent what came of it:
 
 - ``(url, request, timeout)``: send ``request`` to ``url``, waiting at most ``timeout``
   seconds; send back ``(status, content_type, body)``, or, when the transport failed,
-  the error :func:`protocol.connection_error` maps the failure to (not raised);
+  the error :func:`responses.connection_error` maps the failure to (not raised);
 - a :class:`retry.Backoff`: sleep ``delay`` seconds, then go on with ``next(plan)``.
 
 It returns the call's result (``StopIteration.value``) or raises the call's error. Each
@@ -27,8 +27,9 @@ from types import MethodType
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeAlias, TypeVar, overload
 
 from .errors import StatekeeperError
-from .protocol import CONSISTENCY_LEVELS, DEFAULT_ENDPOINT, Request, status_request
+from .kv_requests import status_request
 from .retry import DEFAULT_RETRY, Backoff, Endpoints, Exchange, RetryPolicy, normalize_endpoint
+from .wire import CONSISTENCY_LEVELS, DEFAULT_ENDPOINT, Request
 
 if TYPE_CHECKING:
     from .commands import AsyncCommands

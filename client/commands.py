@@ -2,7 +2,7 @@
 one definition of a command, two transports).
 
 An operation is a method of :class:`Commands` that builds its request with the builders of
-client/protocol.py and hands it to ``self._execute(request)``, returning whatever that
+client/kv_requests.py and hands it to ``self._execute(request)``, returning whatever that
 returns::
 
     @command
@@ -25,28 +25,22 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from .base import BaseClient, command, paged
-from .protocol import (
+from .batch_ops import BatchOps
+from .kv_requests import (
     MISSING,
-    BatchOps,
-    CompactResult,
-    DeleteResult,
-    KeyValue,
-    RangeResult,
-    Request,
-    TxnResult,
-    WriteResult,
     cas_request,
     compact_request,
-    compare,
     delete_request,
     get_request,
-    ops,
     put_request,
     range_request,
     scan_next,
     status_request,
     txn_request,
 )
+from .ops import compare, ops
+from .results import CompactResult, DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
+from .wire import Request
 
 __all__ = ["AsyncCommands", "ClientBatch", "Commands", "ScanPages"]
 
@@ -56,7 +50,7 @@ BatchT = TypeVar("BatchT", bound=BatchOps)
 class ScanPages:
     """The range requests of one scan, sans-IO: iterate it for the next page's request and
     pass each page to :meth:`kvs` before asking for the next one. Later pages are read at
-    the first page's revision (see :func:`protocol.scan_next`)."""
+    the first page's revision (see :func:`kv_requests.scan_next`)."""
 
     __slots__ = ("_last", "_make", "_read")
 

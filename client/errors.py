@@ -107,7 +107,7 @@ class Conflict(StatekeeperError):
     """A compare-and-swap expectation was not met (``compare_failed``).
 
     Attributes:
-        current: the key's current :class:`~client.protocol.KeyValue`, or ``None`` if the
+        current: the key's current :class:`~client.results.KeyValue`, or ``None`` if the
             key does not exist.
     """
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import StatekeeperError, Timeout, Unavailable
-from .protocol import Request
+from .wire import Request
 
 __all__ = ["DEFAULT_RETRY", "Backoff", "Endpoints", "Exchange", "RetryPolicy", "normalize_endpoint"]
 

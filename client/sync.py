@@ -18,8 +18,10 @@ from urllib3.util import parse_url
 
 from .base import Answer, Plan
 from .commands import ClientBatch, Commands, ScanPages
-from .protocol import KeyValue, Request, connection_error
+from .responses import connection_error
+from .results import KeyValue
 from .retry import Backoff
+from .wire import Request
 
 __all__ = ["Batch", "Client"]
 

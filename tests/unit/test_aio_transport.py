@@ -23,7 +23,9 @@ from typing import Any
 import msgpack
 import pytest
 
-from client import AsyncClient, RetryPolicy, Timeout, Unavailable, protocol
+from client import AsyncClient, RetryPolicy, Timeout, Unavailable
+from client.kv_requests import status_request
+from client.wire import Request
 
 MSGPACK = "application/msgpack"
 ONCE = RetryPolicy.disabled()
@@ -180,7 +182,7 @@ async def _until(cond: Callable[[], bool], timeout: float = 2.0) -> None:
         await asyncio.sleep(0.005)
 
 
-async def _once(c: AsyncClient, url: str, request: protocol.Request, timeout: float) -> Any:
+async def _once(c: AsyncClient, url: str, request: Request, timeout: float) -> Any:
     """One attempt at ``url`` with its own timeout, no retry (a plan of client/base.py)."""
     return await c._drive(c._once(url, request, timeout))
 
@@ -309,7 +311,7 @@ async def test_no_answer_is_kind_timeout_within_the_timeout(server: Server) -> N
 
 
 async def test_each_request_gets_its_own_timeout_on_a_reused_connection(server: Server) -> None:
-    status = protocol.status_request()
+    status = status_request()
     async with AsyncClient(server.url(), timeout=0.2, retry=ONCE) as c:
         url = c.endpoint
         # A short timeout after a long one on the same connection: still 0.2 s.
@@ -330,7 +332,7 @@ async def test_waiting_for_a_connection_counts_against_the_timeout(server: Serve
     server.script[:] = ["hang"]
     async with AsyncClient(server.url(), timeout=0.3, retry=ONCE, max_connections=1) as c:
         # One attempt with a longer timeout holds the only connection.
-        busy = asyncio.ensure_future(_once(c, c.endpoint, protocol.status_request(), 5.0))
+        busy = asyncio.ensure_future(_once(c, c.endpoint, status_request(), 5.0))
         await _until(lambda: len(server.requests) == 1)
         t0 = time.monotonic()
         with pytest.raises(Timeout):

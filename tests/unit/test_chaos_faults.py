@@ -8,7 +8,7 @@ import random
 import pytest
 
 from chaos import faults
-from chaos.faults import FAULTS, SMOKE, FaultContext, ProxyNet, get_fault
+from chaos.faults import FAULTS, SMOKE, FaultContext, ProxyNet, clock, get_fault
 
 EXPECTED = {
     "none",
@@ -339,7 +339,7 @@ def test_faults_shape_the_cluster_config_and_node_env(tmp_path) -> None:
 
 
 def test_clock_jump_env_and_offsets(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(faults, "find_libfaketime", lambda: "/x/libfaketime.so.1")
+    monkeypatch.setattr(clock, "find_libfaketime", lambda: "/x/libfaketime.so.1")
     f = get_fault("clock-jump")
     env = f.node_env(_cfg(), tmp_path)
     e = env["node-1"]
@@ -357,12 +357,12 @@ def test_clock_jump_env_and_offsets(tmp_path, monkeypatch) -> None:
 
 
 def test_clock_jump_moves_a_follower_then_the_leader_and_resets(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(faults, "find_libfaketime", lambda: "/x/libfaketime.so.1")
-    monkeypatch.setattr(faults.ClockJump, "MIN_STEP_S", 0.0)
+    monkeypatch.setattr(clock, "find_libfaketime", lambda: "/x/libfaketime.so.1")
+    monkeypatch.setattr(clock.ClockJump, "MIN_STEP_S", 0.0)
     f = get_fault("clock-jump")
     f.node_env(_cfg(), tmp_path)
     seen = []
-    monkeypatch.setattr(faults.time, "sleep", lambda s: seen.append(
+    monkeypatch.setattr(clock.time, "sleep", lambda s: seen.append(
         {n: p.read_text().strip() for n, p in f.files.items()}))
     ctx = ctx_for(FakeCluster(leader="node-1"), window=0.5)
     f.start(ctx)

@@ -14,9 +14,10 @@ import pytest
 from aiohttp import web
 
 from chaos.history import HistoryWriter, parse_events
-from chaos.workload import OpMix, Workload, WorkloadConfig, classify_error
+from chaos.workload import Workload, classify_error
+from chaos.workload_config import OpMix, WorkloadConfig
 from client import Conflict, Timeout, Unavailable
-from client.protocol import connection_error
+from client.responses import connection_error
 
 
 def test_classify_error_only_trusts_proofs_of_not_sent() -> None:
@@ -220,7 +221,7 @@ def test_statekeeper_chaos_is_registered(capsys) -> None:
 
 
 def test_op_node_spreads_every_client_over_every_node() -> None:
-    from chaos.workload import op_node
+    from chaos.workload_config import op_node
 
     for n_nodes in (3, 5):
         for p in range(7):
@@ -235,7 +236,7 @@ def test_op_node_spreads_every_client_over_every_node() -> None:
 
 
 def test_pinned_readers_cover_every_node_when_there_are_enough_clients() -> None:
-    from chaos.workload import pinned_nodes
+    from chaos.workload_config import pinned_nodes
 
     assert pinned_nodes(16, 0.25, 3) == [0, 1, 2, 0]  # unchanged for the default cluster
     assert sorted(pinned_nodes(16, 0.25, 5)) == [0, 1, 2, 3, 4]  # one per node

@@ -29,9 +29,22 @@ from client import (
     compare,
     ops,
 )
-from client import protocol as p
+from client.batch_ops import BatchOps
 from client.errors import error_class
+from client.kv_requests import (
+    cas_request,
+    compact_request,
+    delete_request,
+    get_request,
+    put_request,
+    range_request,
+    scan_next,
+    status_request,
+    txn_request,
+)
+from client.responses import connection_error
 from client.retry import DEFAULT_RETRY, Backoff, Endpoints, Exchange, normalize_endpoint
+from client.wire import Request, new_idempotency_key
 
 MP = "application/msgpack"
 
@@ -40,7 +53,7 @@ def pack(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
-def body_of(req: p.Request) -> dict[str, Any]:
+def body_of(req: Request) -> dict[str, Any]:
     assert req.body is not None
     return msgpack.unpackb(req.body, raw=False)
 
@@ -63,7 +76,7 @@ def err_body(code: str, **extra: Any) -> bytes:
 
 
 def test_put_request_shape_and_generated_key() -> None:
-    req = p.put_request("ns1", "k", "héllo")
+    req = put_request("ns1", "k", "héllo")
     assert (req.method, req.path) == ("POST", "/v1/kv/put")
     assert req.headers["Content-Type"] == MP and req.headers["Accept"] == MP
     body = body_of(req)
@@ -73,46 +86,46 @@ def test_put_request_shape_and_generated_key() -> None:
     ik = body["idempotency_key"]
     assert len(ik) == 32 and int(ik, 16) >= 0 and req.idempotency_key == ik
     assert "prev_kv" not in body
-    assert p.put_request("n", "k", b"v").idempotency_key != ik  # fresh per call
+    assert put_request("n", "k", b"v").idempotency_key != ik  # fresh per call
 
 
 def test_generated_keys_are_uuid4() -> None:
-    keys = {p.new_idempotency_key() for _ in range(1000)}
+    keys = {new_idempotency_key() for _ in range(1000)}
     assert len(keys) == 1000
     assert all(uuid.UUID(hex=k).version == 4 and uuid.UUID(hex=k).hex == k for k in keys)
 
 
 def test_caller_idempotency_key_and_flags() -> None:
-    body = body_of(p.put_request("n", "k", bytearray(b"v"), idempotency_key="mine", prev_kv=True))
+    body = body_of(put_request("n", "k", bytearray(b"v"), idempotency_key="mine", prev_kv=True))
     assert body["idempotency_key"] == "mine" and body["prev_kv"] is True and body["value"] == b"v"
-    body = body_of(p.delete_request("n", "pre/", prefix=True, idempotency_key="d"))
+    body = body_of(delete_request("n", "pre/", prefix=True, idempotency_key="d"))
     assert body == {"ns": "n", "key": "pre/", "prefix": True, "idempotency_key": "d"}
 
 
 def test_value_and_key_types_are_checked() -> None:
     with pytest.raises(TypeError):
-        p.put_request("n", "k", 42)
+        put_request("n", "k", 42)
     with pytest.raises(TypeError):
-        p.put_request("n", b"k", b"v")  # type: ignore[arg-type]
+        put_request("n", b"k", b"v")  # type: ignore[arg-type]
 
 
 def test_read_options() -> None:
-    body = body_of(p.get_request("n", "k", consistency="linearizable"))
+    body = body_of(get_request("n", "k", consistency="linearizable"))
     assert body == {"ns": "n", "key": "k"}  # the server default is left out
-    body = body_of(p.get_request("n", "k", revision=5, consistency="serializable", min_revision=4))
+    body = body_of(get_request("n", "k", revision=5, consistency="serializable", min_revision=4))
     assert (
         body["revision"] == 5
         and body["consistency"] == "serializable"
         and body["min_revision"] == 4
     )
-    assert "idempotency_key" not in body and p.get_request("n", "k").idempotency_key is None
+    assert "idempotency_key" not in body and get_request("n", "k").idempotency_key is None
     with pytest.raises(InvalidRequest):
-        p.get_request("n", "k", consistency="eventual")
+        get_request("n", "k", consistency="eventual")
 
 
 def test_range_body() -> None:
     body = body_of(
-        p.range_request("n", "a/", limit=10, keys_only=True, continuation="a/5", revision=9)
+        range_request("n", "a/", limit=10, keys_only=True, continuation="a/5", revision=9)
     )
     assert body == {
         "ns": "n",
@@ -122,30 +135,28 @@ def test_range_body() -> None:
         "continuation": "a/5",
         "revision": 9,
     }
-    body = body_of(p.range_request("n", start="a", end="b"))
+    body = body_of(range_request("n", start="a", end="b"))
     assert body == {"ns": "n", "start": "a", "end": "b"}
-    assert body_of(p.range_request("n")) == {"ns": "n"}
+    assert body_of(range_request("n")) == {"ns": "n"}
     with pytest.raises(InvalidRequest):
-        p.range_request("n", "a", start="b")
+        range_request("n", "a", start="b")
 
 
 def test_cas_expectations() -> None:
-    assert body_of(p.cas_request("n", "k", b"v", expect_version=0))["expect"] == {"version": 0}
-    assert body_of(p.cas_request("n", "k", b"v", expect_mod_revision=7))["expect"] == {
+    assert body_of(cas_request("n", "k", b"v", expect_version=0))["expect"] == {"version": 0}
+    assert body_of(cas_request("n", "k", b"v", expect_mod_revision=7))["expect"] == {
         "mod_revision": 7
     }
-    assert body_of(p.cas_request("n", "k", b"v", must_not_exist=True))["expect"] == {
-        "exists": False
-    }
+    assert body_of(cas_request("n", "k", b"v", must_not_exist=True))["expect"] == {"exists": False}
     for bad in ({}, {"expect_version": 1, "must_not_exist": True}):
         with pytest.raises(InvalidRequest):
-            p.cas_request("n", "k", b"v", **bad)
+            cas_request("n", "k", b"v", **bad)
     with pytest.raises(ValueError):  # InvalidRequest is a ValueError too
-        p.cas_request("n", "k", b"v")
+        cas_request("n", "k", b"v")
 
 
 def test_txn_builders_and_plain_dicts() -> None:
-    req = p.txn_request(
+    req = txn_request(
         "n",
         [
             compare.version("a") == 3,
@@ -187,13 +198,13 @@ def test_txn_builders_and_plain_dicts() -> None:
     # inner ops never carry idempotency keys; only the txn does
     assert all("idempotency_key" not in o for o in body["success"] + body["failure"])
     with pytest.raises(TypeError):
-        p.txn_request("n", [compare.version("a")], [])  # forgot "== x"
+        txn_request("n", [compare.version("a")], [])  # forgot "== x"
     with pytest.raises(TypeError):
-        p.txn_request("n", [], [{"key": "a"}])  # no op
+        txn_request("n", [], [{"key": "a"}])  # no op
 
 
 def test_txn_result_parsing() -> None:
-    req = p.txn_request(
+    req = txn_request(
         "n", [compare.version("a") == 0], [ops.put("a", "x"), ops.get("b")], [ops.range("p/")]
     )
     res = req.parse(
@@ -224,7 +235,7 @@ def test_txn_result_parsing() -> None:
 
 
 def test_batch_ops_get_per_op_keys_and_results() -> None:
-    b = p.BatchOps("n", consistency="serializable")
+    b = BatchOps("n", consistency="serializable")
     b.put("a", "1").get("b", ns="o").delete("c").cas("d", b"v", expect_version=1).range("e/")
     b.txn([compare.missing("x")], [ops.put("x", "1")])
     b.add({"op": "put", "key": "f", "value": "2", "idempotency_key": "given"})
@@ -273,7 +284,7 @@ def test_batch_ops_get_per_op_keys_and_results() -> None:
 
 
 def test_get_parsing_and_default() -> None:
-    req = p.get_request("n", "k")
+    req = get_request("n", "k")
     kv = req.parse(200, MP, pack({"revision": 8, "kv": kvd(value=b"\xff\x00", rev=5)}))
     assert kv == KeyValue("k", b"\xff\x00", 1, 5, 5, "n") and kv.revision == 8
     with pytest.raises(UnicodeDecodeError):
@@ -281,16 +292,16 @@ def test_get_parsing_and_default() -> None:
     with pytest.raises(NotFound) as ei:
         req.parse(404, MP, err_body("key_not_found", revision=8))
     assert ei.value.code == "key_not_found" and ei.value.revision == 8
-    assert p.get_request("n", "k", default=None).parse(404, MP, err_body("key_not_found")) is None
+    assert get_request("n", "k", default=None).parse(404, MP, err_body("key_not_found")) is None
     # a 404 for an unknown path is not "key missing": no default then
     with pytest.raises(NotFound):
-        p.get_request("n", "k", default=None).parse(404, "text/plain", b"404: Not Found")
-    assert p.get_request("n", "k", default=0).parse(200, MP, pack({"revision": 1, "kv": None})) == 0
+        get_request("n", "k", default=None).parse(404, "text/plain", b"404: Not Found")
+    assert get_request("n", "k", default=0).parse(200, MP, pack({"revision": 1, "kv": None})) == 0
 
 
 def test_json_answers_are_understood() -> None:
     # Not what we send, but a JSON answer (e.g. from a proxy or a GET) must still parse.
-    req = p.get_request("n", "k")
+    req = get_request("n", "k")
     kv = req.parse(
         200,
         "application/json; charset=utf-8",
@@ -313,20 +324,20 @@ def test_json_answers_are_understood() -> None:
 
 
 def test_write_results() -> None:
-    res = p.put_request("n", "k", b"v", prev_kv=True).parse(
+    res = put_request("n", "k", b"v", prev_kv=True).parse(
         200, MP, pack({"revision": 3, "prev_kv": kvd(rev=2)})
     )
     assert res.revision == 3 and res.prev_kv.mod_revision == 2 and not res.replayed
-    res = p.delete_request("n", "k").parse(
+    res = delete_request("n", "k").parse(
         200, MP, pack({"revision": 4, "deleted": 2, "prev_kvs": [kvd("a"), kvd("b")]})
     )
     assert res.deleted == 2 and [kv.key for kv in res.prev_kvs] == ["a", "b"]
-    creq = p.compact_request(10)
+    creq = compact_request(10)
     assert body_of(creq) == {"revision": 10, "idempotency_key": creq.idempotency_key}
-    assert body_of(p.compact_request(10, idempotency_key="c"))["idempotency_key"] == "c"
+    assert body_of(compact_request(10, idempotency_key="c"))["idempotency_key"] == "c"
     res = creq.parse(200, MP, pack({"revision": 12, "compact_revision": 10}))
     assert res == CompactResult(12, 10)
-    res = p.range_request("n", "").parse(
+    res = range_request("n", "").parse(
         200, MP, pack({"revision": 4, "kvs": [kvd("a")], "more": True, "continuation": "b"})
     )
     assert (
@@ -335,7 +346,7 @@ def test_write_results() -> None:
 
 
 def test_cas_conflict_carries_current() -> None:
-    req = p.cas_request("n", "k", b"v", expect_version=1)
+    req = cas_request("n", "k", b"v", expect_version=1)
     with pytest.raises(Conflict) as ei:
         req.parse(409, MP, err_body("compare_failed", kv=kvd(version=5), revision=9))
     assert (
@@ -381,7 +392,7 @@ def test_cas_conflict_carries_current() -> None:
 )
 def test_error_mapping(status: int, code: str, cls: type[StatekeeperError]) -> None:
     with pytest.raises(StatekeeperError) as ei:
-        p.range_request("n").parse(status, MP, err_body(code, revision=1))
+        range_request("n").parse(status, MP, err_body(code, revision=1))
     err = ei.value
     assert type(err) is cls and err.code == code and err.status == status and err.message == "m"
     assert err.details == {"revision": 1}
@@ -403,14 +414,14 @@ def test_foreign_error_bodies(
     status: int, ctype: str | None, body: bytes, cls: type, code: str
 ) -> None:
     with pytest.raises(StatekeeperError) as ei:
-        p.status_request().parse(status, ctype, body)
+        status_request().parse(status, ctype, body)
     assert type(ei.value) is cls and ei.value.code == code and ei.value.status == status
 
 
 def test_malformed_success_body() -> None:
     for ctype, body in ((MP, b"\xc1"), (MP, pack([1, 2])), ("text/html", b"<html>")):
         with pytest.raises(StatekeeperError) as ei:
-            p.get_request("n", "k").parse(200, ctype, body)
+            get_request("n", "k").parse(200, ctype, body)
         assert ei.value.code == "malformed_response"
 
 
@@ -431,19 +442,19 @@ def test_errors_pickle() -> None:
 
 def test_connection_errors() -> None:
     cause = ConnectionRefusedError(111, "refused")
-    err = p.connection_error("connect", "http://h:1", cause)
+    err = connection_error("connect", "http://h:1", cause)
     assert (
         isinstance(err, Unavailable) and err.code == "connection_failed" and err.__cause__ is cause
     )
     assert err.status is None and err.endpoint == "http://h:1"
-    assert isinstance(p.connection_error("lost", "u"), Unavailable)
-    assert p.connection_error("timeout", "u").code == "client_timeout"
-    assert isinstance(p.connection_error("timeout", "u"), Timeout)
+    assert isinstance(connection_error("lost", "u"), Unavailable)
+    assert connection_error("timeout", "u").code == "client_timeout"
+    assert isinstance(connection_error("timeout", "u"), Timeout)
 
 
 def test_scan_next() -> None:
-    assert p.scan_next(RangeResult([], 5, False)) is None
-    nxt = p.scan_next(RangeResult([], 5, True, "k9"))
+    assert scan_next(RangeResult([], 5, False)) is None
+    nxt = scan_next(RangeResult([], 5, True, "k9"))
     assert nxt == {
         "continuation": "k9",
         "revision": 5,
@@ -451,11 +462,11 @@ def test_scan_next() -> None:
         "consistency": "serializable",
     }
     with pytest.raises(StatekeeperError):
-        p.scan_next(RangeResult([], 5, True, None))
+        scan_next(RangeResult([], 5, True, None))
 
 
 def test_status_request_is_bodiless_get() -> None:
-    req = p.status_request()
+    req = status_request()
     assert (req.method, req.path, req.body) == ("GET", "/v1/status", None)
     assert "Content-Type" not in req.headers and req.headers["Accept"] == MP
     assert req.parse(200, MP, pack({"role": "leader"})) == {"role": "leader"}
@@ -473,7 +484,7 @@ class FakeClock:
 
 
 def _drive(
-    req: p.Request,
+    req: Request,
     answers: list[Any],
     *,
     endpoints: Endpoints | None = None,
@@ -490,7 +501,7 @@ def _drive(
         sent.append((url, req.body))
         answer = answers.pop(0)
         if isinstance(answer, str):
-            out = ex.failed(p.connection_error(answer, url))
+            out = ex.failed(connection_error(answer, url))
         else:
             out = ex.received(answer[0], MP, pack(answer[1]))
             if not isinstance(out, Backoff):
@@ -499,7 +510,7 @@ def _drive(
 
 
 def test_retry_reuses_the_same_body_and_key_and_rotates() -> None:
-    req = p.put_request("n", "k", b"v")
+    req = put_request("n", "k", b"v")
     answers = [
         "connect",
         (503, {"error": {"code": "unavailable", "message": ""}}),
@@ -527,7 +538,7 @@ def test_non_retryable_errors_are_raised_at_once_and_keep_endpoint() -> None:
     eps = Endpoints(["http://a:1", "http://b:2"])
     with pytest.raises(NotFound) as ei:
         _drive(
-            p.get_request("n", "k"),
+            get_request("n", "k"),
             [(404, {"error": {"code": "key_not_found", "message": ""}})],
             endpoints=eps,
         )
@@ -540,7 +551,7 @@ def test_non_retryable_errors_are_raised_at_once_and_keep_endpoint() -> None:
 
 
 def test_gives_up_after_max_attempts_with_key_attached() -> None:
-    req = p.put_request("n", "k", b"v", idempotency_key="ik")
+    req = put_request("n", "k", b"v", idempotency_key="ik")
     with pytest.raises(Unavailable) as ei:
         _drive(req, ["connect"] * 10, policy=RetryPolicy(max_attempts=4))
     assert ei.value.attempts == 4 and ei.value.idempotency_key == "ik"
@@ -549,7 +560,7 @@ def test_gives_up_after_max_attempts_with_key_attached() -> None:
 def test_retry_timeouts_can_be_disabled() -> None:
     with pytest.raises(Timeout):
         _drive(
-            p.get_request("n", "k"),
+            get_request("n", "k"),
             ["timeout", (200, {"revision": 1, "kv": kvd()})],
             policy=RetryPolicy(retry_timeouts=False),
         )
@@ -561,13 +572,13 @@ def test_deadline_bounds_the_call_and_each_attempt() -> None:
     policy = RetryPolicy(
         max_attempts=100, deadline=1.0, backoff_base=0.3, backoff_max=0.3, jitter=0.0
     )
-    req = p.get_request("n", "k")
+    req = get_request("n", "k")
     ex = Exchange(req, Endpoints("http://a:1"), policy, 10.0, clock=clock)
     assert ex.next_attempt()[1] == pytest.approx(1.0)  # attempt timeout capped by the deadline
     attempts = 1
     with pytest.raises(Unavailable):
         while True:
-            clock.now += ex.failed(p.connection_error("connect", "http://a:1")).delay
+            clock.now += ex.failed(connection_error("connect", "http://a:1")).delay
             ex.next_attempt()
             attempts += 1
     assert clock.now - 100.0 < 1.0 and attempts == 4

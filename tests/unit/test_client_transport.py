@@ -33,7 +33,7 @@ from client import (
     Unavailable,
     compare,
     ops,
-    protocol,
+    wire,
 )
 
 MSGPACK = "application/msgpack"
@@ -309,7 +309,7 @@ def test_sync_roundtrip_msgpack(node: FakeNode) -> None:
 
 
 def test_sync_client_is_thread_safe_and_keeps_shared_headers_intact(node: FakeNode) -> None:
-    headers_before = dict(protocol._POST_HEADERS)
+    headers_before = dict(wire.POST_HEADERS)
     with Client(node.url(), retry=FAST) as c:
 
         def work(t: int) -> None:
@@ -323,7 +323,7 @@ def test_sync_client_is_thread_safe_and_keeps_shared_headers_intact(node: FakeNo
             t.join()
         assert node.revision == 160
         assert len(list(c.scan("t3/"))) == 20
-    assert protocol._POST_HEADERS == headers_before  # urllib3 must not have mutated them
+    assert wire.POST_HEADERS == headers_before  # urllib3 must not have mutated them
 
 
 def test_sync_retries_503_with_same_idempotency_key(node: FakeNode) -> None:

@@ -1,0 +1,43 @@
+"""Consistency checks of a chaos history (see ``chaos.history`` for the format).
+
+- ``check``: linearizability per key (txns join keys into one partition), exact: the
+  verdict is True, False (with a minimal failing sub-history) or ``"unknown"`` when a
+  time or memory bound was hit, never a guess;
+- ``lost_writes`` / ``duplicate_applications``: acknowledged writes missing from the
+  final state, logical writes applied more than once (:mod:`.writes`).
+
+``check`` runs, in order (each module's docstring argues why its step keeps the
+verdict):
+
+- :mod:`.model`: the register model, and each op compiled into model terms
+  (preparation: what is dropped, ignored, optional);
+- :mod:`.reductions`: promotion of observed and pruning of unobserved unknown writes;
+- :mod:`.linearizability`: the partitions (P-compositionality) and the time budget;
+- :mod:`.search`: Wing & Gong / Lowe search per partition, with the refinements whose
+  precomputed facts live in :mod:`.rules`;
+- :mod:`.minimize`: shrinking a violation to a sub-history that fails on its own;
+- :mod:`.results`: the result types and the rendering of counterexamples.
+"""
+
+from chaos.checker.linearizability import check
+from chaos.checker.results import PartitionResult, Result, render_history
+from chaos.checker.values import UNKNOWN, Verdict
+from chaos.checker.writes import (
+    DuplicateApplication,
+    LostWrite,
+    duplicate_applications,
+    lost_writes,
+)
+
+__all__ = [
+    "UNKNOWN",
+    "DuplicateApplication",
+    "LostWrite",
+    "PartitionResult",
+    "Result",
+    "Verdict",
+    "check",
+    "duplicate_applications",
+    "lost_writes",
+    "render_history",
+]

@@ -1,0 +1,194 @@
+"""Process faults: SIGKILL, SIGSTOP, rolling restarts, a wiped follower, and the power
+loss of every node at once (LazyFS)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Sequence
+
+from chaos.faults.base import Fault, FaultContext, FaultError
+from cluster.supervisor import LocalCluster, SupervisorError
+
+__all__ = [
+    "KillAll",
+    "KillFollower",
+    "KillLeader",
+    "KillRandom",
+    "PauseLeader",
+    "PowerLoss",
+    "RollingRestart",
+    "WipeFollower",
+]
+
+
+def _kill_many(lc: LocalCluster, node_ids: Sequence[str]) -> None:
+    """SIGKILL several nodes at (nearly) the same instant, then reap them."""
+    pids = {nid: lc.pid(nid) for nid in node_ids}
+    for pid in pids.values():
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+    for nid in node_ids:
+        lc.kill_node(nid)  # waits until gone, clears the pid file
+
+
+def _start_all(ctx: FaultContext) -> None:
+    """Start every stopped node (all at once: a lone node cannot become ready)."""
+    for nid in ctx.node_ids:
+        if not ctx.cluster.is_running(nid):
+            ctx.cluster.start_node(nid)
+    for nid in ctx.node_ids:
+        ctx.cluster.wait_live(nid, timeout=60.0)
+
+
+class _KillOne(Fault):
+    target = "leader"
+
+    def __init__(self) -> None:
+        self.victim: str | None = None
+
+    def pick(self, ctx: FaultContext) -> str:
+        if self.target == "leader":
+            return ctx.leader()
+        if self.target == "follower":
+            return ctx.follower()
+        return ctx.rng.choice(ctx.node_ids)
+
+    def start(self, ctx: FaultContext) -> str:
+        was_leader = ctx.leader()
+        self.victim = self.pick(ctx)
+        ctx.cluster.kill_node(self.victim)
+        role = "leader" if self.victim == was_leader else "follower"
+        ctx.mark()
+        return f"SIGKILL {self.victim} ({role}); restart at heal"
+
+    def stop(self, ctx: FaultContext) -> None:
+        if self.victim is not None:
+            ctx.restart(self.victim)
+
+
+class KillLeader(_KillOne):
+    name = "kill-leader"
+    target = "leader"
+    description = "SIGKILL the leader; restart it when the fault window ends"
+
+
+class KillFollower(_KillOne):
+    name = "kill-follower"
+    target = "follower"
+    description = "SIGKILL one follower; restart it when the fault window ends"
+
+
+class KillRandom(_KillOne):
+    name = "kill-random"
+    target = "random"
+    description = "SIGKILL a random node (seeded); restart it when the fault window ends"
+
+
+class PauseLeader(Fault):
+    name = "pause-leader"
+    description = (
+        "SIGSTOP the leader for the fault window (longer than the election timeout), "
+        "then SIGCONT: a frozen old leader wakes up in a new term"
+    )
+
+    def __init__(self) -> None:
+        self.victim: str | None = None
+
+    def start(self, ctx: FaultContext) -> str:
+        self.victim = ctx.leader()
+        ctx.cluster.pause_node(self.victim)
+        ctx.mark()
+        return f"SIGSTOP {self.victim} (leader) for {ctx.window:.1f} s"
+
+    def stop(self, ctx: FaultContext) -> None:
+        if self.victim is not None:
+            with contextlib.suppress(SupervisorError):  # it died meanwhile: nothing to resume
+                ctx.cluster.resume_node(self.victim)
+
+
+class RollingRestart(Fault):
+    name = "rolling-restart"
+    description = (
+        "restart every node in turn (SIGTERM, start, wait until ready), followers first, "
+        "the leader last"
+    )
+
+    def start(self, ctx: FaultContext) -> str:
+        leader = ctx.leader()
+        order = [n for n in ctx.node_ids if n != leader] + [leader]
+        ctx.mark()  # the first SIGTERM follows at once
+        for nid in order:
+            ctx.log(f"rolling restart: {nid}")
+            ctx.cluster.restart_node(nid, stop_timeout=15.0, ready_timeout=90.0)
+        return f"restarted {', '.join(order)} one by one"
+
+    def stop(self, ctx: FaultContext) -> None:
+        for nid in ctx.node_ids:
+            ctx.restart(nid)
+
+
+class KillAll(Fault):
+    name = "kill-all"
+    description = "SIGKILL every node at once; restart them all when the fault window ends"
+
+    def start(self, ctx: FaultContext) -> str:
+        _kill_many(ctx.cluster, ctx.node_ids)
+        ctx.mark()
+        return f"SIGKILL {', '.join(ctx.node_ids)}; restart at heal"
+
+    def stop(self, ctx: FaultContext) -> None:
+        _start_all(ctx)
+
+
+class WipeFollower(Fault):
+    name = "wipe-follower"
+    description = (
+        "SIGKILL a follower, delete its data directory and start it again empty: it "
+        "rejoins and must be caught up by the leader"
+    )
+
+    def __init__(self) -> None:
+        self.victim: str | None = None
+
+    def start(self, ctx: FaultContext) -> str:
+        self.victim = ctx.follower()
+        ctx.cluster.kill_node(self.victim)
+        ctx.mark()
+        ctx.cluster.wipe_node(self.victim)
+        ctx.restart(self.victim)
+        return f"SIGKILL {self.victim} (follower), wiped its data, restarted it empty"
+
+    def stop(self, ctx: FaultContext) -> None:
+        if self.victim is not None:
+            ctx.restart(self.victim)
+
+
+class PowerLoss(Fault):
+    name = "power-loss"
+    topology = "lazyfs"
+    description = (
+        "every node loses power at once: SIGKILL all, then LazyFS drops every write not "
+        "yet fsynced; restart all when the fault window ends"
+    )
+
+    def allows_loss(self, fsync: str) -> bool:
+        return fsync == "never"  # the README: power loss may lose the last moments
+
+    def start(self, ctx: FaultContext) -> str:
+        if ctx.lazyfs is None:
+            raise FaultError("power-loss needs the cluster on a LazyFS mount")
+        _kill_many(ctx.cluster, ctx.node_ids)
+        ctx.mark()  # power is off from here; the crash only decides what the disk kept
+        before = ctx.lazyfs.status()
+        ctx.lazyfs.crash()
+        return (
+            f"SIGKILL {', '.join(ctx.node_ids)} and power cut (dropped "
+            f"{before.get('dirty_bytes', '?')} unsynced bytes in "
+            f"{before.get('dirty_files', '?')} files); restart at heal"
+        )
+
+    def stop(self, ctx: FaultContext) -> None:
+        _start_all(ctx)

@@ -1,0 +1,89 @@
+"""Every fault by name: ``FAULTS`` (in the order ``chaos list`` and the suite use),
+``SMOKE`` (the CI subset), ``get_fault``."""
+
+from __future__ import annotations
+
+from chaos.faults.base import Fault, NoFault
+from chaos.faults.clock import ClockJump
+from chaos.faults.crash import CrashFollowerFsync, CrashInstall, CrashSnapshot
+from chaos.faults.deposed import DeposedLeaderSnapshot
+from chaos.faults.partitions import (
+    OneWayLoss,
+    PacketLoss,
+    PartitionBridge,
+    PartitionFollower,
+    PartitionLeader,
+    PartitionMajorityMinority,
+)
+from chaos.faults.process import (
+    KillAll,
+    KillFollower,
+    KillLeader,
+    KillRandom,
+    PauseLeader,
+    PowerLoss,
+    RollingRestart,
+    WipeFollower,
+)
+from chaos.faults.proxy import (
+    ProxyBandwidth,
+    ProxyBlackhole,
+    ProxyDown,
+    ProxyLatency,
+    ProxyLimitData,
+    ProxyResetPeer,
+    ProxySlicer,
+    ProxySlowClose,
+)
+
+__all__ = ["FAULTS", "SMOKE", "fault_names", "get_fault"]
+
+FAULTS: dict[str, type[Fault]] = {
+    cls.name: cls
+    for cls in (
+        NoFault,
+        KillLeader,
+        KillFollower,
+        KillRandom,
+        PauseLeader,
+        RollingRestart,
+        KillAll,
+        WipeFollower,
+        PowerLoss,
+        PartitionLeader,
+        PartitionFollower,
+        PartitionMajorityMinority,
+        PartitionBridge,
+        OneWayLoss,
+        PacketLoss,
+        ProxyLatency,
+        ProxyBandwidth,
+        ProxyBlackhole,
+        ProxyResetPeer,
+        ProxySlowClose,
+        ProxyLimitData,
+        ProxySlicer,
+        ProxyDown,
+        CrashSnapshot,
+        CrashInstall,
+        CrashFollowerFsync,
+        ClockJump,
+        DeposedLeaderSnapshot,
+    )
+}
+
+# The CI subset (`chaos suite --smoke`): one of each family, a few minutes in all.
+SMOKE: tuple[str, ...] = ("kill-leader", "pause-leader", "partition-leader", "proxy-blackhole")
+
+
+def fault_names(include_none: bool = False) -> list[str]:
+    return [n for n in FAULTS if include_none or n != "none"]
+
+
+def get_fault(name: str) -> Fault:
+    try:
+        return FAULTS[name]()
+    except KeyError:
+        raise KeyError(
+            f"unknown fault {name!r}; known: {', '.join(fault_names(include_none=True))}"
+        ) from None

@@ -1,0 +1,210 @@
+"""The verdicts of one chaos run once its workload stopped (``chaos.runner``): replicas
+converge, then, with the cluster down, the history's checks (linearizability, lost and
+duplicated writes, revisions, reads against acknowledged writes) and its metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chaos import checker
+from chaos.convergence import (
+    compare_replicas,
+    idle_nodes,
+    read_replicas,
+    revision_conflicts,
+    served_by,
+)
+from chaos.faults import Fault
+from chaos.history import read_history
+from chaos.report import (
+    ALLOWED,
+    FAIL,
+    INFO,
+    PASS,
+    UNKNOWN,
+    RunResult,
+    Verdict,
+    compute_metrics,
+    revision_regressions,
+)
+from chaos.run_setup import NS, Say
+from node.config import ClusterConfig
+
+if TYPE_CHECKING:
+    from chaos.runner import RunOptions
+
+__all__ = ["EVERY_NODE_GRACE_S", "check_run", "converge"]
+
+# A node must answer writes and linearizable reads again for ops invoked this long after
+# the heal (restarts, elections and catch-up by snapshot take less).
+EVERY_NODE_GRACE_S = 3.0
+
+
+def converge(
+    cfg: ClusterConfig, ns: str, result: RunResult, event: Say
+) -> list[tuple[str, Any, int, str]]:
+    """The "replicas converge" verdict; returns every kv read, for the revision check."""
+    urls = {n.id: n.http_url for n in cfg.nodes}
+    states, waited = read_replicas(urls, ns, timeout=20.0)
+    conv = compare_replicas(states)
+    event(
+        f"replicas: {'identical' if conv.ok else 'DIFFER'} ({conv.keys} keys; {conv.positions}; "
+        f"waited {waited:.1f} s for equal positions)"
+    )
+    result.replica_diffs = conv.problems + [d.describe() for d in conv.diffs[:50]]
+    detail = "; ".join(conv.problems)
+    if conv.diffs:
+        shown = ", ".join(d.key for d in conv.diffs[:10])
+        more = f" and {len(conv.diffs) - 10} more" if len(conv.diffs) > 10 else ""
+        detail = (detail + "; " if detail else "") + f"keys differ: {shown}{more}"
+    result.verdicts.append(
+        Verdict(
+            "replicas converge",
+            PASS if conv.ok else FAIL,
+            f"{len(states)} nodes, {conv.keys} keys"
+            + ("" if conv.ok else f", {len(conv.diffs)} differ"),
+            detail or conv.positions,
+        )
+    )
+    return [
+        (key, kv[0], kv[3], f"convergence read on {s.node}")
+        for s in states
+        for key, kv in (s.kvs or {}).items()
+    ]
+
+
+def check_run(
+    opts: RunOptions,
+    fault: Fault,
+    result: RunResult,
+    history_path: Path,
+    values: dict[str, Any],
+    revisions: dict[str, int],
+    t0: int,
+    end: int,
+    fault_start: int | None,
+    heal: int | None,
+    say: Say,
+    replica_reads: Sequence[tuple[str, Any, int, str]] = (),
+    node_ids: Sequence[str] = (),
+) -> None:
+    say("   checking the history ...")
+    ops = read_history(history_path)
+    allowed = fault.allows_loss(opts.fsync)
+    lin = checker.check(ops, time_limit=opts.check_time_limit)
+    result.checker_report = lin.report()
+    st = lin.stats
+    if lin.valid is True:
+        status, value = PASS, f"yes ({st['checked']} ops, {st['partitions']} partitions)"
+    elif lin.valid is False:
+        bad = sorted({k for p in lin.partitions if p.valid is False for k in p.keys})
+        status, value = (ALLOWED if allowed else FAIL), f"NO: violation on {', '.join(bad)}"
+    else:
+        status, value = UNKNOWN, "unknown (checker ran out of time / memory)"
+    result.verdicts.insert(
+        0, Verdict("linearizable", status, value, f"checked in {st['elapsed']:.1f} s")
+    )
+    lost = checker.lost_writes(ops, values, final_revisions=revisions)
+    result.lost = [f"{w.key}: {w.reason}" for w in lost[:50]]
+    result.verdicts.insert(
+        1,
+        Verdict(
+            "lost acknowledged writes",
+            PASS if not lost else (ALLOWED if allowed else FAIL),
+            str(len(lost)),
+            "allowed by the contract: power loss with fsync=never" if lost and allowed else "",
+        ),
+    )
+    dups = checker.duplicate_applications(ops, values, final_revisions=revisions)
+    result.duplicates = [d.reason for d in dups[:50]]
+    result.verdicts.insert(
+        2, Verdict("duplicate applications", FAIL if dups else PASS, str(len(dups)))
+    )
+    regs = revision_regressions(ops)
+    t_first = min((o.invoke_time for o in ops), default=t0)
+    result.regressions = [
+        f"#{g.op.id} {g.op.f} (p{g.op.process}, invoked at {(g.op.invoke_time - t_first) / NS:.2f} s) "
+        f"answered at revision {g.revision}, but #{g.floor_op.id} had completed at revision "
+        f"{g.floor} before it started"
+        for g in regs[:20]
+    ] + ([f"... and {len(regs) - 20} more"] if len(regs) > 20 else [])
+    result.verdicts.insert(
+        3,
+        Verdict(
+            "store revision never went back",
+            PASS if not regs else (ALLOWED if allowed else FAIL),
+            str(len(regs)),
+            f"{len(regs)} ops saw an older revision than one already acknowledged" if regs else "",
+        ),
+    )
+    conflicts = revision_conflicts(ops, replica_reads)
+    result.divergent = conflicts
+    result.verdicts.insert(
+        4,
+        Verdict(
+            "reads agree with acknowledged writes",
+            PASS if not conflicts else (ALLOWED if allowed else FAIL),
+            str(len(conflicts)),
+            "every kv read (any node, any consistency) is the write acknowledged at its "
+            "mod_revision" if not conflicts else conflicts[0],
+        ),
+    )
+    per_node = served_by(ops, exclude_processes=[opts.clients])
+    result.verdicts.append(
+        Verdict(
+            "ops served per node",
+            INFO,
+            ", ".join(f"{n} {c['writes']}w/{c['reads']}r/{c['serializable']}s" for n, c in per_node.items())
+            or "-",
+            "ok writes / linearizable reads / serializable reads answered by each node",
+        )
+    )
+    m = compute_metrics(
+        ops, t0=t0, end=end, fault_start=fault_start, heal=heal, exclude_processes=[opts.clients]
+    )
+    result.metrics = m
+    if heal is not None:
+        recovered = m.recovery_write_s is not None and m.recovery_read_s is not None
+        result.verdicts.append(
+            Verdict(
+                "serves again after the heal",
+                PASS if recovered else FAIL,
+                f"write after {_s(m.recovery_write_s)}, read after {_s(m.recovery_read_s)}",
+                "" if recovered else "no ok write or read was invoked and completed after the heal",
+            )
+        )
+        # Every node, not just the cluster: clients send a share of their ops to each.
+        since = heal + int(EVERY_NODE_GRACE_S * NS)
+        if end - since >= int(2 * NS):
+            idle = idle_nodes(ops, node_ids, since, exclude_processes=[opts.clients])
+            result.verdicts.append(
+                Verdict(
+                    "every node serves after the heal",
+                    FAIL if idle else PASS,
+                    f"{len(node_ids) - len(idle)}/{len(node_ids)} nodes",
+                    "; ".join(f"{n} answered no ok {' or '.join(k)}" for n, k in idle.items())
+                    + (f" for ops invoked {EVERY_NODE_GRACE_S:g} s or more after the heal"
+                       if idle else ""),
+                )
+            )
+    result.verdicts += [
+        Verdict("RTO (first ok write)", INFO, _s(m.rto_write_s), "from fault start"),
+        Verdict("RTO (first ok linearizable read)", INFO, _s(m.rto_read_s), "from fault start"),
+        Verdict(
+            "error rate",
+            INFO,
+            f"{100 * m.error_rate:.1f}% overall"
+            + (
+                f", {100 * m.fault_error_rate:.1f}% in the fault window"
+                if m.fault_error_rate is not None
+                else ""
+            ),
+            f"{m.ok} ok, {m.fail} fail, {m.info} unknown; {m.throughput_ok:.0f} ok ops/s",
+        ),
+    ]
+
+
+def _s(x: float | None) -> str:
+    return "never" if x is None else f"{x:.2f} s"

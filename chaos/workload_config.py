@@ -1,0 +1,77 @@
+"""What a chaos workload does (``chaos.workload``): its clients, keys, op mix, deadlines,
+idempotency probes, and which node serves each op (``op_node``, ``pinned_nodes``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["SPREAD_MODES", "OpMix", "WorkloadConfig", "op_node", "pinned_nodes"]
+
+SPREAD_MODES = ("round-robin", "sticky")
+
+
+@dataclass(frozen=True)
+class OpMix:
+    """Relative weights of the op kinds a (non-pinned) client picks from."""
+
+    get: float = 0.35
+    put: float = 0.20
+    cas: float = 0.20
+    txn: float = 0.20
+    delete: float = 0.05
+
+    def choices(self) -> tuple[list[str], list[float]]:
+        names = ["get", "put", "cas", "txn", "delete"]
+        return names, [getattr(self, n) for n in names]
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    clients: int = 16
+    keys: int = 8  # even: txns use fixed pairs (k0,k1), (k2,k3), ...
+    seed: int = 7
+    mix: OpMix = field(default_factory=OpMix)
+    # Share of clients that only read, pinned to one node (rounded down).
+    pinned_reader_share: float = 0.25
+    # One HTTP attempt; above the cluster's request_timeout so the node's own
+    # "timeout"/"unavailable" answer normally arrives first.
+    attempt_timeout: float = 3.0
+    # How long one op may keep retrying before it records its (unknown) outcome.
+    op_deadline: float = 8.0
+    # Pause between a client's ops (0: as fast as it can).
+    think_time: float = 0.0
+    ns: str = "chaos"
+    # How a (non-pinned) client picks the node of each op: "round-robin" (op_node) or
+    # "sticky" (one node until it fails).
+    spread: str = "round-robin"
+    # Share of the pinned readers' gets that are serializable.
+    serializable_share: float = 0.3
+    # How long a pinned reader's get may retry: short, so that a node that refuses
+    # linearizable reads (cut off, no leader) is still asked every second, serializable
+    # reads included, instead of one read retrying for op_deadline.
+    pinned_op_deadline: float = 1.0
+    # Share of a client's ops that are idempotency probes, and how long after a probe
+    # completed its re-send goes out (seconds, uniform); a third of the probes get a
+    # second re-send as long again after the first.
+    resend_share: float = 0.05
+    resend_delay: tuple[float, float] = (0.3, 3.0)
+
+    def key_names(self) -> list[str]:
+        return [f"k{i}" for i in range(self.keys)]
+
+
+def op_node(process: int, op_number: int, attempt: int, n_nodes: int) -> int:
+    """Index of the node that serves attempt ``attempt`` (0 = the first) of op
+    ``op_number`` of client ``process``: round-robin, so each client's consecutive ops
+    (and the clients' ops at any moment) are spread evenly over the nodes, and a retry
+    goes to the next node."""
+    return (process + op_number + attempt) % n_nodes
+
+
+def pinned_nodes(clients: int, share: float, n_nodes: int) -> list[int]:
+    """Node index of each pinned reader (the last clients): a ``share`` of the clients,
+    raised to one per node when there are at least two clients per node."""
+    n = int(clients * share)
+    if share > 0 and clients >= 2 * n_nodes:
+        n = max(n, n_nodes)
+    return [i % n_nodes for i in range(n)]

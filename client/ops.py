@@ -1,0 +1,286 @@
+"""The fields of each op, as the wire wants them: :data:`ops` and :data:`compare` (the
+builders for txn branches and batches), and the bodies shared by the single-op requests,
+txn and batch (range, cas expectation, txn)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from .errors import InvalidRequest
+from .wire import check_key, encode_value
+
+__all__ = [
+    "Compare",
+    "Ops",
+    "cas_expect",
+    "compare",
+    "norm_op",
+    "ops",
+    "range_body",
+    "txn_body",
+]
+
+
+def range_body(
+    ns: str | None,
+    prefix: str | None = None,
+    *,
+    start: str | None = None,
+    end: str | None = None,
+    limit: int | None = None,
+    continuation: Any = None,
+    revision: int | None = None,
+    keys_only: bool = False,
+) -> dict[str, Any]:
+    """The range op's fields (shared by range(), txn and batch)."""
+    body: dict[str, Any] = {} if ns is None else {"ns": ns}
+    if prefix is not None:
+        if start is not None or end is not None:
+            raise InvalidRequest(
+                "give either prefix or start/end, not both", code="invalid_argument"
+            )
+        body["prefix"] = check_key(prefix)
+    else:
+        if start is not None:
+            body["start"] = start
+        if end is not None:
+            body["end"] = end
+    if limit is not None:
+        body["limit"] = limit
+    if continuation is not None:
+        body["continuation"] = continuation
+    if revision is not None:
+        body["revision"] = revision
+    if keys_only:
+        body["keys_only"] = True
+    return body
+
+
+def cas_expect(
+    expect_version: int | None, expect_mod_revision: int | None, must_not_exist: bool
+) -> dict[str, Any]:
+    """The ``expect`` field of a cas op; exactly one condition must be given."""
+    given = (expect_version is not None) + (expect_mod_revision is not None) + bool(must_not_exist)
+    if given != 1:
+        raise InvalidRequest(
+            "cas needs exactly one of expect_version, expect_mod_revision, must_not_exist",
+            code="invalid_argument",
+        )
+    if expect_version is not None:
+        return {"version": expect_version}
+    if expect_mod_revision is not None:
+        return {"mod_revision": expect_mod_revision}
+    return {"exists": False}
+
+
+def txn_body(
+    ns: str | None,
+    compare: Iterable[Mapping[str, Any]],
+    success: Iterable[Mapping[str, Any]],
+    failure: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The txn op's fields; compare/ops may be plain dicts or built with
+    :data:`compare` / :data:`ops`."""
+    body: dict[str, Any] = {} if ns is None else {"ns": ns}
+    body["compare"] = [_norm_cmp(c) for c in compare]
+    body["success"] = [norm_op(o, inner=True) for o in success]
+    body["failure"] = [norm_op(o, inner=True) for o in failure]
+    return body
+
+
+# ----------------------------------------------------------------- op/compare builders
+
+
+class Ops:
+    """Builders for the ops of a :meth:`Client.txn` branch (or :meth:`Client.batch`).
+
+    Example::
+
+        from client import ops, compare
+        client.txn(
+            [compare.version("lock") == 0],
+            [ops.put("lock", "me"), ops.get("config")],
+            [ops.get("lock")],
+        )
+
+    ``ns=None`` means the txn's (or batch's) namespace. Plain dicts in the wire shape
+    (``{"op": "put", "key": ..., "value": ...}``) are accepted as well.
+    """
+
+    @staticmethod
+    def put(
+        key: str, value: Any, *, ns: str | None = None, prev_kv: bool = False
+    ) -> dict[str, Any]:
+        """A put op: set ``key`` to ``value`` (bytes or str)."""
+        op: dict[str, Any] = {"op": "put", "key": check_key(key), "value": encode_value(value)}
+        if ns is not None:
+            op["ns"] = ns
+        if prev_kv:
+            op["prev_kv"] = True
+        return op
+
+    @staticmethod
+    def get(key: str, *, ns: str | None = None, revision: int | None = None) -> dict[str, Any]:
+        """A get op; its result is a KeyValue, or None if the key is missing.
+        ``revision`` is for batch() only: reads inside a txn see the txn's revision."""
+        op: dict[str, Any] = {"op": "get", "key": check_key(key)}
+        if ns is not None:
+            op["ns"] = ns
+        if revision is not None:
+            op["revision"] = revision
+        return op
+
+    @staticmethod
+    def delete(
+        key: str, *, ns: str | None = None, prefix: bool = False, prev_kv: bool = False
+    ) -> dict[str, Any]:
+        """A delete op (``prefix=True``: every key starting with ``key``)."""
+        op: dict[str, Any] = {"op": "delete", "key": check_key(key)}
+        if ns is not None:
+            op["ns"] = ns
+        if prefix:
+            op["prefix"] = True
+        if prev_kv:
+            op["prev_kv"] = True
+        return op
+
+    @staticmethod
+    def range(
+        prefix: str | None = None,
+        *,
+        start: str | None = None,
+        end: str | None = None,
+        limit: int | None = None,
+        ns: str | None = None,
+        revision: int | None = None,
+        keys_only: bool = False,
+    ) -> dict[str, Any]:
+        """A range op; its result is a RangeResult (``revision``: batch() only, as for get)."""
+        op = {"op": "range"}
+        op.update(
+            range_body(
+                ns,
+                prefix,
+                start=start,
+                end=end,
+                limit=limit,
+                revision=revision,
+                keys_only=keys_only,
+            )
+        )
+        return op
+
+
+class _Target:
+    """Left side of a comparison; ``==``, ``!=``, ``<``, ``>`` produce the cmp dict."""
+
+    __slots__ = ("_key", "_ns", "_target")
+
+    def __init__(self, target: str, key: str, ns: str | None) -> None:
+        self._target = target
+        self._key = check_key(key)
+        self._ns = ns
+
+    def _cmp(self, op: str, value: Any) -> dict[str, Any]:
+        if self._target == "value":
+            value = encode_value(value)
+        cmp: dict[str, Any] = {"key": self._key, "target": self._target, "op": op, "value": value}
+        if self._ns is not None:
+            cmp["ns"] = self._ns
+        return cmp
+
+    def __eq__(self, value: Any) -> dict[str, Any]:  # type: ignore[override]
+        return self._cmp("==", value)
+
+    def __ne__(self, value: Any) -> dict[str, Any]:  # type: ignore[override]
+        return self._cmp("!=", value)
+
+    def __lt__(self, value: Any) -> dict[str, Any]:
+        return self._cmp("<", value)
+
+    def __gt__(self, value: Any) -> dict[str, Any]:
+        return self._cmp(">", value)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"compare.{self._target}({self._key!r})"
+
+
+class Compare:
+    """Builders for txn compares. A missing key has version 0 and revisions 0.
+
+    Examples::
+
+        compare.version("k") == 3
+        compare.mod_revision("k") < 100
+        compare.value("k") != b"old"
+        compare.exists("k")         # the key exists
+        compare.missing("k")        # the key does not exist
+    """
+
+    @staticmethod
+    def version(key: str, *, ns: str | None = None) -> _Target:
+        """Compare the key's version."""
+        return _Target("version", key, ns)
+
+    @staticmethod
+    def mod_revision(key: str, *, ns: str | None = None) -> _Target:
+        """Compare the revision of the key's last write."""
+        return _Target("mod_revision", key, ns)
+
+    @staticmethod
+    def create_revision(key: str, *, ns: str | None = None) -> _Target:
+        """Compare the revision that created the key."""
+        return _Target("create_revision", key, ns)
+
+    @staticmethod
+    def value(key: str, *, ns: str | None = None) -> _Target:
+        """Compare the key's value (bytes or str)."""
+        return _Target("value", key, ns)
+
+    @staticmethod
+    def exists(key: str, *, ns: str | None = None) -> dict[str, Any]:
+        """Holds if the key exists."""
+        return _Target("exists", key, ns)._cmp("==", True)
+
+    @staticmethod
+    def missing(key: str, *, ns: str | None = None) -> dict[str, Any]:
+        """Holds if the key does not exist."""
+        return _Target("exists", key, ns)._cmp("==", False)
+
+
+ops: Final = Ops()
+compare: Final = Compare()
+
+
+def _norm_cmp(c: Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(c, _Target):
+        raise TypeError(f"{c!r} is not a comparison; write e.g. {c!r} == 1")
+    if not isinstance(c, Mapping):
+        raise TypeError(f"a compare must be a dict, not {type(c).__name__}")
+    out = dict(c)
+    if out.get("target") == "value" and isinstance(out.get("value"), str):
+        out["value"] = out["value"].encode("utf-8")
+    return out
+
+
+def norm_op(o: Mapping[str, Any], *, inner: bool) -> dict[str, Any]:
+    if not isinstance(o, Mapping) or "op" not in o:
+        raise TypeError("an op must be a dict with an 'op' field (use client.ops.put(...) etc.)")
+    out = dict(o)
+    if "value" in out and out["op"] in ("put", "cas"):
+        out["value"] = encode_value(out["value"])
+    if out["op"] == "txn":
+        if inner:
+            raise InvalidRequest("txn ops cannot be nested", code="invalid_argument")
+        out.update(
+            txn_body(
+                out.get("ns"),
+                out.get("compare", ()),
+                out.get("success", ()),
+                out.get("failure", ()),
+            )
+        )
+    return out
