@@ -47,6 +47,7 @@ from chaos.faults import (
     failpoint_spec,
     fault_names,
     get_fault,
+    start_cluster,
 )
 from chaos.final_reads import final_reads
 from chaos.history import HistoryWriter
@@ -275,12 +276,13 @@ def _run(
         )
         stack.callback(teardown, lc, report_dir, result)
         say(f"   starting {opts.nodes} nodes ({topology} topology) ...")
-        lc.up(timeout=90.0)
         watcher = None
         if fault.failpoints:
-            # Stopped before the teardown (LIFO) kills the nodes.
+            # Started before the cluster (a node may hit a failpoint while the others are
+            # still starting); stopped before the teardown (LIFO) kills the nodes.
             watcher = CrashWatcher(lc, log=event).start()
             stack.callback(watcher.stop)
+        start_cluster(lc, watcher)
 
         # -- workload, fault, heal
         history = HistoryWriter(history_path)

@@ -21,6 +21,7 @@ from chaos.faults.failpoints import (
     exit_failpoints,
     failpoint_spec,
     last_failpoint,
+    start_cluster,
 )
 from chaos.faults.proxy import ProxyNet
 from chaos.faults.registry import FAULTS, SMOKE, fault_names, get_fault
@@ -42,4 +43,5 @@ __all__ = [
     "find_libfaketime",
     "get_fault",
     "last_failpoint",
+    "start_cluster",
 ]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from chaos.report import FAIL, INFO, PASS, UNKNOWN, Verdict
-from cluster.supervisor import LocalCluster, SupervisorError
+from cluster.supervisor import LocalCluster, NodeStartError, SupervisorError
 
 __all__ = [
     "FAILPOINTS_ENV",
@@ -158,3 +158,18 @@ class CrashWatcher:
         else:
             status = PASS if counts else INFO
         return Verdict("failpoint crashes", status, value, detail)
+
+
+def start_cluster(lc: LocalCluster, watcher: CrashWatcher | None, attempts: int = 10) -> None:
+    """lc.up(); with failpoints armed a node may exit at one before it is live (snapshots
+    run about once a second from the start): the watcher starts it again and the ordered
+    start is resumed (lc.up() leaves running nodes alone). Any other start failure, or
+    one the watcher did not recognise as a failpoint exit, is raised."""
+    for attempt in range(attempts):
+        try:
+            lc.up(timeout=90.0)
+            return
+        except NodeStartError:
+            if watcher is None or watcher.unexpected or attempt == attempts - 1:
+                raise
+            watcher.settle(10.0)

@@ -452,3 +452,37 @@ def test_crash_watcher_retries_a_restart_that_failed() -> None:
     assert c.started == [] and w.restarts == 0 and w.crashes["snapshot-install"] == 1
     assert w.settle(1.0)  # polls again: the restart goes through now
     assert c.started == ["node-0"] and w.restarts == 1 and w.crashes["snapshot-install"] == 1
+
+
+def test_start_cluster_resumes_after_a_failpoint_exit_during_start() -> None:
+    """Seen in a suite run: node-0 took a snapshot and exited at snapshot-after-rename
+    while the ordered start still waited for node-1; the scenario died with NodeStartError."""
+    from cluster.supervisor import NodeStartError
+
+    c = _ExitingCluster()
+    ups: list[int] = []
+
+    def up(timeout=90.0):
+        ups.append(1)
+        if len(ups) == 1:
+            c.exit("node-0", 86, "snapshot-after-rename")
+            raise NodeStartError("node-0 exited with code 86 before it was live")
+
+    c.up = up  # type: ignore[attr-defined]
+    w = faults.CrashWatcher(c, log=lambda m: None)  # type: ignore[arg-type]
+    faults.start_cluster(c, w)  # type: ignore[arg-type]
+    assert len(ups) == 2 and c.started == ["node-0"] and dict(w.crashes) == {"snapshot-after-rename": 1}
+
+    c2 = _ExitingCluster()
+
+    def broken_up(timeout=90.0):
+        raise NodeStartError("node-1 exited with code 1 before it was live")
+
+    c2.up = broken_up  # type: ignore[attr-defined]
+    c2.exit("node-1", 1)
+    w2 = faults.CrashWatcher(c2, log=lambda m: None)  # type: ignore[arg-type]
+    w2.poll()
+    with pytest.raises(NodeStartError):
+        faults.start_cluster(c2, w2)  # type: ignore[arg-type]
+    with pytest.raises(NodeStartError):
+        faults.start_cluster(c2, None)  # type: ignore[arg-type]
