@@ -28,14 +28,18 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
 
-from benchmarks.compare_args import (
-    BENCH_DIR,
-    CLI_ARGS,
-    GROUPS,
-)
 from benchmarks.harness import LoadResult, Op, run_load
 from benchmarks.load import append_results, format_size, fs_type, machine_info, make_keys
 from benchmarks.systems import ClusterControl, System, get_system_class
+from chaos.stats import percentile
+
+BENCH_DIR = Path(__file__).resolve().parent
+DEFAULT_RESULTS = BENCH_DIR / "RESULTS.md"
+DEFAULT_CHART_DIR = BENCH_DIR / "results"
+DEFAULT_DATA_DIR = BENCH_DIR / "out"  # git-ignored and on the same disk as the project
+
+DEFAULT_SYSTEMS = ("etcd", "statekeeper")  # measured in this order, per group
+GROUPS = ("put", "get", "mix", "cas", "txn", "batch", "failover", "cold-start")
 
 HOT_KEYS = 10  # compare-and-set contention
 TXN_OPS = 10
@@ -143,15 +147,6 @@ def measure_from_load(result: LoadResult, ops_per_request: int = 1) -> Measure:
         errors=errors,
         error_detail=detail,
     )
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (what a handful of failover trials allows)."""
-    if not values:
-        raise ValueError("no values")
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * q // 100))
-    return ordered[int(rank) - 1]
 
 
 def ratio(sk: float | None, etcd: float | None) -> float | None:
@@ -611,10 +606,13 @@ async def run_failover(
     detail = {"background put errors": bg["errors"]} if bg["errors"] else {}
     if lost:
         detail["trials without a put in 60 s"] = lost
+    # Nearest rank: a handful of trials, so report one that happened, not a blend of two.
+    p50, p99 = (percentile(times, q, "nearest_rank") for q in (50, 99))
+    assert p50 is not None and p99 is not None  # times is not empty
     return Measure(
-        value=percentile(times, 50),
-        p50_ms=percentile(times, 50) * 1000,
-        p99_ms=percentile(times, 99) * 1000,
+        value=p50,
+        p50_ms=p50 * 1000,
+        p99_ms=p99 * 1000,
         errors=lost,
         error_detail=detail,
         note=(
@@ -886,12 +884,72 @@ def write_chart(rows: Sequence[Row], systems: Sequence[str], path: Path, title: 
 
 
 def build_parser(prog: str = "python -m benchmarks.compare") -> argparse.ArgumentParser:
+    """The options, also `statekeeper bench compare`'s (which passes its arguments here)."""
     p = argparse.ArgumentParser(
         prog=prog,
-        description="Benchmark statekeeper and etcd side by side (3 local nodes each, fsync on).",
+        description="Benchmark statekeeper and etcd side by side: start a 3-node etcd and a\n"
+        "3-node statekeeper cluster (one at a time, fsync on), run the same workloads on\n"
+        "both, print one table with the ratio statekeeper/etcd per row, append it to\n"
+        "benchmarks/RESULTS.md and draw a chart. Needs the bench extra\n"
+        "(pip install -e '.[bench]').",
+        epilog=f"examples:\n  {prog} --quick\n  {prog} --only put,get --duration 5",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    for flags, kwargs in CLI_ARGS:
-        p.add_argument(*flags, **kwargs)
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a few-minute subset: fewer rows, 3 s windows, 1 s warm-up, 100,000 keys for the cold start",
+    )
+    p.add_argument(
+        "--only", metavar="GROUPS", help="comma-separated subset of: " + ",".join(GROUPS)
+    )
+    p.add_argument(
+        "--systems",
+        default=",".join(DEFAULT_SYSTEMS),
+        metavar="NAMES",
+        help="systems to run, in this order per group (default: etcd,statekeeper)",
+    )
+    p.add_argument(
+        "--duration", type=float, help="measured seconds per row (default 10; --quick 3)"
+    )
+    p.add_argument(
+        "--warmup", type=float, help="unmeasured seconds before each row (default 2; --quick 1)"
+    )
+    p.add_argument(
+        "--keys", type=int, default=10_000, help="key space of the key-value rows (default 10000)"
+    )
+    p.add_argument(
+        "--skip-cold-start", action="store_true", help="leave out the cold-start and memory rows"
+    )
+    p.add_argument(
+        "--keys-cold-start",
+        type=int,
+        metavar="N",
+        help="keys of 256 B a member holds for cold start and RSS (default 1000000; --quick 100000)",
+    )
+    p.add_argument(
+        "--failover-trials", type=int, default=5, help="leader kills per system (default 5)"
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DEFAULT_DATA_DIR,
+        help="parent of the clusters' temp dirs (default benchmarks/out; keep it on disk, not tmpfs)",
+    )
+    p.add_argument(
+        "--results", type=Path, default=DEFAULT_RESULTS, help="markdown file to append to"
+    )
+    p.add_argument(
+        "--no-results",
+        action="store_true",
+        help="do not append to the results file or write a chart",
+    )
+    p.add_argument(
+        "--chart-dir", type=Path, default=DEFAULT_CHART_DIR, help="where the PNG chart goes"
+    )
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write every figure as JSON")
+    p.add_argument("--note", default="", help="free text for the results section")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
@@ -1009,22 +1067,18 @@ async def amain(args: argparse.Namespace, command: str) -> int:
     return 1 if failed else 0
 
 
-def run_from_namespace(args: argparse.Namespace, command: str) -> int:
-    """Entry point shared by `python -m benchmarks.compare` and `statekeeper bench compare`."""
+def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.compare") -> int:
+    """`python -m benchmarks.compare`, and `statekeeper bench compare` (with its own prog)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(prog).parse_args(argv)
     try:
-        return asyncio.run(amain(args, command))
+        return asyncio.run(amain(args, shlex.join([*prog.split(), *argv])))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    return run_from_namespace(args, shlex.join(["python", "-m", "benchmarks.compare", *argv]))
 
 
 if __name__ == "__main__":

@@ -14,12 +14,13 @@ is kept to two clock reads, a few integer operations and one list increment.
 from __future__ import annotations
 
 import asyncio
-import math
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TextIO
+
+from chaos.stats import nearest_rank
 
 Op = Callable[[], Awaitable[object]]
 
@@ -79,7 +80,7 @@ class LatencyHistogram:
         """The q-th percentile (0 < q <= 100) in the recorded unit; 0.0 when empty."""
         if self.count == 0:
             return 0.0
-        rank = max(1, math.ceil(q / 100.0 * self.count))
+        rank = nearest_rank(self.count, q)
         seen = 0
         for idx, c in enumerate(self.counts):
             if not c:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.harness import LoadResult, Op, run_load
-from benchmarks.systems import CONSISTENCY_LEVELS, SYSTEMS, System, get_system_class
+from benchmarks.systems import CONSISTENCY_LEVELS, System, get_system_class, system_names
 
 WORKLOADS = ("put", "get")
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -290,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks.load",
         description="Closed-loop load generator for statekeeper (and other registered systems).",
     )
-    p.add_argument("--system", default="statekeeper", choices=sorted(SYSTEMS))
+    p.add_argument("--system", default="statekeeper", choices=system_names())
     p.add_argument("--workload", choices=WORKLOADS, default="put")
     p.add_argument(
         "--value-size",

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chaos import lazyfs, partition
+from chaos.stats import percentile
 from client import Client, RetryPolicy, StatekeeperError
 from cluster.ports import free_ports
 from cluster.supervisor import LocalCluster
@@ -187,15 +188,12 @@ def run_trial(fault: str, fsync: str, rate: float, before: float, after: float) 
     return trial
 
 
-def _pct(xs: list[float], q: float) -> float | None:
-    if not xs:
-        return None
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
-
-
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
+
+
+def _p50_p99(xs: list[float]) -> str:
+    return " / ".join(_fmt(percentile(xs, q, "nearest_index")) for q in (50, 99))
 
 
 def summarize(trials: list[Trial]) -> str:
@@ -216,7 +214,7 @@ def summarize(trials: list[Trial]) -> str:
         rows.append(
             f"| {fault} | {fsync} | {len(ts)} | {statistics.median(t.acked for t in ts):.0f} "
             f"| {max(t.lost for t in ts)} | {max(t.lost_span_s for t in ts):.2f} "
-            f"| {_fmt(_pct(w, 0.5))} / {_fmt(_pct(w, 0.99))} | {_fmt(_pct(r, 0.5))} / {_fmt(_pct(r, 0.99))} |"
+            f"| {_p50_p99(w)} | {_p50_p99(r)} |"
         )
     return "\n".join(rows)
 

@@ -2,8 +2,9 @@
 
 A `System` is the small surface the load generator needs from a key-value store. Adding
 another store means writing one subclass and decorating it with `@register`;
-`python -m benchmarks.load --system <name>` then finds it. etcd lives in `benchmarks/etcd.py`
-(imported at the end of this module so the registry always has it).
+`python -m benchmarks.load --system <name>` then finds it. A system defined in another
+module that imports this one (etcd, in `benchmarks/etcd.py`) is listed in `ELSEWHERE`
+instead and imported on its first lookup, so neither module imports the other at load.
 
 `benchmarks.compare` needs more than put/get: cas, txn, client-side batches, and a
 `ClusterControl` (from `managed_cluster()`) to kill the leader or restart a node. Those
@@ -13,6 +14,7 @@ are optional here: a system without them raises NotImplementedError and its rows
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import itertools
 import random
@@ -218,6 +220,8 @@ def rss_of_pid(pid: int) -> int | None:
 
 
 SYSTEMS: dict[str, type[System]] = {}
+# Systems registered by modules that import this one: name -> module, imported on lookup.
+ELSEWHERE: dict[str, str] = {"etcd": "benchmarks.etcd"}
 
 
 def register(cls: type[System]) -> type[System]:
@@ -225,11 +229,18 @@ def register(cls: type[System]) -> type[System]:
     return cls
 
 
+def system_names() -> list[str]:
+    """Every system `get_system_class` can return, without importing any of them."""
+    return sorted(SYSTEMS.keys() | ELSEWHERE.keys())
+
+
 def get_system_class(name: str) -> type[System]:
+    if name not in SYSTEMS and name in ELSEWHERE:
+        importlib.import_module(ELSEWHERE[name])  # registers it
     try:
         return SYSTEMS[name]
     except KeyError:
-        known = ", ".join(sorted(SYSTEMS))
+        known = ", ".join(system_names())
         raise ValueError(f"unknown system {name!r} (known: {known})") from None
 
 
@@ -442,7 +453,3 @@ def _stderr_say(quiet: bool) -> Callable[[str], None]:
             print(msg, file=sys.stderr)
 
     return say
-
-
-# Registers EtcdSystem. At the end, so benchmarks.etcd can import System/register from here.
-from benchmarks import etcd as _etcd  # noqa: E402, F401

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.history import Op
+from chaos.stats import percentile
 
 __all__ = [
     "Metrics",
@@ -28,7 +29,6 @@ __all__ = [
     "compute_metrics",
     "first_ok_after",
     "format_verdicts",
-    "percentile",
     "render_markdown",
     "render_summary",
     "revision_regressions",
@@ -44,19 +44,6 @@ PASS, FAIL, UNKNOWN, ALLOWED, INFO = "PASS", "FAIL", "UNKNOWN", "ALLOWED", "INFO
 
 
 # ------------------------------------------------------------------------------ metrics
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100) by linear interpolation; None for no values."""
-    if not values:
-        return None
-    xs = sorted(values)
-    if len(xs) == 1:
-        return float(xs[0])
-    pos = (len(xs) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
 
 
 def _is_write(op: Op) -> bool:

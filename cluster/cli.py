@@ -57,6 +57,9 @@ class Command:
     description: str
     epilog: str
     args: list[tuple[tuple[str, ...], dict[str, Any]]] = field(default_factory=list)
+    # Takes no options of its own: everything after the command's words, --help included,
+    # reaches func as args.argv (for a command that hands over to another program's parser).
+    passthrough: bool = False
 
 
 COMMANDS: list[Command] = []
@@ -77,8 +80,12 @@ def command(
     help: str,
     epilog: str = "",
     args: Sequence[tuple[tuple[str, ...], dict[str, Any]]] = (),
+    passthrough: bool = False,
 ) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
-    """Register `func` as `statekeeper <path...>`; its docstring is the long help."""
+    """Register `func` as `statekeeper <path...>`; its docstring is the long help.
+
+    With passthrough=True it declares no args: it gets the rest of the command line,
+    unparsed, as args.argv (its --help included)."""
 
     def register(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
         COMMANDS.append(
@@ -89,6 +96,7 @@ def command(
                 inspect.cleandoc(func.__doc__ or help),
                 epilog.strip("\n").rstrip(),
                 list(args),
+                passthrough,
             )
         )
         return func
@@ -171,13 +179,15 @@ def build_parser() -> argparse.ArgumentParser:
         )
         for flags, kwargs in cmd.args:
             p.add_argument(*flags, **kwargs)
+        if cmd.passthrough:  # listed in the help; main() hands it the rest of the line
+            p.add_argument("argv", nargs=argparse.REMAINDER, metavar="ARG ...")
         p.set_defaults(func=cmd.func)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _passthrough_args(argv) or build_parser().parse_args(argv)
     try:
         return int(args.func(args) or EXIT_OK)
     except (UserError, ConfigError) as e:
@@ -189,6 +199,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+
+
+def _passthrough_args(argv: list[str]) -> argparse.Namespace | None:
+    """The arguments of a passthrough command named by argv, without argparse: an
+    option-like first word (`bench compare --quick`) would not reach a REMAINDER."""
+    for cmd in COMMANDS:
+        if cmd.passthrough and tuple(argv[: len(cmd.path)]) == cmd.path:
+            return argparse.Namespace(func=cmd.func, argv=argv[len(cmd.path) :])
+    return None
 
 
 # -- helpers (kept free of side effects where possible, for the unit tests) -------------
@@ -537,16 +556,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
     "bench",
     "compare",
     help="benchmark statekeeper and etcd side by side (python -m benchmarks.compare)",
-    epilog="  statekeeper bench compare --quick\n  statekeeper bench compare --only put,get",
-    args=__import__("benchmarks.compare_args", fromlist=["CLI_ARGS"]).CLI_ARGS,
+    passthrough=True,
 )
 def cmd_bench_compare(args: argparse.Namespace) -> int:
-    """Start a 3-node etcd and a 3-node statekeeper cluster (one at a time), run the same
-    workloads on both, print one table with the ratio statekeeper/etcd per row, append it
-    to benchmarks/RESULTS.md and draw a chart. Needs the bench extra (pip install -e '.[bench]')."""
-    from benchmarks.compare import run_from_namespace
+    """`python -m benchmarks.compare` with the same arguments: see 'statekeeper bench
+    compare --help'. The benchmarks are imported only when this command runs."""
+    from benchmarks.compare import main as compare_main
 
-    return run_from_namespace(args, "statekeeper " + " ".join(sys.argv[1:]))
+    return compare_main(args.argv, prog=f"{PROG} bench compare")
 
 
 @command(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +25,6 @@ from benchmarks.compare import (
     format_value,
     markdown_table,
     parse_groups,
-    percentile,
     ratio,
     row_notes,
     select_workloads,
@@ -165,15 +166,6 @@ def test_table_has_both_figures_and_the_ratio() -> None:
     assert any("no figure: no pid" in n for n in notes)
 
 
-def test_percentile_nearest_rank() -> None:
-    trials = [1.5, 1.1, 1.3, 1.2, 1.4]
-    assert percentile(trials, 50) == 1.3
-    assert percentile(trials, 99) == 1.5
-    assert percentile([2.0], 50) == 2.0
-    with pytest.raises(ValueError):
-        percentile([], 50)
-
-
 def test_results_section_has_command_machine_and_table(tmp_path: Path) -> None:
     rows = [Row("put-256-x1", "put 256 B x1", "ops", {"statekeeper": Measure(value=10)})]
     text = compare.results_section(
@@ -265,13 +257,27 @@ def test_groups_and_quick_subset() -> None:
     assert [w.kind for w in select_workloads(["get"], quick=True)] == ["get", "get"]
 
 
-def test_cli_registration_parses_the_same_options() -> None:
-    from cluster import cli
+@pytest.mark.parametrize("first", ["benchmarks.systems", "benchmarks.etcd", "benchmarks.load"])
+def test_systems_and_etcd_do_not_import_each_other(first: str) -> None:
+    # A fresh interpreter: what an import pulls in depends on what was imported before.
+    probe = f"""
+import sys
+import {first}
+from benchmarks import load, systems
+assert ("benchmarks.etcd" in sys.modules) == ({first!r} == "benchmarks.etcd")
+assert systems.system_names() == ["etcd", "statekeeper"]
+assert load.build_parser().parse_args(["--system", "etcd"]).system == "etcd"
+assert systems.get_system_class("etcd").__name__ == "EtcdSystem"
+assert systems.SYSTEMS.keys() == {{"etcd", "statekeeper"}}
+"""
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
 
-    args = cli.build_parser().parse_args(
-        ["bench", "compare", "--quick", "--only", "put,failover", "--duration", "2"]
+
+def test_options_and_what_quick_changes() -> None:
+    args = compare.build_parser().parse_args(
+        ["--quick", "--only", "put,failover", "--duration", "2"]
     )
-    assert args.func is cli.cmd_bench_compare
     assert args.quick and args.only == "put,failover" and args.duration == 2.0
     direct = compare.build_parser().parse_args(["--quick"])
     assert direct.keys == 10_000 and direct.failover_trials == 5 and direct.duration is None
@@ -279,19 +285,6 @@ def test_cli_registration_parses_the_same_options() -> None:
     assert (s.duration, s.warmup, s.keys_cold_start) == (3.0, 1.0, 100_000)
     full = compare.settings_from_args(compare.build_parser().parse_args([]), [])
     assert (full.duration, full.warmup, full.keys_cold_start) == (10.0, 2.0, 1_000_000)
-
-
-def test_etcd_cluster_uses_defaults_and_loopback(tmp_path: Path) -> None:
-    from benchmarks.etcd import EtcdCluster, _host_port
-
-    c = EtcdCluster("/usr/bin/etcd", tmp_path)
-    argv = c.argv("m1")
-    joined = " ".join(argv)
-    assert "unsafe" not in joined and "fsync" not in joined  # durability stays etcd's default
-    assert argv[argv.index("--initial-cluster") + 1].count("=http://127.0.0.1:") == 3
-    assert all(u.startswith("http://127.0.0.1:") for u in map(c.client_url, c.members))
-    assert len(set(c.client_port.values()) | set(c.peer_port.values())) == 6
-    assert _host_port("http://127.0.0.1:2379") == ("127.0.0.1", 2379)
 
 
 def test_rss_of_this_process() -> None:

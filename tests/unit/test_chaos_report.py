@@ -18,7 +18,6 @@ from chaos.report import (
     first_ok_after,
     format_verdicts,
     longest_gap,
-    percentile,
     render_markdown,
     render_summary,
     write_run_report,
@@ -60,13 +59,6 @@ def synthetic_history():
     h.flush()
     events = [json.loads(line) for line in buf.getvalue().splitlines()]
     return parse_events(events)
-
-
-def test_percentile() -> None:
-    assert percentile([], 50) is None
-    assert percentile([5], 99) == 5
-    assert percentile([1, 2, 3, 4], 50) == 2.5
-    assert percentile(list(range(101)), 99) == pytest.approx(99)
 
 
 def test_rto_counts_only_ops_invoked_after_the_mark() -> None:

@@ -41,6 +41,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
         ["cluster", "kill", "--help"],
         ["cluster", "pause", "--help"],
         ["cluster", "resume", "--help"],
+        ["bench", "--help"],
+        ["bench", "compare", "--help"],
     ],
 )
 def test_help_works(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -119,6 +121,39 @@ def test_adding_a_command_is_one_function(monkeypatch: pytest.MonkeyPatch, capsy
 
     code, out, _ = run(["cluster", "chaos", "--seed", "4"], capsys)
     assert (code, out) == (0, "seed=4\n")
+
+
+def test_bench_compare_hands_its_arguments_to_benchmarks_compare(
+    monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from benchmarks import compare
+
+    seen: list[tuple[list[str], str]] = []
+    monkeypatch.setattr(compare, "main", lambda argv, prog: seen.append((argv, prog)) or 3)
+    argv = ["--quick", "--only", "put,get", "--note", "a b", "--duration=2"]
+    assert run(["bench", "compare", *argv], capsys)[0] == 3
+    assert run(["bench", "compare"], capsys)[0] == 3
+    assert seen == [(argv, "statekeeper bench compare"), ([], "statekeeper bench compare")]
+
+
+def test_bench_compare_help_lists_the_benchmark_options(capsys) -> None:
+    code, out, _ = run(["bench", "compare", "--help"], capsys)
+    assert code == 0
+    assert out.startswith("usage: statekeeper bench compare")
+    assert "--quick" in out and "--failover-trials" in out and "--no-results" in out
+    assert "examples:\n  statekeeper bench compare --quick" in out
+    code, _, err = run(["bench", "compare", "--frobnicate"], capsys)
+    assert code == 2 and "unrecognized arguments: --frobnicate" in err
+
+
+def test_the_cli_imports_no_benchmark_code() -> None:
+    """Every `statekeeper` command imports cluster.cli: benchmarks/ only when one runs."""
+    probe = (
+        "import sys; from cluster import cli; cli.build_parser(); "
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'benchmarks'], sys.modules"
+    )
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
 
 
 # -- config creation ----------------------------------------------------------------------

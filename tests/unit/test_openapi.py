@@ -1,5 +1,5 @@
-"""node/openapi.py: a valid OpenAPI 3.1 document that matches the registered routes,
-docs/protocol.md and what the API actually answers."""
+"""node/openapi.py: a valid OpenAPI 3.1 document that matches the registered routes and
+docs/protocol.md. What the API answers over a socket: tests/loopback/test_openapi_served.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 import re
 from pathlib import Path
 
-import aiohttp
 import pytest
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
@@ -323,121 +322,3 @@ def test_examples_match_their_schemas(doc, registry):
 def test_schemas_accept_and_reject(registry, schema, value, ok):
     valid = _validator(registry, _pointer("components", "schemas", schema)).is_valid(value)
     assert valid is ok
-
-
-# -- what the app answers ---------------------------------------------------------------------
-
-
-@pytest.fixture
-async def client():
-    # The node's own HTTP server on a free loopback port, driven by an aiohttp client.
-    server = _api().server()
-    await server.start("127.0.0.1", 0)
-    async with aiohttp.ClientSession(f"http://127.0.0.1:{server.port}") as c:
-        yield c
-    await server.close()
-
-
-async def test_served_document(client, doc):
-    r = await client.get("/v1/openapi.json")
-    assert r.status == 200
-    assert r.content_type == openapi.JSON
-    assert await r.json() == json.loads(json.dumps(doc))
-
-
-async def test_live_matches_schema(client, doc, registry):
-    r = await client.get("/v1/health/live")
-    assert r.status == 200
-    assert r.headers[openapi.NODE_HEADER] == "node-0"
-    pointer = _pointer(
-        "paths", "/v1/health/live", "get", "responses", "200", "content", openapi.JSON, "schema"
-    )
-    _validator(registry, pointer).validate(await r.json())
-
-
-def _documented_error(doc: dict, method: str, path: str, status: int):
-    """Schema pointer of the documented error answer (components.responses for bad paths)."""
-    op = doc["paths"].get(path, {}).get(method.lower())
-    if op is not None:
-        assert str(status) in op["responses"], (method, path, status)
-        return _pointer(
-            "paths",
-            path,
-            method.lower(),
-            "responses",
-            str(status),
-            "content",
-            openapi.JSON,
-            "schema",
-        )
-    name = {404: "NotFound", 405: "MethodNotAllowed"}[status]
-    return _pointer("components", "responses", name, "content", openapi.JSON, "schema")
-
-
-ERROR_PROBES = [
-    pytest.param("GET", "/v1/nope", None, None, "not_found", id="unknown-path"),
-    pytest.param(
-        "POST", "/v1/kv/put", "text/plain", b"x", "unsupported_media_type", id="media-type"
-    ),
-    pytest.param("POST", "/v1/kv/put", openapi.JSON, b'{"key": ', "malformed_body", id="malformed"),
-    pytest.param("POST", "/v1/kv/put", openapi.JSON, b"[1]", "malformed_body", id="not-an-object"),
-    pytest.param(
-        "POST", "/v1/kv/put", openapi.JSON, b'{"key": "k"}', "invalid_argument", id="no-value"
-    ),
-    pytest.param(
-        "POST",
-        "/v1/kv/put",
-        openapi.JSON,
-        json.dumps({"key": "k" * 5000, "value": "v"}).encode(),
-        "key_too_large",
-        id="key-too-large",
-    ),
-    pytest.param(
-        "POST",
-        "/v1/kv/get",
-        openapi.JSON,
-        b'{"key": "k", "consistency": "eventual"}',
-        "invalid_argument",
-        id="bad-consistency",
-    ),
-    pytest.param(
-        "POST",
-        "/v1/batch",
-        openapi.JSON,
-        b'{"ops": [{"op": "watch"}]}',
-        "unknown_op",
-        id="batch-unknown-op",
-    ),
-    pytest.param(
-        "POST",
-        "/v1/kv/txn",
-        openapi.JSON,
-        b'{"success": [{"op": "compact", "revision": 1}]}',
-        "invalid_argument",
-        id="txn-bad-op",
-    ),
-    pytest.param(
-        "POST",
-        "/v1/status",
-        openapi.JSON,
-        b"{}",
-        "method_not_allowed",
-        id="method-not-allowed",
-    ),
-]
-
-
-@pytest.mark.parametrize(("method", "path", "ctype", "body", "code"), ERROR_PROBES)
-async def test_error_answers_match_document(client, doc, registry, method, path, ctype, body, code):
-    headers = {"Content-Type": ctype} if ctype else {}
-    r = await client.request(method, path, data=body, headers=headers)
-    answer = await r.json()
-    assert answer["error"]["code"] == code, answer
-    assert r.status == openapi.error_status(code), answer
-    _validator(registry, _documented_error(doc, method, path, r.status)).validate(answer)
-
-
-async def test_unknown_kv_op(client):
-    r = await client.post("/v1/kv/watch", json={"key": "k"})
-    assert r.status == openapi.error_status("unknown_op") == 400
-    assert (await r.json())["error"]["code"] == "unknown_op"
