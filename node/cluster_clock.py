@@ -4,7 +4,7 @@ Apply never reads a clock; it takes time from the entries (node/entry.py) and ke
 `clock = max(clock, t)`, so whatever stamps entries decides when idempotency records
 expire. Two rules keep that safe:
 
-- Only the leader stamps: node/raft.py restamps every entry when the leader appends it,
+- Only the leader stamps: node/raft/ restamps every entry when the leader appends it,
   whatever clock the node that built it has (a follower's proposer, a forwarded write).
 - A jump is bounded: on becoming leader the node anchors to the replicated clock (the
   largest time applied so far) and its monotonic clock; from then on a stamp is its wall

@@ -25,20 +25,20 @@ Before exiting, a line "failpoint NAME: exiting" goes to stderr (the node's log)
 chaos report can tell a failpoint crash from a real one.
 
 Names (each is documented where it is hit):
-    snapshot-after-rename        node/raft.py: the new snapshot file is renamed into place
-                                 and its directory fsynced; pysyncobj has not yet dropped
-                                 the journal prefix it covers
+    snapshot-after-rename        node/raft/raft_node.py: the new snapshot file is renamed
+                                 into place and its directory fsynced; pysyncobj has not
+                                 yet dropped the journal prefix it covers
     journal-prefix-drop          node/journal.py: the rewritten journal (entries after the
                                  snapshot) is written and fsynced, not yet renamed over the
                                  old one
     journal-prefix-dropped       node/journal.py: the rename is done, the directory not yet
                                  fsynced
-    snapshot-install             node/raft.py: a snapshot received from the leader is on
-                                 disk; the state machine is not yet restored from it
-    follower-after-fsync         node/raft.py: a follower has fsynced the entries of an
-                                 AppendEntries and not yet answered the leader
-    snapshot-pack                node/raft.py: a snapshot is about to be packed (use
-                                 sleep(S) to make snapshots slow)
+    snapshot-install             node/raft/syncobj.py: a snapshot received from the leader
+                                 is on disk; the state machine is not yet restored from it
+    follower-after-fsync         node/raft/syncobj.py: a follower has fsynced the entries
+                                 of an AppendEntries and not yet answered the leader
+    snapshot-pack                node/raft/raft_node.py: a snapshot is about to be packed
+                                 (use sleep(S) to make snapshots slow)
     journal-fsync                node/journal.py: every fsync of the raft journal's files
                                  (N*error: fsync fails from the N-th on; the node must
                                  stop and lose nothing it acknowledged)

@@ -3,7 +3,7 @@
 `DurableJournal` implements the duck-typed interface pysyncobj's SyncObj calls on its journal
 (add / clear / deleteEntriesFrom / deleteEntriesTo / __getitem__ / __len__ / _destroy /
 setRaftCommitIndex / getRaftCommitIndex / setCurrentTerm / getCurrentTerm / getVotedForNodeId /
-onOneSecondTimer / flush) plus `sync()`, which node/raft.py calls once before a follower
+onOneSecondTimer / flush) plus `sync()`, which node/raft/syncobj.py calls once before a follower
 answers an AppendEntries and once per tick before the leader counts itself.
 
 Durability contract

@@ -67,7 +67,7 @@ class Proposer:
         self._max_entry_bytes = max_entry_bytes
         self._max_inflight = max_inflight
         self._inflight_timeout = inflight_timeout
-        # Provisional: the leader restamps every entry with its own time (node/raft.py).
+        # Provisional: the leader restamps every entry with its own time (node/raft/).
         self._clock = clock
         self._pending = _Pending()
         self._inflight: set[_Pending] = set()

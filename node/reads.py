@@ -2,8 +2,8 @@
 
     consistency="linearizable" (default)
         on the leader: ReadIndex (Raft thesis 6.4). The leader notes its commit index, a
-        majority confirms it still leads (node/raft.py sends one round for all reads that
-        arrived together), and the read is served once that index is applied here. No log
+        majority confirms it still leads (node/raft/readindex.py sends one round for all
+        reads that arrived together), and the read is served once that index is applied here. No log
         entry, no fsync. A leader whose no-op is not committed yet, a deposed leader that
         knows a new one, and every follower use a barrier instead: an entry proposed after
         the read arrived (node/proposer.py; it rides along with pending writes), applied

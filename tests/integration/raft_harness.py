@@ -1,5 +1,5 @@
 """Raft nodes in this process, on loopback, each with its own RocksDB state machine:
-for tests of node/raft.py that must reach into one node (inject a message on its raft
+for tests of node/raft/ that must reach into one node (inject a message on its raft
 thread, read its match index) while the others stay real peers. No HTTP."""
 
 from __future__ import annotations

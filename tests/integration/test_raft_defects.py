@@ -115,7 +115,7 @@ def test_crash_after_snapshot_rename_keeps_later_entries(tmp_path: Path, members
 
 def _stale_tail_journal(raft_dir: Path) -> None:
     """Log 1..5 committed in term 1, 6..7 written by a deposed leader of term 2."""
-    from node.raft import _RaftLog
+    from node.raft.log import _RaftLog
 
     def cmd(key: str) -> bytes:
         op = {"op": "put", "ns": "a", "key": key, "value": b"v"}

@@ -1,4 +1,4 @@
-"""pysyncobj 0.3.17 behaviour node/raft.py depends on or works around, on a real cluster."""
+"""pysyncobj 0.3.17 behaviour node/raft/ depends on or works around, on a real cluster."""
 
 from __future__ import annotations
 

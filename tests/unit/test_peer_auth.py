@@ -1,11 +1,11 @@
-"""The raft peer message authenticator (node/raft.py), without a network."""
+"""The raft peer message authenticator (node/raft/peers.py), without a network."""
 
 from __future__ import annotations
 
 import pytest
 from cryptography.exceptions import InvalidTag
 
-from node.raft import _AuthenticatingEncryptor
+from node.raft.peers import _AuthenticatingEncryptor
 
 
 @pytest.fixture(scope="module")

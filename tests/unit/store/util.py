@@ -56,7 +56,7 @@ def history_records(sm):
 
 
 def write_snapshot(sm: StateMachine, path: Path) -> None:
-    """What raft does to snapshot (node/raft.py): checkpoint(), then write_checkpoint()."""
+    """What raft does to snapshot (node/raft/raft_node.py): checkpoint(), then write_checkpoint()."""
     work = sm.checkpoint()
     try:
         assert work.parent == sm.path.parent and (work / "db").is_dir()

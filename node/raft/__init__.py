@@ -1,0 +1,110 @@
+"""The raft layer: the only package that knows pysyncobj (only syncobj.py imports it).
+
+Interface (what the rest of the node uses):
+    RaftNode(cluster_config, node_id, apply_fn, fsm)
+                                 fsm: the FSM below; apply_fn: fsm.apply or a wrapper
+    .submit(payload, callback)   payload: bytes; callback(results | None, SubmitError | None)
+                                 called from the raft thread once the entry is applied HERE
+    .read_index(callback)        ReadIndex: callback(index | READ_INDEX_NOT_LEADER |
+                                 READ_INDEX_NOT_YET) on the raft thread
+    .is_leader() / .leader_known() / .status() -> RaftStatus / .journal_summary()
+    .on_leadership_lost(fn)      fn() called on the raft thread when this node stops leading
+    .transfer_leadership()
+    .destroy()
+
+The package, one job per module:
+    interface.py   SubmitError, RaftStatus, FSM (the state machine as raft sees it)
+    raft_node.py   RaftNode: builds the SyncObj from the cluster config, snapshots off the
+                   raft thread, the interface above
+    syncobj.py     the one importer of pysyncobj: _SyncObj (the workarounds below),
+                   build_conf, _DialNode, the FAIL_REASON mapping, the pickle protocol,
+                   handing pysyncobj our journal
+    readindex.py   ReadIndexMixin of _SyncObj: leadership confirmed by one message round
+    prevote.py     PreVoteMixin of _SyncObj
+    log.py         _RaftLog: the journal as pysyncobj sees it
+    peers.py       _AuthenticatingEncryptor: AES-GCM peer messages
+
+pysyncobj 0.3.17 defects this package works around (see ../shared/DESIGN.md), each with
+where the fix lives and its test (tests/integration/ unless the path says otherwise):
+- FileJournal never fsyncs: we hand it DurableJournal (node/journal.py) instead, and sync
+  it once per received AppendEntries before the follower answers, and at the start of every
+  tick, before the leader counts its own entries towards the commit index. [syncobj.py]
+  Tests: test_power_loss.py; test_raft_safety.py::
+  test_fsync_failure_stops_the_node_and_loses_nothing_acknowledged; tests/unit/test_journal.py
+- followers truncate everything after prevLogIdx on every AppendEntries: we ignore that
+  truncation and let _RaftLog.add truncate only where a term really conflicts (Raft 5.3),
+  and we bound the follower's commit index by the last entry the message vouched for.
+  [log.py, syncobj.py] Tests: test_raft_safety.py::test_followers_never_truncate_under_pipelined_load;
+  the bound: test_raft_defects.py::test_snapshot_install_message_never_commits_a_stale_tail
+- peer messages are pickle: every peer must hold the cluster secret (AES-GCM, also ~15x
+  faster than pysyncobj's Fernet), and a message failing authentication is logged and its
+  connection dropped before anything is unpickled. pysyncobj checks a connection's timeout
+  only when bytes arrive: a connection that has not authenticated within a grace period is
+  dropped. [peers.py, syncobj.py] Tests: test_raft_safety.py::
+  test_crafted_pickle_and_garbage_on_the_raft_port_are_rejected and
+  ::test_a_node_with_the_wrong_secret_cannot_join; tests/unit/test_peer_auth.py
+- a leader cut off from the majority stays leader for 30 s and a rejoining node deposes a
+  healthy leader: leaderFallbackTimeout ~ one election timeout (check-quorum), plus pre-vote.
+  [syncobj.build_conf, prevote.py] Tests: test_partitions.py::
+  test_partitioned_leader_steps_down_and_the_majority_keeps_serving and
+  ::test_node_returning_from_a_partition_does_not_depose_the_leader
+- appendEntriesUseBatch=True sends only every 0.1 s: disabled, we batch ourselves
+  (node/proposer.py). [syncobj.build_conf] No test of its own: a latency matter (benchmarks/).
+- journalFile without fullDumpFile comes back empty after the first compaction: both set.
+  [syncobj.build_conf] Test: test_raft_workarounds.py::
+  test_restart_after_log_compaction_keeps_data_and_accepts_writes
+- restart re-applies journal entries after the last snapshot: apply_fn skips indexes the
+  state machine already recorded (the index being applied is raftLastApplied + 1).
+  [syncobj._SyncObj._apply_entry, FSM.apply] Test: the same one
+- one thread does networking, elections, apply and callbacks: callbacks must not block.
+  A rule for callers, nothing to test; the snapshot follows from it (next item).
+- a custom serializer runs on the raft thread and must write the whole snapshot before
+  returning: a large DB stops heartbeats for longer than an election timeout. Only the
+  checkpoint runs there; a helper thread packs it and serializeChecker reports the outcome.
+  [raft_node.py] Test: test_raft_workarounds.py::test_a_slow_snapshot_does_not_stall_raft
+- compaction counts only entries and time, and a restart reads the whole journal back into
+  memory: a snapshot is also taken once the journal holds [raft] snapshot_max_journal_bytes
+  (the state machine flushed first, on a helper thread). [syncobj._SyncObj._onTick]
+  Test: test_raft_workarounds.py::test_journal_size_bounds_the_journal
+- commands and peer messages are pickled with protocol 2, which encodes bytes through a
+  latin-1 str (14x slower than protocol 5 for a 60 KB entry): protocol 5 is set whenever
+  node.raft is imported. [syncobj.py] Test: tests/unit/test_peer_auth.py::
+  test_pysyncobj_pickles_with_a_modern_protocol
+- a crash between a snapshot's rename and the journal's prefix drop made the next start
+  cut the journal to the snapshot's two entries, losing acknowledged entries after it:
+  loading keeps the entries after the snapshot's last one (Raft's InstallSnapshot rule).
+  [syncobj._SyncObj._SyncObj__loadDumpFile, log.py] Test: test_raft_defects.py::
+  test_crash_after_snapshot_rename_keeps_later_entries
+- a snapshot-install message (no prevLogIdx) set commit = min(leaderCommit, last index),
+  applying a deposed leader's never-committed tail: it now commits at most the snapshot.
+  [syncobj._SyncObj._on_append_entries] Test: test_raft_defects.py::
+  test_snapshot_install_message_never_commits_a_stale_tail
+- replies to AppendEntries carry no term and the leader takes any success: we tag them with
+  the term and the leader drops other terms' replies. [syncobj.py] Test: test_raft_defects.py::
+  test_stale_term_reply_is_ignored
+- pre-vote counted its majority only when a reply arrived: a one-node cluster never elected
+  a leader. [prevote.py] Test: test_raft_defects.py::test_one_node_cluster_elects_itself
+- submit() raised BlockingIOError when the wake-up pipe was full although the command was
+  queued (and so applied later): a full pipe is ignored. [syncobj.py] Tests:
+  test_raft_defects.py::test_full_wakeup_pipe_does_not_fail_submit; tests/unit/test_proposer.py
+- entries carry the time of whichever node built them: the leader restamps every regular
+  command it appends (node/cluster_clock.py bounds that time). [syncobj.py, log.py] Test:
+  test_raft_defects.py::test_a_follower_clock_a_day_ahead_does_not_expire_idempotency
+"""
+
+from node.raft.interface import FSM, RaftStatus, SubmitError
+from node.raft.raft_node import RaftNode
+from node.raft.readindex import READ_INDEX_NOT_LEADER, READ_INDEX_NOT_YET
+from node.raft.syncobj import NEXT_NODE_IDX, PEER_PICKLE_PROTOCOL, replicated_command_size
+
+__all__ = [
+    "FSM",
+    "NEXT_NODE_IDX",
+    "PEER_PICKLE_PROTOCOL",
+    "READ_INDEX_NOT_LEADER",
+    "READ_INDEX_NOT_YET",
+    "RaftNode",
+    "RaftStatus",
+    "SubmitError",
+    "replicated_command_size",
+]

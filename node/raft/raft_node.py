@@ -1,0 +1,202 @@
+"""RaftNode: a cluster member that replicates opaque byte entries and applies them in
+order: it builds the SyncObj (syncobj.py) from the cluster config, takes snapshots for it
+off the raft thread, and offers the rest of the node the small interface of
+node/raft/__init__.py."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from node import failpoints, snapshot_file
+from node.cluster_clock import ClusterClock
+from node.config import ClusterConfig, ConfigError
+from node.raft.interface import FSM, ApplyFn, Callback, RaftStatus
+from node.raft.log import _entry_tuple, _RaftLog
+from node.raft.peers import _AuthenticatingEncryptor
+from node.raft.syncobj import SERIALIZER_STATE, _DialNode, _SyncObj, build_conf, submit_callback
+
+log = logging.getLogger("statekeeper.raft")
+
+
+class RaftNode:
+    """A cluster member: replicates opaque byte entries and applies them in order."""
+
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        node_id: str,
+        apply_fn: ApplyFn,
+        fsm: FSM,
+        max_ready_lag: int = 1000,
+        clock: ClusterClock | None = None,
+    ):
+        if not cluster.secret:
+            raise ConfigError(
+                "the cluster needs a secret ([cluster] secret or STATEKEEPER_SECRET): raft "
+                "peers authenticate with it; `statekeeper cluster up` generates one"
+            )
+        self.node_id = node_id
+        self._me = cluster.node(node_id)
+        self._fsm = fsm
+        self._max_ready_lag = max_ready_lag
+        self._durable = cluster.fsync == "always"
+        self._addr_to_id = {n.raft_address: n.id for n in cluster.nodes}
+        self._raft_dir = str(cluster.node_data_dir(node_id) / "raft")
+        os.makedirs(self._raft_dir, exist_ok=True)
+        self._snapshot_tmp = os.path.join(self._raft_dir, "snapshot.db.tmp")
+        self._snapshot_state = SERIALIZER_STATE.NOT_SERIALIZING
+        self.snapshots_taken = 0
+        r = cluster.raft
+        self._conf = conf = build_conf(
+            self._raft_dir,
+            self._me.raft_bind or self._me.raft_address,
+            r,
+            serializer=self._serialize,
+            deserializer=self._deserialize,
+            serialize_checker=self._snapshot_status,
+        )
+        dial = dict(self._me.raft_dial)
+        peers = [_DialNode(n.raft_address, dial.get(n.id)) for n in cluster.peers_of(node_id)]
+        self._journal = _RaftLog(conf.journalFile, fsync=cluster.fsync)
+        self._encryptor = _AuthenticatingEncryptor(cluster.secret)
+        self._obj = _SyncObj(
+            self._me.raft_address, peers, conf, apply_fn, self._journal, self._encryptor,
+            clock=clock or ClusterClock(lambda: fsm.clock_ms),
+            max_journal_bytes=r.snapshot_max_journal_bytes,
+            flush_state_machine=fsm.flush,
+        )
+
+    # -- snapshots (called on the raft thread by pysyncobj) ---------------------------
+
+    def _serialize(self, path: str, data) -> None:
+        """Start a snapshot: the checkpoint here, the packing on a helper thread.
+
+        pysyncobj calls this on the raft thread and would have it write the whole file
+        before returning: for a large DB that is longer than an election timeout without
+        heartbeats. Only the checkpoint (hard links) has to happen between two applies;
+        the thread packs it into `fullDumpFile` and _snapshot_status() reports the outcome.
+        pysyncobj then tries to rename `path`, which we never create, and ignores the error.
+        """
+        last_entry, prev_entry, cluster_nodes = data
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a leftover would be renamed over the snapshot
+        header = {
+            "last": list(last_entry),
+            "prev": list(prev_entry),
+            "cluster": sorted(n.address for n in cluster_nodes),
+        }
+        work = self._fsm.checkpoint()
+        self._snapshot_state = SERIALIZER_STATE.SERIALIZING
+        threading.Thread(
+            target=self._pack_snapshot, args=(work, header), name="snapshot", daemon=True
+        ).start()
+
+    def _pack_snapshot(self, work: Path, header: dict) -> None:
+        final = self._conf.fullDumpFile
+        tmp = final + ".packing"
+        try:
+            failpoints.hit("snapshot-pack")  # sleep(S): a snapshot of a large DB
+            snapshot_file.write(
+                tmp, header, lambda f: self._fsm.write_checkpoint(work, f), durable=self._durable
+            )
+            os.replace(tmp, final)
+            if self._durable:  # before the journal drops the entries the snapshot covers
+                snapshot_file.fsync_dir(self._raft_dir)
+            failpoints.hit("snapshot-after-rename")
+            self.snapshots_taken += 1
+            self._snapshot_state = SERIALIZER_STATE.SUCCESS
+        except Exception:
+            log.exception("writing the snapshot failed; the journal keeps its entries")
+            self._snapshot_state = SERIALIZER_STATE.FAILED
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def _snapshot_status(self) -> int:
+        # pysyncobj's serializeChecker, polled every tick: SUCCESS/FAILED are reported once.
+        state = self._snapshot_state
+        if state in (SERIALIZER_STATE.SUCCESS, SERIALIZER_STATE.FAILED):
+            self._snapshot_state = SERIALIZER_STATE.NOT_SERIALIZING
+        return state
+
+    def _deserialize(self, path: str):
+        if self._durable:  # a snapshot just received from the leader was renamed unsynced
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+            snapshot_file.fsync_dir(self._raft_dir)
+        header, offset = snapshot_file.read_header(path)
+        last = _entry_tuple(header["last"])
+        # Restore only when the snapshot is ahead of what RocksDB already holds: on a
+        # plain restart RocksDB is newer than the last snapshot and must be kept.
+        if last[1] > self._fsm.applied_index:
+            log.info("restoring state machine from snapshot at index %d", last[1])
+            snapshot_file.extract_body(path, offset, self._snapshot_tmp)
+            self._fsm.restore(self._snapshot_tmp)
+            os.unlink(self._snapshot_tmp)
+        return last, _entry_tuple(header["prev"]), list(header["cluster"])
+
+    # -- the small interface ------------------------------------------------------------
+
+    def submit(self, payload: bytes, callback: Callback) -> None:
+        """Replicate one entry; callback(results, None) once it is applied on this node."""
+        self._obj._apply_entry(payload, callback=submit_callback(callback))
+
+    def journal_summary(self) -> str:
+        """Entries and bytes of the raft journal (for start-up logs)."""
+        j = self._journal
+        return f"{len(j)} entries, {j.size_bytes / 2**20:.1f} MiB"
+
+    def read_index(self, callback: Callable[[int], None]) -> None:
+        """Confirm leadership for a linearizable read without a log entry (ReadIndex).
+
+        callback (raft thread) gets the index the read may be served at once applied (it
+        is, when called), READ_INDEX_NOT_LEADER, or READ_INDEX_NOT_YET (a new leader whose
+        no-op is not committed yet: use a barrier entry instead)."""
+        self._obj.request_read_index(callback)
+
+    def is_leader(self) -> bool:
+        return self._obj._isLeader()
+
+    def leader_known(self) -> bool:
+        return self._obj._getLeader() is not None
+
+    def on_leadership_lost(self, fn: Callable[[], None]) -> None:
+        """fn() runs on the raft thread whenever this node stops being the leader."""
+        self._obj._leadership_lost.append(fn)
+
+    def status(self) -> RaftStatus:
+        o = self._obj
+        leader = o._getLeader()
+        leader_id = self._addr_to_id.get(leader.address) if leader is not None else None
+        applied = o.raftLastApplied
+        leader_commit = o.leader_commit_index()
+        caught_up = leader_commit is not None and applied >= leader_commit - self._max_ready_lag
+        return RaftStatus(
+            node_id=self.node_id,
+            is_leader=o._isLeader(),
+            leader_id=leader_id,
+            term=o.raftCurrentTerm,
+            commit_index=o.raftCommitIndex,
+            applied_index=applied,
+            leader_commit_index=leader_commit,
+            has_quorum=o.hasQuorum,
+            ready=leader_id is not None and o.isReady() and caught_up,
+            log_truncations=self._journal.truncations,
+            log_truncated_entries=self._journal.truncated_entries,
+            rejected_peer_messages=self._encryptor.rejected,
+        )
+
+    def transfer_leadership(self) -> None:
+        """Ask the most caught-up follower to take over (used on graceful shutdown)."""
+        if self._obj._isLeader():
+            self._obj.transferLeadership()
+
+    def destroy(self) -> None:
+        self._obj.destroy_synchronous()  # also closes the journal

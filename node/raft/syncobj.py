@@ -1,0 +1,378 @@
+"""The one module of the node that imports pysyncobj: its SyncObj subclass with the
+workarounds (the list is in node/raft/__init__.py), the SyncObjConf we run it with, the
+peer address type, the mapping of its failure reasons, its pickle protocol and the
+journal it is handed.
+
+The ReadIndex and pre-vote logic are mixins (readindex.py, prevote.py) that reach
+pysyncobj only through self."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import pysyncobj.syncobj as _syncobj_module
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj import pickle as _pysyncobj_pickle
+from pysyncobj.config import SERIALIZER_STATE as SERIALIZER_STATE  # for RaftNode's snapshots
+from pysyncobj.node import TCPNode
+
+from node import failpoints, snapshot_file
+from node.cluster_clock import ClusterClock
+from node.config import RaftSettings
+from node.raft.interface import ApplyFn, Callback, SubmitError
+from node.raft.log import _entry_tuple, _RaftLog
+from node.raft.peers import _AuthenticatingEncryptor
+from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
+from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST, ReadIndexMixin
+
+log = logging.getLogger("statekeeper.raft")
+
+# pysyncobj pickles every command and peer message with protocol 2, which encodes bytes
+# through a latin-1 str round trip: 14x slower than protocol 5 for a 60 KB entry, and our
+# entries are all bytes. Module globals are not name-mangled: this is its `__protocol`.
+PEER_PICKLE_PROTOCOL = 5
+setattr(_pysyncobj_pickle, "__protocol", PEER_PICKLE_PROTOCOL)
+
+# One append_entries message may carry this many bytes of entries. The default (64 KiB)
+# sends a group-committed entry of a few MiB as dozens of chunked messages; on loopback
+# one message per entry is cheaper.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+# An incoming raft connection must authenticate within this time and these many bytes.
+UNAUTHENTICATED_GRACE = 2.0
+MAX_UNAUTHENTICATED_BYTES = 64 * 1024
+
+NEXT_NODE_IDX = "next_node_idx"
+
+_FAIL_MAP = {
+    FAIL_REASON.QUEUE_FULL: SubmitError.NO_LEADER,
+    FAIL_REASON.MISSING_LEADER: SubmitError.NO_LEADER,
+    FAIL_REASON.NOT_LEADER: SubmitError.NO_LEADER,
+    FAIL_REASON.REQUEST_DENIED: SubmitError.NO_LEADER,
+    FAIL_REASON.DISCARDED: SubmitError.OUTCOME_UNKNOWN,
+    FAIL_REASON.LEADER_CHANGED: SubmitError.OUTCOME_UNKNOWN,
+    FAIL_REASON.UNKNOWN_OUTCOME: SubmitError.OUTCOME_UNKNOWN,
+}
+
+
+def submit_callback(callback: Callback) -> Callable[[object, object], None]:
+    """pysyncobj's completion callback for ours: callback(result, None) once applied,
+    else callback(None, SubmitError)."""
+
+    def on_done(result, err):
+        if err == FAIL_REASON.SUCCESS:
+            callback(result, None)
+        else:
+            callback(None, _FAIL_MAP.get(err, SubmitError.OUTCOME_UNKNOWN))
+
+    return on_done
+
+
+def replicated_command_size(payload: bytes) -> int:
+    """Bytes pysyncobj journals and ships for one entry carrying `payload`
+    (command-type byte + its pickle of (method id, args)); used by tests that probe
+    pysyncobj's chunking boundary."""
+    return 1 + len(_pysyncobj_pickle.dumps((0, (payload,))))
+
+
+def build_conf(
+    raft_dir: str,
+    bind_address: str,
+    r: RaftSettings,
+    *,
+    serializer: Callable[[str, object], None],
+    deserializer: Callable[[str], object],
+    serialize_checker: Callable[[], int],
+) -> SyncObjConf:
+    """The SyncObjConf a node runs with: journal and snapshot in `raft_dir`, timings from
+    `r` ([raft] in the cluster config), snapshots through the three callbacks."""
+    return SyncObjConf(
+        journalFile=os.path.join(raft_dir, "journal.log"),
+        fullDumpFile=os.path.join(raft_dir, "snapshot.bin"),
+        bindAddress=bind_address,
+        appendEntriesUseBatch=False,
+        appendEntriesBatchSizeBytes=MAX_MESSAGE_BYTES,
+        raftMinTimeout=r.election_timeout_min,
+        raftMaxTimeout=r.election_timeout_max,
+        # Heartbeats well inside the election timeout.
+        appendEntriesPeriod=min(0.1, r.election_timeout_min / 4),
+        # Check-quorum: a leader that heard from no majority for an election timeout
+        # steps down instead of serving (and hanging) for 30 s.
+        leaderFallbackTimeout=r.election_timeout_max,
+        logCompactionMinEntries=r.snapshot_min_entries,
+        logCompactionMinTime=r.snapshot_min_seconds,
+        logCompactionBatchSize=1 << 20,
+        serializer=serializer,
+        deserializer=deserializer,
+        serializeChecker=serialize_checker,
+        connectionRetryTime=0.3,
+        connectionTimeout=max(1.0, 2 * r.election_timeout_max),
+        dynamicMembershipChange=False,
+    )
+
+
+class _DialNode(TCPNode):
+    """A peer whose identity is its raft address but which is dialled elsewhere (a proxy,
+    or a per-link loopback address that a fault injector can cut)."""
+
+    def __init__(self, address: str, dial: str | None = None):
+        super().__init__(address)
+        host, port = (dial or address).rsplit(":", 1)
+        self._dial_host, self._dial_port = host, int(port)
+
+    @property
+    def ip(self) -> str:
+        return self._dial_host
+
+    @property
+    def port(self) -> int:
+        return self._dial_port
+
+
+class _TruncationLogFilter(logging.Filter):
+    # pysyncobj logs this before the truncation we no longer perform.
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "truncating already-applied" not in str(record.msg)
+
+
+logging.getLogger("pysyncobj.syncobj").addFilter(_TruncationLogFilter())
+_journal_patch_lock = threading.Lock()
+
+
+class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
+    """pysyncobj's SyncObj with this node's workarounds (listed in node/raft/__init__.py)."""
+
+    def __init__(
+        self,
+        self_addr: str,
+        peers: list[TCPNode],
+        conf: SyncObjConf,
+        apply_fn: ApplyFn,
+        journal: _RaftLog,
+        encryptor: _AuthenticatingEncryptor,
+        *,
+        clock: ClusterClock,
+        max_journal_bytes: float = math.inf,
+        flush_state_machine: Callable[[], None] = lambda: None,
+    ):
+        # Everything the raft thread touches must exist before SyncObj.__init__ starts it.
+        self._apply_fn = apply_fn
+        self._clock = clock
+        self._clock_term = -1  # term in which the clock was last anchored
+        self._installed_snapshot: int | None = None  # last index of a snapshot just installed
+        self._journal = journal
+        self._sk_encryptor = encryptor
+        self._init_prevote(conf.raftMinTimeout)
+        self._leadership_lost: list[Callable[[], None]] = []
+        self._unknown_since: dict[object, float] = {}
+        self._next_sweep = 0.0
+        self._max_journal_bytes = max_journal_bytes
+        self._flush_state_machine = flush_state_machine
+        self._preflush_started: float | None = None
+        # ReadIndex (Raft thesis 6.4): reads confirmed by a heartbeat round, no log entry.
+        self._init_read_index()
+        with _journal_patch_lock:
+            original = _syncobj_module.createJournal
+            _syncobj_module.createJournal = lambda _path: journal
+            try:
+                super().__init__(self_addr, peers, conf=conf)
+            finally:
+                _syncobj_module.createJournal = original
+        self._tolerate_full_wakeup_pipe()
+
+    def _tolerate_full_wakeup_pipe(self) -> None:
+        """pysyncobj queues a command, then writes a byte to a non-blocking pipe to wake
+        the raft thread; with the pipe full (the raft thread busy for a while) that write
+        raises BlockingIOError out of submit() although the command IS queued and will be
+        applied. A full pipe already guarantees a wake-up, so the error means nothing."""
+        notifier = self._SyncObj__pipeNotifier
+        write = notifier.notify
+
+        def notify() -> None:
+            with contextlib.suppress(BlockingIOError):
+                write()
+
+        notifier.notify = notify
+
+    @property
+    def encryptor(self):  # what pysyncobj's transport puts on every connection
+        return self._sk_encryptor
+
+    @replicated
+    def _apply_entry(self, payload: bytes):
+        # The index being applied is not passed in; pysyncobj increments
+        # raftLastApplied right after this returns.
+        return self._apply_fn(self.raftLastApplied + 1, payload)
+
+    def leader_commit_index(self) -> int | None:
+        return self._SyncObj__leaderCommitIndex  # type: ignore[attr-defined]
+
+    # -- durability ---------------------------------------------------------------------
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        # The leader counts itself towards the commit index inside this tick: whatever it
+        # appended since the last tick must be on disk first (one fsync per tick).
+        self._journal.sync()
+        if self._journal.size_bytes <= self._max_journal_bytes:
+            self._preflush_started = None
+        elif self._preflush_started is None or time.monotonic() - self._preflush_started > 30:
+            # The checkpoint (raft thread) flushes RocksDB's memtable first: ~0.3 s for a
+            # full one, a stall every snapshot. Flush on a helper thread, then snapshot;
+            # once per journal overflow (again after 30 s if the snapshot failed).
+            self._preflush_started = time.monotonic()
+            threading.Thread(target=self._flush_then_compact, name="preflush", daemon=True).start()
+        self._prevote_tick()
+        self._sweep_unauthenticated()
+        was_leader = self._isLeader()
+        self._start_read_round()
+        super()._onTick(timeToWait)
+        if was_leader and not self._isLeader():
+            self._fail_read_rounds()
+            for fn in self._leadership_lost:
+                fn()
+        self._answer_confirmed_reads()
+
+    def _checkCommandsToApply(self) -> None:
+        # This is where the leader appends queued commands (its own and forwarded ones):
+        # each gets the leader's time (node/cluster_clock.py), whoever built it.
+        if self._isLeader():
+            if self._clock_term != self.raftCurrentTerm:
+                self._clock.anchor()
+                self._clock_term = self.raftCurrentTerm
+            self._journal.stamp = self._clock.stamp
+        try:
+            super()._checkCommandsToApply()
+        finally:
+            self._journal.stamp = None
+        # The leader has just appended (and already sent) new entries: fsync them now, while
+        # the followers write theirs, rather than at the next tick, after their answers.
+        if self._isLeader():
+            self._journal.sync()
+
+    def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):
+        # A follower acknowledges only entries that are on disk (one fsync per message).
+        self._journal.sync()
+        failpoints.hit("follower-after-fsync")
+        if nextNodeIdx is None:
+            nextNodeIdx = self._journal[-1][1] + 1
+        # pysyncobj's reply carries no term, and its leader takes any success reply: a late
+        # one from an earlier term could raise matchIndex above what the follower holds now.
+        # We tag replies with our term; the leader drops those not of its term.
+        self._SyncObj__transport.send(node, {
+            "type": NEXT_NODE_IDX,
+            "next_node_idx": nextNodeIdx,
+            "reset": reset,
+            "success": success,
+            "term": self.raftCurrentTerm,
+        })
+
+    # -- peers that never authenticate -------------------------------------------------
+
+    def _sweep_unauthenticated(self) -> None:
+        """pysyncobj checks a connection's timeout only when bytes arrive, so a client that
+        sends half a frame (or a huge length prefix) and waits is kept forever. A real peer
+        authenticates within one round trip: drop connections that have not done so."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + 0.2
+        transport = self._SyncObj__transport
+        unknown = getattr(transport, "_unknownConnections", set())
+        for conn in list(unknown):
+            since = self._unknown_since.setdefault(conn, now)
+            buffered = len(getattr(conn, "_TcpConnection__readBuffer", b""))
+            if now - since > UNAUTHENTICATED_GRACE or buffered > MAX_UNAUTHENTICATED_BYTES:
+                self._sk_encryptor.reject("connection sent no authenticated message in time")
+                conn.disconnect()
+                unknown.discard(conn)
+        for conn in list(self._unknown_since):
+            if conn not in unknown:
+                del self._unknown_since[conn]
+
+    # -- safe truncation ----------------------------------------------------------------
+
+    def _SyncObj__deleteEntriesFrom(self, fromIDx):
+        # pysyncobj calls this for every AppendEntries whose prevLogIdx is not our last
+        # entry; _RaftLog.add truncates only at a real conflict instead.
+        return None
+
+    def _SyncObj__onMessageReceived(self, node, message):
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == PREVOTE_REQUEST:
+            return self._on_prevote_request(node, message)
+        if kind == PREVOTE_RESPONSE:
+            return self._on_prevote_response(node, message)
+        if kind == READ_INDEX_REQUEST:
+            return self._on_read_index_request(node, message)
+        if kind == READ_INDEX_ACK:
+            return self._on_read_index_ack(node, message)
+        if kind == NEXT_NODE_IDX and message.get("term") != self.raftCurrentTerm:
+            return None  # a reply to an earlier term's AppendEntries (see __sendNextNodeIdx)
+        if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
+            self._last_leader_contact = time.monotonic()
+            self._prevote, self._prevote_won = None, False
+            return self._on_append_entries(node, message)
+        return SyncObj._SyncObj__onMessageReceived(self, node, message)  # type: ignore[attr-defined]
+
+    def _on_append_entries(self, node, message: dict) -> None:
+        """pysyncobj sets commit = min(leaderCommit, our last index) after any AppendEntries.
+        Our log may end in a stale term's entries (we truncate only at a real conflict), so
+        commit only what THIS message vouched for: up to prevLogIdx + its entries, or, for a
+        snapshot-install message (no prevLogIdx: a chunk, or None while the leader is still
+        packing), up to the snapshot's last index once it is installed, else not at all."""
+        before = self.raftCommitIndex
+        self._installed_snapshot = None
+        SyncObj._SyncObj__onMessageReceived(self, node, message)  # type: ignore[attr-defined]
+        if "prevLogIdx" in message:
+            n = 1 if message.get("transmission") == "finish" else len(message.get("entries", ()))
+            vouched = min(message["commit_index"], message["prevLogIdx"] + n)
+        else:
+            vouched = self._installed_snapshot or 0
+        bound = max(before, vouched)
+        if self.raftCommitIndex > bound:
+            self._SyncObj__raftCommitIndex = bound
+            self._journal.setRaftCommitIndex(bound)
+
+    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
+        """Load the snapshot at start (clearJournal False) or after receiving it from the
+        leader (True). pysyncobj keeps the journal only if it starts exactly with the
+        snapshot's (prev, last) entries, and otherwise cuts it to those two: after a crash
+        between the snapshot's rename and the journal's prefix drop that threw away every
+        entry after the snapshot, entries this node had fsynced, acknowledged and applied.
+        Raft's rule instead: if the journal holds the snapshot's last entry (same index and
+        term), keep what follows it and drop only what precedes; else start from the
+        snapshot alone."""
+        try:
+            header, _ = snapshot_file.read_header(self._SyncObj__conf.fullDumpFile)
+            prev, last = _entry_tuple(header["prev"]), _entry_tuple(header["last"])
+        except Exception:
+            log.exception("reading the snapshot header failed")
+            return SyncObj._SyncObj__loadDumpFile(self, clearJournal)  # type: ignore[attr-defined]
+        if clearJournal:
+            failpoints.hit("snapshot-install")
+        self._cut_journal_before(prev, last)
+        SyncObj._SyncObj__loadDumpFile(self, False)  # type: ignore[attr-defined]
+        if clearJournal:
+            self._installed_snapshot = last[1]
+
+    def _cut_journal_before(self, prev: tuple, last: tuple) -> None:
+        j = self._journal
+        if len(j) < 2 or not j[0][1] <= prev[1] < j[-1][1]:
+            return
+        pos = prev[1] - j[0][1]
+        if j[pos] == prev and j[pos + 1] == last and pos > 0:
+            j.deleteEntriesTo(pos)  # crash-safe: new file, fsync, rename, fsync dir
+
+    def _flush_then_compact(self) -> None:
+        try:
+            self._flush_state_machine()
+        except Exception:
+            log.exception("flushing the state machine before a snapshot failed")
+        # Only sets a flag; the raft thread snapshots at its next tick.
+        self.forceLogCompaction()
