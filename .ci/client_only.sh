@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The client installs alone: `pip install .` (no extras) into a clean venv must give a
+# working `from client import Client, AsyncClient` without the server's dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+venv="$(mktemp -d)/client-only"
+"$PYTHON" -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check .
+cd "$(mktemp -d)"  # not the source tree: import what was installed
+"$venv/bin/python" - <<'PY'
+import importlib.util
+
+from client import AsyncClient, Client, Conflict
+
+for heavy in ("rocksdict", "pysyncobj", "cryptography", "aiohttp", "msgspec"):
+    assert importlib.util.find_spec(heavy) is None, f"{heavy} came with the client-only install"
+with Client("http://127.0.0.1:9", timeout=1) as c:
+    assert c.ns == "default"
+AsyncClient("http://127.0.0.1:9")
+print("client-only install: ok (no rocksdict, pysyncobj, cryptography, aiohttp, msgspec)")
+PY
+rm -rf "$(dirname "$venv")"
