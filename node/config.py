@@ -3,15 +3,28 @@
 The same file is read by `statekeeper node --id ...` (one process) and by
 `statekeeper cluster ...` (the local supervisor), so the two never disagree
 about ports or data directories.
+
+The dataclasses below are the file's schema: `parse` converts the decoded TOML into them
+with msgspec (strict: no str where a number belongs, no bool for an int), rejects keys
+they do not declare, and reports either as a ConfigError naming the key, e.g.
+`raft.election_timeout_min: expected a number, got str '0.4'`. `dumps` writes them back
+with tomli-w.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import secrets
 import tomllib
+import typing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
+
+import msgspec
+import tomli_w
 
 FSYNC_MODES = ("always", "never")
 
@@ -83,12 +96,22 @@ class NodeConfig:
 
 
 @dataclass(frozen=True)
-class ClusterConfig:
-    nodes: tuple[NodeConfig, ...]
+class ClusterSection:
+    """The file's [cluster] table."""
+
     name: str = "statekeeper"
     data_dir: str = "data"
     fsync: str = "always"
     secret: str = ""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    nodes: tuple[NodeConfig, ...]
+    name: str = ClusterSection.name
+    data_dir: str = ClusterSection.data_dir
+    fsync: str = ClusterSection.fsync
+    secret: str = ClusterSection.secret
     limits: Limits = field(default_factory=Limits)
     retention: Retention = field(default_factory=Retention)
     raft: RaftSettings = field(default_factory=RaftSettings)
@@ -114,51 +137,116 @@ class ClusterConfig:
         return [n.http_url for n in self.nodes]
 
 
-def _section(raw: dict, name: str, cls):
-    data = raw.get(name, {})
-    if not isinstance(data, dict):
-        raise ConfigError(f"[{name}] must be a table")
-    known = set(cls.__dataclass_fields__)
-    unknown = set(data) - known
-    if unknown:
-        raise ConfigError(f"unknown setting(s) in [{name}]: {', '.join(sorted(unknown))}")
-    try:
-        return cls(**data)
-    except TypeError as e:  # pragma: no cover - guarded by the check above
-        raise ConfigError(f"[{name}]: {e}") from e
+@dataclass(frozen=True)
+class _ConfigFile:
+    """The whole TOML document."""
+
+    nodes: tuple[NodeConfig, ...]
+    cluster: ClusterSection = field(default_factory=ClusterSection)
+    limits: Limits = field(default_factory=Limits)
+    retention: Retention = field(default_factory=Retention)
+    raft: RaftSettings = field(default_factory=RaftSettings)
+
+
+_TYPE_WORDS = {
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "bool": "a boolean",
+    "array": "an array",
+    "object": "a table",
+}
+_MSGSPEC_ERROR = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+_EXPECTED = re.compile(r"^Expected `(?P<want>\w+)`")
+_MISSING = re.compile(r"^Object missing required field `(?P<name>\w+)`$")
+
+
+def _lookup(raw: Any, path: str) -> tuple[bool, Any]:
+    """The raw value at a msgspec path like `.nodes[0].id` (found, value)."""
+    for name, index in re.findall(r"\.(\w+)|\[(\d+)\]", path):
+        try:
+            raw = raw[name] if name else raw[int(index)]
+        except (KeyError, IndexError, TypeError):
+            return False, None
+    return True, raw
+
+
+def _config_error(e: msgspec.ValidationError, raw: dict) -> ConfigError:
+    """msgspec's message, reworded to name the setting (and the value it got)."""
+    m = _MSGSPEC_ERROR.match(str(e))
+    what, path = m["what"], (m["path"] or "").replace("[...]", "")
+    where = path.lstrip(".") or "the config"
+    if missing := _MISSING.match(what):
+        return ConfigError(f"{where}: missing required setting {missing['name']!r}")
+    expected = _EXPECTED.match(what)
+    found, value = _lookup(raw, path)
+    if expected and found:
+        return _expected(where, expected["want"], value)
+    return ConfigError(f"{where}: {what[:1].lower()}{what[1:]}")
+
+
+def _expected(where: str, want: str, value: Any) -> ConfigError:
+    want = _TYPE_WORDS.get(want, want)
+    return ConfigError(f"{where}: expected {want}, got {type(value).__name__} {value!r}")
+
+
+def _reject_unknown(raw: Any, cls: type, path: str = "") -> None:
+    """Every key of `raw` must be a field of the dataclass `cls` (recursively)."""
+    if not isinstance(raw, dict):
+        return  # the conversion reports the wrong type
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key, value in raw.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key not in known:
+            raise ConfigError(f"{where}: unknown setting (known: {', '.join(known)})")
+        sub = hints[key]
+        if dataclasses.is_dataclass(sub):
+            _reject_unknown(value, sub, where)
+        elif typing.get_origin(sub) is tuple and dataclasses.is_dataclass(typing.get_args(sub)[0]):
+            for i, item in enumerate(value if isinstance(value, list) else []):
+                _reject_unknown(item, typing.get_args(sub)[0], f"{where}[{i}]")
+
+
+def _file_shape(raw: dict) -> dict:
+    """The TOML spellings that differ from the dataclasses: a node's host may be left out,
+    its raft_dial is a table (peer id -> address)."""
+    nodes = raw.get("nodes")
+    if not isinstance(nodes, list):
+        return raw
+    shaped = []
+    for i, n in enumerate(nodes):
+        if isinstance(n, dict):
+            n = {"host": "127.0.0.1", **n}
+            if isinstance(n.get("raft_dial"), dict):
+                for peer, addr in n["raft_dial"].items():
+                    if type(addr) is not str:
+                        raise _expected(f"nodes[{i}].raft_dial.{peer}", "str", addr)
+                n["raft_dial"] = sorted(n["raft_dial"].items())
+        shaped.append(n)
+    return {**raw, "nodes": shaped}
 
 
 def parse(raw: dict, base_dir: str = ".") -> ClusterConfig:
     """Build a ClusterConfig from a decoded TOML document and validate it."""
-    cluster = raw.get("cluster", {})
-    nodes_raw = raw.get("nodes")
-    if not isinstance(nodes_raw, list) or not nodes_raw:
+    if not isinstance(raw.get("nodes"), list) or not raw["nodes"]:
         raise ConfigError("the config needs at least one [[nodes]] entry")
-    nodes = []
-    for i, n in enumerate(nodes_raw):
-        try:
-            nodes.append(
-                NodeConfig(
-                    id=str(n["id"]),
-                    host=str(n.get("host", "127.0.0.1")),
-                    raft_port=int(n["raft_port"]),
-                    http_port=int(n["http_port"]),
-                    data_dir=str(n.get("data_dir", "")),
-                    raft_bind=str(n.get("raft_bind", "")),
-                    raft_dial=tuple(sorted((str(k), str(v)) for k, v in n.get("raft_dial", {}).items())),
-                )
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise ConfigError(f"[[nodes]] entry {i}: needs id, raft_port, http_port ({e})") from e
+    _reject_unknown(raw, _ConfigFile)
+    shaped = _file_shape(raw)
+    try:
+        f = msgspec.convert(shaped, _ConfigFile, strict=True)
+    except msgspec.ValidationError as e:
+        raise _config_error(e, shaped) from None
+    c = f.cluster
     cfg = ClusterConfig(
-        nodes=tuple(nodes),
-        name=str(cluster.get("name", "statekeeper")),
-        data_dir=str(cluster.get("data_dir", "data")),
-        fsync=str(cluster.get("fsync", "always")),
-        secret=str(cluster.get("secret", "")),
-        limits=_section(raw, "limits", Limits),
-        retention=_section(raw, "retention", Retention),
-        raft=_section(raw, "raft", RaftSettings),
+        nodes=f.nodes,
+        name=c.name,
+        data_dir=c.data_dir,
+        fsync=c.fsync,
+        secret=c.secret,
+        limits=f.limits,
+        retention=f.retention,
+        raft=f.raft,
         base_dir=base_dir,
     )
     validate(cfg)
@@ -193,7 +281,10 @@ def load(path: str | os.PathLike) -> ClusterConfig:
         raise ConfigError(f"config file not found: {p}") from e
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML: {e}") from e
-    cfg = parse(raw, base_dir=str(p.resolve().parent))
+    try:
+        cfg = parse(raw, base_dir=str(p.resolve().parent))
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None
     env_secret = os.environ.get("STATEKEEPER_SECRET")
     if env_secret:
         cfg = replace(cfg, secret=env_secret)
@@ -229,49 +320,37 @@ def local_cluster(
     return cfg
 
 
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    s = str(v).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{s}"'
+_HEADER = """\
+# statekeeper cluster configuration
+# [cluster] fsync = "always": acknowledged writes survive power loss; "never": process crashes only
+"""
 
 
 def dumps(cfg: ClusterConfig) -> str:
     """Render a config as TOML (round-trips through `parse`)."""
-    lines = [
-        "# statekeeper cluster configuration",
-        "[cluster]",
-        f"name = {_toml_value(cfg.name)}",
-        f"data_dir = {_toml_value(cfg.data_dir)}",
-        "# fsync = \"always\": acknowledged writes survive power loss; \"never\": process crashes only",
-        f"fsync = {_toml_value(cfg.fsync)}",
-        f"secret = {_toml_value(cfg.secret)}",
-        "",
-    ]
-    for name, section in (("limits", cfg.limits), ("retention", cfg.retention), ("raft", cfg.raft)):
-        lines.append(f"[{name}]")
-        for key in section.__dataclass_fields__:
-            lines.append(f"{key} = {_toml_value(getattr(section, key))}")
-        lines.append("")
-    for n in cfg.nodes:
-        lines += [
-            "[[nodes]]",
-            f"id = {_toml_value(n.id)}",
-            f"host = {_toml_value(n.host)}",
-            f"raft_port = {n.raft_port}",
-            f"http_port = {n.http_port}",
-        ]
-        if n.data_dir:
-            lines.append(f"data_dir = {_toml_value(n.data_dir)}")
-        if n.raft_bind:
-            lines.append(f"raft_bind = {_toml_value(n.raft_bind)}")
-        if n.raft_dial:
-            lines.append("[nodes.raft_dial]")
-            lines += [f"{_toml_value(peer)} = {_toml_value(addr)}" for peer, addr in n.raft_dial]
-        lines.append("")
-    return "\n".join(lines)
+    doc: dict[str, Any] = {
+        "cluster": {f.name: getattr(cfg, f.name) for f in dataclasses.fields(ClusterSection)},
+        "limits": dataclasses.asdict(cfg.limits),
+        "retention": dataclasses.asdict(cfg.retention),
+        "raft": dataclasses.asdict(cfg.raft),
+        "nodes": [_node_table(n) for n in cfg.nodes],
+    }
+    return _HEADER + tomli_w.dumps(doc)
+
+
+def _node_table(n: NodeConfig) -> dict[str, Any]:
+    table: dict[str, Any] = {
+        "id": n.id,
+        "host": n.host,
+        "raft_port": n.raft_port,
+        "http_port": n.http_port,
+    }
+    for name in ("data_dir", "raft_bind"):  # left out when empty (the default)
+        if getattr(n, name):
+            table[name] = getattr(n, name)
+    if n.raft_dial:
+        table["raft_dial"] = dict(n.raft_dial)
+    return table
 
 
 def write(cfg: ClusterConfig, path: str | os.PathLike) -> None:

@@ -133,6 +133,9 @@ def test_unknown_op(op):
         {"op": "txn", "compare": [{"key": "k", "target": "exists", "op": "==", "value": 1}]},
         {"op": "txn", "compare": [{"key": "k", "target": "value", "op": "==", "value": "s"}]},
         {"op": "txn", "compare": [{"target": "version", "op": "==", "value": 1}]},
+        # Unhashable target/op: a 400, not a TypeError (500) from the set lookup.
+        {"op": "txn", "compare": [{"key": "k", "target": ["version"], "op": "==", "value": 1}]},
+        {"op": "txn", "compare": [{"key": "k", "target": "version", "op": {"==": 1}, "value": 1}]},
         {"op": "txn", "success": [{"op": "txn"}]},  # nested
         {"op": "txn", "success": [{"op": "cas", "key": "k", "value": b"", "expect": {}}]},
         {"op": "txn", "success": [{"op": "compact", "revision": 1}]},

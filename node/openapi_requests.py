@@ -1,0 +1,138 @@
+"""Request schemas of the OpenAPI document, generated from node/ops.py's op declarations.
+
+Nothing here restates a constraint: each property, its bounds (from the node's `Limits`),
+its default and whether it is required come from the field kinds in node/op_fields.py,
+which are also what `validate_op` runs. Ops that carry values get one schema per wire
+(`PutRequest` for JSON, `PutRequestMsgpack` for msgpack); the rest are shared.
+"""
+
+from __future__ import annotations
+
+from node.config import Limits
+from node.op_fields import Field, Schema, obj, ref, wire_name
+from node.ops import COMPARE_DOC, COMPARE_FIELDS, OPS, OpSpec
+
+WIRES = ("json", "msgpack")
+READ_OPTIONS = {"consistency": ref("Consistency"), "min_revision": ref("MinRevision")}
+
+
+def request_name(spec: OpSpec, wire: str) -> str:
+    """Component name of the body of POST /v1/kv/{op} for one wire."""
+    name = f"{spec.name.capitalize()}Request"
+    return wire_name(name, wire) if spec.wired else name
+
+
+def fields_object(
+    fields: tuple[Field, ...], limits: Limits, wire: str, description: str | None = None
+) -> Schema:
+    """An object schema for these fields: properties, required ones, conditions."""
+    props: dict[str, Schema] = {}
+    required: list[str] = []
+    clauses: list[Schema] = []
+    for f in fields:
+        props.update(f.properties(limits, wire))
+        if f.required:
+            clause = f.requirement(wire)
+            if clause is None:
+                required.append(f.name)
+            else:
+                clauses.append(clause)
+        clauses += f.conditions(limits, wire)
+    s = obj(props, tuple(required), description)
+    if clauses:
+        s["allOf"] = clauses
+    return s
+
+
+def op_object(
+    spec: OpSpec,
+    limits: Limits,
+    wire: str,
+    *,
+    in_txn: bool = False,
+    description: str | None = None,
+    extra: dict[str, Schema] | None = None,
+) -> Schema:
+    """One op's fields (without `op`); inside a txn, the fields a txn forbids are left out
+    and refused."""
+    forbidden = [f.name for f in spec.fields if in_txn and f.txn_error]
+    fields = tuple(f for f in spec.fields if f.name not in forbidden)
+    s = fields_object(fields, limits, wire, description)
+    s["properties"].update(extra or {})
+    if spec.exclusive:
+        one, others = spec.exclusive
+        s["not"] = {"required": [one], "anyOf": [{"required": [o]} for o in others]}
+    if forbidden:
+        refused = {"not": {"anyOf": [{"required": [name]} for name in forbidden]}}
+        s.setdefault("allOf", []).append(refused)
+    return s
+
+
+def _tagged(name: str, base: Schema) -> Schema:
+    """`base` plus a required `op: <name>` field."""
+    tag = obj({"op": {"const": name, "description": "Op name."}}, ("op",))
+    return {"allOf": [base, tag]}
+
+
+def _txn_op(limits: Limits, wire: str) -> Schema:
+    allowed = [s for s in OPS.values() if s.in_txn]
+    return {
+        "description": "An op inside a txn branch: "
+        + ", ".join(s.name for s in allowed)
+        + " (no idempotency_key, no nested txn). `ns` defaults to the txn's.",
+        "oneOf": [_tagged(s.name, op_object(s, limits, wire, in_txn=True)) for s in allowed],
+    }
+
+
+def _batch_op(limits: Limits, wire: str) -> Schema:
+    def variant(spec: OpSpec) -> Schema:
+        if spec.write:  # the same body as POST /v1/kv/{op}
+            return ref(request_name(spec, wire))
+        return op_object(spec, limits, wire)  # without the request's read options
+
+    return {
+        "description": "One op of a batch, with its `op` field.",
+        "oneOf": [_tagged(s.name, variant(s)) for s in OPS.values()],
+    }
+
+
+def _batch_request(limits: Limits, wire: str) -> Schema:
+    n = limits.max_ops_per_request
+    ops = {
+        "type": "array",
+        "items": ref(wire_name("BatchOp", wire)),
+        "description": f"At most max_ops_per_request ({n} on this node).",
+        "maxItems": n,
+    }
+    return obj(
+        {"ops": ops, **READ_OPTIONS},
+        ("ops",),
+        "Many independent ops in one request: not atomic (use txn). Validated whole before "
+        "anything is submitted. Reads are served after the batch's writes.",
+    )
+
+
+def _shared_components(limits: Limits) -> dict[str, Schema]:
+    """Schemas of fields declared with a `component` (Namespace, Key, ...)."""
+    out: dict[str, Schema] = {}
+    for fields in (*(s.fields for s in OPS.values()), COMPARE_FIELDS):
+        for f in fields:
+            if f.component and f.component not in out:
+                out[f.component] = f.schema(limits, "json")
+    return out
+
+
+def request_schemas(limits: Limits) -> dict[str, Schema]:
+    """Every request schema (both wires) and the components they refer to."""
+    out = _shared_components(limits)
+    for wire in WIRES:
+        for spec in OPS.values():
+            extra = None if spec.write else READ_OPTIONS
+            out[request_name(spec, wire)] = op_object(
+                spec, limits, wire, description=spec.doc, extra=extra
+            )
+        out[wire_name("Compare", wire)] = fields_object(COMPARE_FIELDS, limits, wire, COMPARE_DOC)
+        out[wire_name("TxnOp", wire)] = _txn_op(limits, wire)
+        out[wire_name("BatchOp", wire)] = _batch_op(limits, wire)
+        out[wire_name("BatchRequest", wire)] = _batch_request(limits, wire)
+    return out

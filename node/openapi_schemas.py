@@ -1,0 +1,287 @@
+"""OpenAPI component schemas other than requests: errors, read options, results, status.
+
+Request schemas are generated from the op declarations (node/openapi_requests.py). Every
+schema that carries a value exists twice: once for ``application/json`` (``value`` is UTF-8
+text or ``value_b64`` is base64) and once, suffixed ``Msgpack``, for
+``application/msgpack`` (``value`` is bin). The rest are shared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from node.op_fields import (
+    Schema,
+    bool_schema,
+    int_schema,
+    obj,
+    ref,
+    rev_schema,
+    str_schema,
+    value_props,
+    wire_name,
+)
+
+
+def _w(name: str, wire: str) -> Schema:
+    return ref(wire_name(name, wire))
+
+
+def _nullable(schema: Schema) -> Schema:
+    return {"oneOf": [schema, {"type": "null"}]}
+
+
+def _array(items: Schema, description: str, **extra: Any) -> Schema:
+    return {"type": "array", "items": items, "description": description, **extra}
+
+
+def _error_with(code: str, description: str, props: dict[str, Schema], required) -> Schema:
+    """`Error` whose code is `code`, with more fields beside `error`."""
+    return {
+        "allOf": [ref("Error"), obj({"error": obj({"code": {"const": code}}), **props}, required)],
+        "description": description,
+    }
+
+
+def common_schemas(error_codes: Iterable[str]) -> dict[str, Schema]:
+    """Schemas that are the same for JSON and msgpack."""
+    return {
+        "Consistency": {
+            "type": "string",
+            "enum": ["linearizable", "serializable"],
+            "default": "linearizable",
+            "description": "linearizable: served after a raft barrier entry submitted after the "
+            "request arrived has been applied locally. serializable: local state, any node, "
+            "possibly stale.",
+        },
+        "MinRevision": rev_schema(
+            "Wait (up to the request timeout) until the local revision is at least this before serving."
+        ),
+        "Error": obj(
+            {
+                "error": obj(
+                    {
+                        "code": {
+                            "type": "string",
+                            "enum": sorted(error_codes),
+                            "description": "Machine-readable code.",
+                        },
+                        "message": str_schema("Human-readable explanation."),
+                        "revision": rev_schema("`future_revision`: the current revision."),
+                        "compact_revision": rev_schema("`compacted`: the compaction point."),
+                    },
+                    ("code", "message"),
+                )
+            },
+            ("error",),
+            "Every error: `{error: {code, message, ...}}`; some codes add fields beside `error`.",
+        ),
+        "KeyNotFound": _error_with(
+            "key_not_found",
+            "404 of POST /v1/kv/get.",
+            {"revision": rev_schema("Revision the read was served at.")},
+            ("revision",),
+        ),
+        "NotReady": _error_with(
+            "not_ready", "503 of GET /v1/health/ready.", {"ready": {"const": False}}, ("ready",)
+        ),
+        "CompactResult": obj(
+            {
+                "revision": rev_schema("Current revision (compaction does not advance it)."),
+                "compact_revision": rev_schema(
+                    "Reads below this revision now fail with `compacted`."
+                ),
+            },
+            ("revision", "compact_revision"),
+        ),
+        "Status": _status_schema(),
+        "Live": obj(
+            {"ok": {"const": True}, "node_id": str_schema("Id of this node.")}, ("ok", "node_id")
+        ),
+        "Ready": obj(
+            {"ready": {"const": True}, "node_id": str_schema("Id of this node.")},
+            ("ready", "node_id"),
+        ),
+    }
+
+
+def _status_schema() -> Schema:
+    idx = "Raft log index."
+    props = {
+        "node_id": str_schema("Id of the node that answered."),
+        "role": {"type": "string", "enum": ["leader", "follower", "candidate"]},
+        "term": int_schema("Current raft term."),
+        "leader": {"type": ["string", "null"], "description": "Leader's node id, if known."},
+        "leader_url": {
+            "type": ["string", "null"],
+            "description": "Leader's HTTP base URL, if known.",
+        },
+        "commit_index": int_schema(f"{idx} Commit index known to this node."),
+        "applied_index": int_schema(f"{idx} Last entry applied by raft on this node."),
+        "leader_commit_index": {
+            "type": ["integer", "null"],
+            "description": f"{idx} The leader's commit index, if known.",
+        },
+        "has_quorum": bool_schema("This node (as leader) hears from a majority."),
+        "ready": bool_schema("Same condition as GET /v1/health/ready."),
+        "revision": rev_schema("Store revision on this node."),
+        "compact_revision": rev_schema("History below this revision is dropped."),
+        "sm_applied_index": int_schema(
+            f"{idx} Last entry recorded by the state machine (RocksDB)."
+        ),
+        "fsync": {"type": "string", "enum": ["always", "never"]},
+        "entries_proposed": int_schema("Raft entries this node proposed."),
+        "ops_proposed": int_schema("Ops carried by those entries."),
+    }
+    return obj(props, tuple(props))
+
+
+# -- value-carrying results (one per wire) ------------------------------------------------
+
+
+def _kv(w: str) -> Schema:
+    props: dict[str, Schema] = {
+        "ns": ref("Namespace"),
+        "key": ref("Key"),
+        **value_props(w, "the value (absent with keys_only)"),
+        "version": int_schema("Writes since creation (1 on create, reset by delete).", minimum=1),
+        "create_revision": rev_schema("Revision that created the key."),
+        "mod_revision": rev_schema("Revision of the last write to the key."),
+    }
+    desc = "A key and its metadata. `ns` appears only when it is not the request's."
+    if w == "json":
+        desc += " `value` when the bytes are valid UTF-8, else `value_b64`."
+    return obj(props, ("key", "version", "create_revision", "mod_revision"), desc)
+
+
+def _replayed() -> Schema:
+    return bool_schema("Present (true) when an idempotency_key replay returned the stored result.")
+
+
+def _put_result(w: str) -> Schema:
+    return obj(
+        {
+            "revision": rev_schema("Revision of this write."),
+            "prev_kv": _nullable(_w("KeyValue", w)),
+            "replayed": _replayed(),
+        },
+        ("revision",),
+        "`prev_kv` only when asked for (null if the key did not exist).",
+    )
+
+
+def _delete_result(w: str) -> Schema:
+    return obj(
+        {
+            "revision": rev_schema(
+                "Revision of this delete (the current one if nothing was deleted)."
+            ),
+            "deleted": int_schema("Number of keys deleted."),
+            "prev_kvs": _array(_w("KeyValue", w), "Deleted kvs, when `prev_kv` was asked for."),
+            "replayed": _replayed(),
+        },
+        ("revision", "deleted"),
+    )
+
+
+def _get_result(w: str) -> Schema:
+    return obj(
+        {
+            "revision": rev_schema("Revision the read was served at."),
+            "kv": _nullable(_w("KeyValue", w)),
+        },
+        ("revision", "kv"),
+        "POST /v1/kv/get answers 404 `key_not_found` instead of `kv: null`; inside batch/txn "
+        "results a missing key is `kv: null`.",
+    )
+
+
+def _range_result(w: str) -> Schema:
+    return obj(
+        {
+            "revision": rev_schema("Revision the read was served at."),
+            "kvs": _array(_w("KeyValue", w), "Keys in byte order."),
+            "more": bool_schema("More keys follow; pass `continuation` back to get them."),
+            "continuation": str_schema("Opaque token for the next page (same revision)."),
+        },
+        ("revision", "kvs", "more"),
+    )
+
+
+def _cas_result(w: str) -> Schema:
+    return obj(
+        {
+            "revision": rev_schema(
+                "Revision of the write, or the current one if it did not succeed."
+            ),
+            "succeeded": bool_schema("POST /v1/kv/cas answers 409 `compare_failed` when false."),
+            "kv": _nullable(_w("KeyValue", w)),
+            "replayed": _replayed(),
+        },
+        ("revision", "succeeded"),
+        "On failure `kv` is the current kv, or null if the key does not exist.",
+    )
+
+
+def _compare_failed(w: str) -> Schema:
+    return _error_with(
+        "compare_failed",
+        "409 of POST /v1/kv/cas: `kv` is the current kv (null: the key does not exist).",
+        {
+            "revision": rev_schema("Current revision."),
+            "succeeded": {"const": False},
+            "kv": _nullable(_w("KeyValue", w)),
+            "replayed": _replayed(),
+        },
+        ("revision", "kv"),
+    )
+
+
+def _txn_result(w: str) -> Schema:
+    return obj(
+        {
+            "revision": rev_schema(
+                "Revision of the txn's writes (the current one if it wrote nothing)."
+            ),
+            "succeeded": bool_schema("Whether every compare held (and `success` ran)."),
+            "results": _array(_w("TxnOpResult", w), "One result per op of the chosen branch."),
+            "replayed": _replayed(),
+        },
+        ("revision", "succeeded", "results"),
+    )
+
+
+def _txn_op_result(w: str) -> Schema:
+    return {"oneOf": [_w(f"{op}Result", w) for op in ("Put", "Delete", "Get", "Range")]}
+
+
+def _batch_result(w: str) -> Schema:
+    results = [_w(f"{op}Result", w) for op in ("Put", "Get", "Delete", "Range", "Cas", "Txn")]
+    return obj(
+        {
+            "results": _array(
+                {"oneOf": [*results, ref("CompactResult"), ref("Error")]},
+                "One per op, in order: its result, or `{error}` if that op failed.",
+            )
+        },
+        ("results",),
+    )
+
+
+WIRE_SCHEMAS = {
+    "KeyValue": _kv,
+    "PutResult": _put_result,
+    "DeleteResult": _delete_result,
+    "GetResult": _get_result,
+    "RangeResult": _range_result,
+    "CasResult": _cas_result,
+    "CompareFailed": _compare_failed,
+    "TxnResult": _txn_result,
+    "TxnOpResult": _txn_op_result,
+    "BatchResult": _batch_result,
+}
+
+
+def result_schemas(wires: Iterable[str]) -> dict[str, Schema]:
+    return {wire_name(name, w): build(w) for w in wires for name, build in WIRE_SCHEMAS.items()}
