@@ -87,11 +87,22 @@ class FakeNode:
         self._thread.join(10)
 
 
-def run_workload(endpoints: list[str], seconds: float = 0.6, **kw) -> list:
+PUT_ONLY = OpMix(get=0, put=1, cas=0, txn=0, delete=0)
+
+
+def run_workload(
+    endpoints: list[str],
+    seconds: float = 0.6,
+    config: WorkloadConfig | None = None,
+    node_ids: list[str] | None = None,
+    **kw,
+) -> list:
+    """The ops a Workload on ``endpoints`` recorded in ``seconds``; its config is ``config``,
+    or else 3 clients on 4 keys with short deadlines, and ``kw``."""
     buf = io.StringIO()
     h = HistoryWriter(buf)
-    cfg = WorkloadConfig(clients=3, keys=4, op_deadline=0.3, attempt_timeout=0.2, **kw)
-    w = Workload(endpoints, h, cfg, run_id="test")
+    cfg = config or WorkloadConfig(clients=3, keys=4, op_deadline=0.3, attempt_timeout=0.2, **kw)
+    w = Workload(endpoints, h, cfg, run_id="test", node_ids=node_ids)
     w.start()
     threading.Event().wait(seconds)
     w.stop()
@@ -135,7 +146,7 @@ def test_one_unknown_attempt_makes_the_op_unknown(unavailable_node: FakeNode) ->
         ops = run_workload(
             [unavailable_node.url, slow.url],
             seconds=1.0,
-            mix=OpMix(get=0, put=1, cas=0, txn=0, delete=0),
+            mix=PUT_ONLY,
         )
     retried = [o for o in ops if o.outcome == "info"]
     assert retried and all(o.f == "put" for o in ops)
@@ -155,17 +166,8 @@ def test_refused_connections_are_fail() -> None:
 def test_pinned_readers_only_read() -> None:
     body = {"error": {"code": "unavailable", "message": "x"}}
     with FakeNode(503, body) as node:
-        buf = io.StringIO()
-        h = HistoryWriter(buf)
-        w = Workload(
-            [node.url],
-            h,
-            WorkloadConfig(clients=4, keys=2, op_deadline=0.2, pinned_reader_share=0.5),
-        )
-        w.start()
-        threading.Event().wait(0.5)
-        w.stop()
-    ops = parse_events(json.loads(line) for line in buf.getvalue().splitlines())
+        cfg = WorkloadConfig(clients=4, keys=2, op_deadline=0.2, pinned_reader_share=0.5)
+        ops = run_workload([node.url], 0.5, cfg)
     assert {o.f for o in ops if o.process in (2, 3)} == {"get"}
 
 
@@ -244,24 +246,12 @@ def test_pinned_readers_cover_every_node_when_there_are_enough_clients() -> None
     assert pinned_nodes(16, 0.0, 3) == []
 
 
-def _ops(buf: io.StringIO):
-    return parse_events(json.loads(line) for line in buf.getvalue().splitlines())
-
-
 def test_ops_go_to_every_node_and_the_answering_node_is_recorded() -> None:
     with FakeNode(200, {"revision": 5}) as a, FakeNode(200, {"revision": 5}) as b:
-        buf = io.StringIO()
-        h = HistoryWriter(buf)
         cfg = WorkloadConfig(
-            clients=2, keys=2, op_deadline=0.3, pinned_reader_share=0,
-            mix=OpMix(get=0, put=1, cas=0, txn=0, delete=0), resend_share=0,
-        )  # fmt: skip
-        w = Workload([a.url, b.url], h, cfg, run_id="t", node_ids=["na", "nb"])
-        w.start()
-        threading.Event().wait(0.5)
-        w.stop()
-        h.flush()
-    ops = _ops(buf)
+            clients=2, keys=2, op_deadline=0.3, pinned_reader_share=0, mix=PUT_ONLY, resend_share=0
+        )
+        ops = run_workload([a.url, b.url], 0.5, cfg, node_ids=["na", "nb"])
     assert ops and {o.outcome for o in ops} == {"ok"}
     assert a.requests > 3 and b.requests > 3
     for o in ops:  # op n of client p starts at node (p + n) % 2 and succeeds there
@@ -273,38 +263,26 @@ def test_a_refusing_node_is_skipped_and_the_op_recorded_where_it_succeeded(
     unavailable_node: FakeNode,
 ) -> None:
     with FakeNode(200, {"revision": 5}) as good:
-        buf = io.StringIO()
-        h = HistoryWriter(buf)
         cfg = WorkloadConfig(
-            clients=2, keys=2, op_deadline=2.0, pinned_reader_share=0,
-            mix=OpMix(get=0, put=1, cas=0, txn=0, delete=0), resend_share=0,
-        )  # fmt: skip
-        w = Workload([unavailable_node.url, good.url], h, cfg, node_ids=["bad", "good"])
-        w.start()
-        threading.Event().wait(0.5)
-        w.stop()
-        h.flush()
-    ops = _ops(buf)
-    assert ops and {o.outcome for o in ops} == {"ok"}
-    assert {o.output["node"] for o in ops} == {"good"}
+            clients=2, keys=2, op_deadline=2.0, pinned_reader_share=0, mix=PUT_ONLY, resend_share=0
+        )
+        ops = run_workload([unavailable_node.url, good.url], 0.5, cfg, node_ids=["bad", "good"])
+    ok = [o for o in ops if o.outcome == "ok"]
+    assert ok and {o.output["node"] for o in ok} == {"good"}
+    # An op can fail only when the workload stopped between its refusal and its retry:
+    # then it is its client's last op (seen once in five runs on a loaded machine).
+    last = {max(o.id for o in ops if o.process == p) for p in {o.process for o in ops}}
+    assert all(o.id in last for o in ops if o.outcome != "ok"), [o for o in ops if o.outcome != "ok"]
     assert unavailable_node.requests >= len(ops) // 2  # half the ops tried it first
 
 
 def test_idempotency_probes_are_resent_with_the_same_key_and_value() -> None:
     with FakeNode(200, {"revision": 5}) as node:
-        buf = io.StringIO()
-        h = HistoryWriter(buf)
         cfg = WorkloadConfig(
             clients=2, keys=2, op_deadline=0.3, pinned_reader_share=0,
-            resend_share=0.5, resend_delay=(0.01, 0.02),
-            mix=OpMix(get=0, put=1, cas=0, txn=0, delete=0),
+            resend_share=0.5, resend_delay=(0.01, 0.02), mix=PUT_ONLY,
         )  # fmt: skip
-        w = Workload([node.url], h, cfg, run_id="t")
-        w.start()
-        threading.Event().wait(0.6)
-        w.stop()
-        h.flush()
-    ops = _ops(buf)
+        ops = run_workload([node.url], 0.6, cfg)
     by_id = {o.id: o for o in ops}
     resends = [o for o in ops if "resend_of" in o.input]
     assert resends
@@ -328,18 +306,11 @@ def test_idempotency_probes_are_resent_with_the_same_key_and_value() -> None:
 def test_pinned_readers_mix_serializable_reads_and_give_up_quickly(
     unavailable_node: FakeNode,
 ) -> None:
-    buf = io.StringIO()
-    h = HistoryWriter(buf)
     cfg = WorkloadConfig(
         clients=2, keys=2, op_deadline=5.0, pinned_reader_share=1.0, serializable_share=0.5,
         pinned_op_deadline=0.2,
     )  # fmt: skip
-    w = Workload([unavailable_node.url], h, cfg, node_ids=["n0"])
-    w.start()
-    threading.Event().wait(1.0)
-    w.stop()
-    h.flush()
-    ops = _ops(buf)
+    ops = run_workload([unavailable_node.url], 1.0, cfg, node_ids=["n0"])
     assert {o.f for o in ops} == {"get"}
     kinds = {o.input.get("consistency", "linearizable") for o in ops}
     assert kinds == {"linearizable", "serializable"}
