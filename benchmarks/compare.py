@@ -29,7 +29,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from benchmarks.harness import LoadResult, Op, run_load
-from benchmarks.load import append_results, format_size, fs_type, machine_info, make_keys
+from benchmarks.load import (
+    append_results,
+    format_size,
+    fs_type,
+    key_op,
+    machine_info,
+    make_keys,
+)
 from benchmarks.systems import ClusterControl, System, get_system_class
 from chaos.stats import percentile
 
@@ -397,19 +404,9 @@ def make_op(system: System, w: Workload, keys: Sequence[str], stats: dict[str, i
     n = len(keys)
     rand = random.random  # a C call; randrange() costs several times more per op
     value = os.urandom(w.value_size)  # incompressible, so storage compression can't cheat
-    if w.kind == "put":
-        put = system.put
-
-        async def op() -> object:
-            return await put(keys[int(rand() * n)], value)
-
-    elif w.kind == "get":
-        get, consistency = system.get, w.consistency
-
-        async def op() -> object:
-            return await get(keys[int(rand() * n)], consistency)
-
-    elif w.kind == "mix":
+    if w.kind in ("put", "get"):
+        return key_op(system, w.kind, keys, value, w.consistency)
+    if w.kind == "mix":
         get, put = system.get, system.put
 
         async def op() -> object:
@@ -782,21 +779,16 @@ def versions() -> dict[str, str]:
 
 def _git_commit() -> str:
     """The checked-out commit, read-only (and whether the tree had local changes)."""
+
+    def git(*args: str) -> str:
+        run = subprocess.run(
+            ["git", *args], cwd=BENCH_DIR, capture_output=True, text=True, timeout=10
+        )
+        return run.stdout.strip()
+
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=BENCH_DIR,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=BENCH_DIR,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return f"{head} (with uncommitted changes)" if dirty and head else head or "unknown"

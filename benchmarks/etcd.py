@@ -40,6 +40,7 @@ from benchmarks.systems import (
     _free_port_block,
     _stderr_say,
     register,
+    running,
 )
 
 APT_PACKAGE = "etcd-server"
@@ -459,17 +460,14 @@ class EtcdSystem(System):
             f"peer {', '.join(str(cluster.peer_port[m]) for m in cluster.members)})"
         )
         control = EtcdControl(cluster)
-        try:
+
+        async def start() -> None:
             for m in cluster.members:
                 cluster.start(m)
-            try:
-                await control.wait_ready(timeout=60.0)
-            except BaseException:
-                for m in cluster.members:
-                    print(f"--- etcd {m} log tail ---\n{cluster.log_tail(m)}", file=sys.stderr)
-                raise
-            yield control
+            await control.wait_ready(timeout=60.0)
+
+        async def stop() -> None:
             await asyncio.to_thread(cluster.stop_all)
-        except BaseException:
-            cluster.kill_all()  # interrupted or failed mid-run: leave no member behind
-            raise
+
+        async with running(control, start, stop, cluster.kill_all, label="etcd "):
+            yield control

@@ -77,24 +77,27 @@ def make_keys(count: int) -> list[str]:
     return [f"k{i:07d}" for i in range(count)]
 
 
-def make_op(system: System, spec: Spec, keys: Sequence[str], value: bytes) -> Op:
-    """The per-request coroutine: one random key from the key space per call."""
+def key_op(
+    system: System, workload: str, keys: Sequence[str], value: bytes, consistency: str
+) -> Op:
+    """The per-request coroutine of a "put" or "get" workload: one random key of `keys`
+    per call (`value` for puts, `consistency` for gets)."""
     n = len(keys)
     rand = random.random  # a C call; randrange() costs several times more per op
-    if spec.workload == "put":
+    if workload == "put":
         put = system.put
 
         async def op() -> object:
             return await put(keys[int(rand() * n)], value)
 
-    elif spec.workload == "get":
-        get, consistency = system.get, spec.consistency
+    elif workload == "get":
+        get = system.get
 
         async def op() -> object:
             return await get(keys[int(rand() * n)], consistency)
 
     else:
-        raise ValueError(f"unknown workload {spec.workload!r}")
+        raise ValueError(f"unknown workload {workload!r}")
     return op
 
 
@@ -120,7 +123,7 @@ async def run_spec(
         # Puts leave a mix of value sizes behind: the next read workload repopulates.
         populated.clear()
     return await run_load(
-        make_op(system, spec, keys, value),
+        key_op(system, spec.workload, keys, value, spec.consistency),
         clients=spec.clients,
         duration=duration,
         warmup=warmup,

@@ -116,7 +116,7 @@ class System(ABC):
         progress: Callable[[int], None] | None = None,
     ) -> None:
         """Write every key with `concurrency` batch_put() requests of up to `batch` keys."""
-        batch = max(1, min(batch, self.max_batch))
+        batch = self.bulk_batch(batch, value)
         chunks = iter(range(0, len(keys), batch))
 
         async def writer() -> None:
@@ -128,6 +128,10 @@ class System(ABC):
 
         n = max(1, min(concurrency, -(-len(keys) // batch)))
         await asyncio.gather(*(writer() for _ in range(n)))
+
+    def bulk_batch(self, batch: int, value: bytes) -> int:
+        """Keys per batch_put() request of bulk_populate(): `batch`, within the store's limits."""
+        return max(1, min(batch, self.max_batch))
 
     @classmethod
     @asynccontextmanager
@@ -177,6 +181,10 @@ class ClusterControl(ABC):
     def is_ready(self, member: str) -> bool:
         """Blocking probe: the member's own health endpoint says it is ready to serve."""
 
+    def log_tail(self, member: str, lines: int = 20) -> str:
+        """The last `lines` lines of the member's log ("" when there is none)."""
+        return ""
+
     @abstractmethod
     def pid(self, member: str) -> int | None:
         """The member's process id, or None when it is not running."""
@@ -205,6 +213,31 @@ class ClusterControl(ABC):
         """Resident memory of the member's process (VmRSS), or None if it is not running."""
         pid = self.pid(member)
         return None if pid is None else rss_of_pid(pid)
+
+
+@asynccontextmanager
+async def running(
+    control: ClusterControl,
+    start: Callable[[], object],
+    stop: Callable[[], object],
+    kill_all: Callable[[], object],
+    label: str = "",
+) -> AsyncIterator[ClusterControl]:
+    """Start a local cluster (`start`, awaited if it returns an awaitable), yield its
+    `control`, then `stop` it. If it does not start, every member's log tail is printed
+    first; on any failure, an interrupt included, `kill_all` leaves no process behind."""
+    try:
+        try:
+            await _maybe_await(start())
+        except BaseException:
+            for m in control.members:
+                print(f"--- {label}{m} log tail ---\n{control.log_tail(m, 40)}", file=sys.stderr)
+            raise
+        yield control
+        await _maybe_await(stop())
+    except BaseException:
+        kill_all()
+        raise
 
 
 def rss_of_pid(pid: int) -> int | None:
@@ -359,20 +392,9 @@ class StatekeeperSystem(System):
             if isinstance(r, BaseException):
                 raise r
 
-    async def bulk_populate(
-        self,
-        keys: Sequence[str],
-        value: bytes,
-        *,
-        batch: int,
-        concurrency: int,
-        progress: Callable[[int], None] | None = None,
-    ) -> None:
+    def bulk_batch(self, batch: int, value: bytes) -> int:
         # Keep one request near 1 MiB whatever the value size (limit: max_request_bytes).
-        batch = max(1, min(batch, (1 << 20) // (len(value) + 64)))
-        await super().bulk_populate(
-            keys, value, batch=batch, concurrency=concurrency, progress=progress
-        )
+        return super().bulk_batch(min(batch, (1 << 20) // (len(value) + 64)), value)
 
     @classmethod
     @asynccontextmanager
@@ -400,20 +422,13 @@ class StatekeeperSystem(System):
             f"fsync={fsync})"
         )
         lc = LocalCluster(cfg, path, progress=None if quiet else lambda m: say(f"[cluster] {m}"))
+        control = StatekeeperControl(lc, cfg.http_urls())
         try:
-            try:
-                # Blocking on purpose: in a thread, a ^C would leave up() starting nodes
-                # behind our back while we kill the others.
-                lc.up(timeout=60.0)
-            except BaseException:
-                for nid in lc.node_ids:
-                    print(f"--- {nid} log tail ---\n{lc.log_tail(nid)}", file=sys.stderr)
-                raise  # the outer handler kills whatever did start
-            yield StatekeeperControl(lc, cfg.http_urls())
-            lc.down(timeout=15.0)
-        except BaseException:
-            lc.kill_all()  # interrupted or failed mid-run: do not leave nodes behind
-            raise
+            # up() blocks on purpose: in a thread, a ^C would leave it starting nodes
+            # behind our back while we kill the others.
+            up, down = lambda: lc.up(timeout=60.0), lambda: lc.down(timeout=15.0)
+            async with running(control, up, down, lc.kill_all):
+                yield control
         finally:
             lc.close()
 

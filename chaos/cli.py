@@ -203,26 +203,33 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return parser
 
 
-def _options(args: argparse.Namespace, fault: str):
+def _options(args: argparse.Namespace, fault: str, **phases: Any):
+    """The RunOptions of ``fault``: the workload and output options every action takes
+    (``_workload_args``, ``_output_args``), and ``phases``, the rest (duration, warmup,
+    fault window, report dir, check time limit); by default as run and suite take them."""
     from chaos.runner import RunOptions
 
+    if not phases:
+        phases = {
+            "duration": args.duration,
+            "warmup": args.warmup,
+            "fault_window": args.fault_window,
+            "report_dir": args.report_dir,
+            "check_time_limit": args.check_time_limit,
+        }
     return RunOptions(
         fault=fault,
-        duration=args.duration,
         clients=args.clients,
         seed=args.seed,
         fsync=args.fsync,
         nodes=args.nodes,
         keys=args.keys,
-        warmup=args.warmup,
-        fault_window=args.fault_window,
-        report_dir=args.report_dir,
         debug_unsafe_reads=args.debug_unsafe_reads,
-        check_time_limit=args.check_time_limit,
         op_deadline=args.op_deadline,
         keep_data=args.keep_data,
         verbose=args.verbose,
         toxiproxy=args.toxiproxy,
+        **phases,
     )
 
 
@@ -258,9 +265,8 @@ def cmd_suite(args: argparse.Namespace) -> int:
     from chaos.faults import FAULTS
     from chaos.runner import run_suite
 
-    names = None
-    if args.only:
-        names = [n.strip() for n in args.only.split(",") if n.strip()]
+    names = _names(args.only or None)
+    if names:
         unknown = [n for n in names if n not in FAULTS]
         if unknown:
             print(
@@ -301,7 +307,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
     )
     from chaos.nemesis_report import write_soak_report
     from chaos.report import format_verdicts
-    from chaos.runner import RunOptions, default_report_dir, run_scenario
+    from chaos.runner import default_report_dir, run_scenario
 
     duration, warmup, window = soak_phases(args.minutes, args.fault_time)
     only = _names(args.only)
@@ -329,26 +335,17 @@ def cmd_soak(args: argparse.Namespace) -> int:
         excluded=skipped,
     )
     cls = make_nemesis(cfg)
-    opts = RunOptions(
-        fault=cls.name,
+    opts = _options(
+        args,
+        cls.name,
         duration=duration,
-        clients=args.clients,
-        seed=args.seed,
-        fsync=args.fsync,
-        nodes=args.nodes,
-        keys=args.keys,
         warmup=warmup,
         fault_window=window,
         report_dir=args.report_dir or default_report_dir("soak"),
-        debug_unsafe_reads=args.debug_unsafe_reads,
         check_time_limit=(
             args.check_time_limit if args.check_time_limit is not None else max(120.0, duration / 4)
         ),
-        op_deadline=args.op_deadline,
-        keep_data=args.keep_data,
-        verbose=args.verbose,
         progress_interval=args.progress,
-        toxiproxy=args.toxiproxy,
     )
     opts.validate()
     say = _soak_say(cls)

@@ -56,15 +56,7 @@ class WorkloadOps:
         value, ik = self._names(p, n)
         key = f"idem-{p}-{n}"
         op_id = self.history.invoke(p, "put", key, value=value, idempotency_key=ik)
-        outcome, res = await self._run_op(
-            op_id, route, lambda c: c.put(key, value, idempotency_key=ik)
-        )
-        if outcome == "ok":
-            self._finish(
-                op_id, "ok", revision=res.revision, replayed=res.replayed, node=route.node_id
-            )
-        else:
-            self._finish(op_id, outcome, res, node=route.node_id)
+        outcome = await self._probe_put(route, op_id, key, value, ik)
         if outcome != "fail":  # info: it may have been applied; a re-send must not be again
             times = 2 if rng.random() < 1 / 3 else 1
             due = time.monotonic() + rng.uniform(*self.config.resend_delay)
@@ -75,6 +67,14 @@ class WorkloadOps:
         op_id = self.history.invoke(
             p, "put", key, value=value, idempotency_key=ik, resend_of=first
         )
+        await self._probe_put(route, op_id, key, value, ik)
+        if times > 1:
+            due = time.monotonic() + rng.uniform(*self.config.resend_delay)
+            resends.append((due, key, value, ik, first, times - 1))
+
+    async def _probe_put(self, route, op_id, key, value, ik) -> str:
+        """Run the put of a probe or of a re-send and record its outcome (returned), with
+        whether the node replayed the stored result."""
         outcome, res = await self._run_op(
             op_id, route, lambda c: c.put(key, value, idempotency_key=ik)
         )
@@ -84,9 +84,7 @@ class WorkloadOps:
             )
         else:
             self._finish(op_id, outcome, res, node=route.node_id)
-        if times > 1:
-            due = time.monotonic() + rng.uniform(*self.config.resend_delay)
-            resends.append((due, key, value, ik, first, times - 1))
+        return outcome
 
     async def _op_delete(self, route, p, n, key, seen, rng) -> None:
         _, ik = self._names(p, n)

@@ -16,7 +16,8 @@ from typing import Any
 from .aio_connection import Endpoint
 from .aio_transport import Pool
 from .base import Plan
-from .commands import AsyncCommands, ClientBatch, ScanPages
+from .batch_ops import ClientBatch
+from .commands import AsyncCommands, ScanPages
 from .results import KeyValue
 from .retry import Backoff
 

@@ -1,18 +1,28 @@
 """One POST /v1/batch: :class:`BatchOps` collects the ops, :func:`batch_request` sends
-them and parses one result per op."""
+them and parses one result per op.
+
+A batch declares none of its ops' parameters: its writes (put, delete, cas, txn) are the
+clients' own operations (:class:`commands.Commands`, whose ``self._write`` adds the op
+here instead of sending it), and its reads (get, range) take the parameters of the txn
+branch builders (:class:`ops.Ops`), as a batch sets the read consistency once for all.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Concatenate, Final, ParamSpec
 
-from .ops import Ops, cas_expect, norm_op, txn_body
+from .commands import Commands
+from .ops import Ops, norm_op
 from .responses import decode_ok, malformed, op_result
-from .wire import Request, check_key, encode_value, new_idempotency_key, post, read_options
+from .wire import Request, new_idempotency_key, post, read_options
 
-__all__ = ["BatchOps", "batch_request"]
+__all__ = ["BatchOps", "ClientBatch", "batch_request"]
 
 _WRITE_OPS: Final = frozenset({"put", "delete", "cas", "txn", "compact"})
+
+P = ParamSpec("P")
 
 
 def batch_request(
@@ -32,6 +42,44 @@ def batch_request(
         return [op_result(o, r, o.get("ns", ns)) for o, r in zip(body["ops"], results, strict=True)]
 
     return post("/v1/batch", body, parse, "batch")
+
+
+def _method(add: Callable[..., BatchOps], source: Callable[..., Any], doc: str) -> Any:
+    """``add`` as the batch method named like ``source``, with ``source``'s parameters
+    (``self`` first), returning the batch, documented by ``doc``."""
+    params = list(inspect.signature(source).parameters.values())
+    if not params or params[0].name != "self":
+        params.insert(0, inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD))
+    add.__name__ = source.__name__
+    add.__qualname__ = f"BatchOps.{source.__name__}"
+    add.__doc__ = doc
+    add.__annotations__ = {**source.__annotations__, "return": "BatchOps"}
+    add.__signature__ = inspect.Signature(params, return_annotation="BatchOps")  # type: ignore[attr-defined]
+    return add
+
+
+def _from_client(
+    operation: Callable[Concatenate[Any, P], Any], doc: str
+) -> Callable[Concatenate[BatchOps, P], BatchOps]:
+    """The batch method of a client write ``operation``: the operation itself, whose
+    ``self._write(op, ns, idempotency_key)`` adds the op to the batch."""
+
+    def add(self: BatchOps, *args: P.args, **kwargs: P.kwargs) -> BatchOps:
+        return operation(self, *args, **kwargs)
+
+    return _method(add, operation, doc)
+
+
+def _from_ops(
+    build: Callable[P, dict[str, Any]], doc: str
+) -> Callable[Concatenate[BatchOps, P], BatchOps]:
+    """The batch method adding the read op ``build`` (an :class:`Ops` builder) makes."""
+
+    def add(self: BatchOps, *args: P.args, **kwargs: P.kwargs) -> BatchOps:
+        op = build(*args, **kwargs)
+        return self._add(op, op.pop("ns", None))
+
+    return _method(add, build, doc)
 
 
 class BatchOps:
@@ -59,85 +107,18 @@ class BatchOps:
         self.ops.append(op)
         return self
 
-    def put(
-        self,
-        key: str,
-        value: Any,
-        *,
-        ns: str | None = None,
-        idempotency_key: str | None = None,
-        prev_kv: bool = False,
-    ) -> BatchOps:
-        """Add a put; its result is a WriteResult."""
-        return self._add(Ops.put(key, value, prev_kv=prev_kv), ns, idempotency_key)
+    _write = _add  # what the clients' write operations call with their op
 
-    def get(self, key: str, *, ns: str | None = None, revision: int | None = None) -> BatchOps:
-        """Add a get; its result is a KeyValue, or None if the key is missing."""
-        return self._add(Ops.get(key, revision=revision), ns)
-
-    def delete(
-        self,
-        key: str,
-        *,
-        ns: str | None = None,
-        prefix: bool = False,
-        idempotency_key: str | None = None,
-        prev_kv: bool = False,
-    ) -> BatchOps:
-        """Add a delete; its result is a DeleteResult."""
-        return self._add(Ops.delete(key, prefix=prefix, prev_kv=prev_kv), ns, idempotency_key)
-
-    def range(
-        self,
-        prefix: str | None = None,
-        *,
-        start: str | None = None,
-        end: str | None = None,
-        limit: int | None = None,
-        ns: str | None = None,
-        revision: int | None = None,
-        keys_only: bool = False,
-    ) -> BatchOps:
-        """Add a range read; its result is a RangeResult."""
-        op = Ops.range(
-            prefix, start=start, end=end, limit=limit, revision=revision, keys_only=keys_only
-        )
-        return self._add(op, ns)
-
-    def cas(
-        self,
-        key: str,
-        value: Any,
-        *,
-        expect_version: int | None = None,
-        expect_mod_revision: int | None = None,
-        must_not_exist: bool = False,
-        ns: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> BatchOps:
-        """Add a compare-and-swap; its result is a WriteResult, or a Conflict instance
-        (not raised) if the expectation did not hold."""
-        op = {
-            "op": "cas",
-            "key": check_key(key),
-            "value": encode_value(value),
-            "expect": cas_expect(expect_version, expect_mod_revision, must_not_exist),
-        }
-        return self._add(op, ns, idempotency_key)
-
-    def txn(
-        self,
-        compare: Iterable[Mapping[str, Any]],
-        success: Iterable[Mapping[str, Any]],
-        failure: Iterable[Mapping[str, Any]] = (),
-        *,
-        ns: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> BatchOps:
-        """Add a txn; its result is a TxnResult."""
-        op = {"op": "txn"}
-        op.update(txn_body(None, compare, success, failure))
-        return self._add(op, ns, idempotency_key)
+    put = _from_client(Commands.put, "Add a put; its result is a WriteResult.")
+    get = _from_ops(Ops.get, "Add a get; its result is a KeyValue, or None if the key is missing.")
+    delete = _from_client(Commands.delete, "Add a delete; its result is a DeleteResult.")
+    range = _from_ops(Ops.range, "Add a range read; its result is a RangeResult.")
+    cas = _from_client(
+        Commands.cas,
+        "Add a compare-and-swap; its result is a WriteResult, or a Conflict instance\n"
+        "(not raised) if the expectation did not hold.",
+    )
+    txn = _from_client(Commands.txn, "Add a txn; its result is a TxnResult.")
 
     def add(self, op: Mapping[str, Any]) -> BatchOps:
         """Add a raw op dict in the wire shape (``{"op": "put", "key": ..., ...}``)."""
@@ -147,3 +128,18 @@ class BatchOps:
     def request(self) -> Request:
         """The POST /v1/batch request for the ops collected so far."""
         return batch_request(self.ops, ns=self.ns, consistency=self.consistency)
+
+
+class ClientBatch(BatchOps):
+    """Ops collected for one POST /v1/batch; see :meth:`Commands.batch`.
+
+    Attributes:
+        results: after sending, one entry per op: its result (WriteResult,
+            DeleteResult, KeyValue or None, RangeResult, TxnResult) or the
+            StatekeeperError instance for an op that failed.
+    """
+
+    def __init__(self, client: Any, ns: str, consistency: str | None = None) -> None:
+        super().__init__(ns, consistency)
+        self._client = client
+        self.results: list[Any] | None = None

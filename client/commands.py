@@ -9,6 +9,11 @@ returns::
     def compact(self, revision: int, *, idempotency_key: str | None = None) -> CompactResult:
         return self._execute(compact_request(revision, idempotency_key=idempotency_key))
 
+A write that a batch also takes (put, delete, cas, txn) builds its op (client/ops.py) and
+hands it to ``self._write(op, ns, idempotency_key)`` instead: a client sends it, a batch
+(client/batch_ops.py) adds it and returns itself, so the batch's method is this one too,
+with the same parameters (as a pipeline and a client share each command in redis-py).
+
 :class:`client.Client` runs the call in ``_execute`` and returns the result: its
 ``compact`` is the method above. :class:`AsyncCommands` (the base of
 :class:`client.AsyncClient`) has, for every ``@command``, a coroutine function that awaits
@@ -22,29 +27,28 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .base import BaseClient, command, paged
-from .batch_ops import BatchOps
 from .kv_requests import (
     MISSING,
-    cas_request,
     compact_request,
-    delete_request,
     get_request,
-    put_request,
     range_request,
     scan_next,
     status_request,
-    txn_request,
+    write_request,
 )
-from .ops import compare, ops
+from .ops import Ops, cas_op, compare, ops, txn_op
 from .results import CompactResult, DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
 from .wire import Request
 
-__all__ = ["AsyncCommands", "ClientBatch", "Commands", "ScanPages"]
+if TYPE_CHECKING:
+    from .batch_ops import BatchOps
 
-BatchT = TypeVar("BatchT", bound=BatchOps)
+__all__ = ["AsyncCommands", "Commands", "ScanPages"]
+
+BatchT = TypeVar("BatchT", bound="BatchOps")
 
 
 class ScanPages:
@@ -92,6 +96,10 @@ class Commands(BaseClient, Generic[BatchT]):
     def _iterate(self, pages: ScanPages) -> Any:
         raise NotImplementedError
 
+    def _write(self, op: dict[str, Any], ns: str | None, idempotency_key: str | None) -> Any:
+        """Send the write ``op`` (the result, or an awaitable of it on an AsyncClient)."""
+        return self._execute(write_request(op, self._ns(ns), idempotency_key))
+
     @command
     def put(
         self,
@@ -120,9 +128,7 @@ class Commands(BaseClient, Generic[BatchT]):
             Unavailable, Timeout: no node could apply it in time (after retries); for a
                 Timeout the write may still happen, retry with ``err.idempotency_key``.
         """
-        return self._execute(
-            put_request(self._ns(ns), key, value, idempotency_key=idempotency_key, prev_kv=prev_kv)
-        )
+        return self._write(Ops.put(key, value, prev_kv=prev_kv), ns, idempotency_key)
 
     @command
     def get(
@@ -192,11 +198,7 @@ class Commands(BaseClient, Generic[BatchT]):
         Returns:
             DeleteResult(revision, deleted, prev_kvs).
         """
-        return self._execute(
-            delete_request(
-                self._ns(ns), key, prefix=prefix, prev_kv=prev_kv, idempotency_key=idempotency_key
-            )
-        )
+        return self._write(Ops.delete(key, prefix=prefix, prev_kv=prev_kv), ns, idempotency_key)
 
     @command
     def range(
@@ -308,17 +310,8 @@ class Commands(BaseClient, Generic[BatchT]):
                 KeyValue (None if it does not exist). Nothing was written.
             InvalidRequest: not exactly one expectation given, or bad arguments.
         """
-        return self._execute(
-            cas_request(
-                self._ns(ns),
-                key,
-                value,
-                expect_version=expect_version,
-                expect_mod_revision=expect_mod_revision,
-                must_not_exist=must_not_exist,
-                idempotency_key=idempotency_key,
-            )
-        )
+        op = cas_op(key, value, expect_version, expect_mod_revision, must_not_exist)
+        return self._write(op, ns, idempotency_key)
 
     @command
     def txn(
@@ -349,9 +342,7 @@ class Commands(BaseClient, Generic[BatchT]):
         Returns:
             TxnResult(succeeded, revision, results), one result per op of the branch run.
         """
-        return self._execute(
-            txn_request(self._ns(ns), compare, success, failure, idempotency_key=idempotency_key)
-        )
+        return self._write(txn_op(compare, success, failure), ns, idempotency_key)
 
     def batch(self, *, ns: str | None = None, consistency: str | None = None) -> BatchT:
         """Collect several ops and send them in one request (POST /v1/batch).
@@ -411,18 +402,3 @@ class AsyncCommands(Commands[BatchT]):
     coroutine function and every ``@paged`` one an async generator function (see the
     module docstring); ``_execute`` returns an awaitable and ``_iterate`` an async
     iterator."""
-
-
-class ClientBatch(BatchOps):
-    """Ops collected for one POST /v1/batch; see :meth:`Commands.batch`.
-
-    Attributes:
-        results: after sending, one entry per op: its result (WriteResult,
-            DeleteResult, KeyValue or None, RangeResult, TxnResult) or the
-            StatekeeperError instance for an op that failed.
-    """
-
-    def __init__(self, client: Any, ns: str, consistency: str | None = None) -> None:
-        super().__init__(ns, consistency)
-        self._client = client
-        self.results: list[Any] | None = None

@@ -1,32 +1,28 @@
 """The request of each single operation (put, get, delete, range, cas, txn, compact,
-status): its body, built once, and the ``parse`` that turns the answer into the result."""
+status): its body, built once from the op's fields (client/ops.py), and the ``parse`` that
+turns the answer into the result."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
-from .errors import Conflict, NotFound
-from .ops import cas_expect, range_body, txn_body
+from .errors import NotFound, StatekeeperError
+from .ops import Ops
 from .responses import (
-    cas_result,
     compact_result,
     decode_ok,
-    delete_result,
     error_from_response,
     malformed,
+    op_result,
     parse_kv,
     range_result,
-    txn_result,
-    write_result,
 )
-from .results import CompactResult, DeleteResult, RangeResult, TxnResult, WriteResult
+from .results import CompactResult, RangeResult
 from .wire import (
     GET_HEADERS,
     SERIALIZABLE,
     Request,
-    check_key,
-    encode_value,
     new_idempotency_key,
     post,
     read_options,
@@ -34,15 +30,12 @@ from .wire import (
 
 __all__ = [
     "MISSING",
-    "cas_request",
     "compact_request",
-    "delete_request",
     "get_request",
-    "put_request",
     "range_request",
     "scan_next",
     "status_request",
-    "txn_request",
+    "write_request",
 ]
 
 
@@ -57,29 +50,29 @@ MISSING: Final[Any] = _Missing()
 """Sentinel: "no default given" for :meth:`Client.get`."""
 
 
-def put_request(
-    ns: str,
-    key: str,
-    value: Any,
-    *,
-    idempotency_key: str | None = None,
-    prev_kv: bool = False,
-) -> Request:
-    """POST /v1/kv/put."""
+def _body(op: Mapping[str, Any], ns: str) -> dict[str, Any]:
+    """A single-op request's body: the op's fields (its name is in the path) in ``ns``."""
+    body = {k: v for k, v in op.items() if k != "op"}
+    body["ns"] = ns
+    return body
+
+
+def write_request(op: Mapping[str, Any], ns: str, idempotency_key: str | None = None) -> Request:
+    """POST /v1/kv/<op> for a put, delete, cas or txn op (built by client/ops.py), in
+    namespace ``ns``, with ``idempotency_key`` (a fresh one if None). ``parse`` returns the
+    op's result; a cas whose compare failed raises Conflict (with ``.current``)."""
+    name = op["op"]
     ik = idempotency_key or new_idempotency_key()
-    body: dict[str, Any] = {
-        "ns": ns,
-        "key": check_key(key),
-        "value": encode_value(value),
-        "idempotency_key": ik,
-    }
-    if prev_kv:
-        body["prev_kv"] = True
+    body = _body(op, ns)
+    body["idempotency_key"] = ik
 
-    def parse(status: int, ctype: str | None, raw: bytes) -> WriteResult:
-        return write_result(decode_ok(status, ctype, raw, ns), ns)
+    def parse(status: int, ctype: str | None, raw: bytes) -> Any:
+        out = op_result(op, decode_ok(status, ctype, raw, ns), ns)
+        if isinstance(out, StatekeeperError):
+            raise out
+        return out
 
-    return post("/v1/kv/put", body, parse, "put", ik)
+    return post(f"/v1/kv/{name}", body, parse, name, ik)
 
 
 def get_request(
@@ -93,8 +86,8 @@ def get_request(
 ) -> Request:
     """POST /v1/kv/get; ``parse`` returns a KeyValue, or ``default`` if the key is missing
     and a default was given, else raises NotFound."""
-    body: dict[str, Any] = {"ns": ns, "key": check_key(key)}
-    read_options(body, revision, consistency, min_revision)
+    body = _body(Ops.get(key, revision=revision), ns)
+    read_options(body, None, consistency, min_revision)
 
     def parse(status: int, ctype: str | None, raw: bytes) -> Any:
         if status == 404 and default is not MISSING:
@@ -118,105 +111,26 @@ def get_request(
     return post("/v1/kv/get", body, parse, "get")
 
 
-def delete_request(
-    ns: str,
-    key: str,
-    *,
-    prefix: bool = False,
-    prev_kv: bool = False,
-    idempotency_key: str | None = None,
-) -> Request:
-    """POST /v1/kv/delete."""
-    ik = idempotency_key or new_idempotency_key()
-    body: dict[str, Any] = {"ns": ns, "key": check_key(key), "idempotency_key": ik}
-    if prefix:
-        body["prefix"] = True
-    if prev_kv:
-        body["prev_kv"] = True
-
-    def parse(status: int, ctype: str | None, raw: bytes) -> DeleteResult:
-        return delete_result(decode_ok(status, ctype, raw, ns), ns)
-
-    return post("/v1/kv/delete", body, parse, "delete", ik)
-
-
 def range_request(
     ns: str,
     prefix: str | None = None,
     *,
-    start: str | None = None,
-    end: str | None = None,
-    limit: int | None = None,
     continuation: Any = None,
-    revision: int | None = None,
     consistency: str | None = None,
     min_revision: int | None = None,
-    keys_only: bool = False,
+    **fields: Any,
 ) -> Request:
-    """POST /v1/kv/range."""
-    body = range_body(
-        ns,
-        prefix,
-        start=start,
-        end=end,
-        limit=limit,
-        continuation=continuation,
-        keys_only=keys_only,
-    )
-    read_options(body, revision, consistency, min_revision)
+    """POST /v1/kv/range; ``fields`` are those of :meth:`Ops.range` (start, end, limit,
+    revision, keys_only)."""
+    body = _body(Ops.range(prefix, **fields), ns)
+    if continuation is not None:
+        body["continuation"] = continuation
+    read_options(body, None, consistency, min_revision)
 
     def parse(status: int, ctype: str | None, raw: bytes) -> RangeResult:
         return range_result(decode_ok(status, ctype, raw, ns), ns)
 
     return post("/v1/kv/range", body, parse, "range")
-
-
-def cas_request(
-    ns: str,
-    key: str,
-    value: Any,
-    *,
-    expect_version: int | None = None,
-    expect_mod_revision: int | None = None,
-    must_not_exist: bool = False,
-    idempotency_key: str | None = None,
-) -> Request:
-    """POST /v1/kv/cas; ``parse`` raises Conflict (with ``.current``) if the compare fails."""
-    ik = idempotency_key or new_idempotency_key()
-    body: dict[str, Any] = {
-        "ns": ns,
-        "key": check_key(key),
-        "value": encode_value(value),
-        "expect": cas_expect(expect_version, expect_mod_revision, must_not_exist),
-        "idempotency_key": ik,
-    }
-
-    def parse(status: int, ctype: str | None, raw: bytes) -> WriteResult:
-        out = cas_result(decode_ok(status, ctype, raw, ns), ns)
-        if isinstance(out, Conflict):
-            raise out
-        return out
-
-    return post("/v1/kv/cas", body, parse, "cas", ik)
-
-
-def txn_request(
-    ns: str,
-    compare: Iterable[Mapping[str, Any]],
-    success: Iterable[Mapping[str, Any]],
-    failure: Iterable[Mapping[str, Any]] = (),
-    *,
-    idempotency_key: str | None = None,
-) -> Request:
-    """POST /v1/kv/txn."""
-    ik = idempotency_key or new_idempotency_key()
-    body = txn_body(ns, compare, success, failure)
-    body["idempotency_key"] = ik
-
-    def parse(status: int, ctype: str | None, raw: bytes) -> TxnResult:
-        return txn_result(decode_ok(status, ctype, raw, ns), body, ns)
-
-    return post("/v1/kv/txn", body, parse, "txn", ik)
 
 
 def compact_request(revision: int, *, idempotency_key: str | None = None) -> Request:

@@ -1,6 +1,6 @@
-"""The fields of each op, as the wire wants them: :data:`ops` and :data:`compare` (the
-builders for txn branches and batches), and the bodies shared by the single-op requests,
-txn and batch (range, cas expectation, txn)."""
+"""The fields of each op, as the wire wants them, each built in one place: :data:`ops`
+and :data:`compare` (the builders for txn branches, also used by batches and the single-op
+requests), and :func:`cas_op` and :func:`txn_op` (the ops txn branches do not take)."""
 
 from __future__ import annotations
 
@@ -14,47 +14,13 @@ __all__ = [
     "Compare",
     "Ops",
     "cas_expect",
+    "cas_op",
     "compare",
     "norm_op",
     "ops",
-    "range_body",
     "txn_body",
+    "txn_op",
 ]
-
-
-def range_body(
-    ns: str | None,
-    prefix: str | None = None,
-    *,
-    start: str | None = None,
-    end: str | None = None,
-    limit: int | None = None,
-    continuation: Any = None,
-    revision: int | None = None,
-    keys_only: bool = False,
-) -> dict[str, Any]:
-    """The range op's fields (shared by range(), txn and batch)."""
-    body: dict[str, Any] = {} if ns is None else {"ns": ns}
-    if prefix is not None:
-        if start is not None or end is not None:
-            raise InvalidRequest(
-                "give either prefix or start/end, not both", code="invalid_argument"
-            )
-        body["prefix"] = check_key(prefix)
-    else:
-        if start is not None:
-            body["start"] = start
-        if end is not None:
-            body["end"] = end
-    if limit is not None:
-        body["limit"] = limit
-    if continuation is not None:
-        body["continuation"] = continuation
-    if revision is not None:
-        body["revision"] = revision
-    if keys_only:
-        body["keys_only"] = True
-    return body
 
 
 def cas_expect(
@@ -72,6 +38,33 @@ def cas_expect(
     if expect_mod_revision is not None:
         return {"mod_revision": expect_mod_revision}
     return {"exists": False}
+
+
+def cas_op(
+    key: str,
+    value: Any,
+    expect_version: int | None = None,
+    expect_mod_revision: int | None = None,
+    must_not_exist: bool = False,
+) -> dict[str, Any]:
+    """A cas op (for :meth:`Client.cas` and batches; a txn branch has no cas)."""
+    return {
+        "op": "cas",
+        "key": check_key(key),
+        "value": encode_value(value),
+        "expect": cas_expect(expect_version, expect_mod_revision, must_not_exist),
+    }
+
+
+def txn_op(
+    compare: Iterable[Mapping[str, Any]],
+    success: Iterable[Mapping[str, Any]],
+    failure: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """A txn op (for :meth:`Client.txn` and batches); see :func:`txn_body`."""
+    op: dict[str, Any] = {"op": "txn"}
+    op.update(txn_body(None, compare, success, failure))
+    return op
 
 
 def txn_body(
@@ -157,18 +150,26 @@ class Ops:
         keys_only: bool = False,
     ) -> dict[str, Any]:
         """A range op; its result is a RangeResult (``revision``: batch() only, as for get)."""
-        op = {"op": "range"}
-        op.update(
-            range_body(
-                ns,
-                prefix,
-                start=start,
-                end=end,
-                limit=limit,
-                revision=revision,
-                keys_only=keys_only,
-            )
-        )
+        op: dict[str, Any] = {"op": "range"}
+        if ns is not None:
+            op["ns"] = ns
+        if prefix is not None:
+            if start is not None or end is not None:
+                raise InvalidRequest(
+                    "give either prefix or start/end, not both", code="invalid_argument"
+                )
+            op["prefix"] = check_key(prefix)
+        else:
+            if start is not None:
+                op["start"] = start
+            if end is not None:
+                op["end"] = end
+        if limit is not None:
+            op["limit"] = limit
+        if revision is not None:
+            op["revision"] = revision
+        if keys_only:
+            op["keys_only"] = True
         return op
 
 

@@ -17,7 +17,8 @@ from urllib3.exceptions import ConnectTimeoutError, HTTPError, ReadTimeoutError
 from urllib3.util import parse_url
 
 from .base import Answer, Plan
-from .commands import ClientBatch, Commands, ScanPages
+from .batch_ops import ClientBatch
+from .commands import Commands, ScanPages
 from .responses import connection_error
 from .results import KeyValue
 from .retry import Backoff

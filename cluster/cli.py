@@ -262,6 +262,25 @@ def check_node_id(cfg: ClusterConfig, node_id: str) -> str:
     return node_id
 
 
+def load_node(args: argparse.Namespace) -> tuple[LocalCluster, str]:
+    """The cluster of --config and the NODE_ID argument, checked against its config."""
+    lc = load_cluster(args)
+    return lc, check_node_id(lc.config, args.node_id)
+
+
+def signal_node(
+    args: argparse.Namespace, send: Callable[[LocalCluster, str], object], done: str
+) -> int:
+    """``send(cluster, NODE_ID)`` (a SIGSTOP or SIGCONT), then say ``NODE_ID <done>``."""
+    lc, nid = load_node(args)
+    try:
+        send(lc, nid)
+    except SupervisorError as e:
+        raise UserError(str(e)) from None
+    say(f"{nid} {done}")
+    return EXIT_OK
+
+
 def collect_status(lc: LocalCluster) -> list[dict[str, Any]]:
     """One row per node: id, url, pid, running, and its /v1/status answer (or None)."""
     rows = []
@@ -472,8 +491,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 )
 def cmd_start(args: argparse.Namespace) -> int:
     """Start one node (e.g. after 'cluster kill') and wait until it is live and ready."""
-    lc = load_cluster(args)
-    nid = check_node_id(lc.config, args.node_id)
+    lc, nid = load_node(args)
     if lc.is_running(nid):
         say(f"{nid} is already running (pid {lc.pid(nid)})")
         return EXIT_OK
@@ -490,8 +508,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 )
 def cmd_restart(args: argparse.Namespace) -> int:
     """Restart one node: SIGTERM, wait for it to exit, start it, wait until ready."""
-    lc = load_cluster(args)
-    nid = check_node_id(lc.config, args.node_id)
+    lc, nid = load_node(args)
     lc.restart_node(nid, stop_timeout=args.stop_timeout, ready_timeout=args.timeout)
     return EXIT_OK
 
@@ -506,8 +523,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 def cmd_kill(args: argparse.Namespace) -> int:
     """Kill one node with SIGKILL, as a crash would. Its data stays; bring it back
     with 'statekeeper cluster start NODE_ID'."""
-    lc = load_cluster(args)
-    nid = check_node_id(lc.config, args.node_id)
+    lc, nid = load_node(args)
     if not lc.kill_node(nid):
         say(f"{nid} was not running")
     return EXIT_OK
@@ -523,14 +539,7 @@ def cmd_kill(args: argparse.Namespace) -> int:
 def cmd_pause(args: argparse.Namespace) -> int:
     """Freeze one node with SIGSTOP, like a long GC pause or a hung VM. The others
     elect a new leader if it was leading. Undo with 'statekeeper cluster resume'."""
-    lc = load_cluster(args)
-    nid = check_node_id(lc.config, args.node_id)
-    try:
-        lc.pause_node(nid)
-    except SupervisorError as e:
-        raise UserError(str(e)) from None
-    say(f"{nid} paused")
-    return EXIT_OK
+    return signal_node(args, LocalCluster.pause_node, "paused")
 
 
 @command(
@@ -542,14 +551,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
 )
 def cmd_resume(args: argparse.Namespace) -> int:
     """Let a node paused with 'statekeeper cluster pause' run again."""
-    lc = load_cluster(args)
-    nid = check_node_id(lc.config, args.node_id)
-    try:
-        lc.resume_node(nid)
-    except SupervisorError as e:
-        raise UserError(str(e)) from None
-    say(f"{nid} resumed")
-    return EXIT_OK
+    return signal_node(args, LocalCluster.resume_node, "resumed")
 
 
 @command(

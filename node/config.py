@@ -26,7 +26,8 @@ from typing import Any
 import msgspec
 import tomli_w
 
-FSYNC_MODES = ("always", "never")
+# The journal owns what the fsync modes mean; cluster/ and chaos/ take them from here.
+from node.journal import FSYNC_MODES
 
 
 class ConfigError(ValueError):

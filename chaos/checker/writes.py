@@ -132,7 +132,7 @@ def lost_writes(
         fv = _freeze(final)
         ws = writers.get((key, fv), [])
         from_initial = _freeze(initial.get(key)) == fv
-        flagged: set[int] = set()
+        why: dict[int, tuple[Op, str]] = {}  # id(op) -> (op, why it is lost), first reason
         if not ws and not from_initial:
             lost.append(LostWrite(key, None, final, "final value was never written"))
         else:
@@ -141,34 +141,24 @@ def lost_writes(
             )
             for op, _v in acked[key]:
                 if op.invoke_time > newest:
-                    flagged.add(id(op))
-                    lost.append(
-                        LostWrite(
-                            key,
-                            op,
-                            final,
-                            f"acknowledged write #{op.id} started after every write of the "
-                            f"final value {_fmt(final)} had completed",
-                        )
+                    why[id(op)] = (
+                        op,
+                        f"acknowledged write #{op.id} started after every write of the "
+                        f"final value {_fmt(final)} had completed",
                     )
         mod_rev = (final_revisions or {}).get(key)
-        if mod_rev is None or final is None:
-            continue  # an absent key has no mod_revision to compare with
-        for op, _v in acked[key]:
-            rev = op.output.get("revision")
-            if op.f == "delete" and not op.output.get("deleted"):
-                continue  # a delete of nothing reports the current revision, wrote nothing
-            if isinstance(rev, int) and rev > mod_rev and id(op) not in flagged:
-                flagged.add(id(op))
-                lost.append(
-                    LostWrite(
-                        key,
-                        op,
-                        final,
+        if mod_rev is not None and final is not None:  # an absent key has no mod_revision
+            for op, _v in acked[key]:
+                rev = op.output.get("revision")
+                if op.f == "delete" and not op.output.get("deleted"):
+                    continue  # a delete of nothing reports the current revision, wrote nothing
+                if isinstance(rev, int) and rev > mod_rev:
+                    reason = (
                         f"acknowledged write #{op.id} at revision {rev} but the final kv "
-                        f"has mod_revision {mod_rev}",
+                        f"has mod_revision {mod_rev}"
                     )
-                )
+                    why.setdefault(id(op), (op, reason))
+        lost.extend(LostWrite(key, op, final, reason) for op, reason in why.values())
     return lost
 
 

@@ -152,20 +152,32 @@ class _Proxy(Fault):
             ctx.proxies.heal()
 
 
-class ProxyLatency(_Proxy):
-    name = "proxy-latency"
-    description = (
-        "latency 120 ms +- 80 ms jitter on every raft link, 50 ms +- 50 ms on every client link"
-    )
+class _EveryLinkToxic(_Proxy):
+    """One toxic on every raft link and every client link; subclasses only name it."""
+
+    toxic: str = ""
+    raft_attributes: dict[str, int] = {}
+    client_attributes: dict[str, int] = {}
+    what: str = ""
 
     def start(self, ctx: FaultContext) -> str:
         net = self.net(ctx)
         for a, b in self.all_links(ctx):
-            net.degrade_link(a, b, "latency", latency=120, jitter=80)
+            net.degrade_link(a, b, self.toxic, **self.raft_attributes)
         for i in net.client:
-            net.degrade_client(i, "latency", latency=50, jitter=50)
+            net.degrade_client(i, self.toxic, **self.client_attributes)
         ctx.mark()
-        return "latency toxics on every link"
+        return f"{self.what} on every link"
+
+
+class ProxyLatency(_EveryLinkToxic):
+    name = "proxy-latency"
+    description = (
+        "latency 120 ms +- 80 ms jitter on every raft link, 50 ms +- 50 ms on every client link"
+    )
+    toxic, what = "latency", "latency toxics"
+    raft_attributes = {"latency": 120, "jitter": 80}
+    client_attributes = {"latency": 50, "jitter": 50}
 
 
 class _LeaderLinkToxic(_Proxy):
@@ -241,38 +253,25 @@ class ProxySlowClose(_Proxy):
                 ctx.restart(self.victim)
 
 
-class ProxyLimitData(_Proxy):
+class ProxyLimitData(_EveryLinkToxic):
     name = "proxy-limit-data"
     description = (
         "limit_data toxic: every raft connection is closed after 32 KiB and every client "
         "connection after 64 KiB (constant reconnects, cut-off messages)"
     )
-
-    def start(self, ctx: FaultContext) -> str:
-        net = self.net(ctx)
-        for a, b in self.all_links(ctx):
-            net.degrade_link(a, b, "limit_data", bytes=32 * 1024)
-        for i in net.client:
-            net.degrade_client(i, "limit_data", bytes=64 * 1024)
-        ctx.mark()
-        return "limit_data on every link"
+    toxic = what = "limit_data"
+    raft_attributes = {"bytes": 32 * 1024}
+    client_attributes = {"bytes": 64 * 1024}
 
 
-class ProxySlicer(_Proxy):
+class ProxySlicer(_EveryLinkToxic):
     name = "proxy-slicer"
     description = (
         "slicer toxic on every raft and client link: the byte stream arrives in ~64-byte "
         "pieces, 0.2 ms apart (message framing under fragmentation)"
     )
-
-    def start(self, ctx: FaultContext) -> str:
-        net = self.net(ctx)
-        for a, b in self.all_links(ctx):
-            net.degrade_link(a, b, "slicer", average_size=64, size_variation=32, delay=200)
-        for i in net.client:
-            net.degrade_client(i, "slicer", average_size=64, size_variation=32, delay=200)
-        ctx.mark()
-        return "slicer on every link"
+    toxic = what = "slicer"
+    raft_attributes = client_attributes = {"average_size": 64, "size_variation": 32, "delay": 200}
 
 
 class ProxyDown(_Proxy):

@@ -535,27 +535,24 @@ class LazyCore:
         self.pending.append(Op(self._seq, kind, dino, node, parent, name, replaced))
 
     def create(self, parent: Node, name: str, mode: int, uid: int, gid: int) -> Node:
-        self._check_new_name(parent, name)
-        kids = self.children(parent)
-        if name in kids:
-            raise _err(errno.EEXIST, name)
-        n = self._new_node(stat.S_IFREG | stat.S_IMODE(mode), uid, gid)
-        n.parent, n.name = parent, name
-        kids[name] = n
-        parent.mtime_ns = parent.ctime_ns = n.ctime_ns
-        self._record("create", {parent}, n, parent=parent, name=name)
-        return n
+        return self._new_entry("create", stat.S_IFREG, parent, name, mode, uid, gid)
 
     def mkdir(self, parent: Node, name: str, mode: int, uid: int, gid: int) -> Node:
+        return self._new_entry("mkdir", stat.S_IFDIR, parent, name, mode, uid, gid)
+
+    def _new_entry(
+        self, kind: str, file_type: int, parent: Node, name: str, mode: int, uid: int, gid: int
+    ) -> Node:
+        """A new file or directory (``file_type``) ``name`` in ``parent``, recorded as ``kind``."""
         self._check_new_name(parent, name)
         kids = self.children(parent)
         if name in kids:
             raise _err(errno.EEXIST, name)
-        n = self._new_node(stat.S_IFDIR | stat.S_IMODE(mode), uid, gid)
+        n = self._new_node(file_type | stat.S_IMODE(mode), uid, gid)
         n.parent, n.name = parent, name
         kids[name] = n
         parent.mtime_ns = parent.ctime_ns = n.ctime_ns
-        self._record("mkdir", {parent}, n, parent=parent, name=name)
+        self._record(kind, {parent}, n, parent=parent, name=name)
         return n
 
     def unlink(self, parent: Node, name: str) -> None:

@@ -11,6 +11,7 @@ import pytest
 from chaos.partition import Partitioner, available
 from client import Client, RetryPolicy, StatekeeperError
 from cluster.supervisor import LocalCluster
+from tests.integration.raft_harness import wait_for
 
 ok, why = available()
 pytestmark = [
@@ -27,18 +28,8 @@ def _status(lc: LocalCluster, node_id: str) -> dict:
     return st
 
 
-def _wait(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def test_partitioned_leader_steps_down_and_the_majority_keeps_serving(cluster: LocalCluster) -> None:
-    leader = _wait(cluster.leader_id, 10, "a leader")
+    leader = wait_for(cluster.leader_id, 10, "a leader")
     others = [n for n in cluster.node_ids if n != leader]
     no_retry = RetryPolicy.disabled()
     with Client(cluster.url(leader), retry=no_retry, timeout=10) as at_old, Client(
@@ -65,7 +56,7 @@ def test_partitioned_leader_steps_down_and_the_majority_keeps_serving(cluster: L
                 f"the old leader kept accepting reads for {answered_at} s"
             )
             assert _status(cluster, leader)["role"] != "leader"
-            new_leader = _wait(
+            new_leader = wait_for(
                 lambda: next((n for n in others if _status(cluster, n)["role"] == "leader"), None),
                 10,
                 "a new leader on the majority side",
@@ -79,7 +70,7 @@ def test_partitioned_leader_steps_down_and_the_majority_keeps_serving(cluster: L
 
 
 def test_node_returning_from_a_partition_does_not_depose_the_leader(cluster: LocalCluster) -> None:
-    leader = _wait(cluster.leader_id, 10, "a leader")
+    leader = wait_for(cluster.leader_id, 10, "a leader")
     term = _status(cluster, leader)["term"]
     follower = next(n for n in cluster.node_ids if n != leader)
     with Partitioner(cluster.config) as net:

@@ -32,16 +32,14 @@ from client import (
 from client.batch_ops import BatchOps
 from client.errors import error_class
 from client.kv_requests import (
-    cas_request,
     compact_request,
-    delete_request,
     get_request,
-    put_request,
     range_request,
     scan_next,
     status_request,
-    txn_request,
+    write_request,
 )
+from client.ops import cas_op, txn_op
 from client.responses import connection_error
 from client.retry import DEFAULT_RETRY, Backoff, Endpoints, Exchange, normalize_endpoint
 from client.wire import Request, new_idempotency_key
@@ -76,7 +74,7 @@ def err_body(code: str, **extra: Any) -> bytes:
 
 
 def test_put_request_shape_and_generated_key() -> None:
-    req = put_request("ns1", "k", "héllo")
+    req = write_request(ops.put("k", "héllo"), "ns1")
     assert (req.method, req.path) == ("POST", "/v1/kv/put")
     assert req.headers["Content-Type"] == MP and req.headers["Accept"] == MP
     body = body_of(req)
@@ -86,7 +84,7 @@ def test_put_request_shape_and_generated_key() -> None:
     ik = body["idempotency_key"]
     assert len(ik) == 32 and int(ik, 16) >= 0 and req.idempotency_key == ik
     assert "prev_kv" not in body
-    assert put_request("n", "k", b"v").idempotency_key != ik  # fresh per call
+    assert write_request(ops.put("k", b"v"), "n").idempotency_key != ik  # fresh per call
 
 
 def test_generated_keys_are_uuid4() -> None:
@@ -96,17 +94,17 @@ def test_generated_keys_are_uuid4() -> None:
 
 
 def test_caller_idempotency_key_and_flags() -> None:
-    body = body_of(put_request("n", "k", bytearray(b"v"), idempotency_key="mine", prev_kv=True))
+    body = body_of(write_request(ops.put("k", bytearray(b"v"), prev_kv=True), "n", "mine"))
     assert body["idempotency_key"] == "mine" and body["prev_kv"] is True and body["value"] == b"v"
-    body = body_of(delete_request("n", "pre/", prefix=True, idempotency_key="d"))
+    body = body_of(write_request(ops.delete("pre/", prefix=True), "n", "d"))
     assert body == {"ns": "n", "key": "pre/", "prefix": True, "idempotency_key": "d"}
 
 
 def test_value_and_key_types_are_checked() -> None:
     with pytest.raises(TypeError):
-        put_request("n", "k", 42)
+        ops.put("k", 42)
     with pytest.raises(TypeError):
-        put_request("n", b"k", b"v")  # type: ignore[arg-type]
+        ops.put(b"k", b"v")  # type: ignore[arg-type]
 
 
 def test_read_options() -> None:
@@ -143,21 +141,21 @@ def test_range_body() -> None:
 
 
 def test_cas_expectations() -> None:
-    assert body_of(cas_request("n", "k", b"v", expect_version=0))["expect"] == {"version": 0}
-    assert body_of(cas_request("n", "k", b"v", expect_mod_revision=7))["expect"] == {
-        "mod_revision": 7
-    }
-    assert body_of(cas_request("n", "k", b"v", must_not_exist=True))["expect"] == {"exists": False}
+    body = body_of(write_request(cas_op("k", b"v", expect_version=0), "n", "c"))
+    assert body == {
+        "ns": "n", "key": "k", "value": b"v", "expect": {"version": 0}, "idempotency_key": "c"
+    }  # fmt: skip
+    assert cas_op("k", b"v", expect_mod_revision=7)["expect"] == {"mod_revision": 7}
+    assert cas_op("k", b"v", must_not_exist=True)["expect"] == {"exists": False}
     for bad in ({}, {"expect_version": 1, "must_not_exist": True}):
         with pytest.raises(InvalidRequest):
-            cas_request("n", "k", b"v", **bad)
+            cas_op("k", b"v", **bad)
     with pytest.raises(ValueError):  # InvalidRequest is a ValueError too
-        cas_request("n", "k", b"v")
+        cas_op("k", b"v")
 
 
 def test_txn_builders_and_plain_dicts() -> None:
-    req = txn_request(
-        "n",
+    txn = txn_op(
         [
             compare.version("a") == 3,
             compare.mod_revision("b", ns="other") < 10,
@@ -173,9 +171,8 @@ def test_txn_builders_and_plain_dicts() -> None:
             {"op": "put", "key": "h", "value": "y"},
         ],
         [ops.get("a", ns="other"), ops.range("p/", limit=5)],
-        idempotency_key="t1",
     )
-    body = body_of(req)
+    body = body_of(write_request(txn, "n", "t1"))
     assert body["idempotency_key"] == "t1" and body["ns"] == "n"
     assert body["compare"] == [
         {"key": "a", "target": "version", "op": "==", "value": 3},
@@ -198,15 +195,14 @@ def test_txn_builders_and_plain_dicts() -> None:
     # inner ops never carry idempotency keys; only the txn does
     assert all("idempotency_key" not in o for o in body["success"] + body["failure"])
     with pytest.raises(TypeError):
-        txn_request("n", [compare.version("a")], [])  # forgot "== x"
+        txn_op([compare.version("a")], [])  # forgot "== x"
     with pytest.raises(TypeError):
-        txn_request("n", [], [{"key": "a"}])  # no op
+        txn_op([], [{"key": "a"}])  # no op
 
 
 def test_txn_result_parsing() -> None:
-    req = txn_request(
-        "n", [compare.version("a") == 0], [ops.put("a", "x"), ops.get("b")], [ops.range("p/")]
-    )
+    txn = txn_op([compare.version("a") == 0], [ops.put("a", "x"), ops.get("b")], [ops.range("p/")])
+    req = write_request(txn, "n")
     res = req.parse(
         200,
         MP,
@@ -324,11 +320,11 @@ def test_json_answers_are_understood() -> None:
 
 
 def test_write_results() -> None:
-    res = put_request("n", "k", b"v", prev_kv=True).parse(
+    res = write_request(ops.put("k", b"v", prev_kv=True), "n").parse(
         200, MP, pack({"revision": 3, "prev_kv": kvd(rev=2)})
     )
     assert res.revision == 3 and res.prev_kv.mod_revision == 2 and not res.replayed
-    res = delete_request("n", "k").parse(
+    res = write_request(ops.delete("k"), "n").parse(
         200, MP, pack({"revision": 4, "deleted": 2, "prev_kvs": [kvd("a"), kvd("b")]})
     )
     assert res.deleted == 2 and [kv.key for kv in res.prev_kvs] == ["a", "b"]
@@ -346,7 +342,7 @@ def test_write_results() -> None:
 
 
 def test_cas_conflict_carries_current() -> None:
-    req = cas_request("n", "k", b"v", expect_version=1)
+    req = write_request(cas_op("k", b"v", expect_version=1), "n")
     with pytest.raises(Conflict) as ei:
         req.parse(409, MP, err_body("compare_failed", kv=kvd(version=5), revision=9))
     assert (
@@ -510,7 +506,7 @@ def _drive(
 
 
 def test_retry_reuses_the_same_body_and_key_and_rotates() -> None:
-    req = put_request("n", "k", b"v")
+    req = write_request(ops.put("k", b"v"), "n")
     answers = [
         "connect",
         (503, {"error": {"code": "unavailable", "message": ""}}),
@@ -551,7 +547,7 @@ def test_non_retryable_errors_are_raised_at_once_and_keep_endpoint() -> None:
 
 
 def test_gives_up_after_max_attempts_with_key_attached() -> None:
-    req = put_request("n", "k", b"v", idempotency_key="ik")
+    req = write_request(ops.put("k", b"v"), "n", "ik")
     with pytest.raises(Unavailable) as ei:
         _drive(req, ["connect"] * 10, policy=RetryPolicy(max_attempts=4))
     assert ei.value.attempts == 4 and ei.value.idempotency_key == "ik"
