@@ -100,6 +100,15 @@ def _output_args(p: argparse.ArgumentParser, *, check_time_limit: float | None) 
         "recorded; 0 = one attempt per op (default: %(default)s)",
     )
     p.add_argument(
+        "--think-time",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="seconds each client waits between two ops; bounds the history's size for "
+        "long soaks, whose linearizability check grows faster than linearly with the ops "
+        "per key (default: %(default)s)",
+    )
+    p.add_argument(
         "--toxiproxy",
         choices=("subprocess", "in-process"),
         default="subprocess",
@@ -226,6 +235,7 @@ def _options(args: argparse.Namespace, fault: str, **phases: Any):
         keys=args.keys,
         debug_unsafe_reads=args.debug_unsafe_reads,
         op_deadline=args.op_deadline,
+        think_time=args.think_time,
         keep_data=args.keep_data,
         verbose=args.verbose,
         toxiproxy=args.toxiproxy,

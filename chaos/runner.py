@@ -104,6 +104,7 @@ class RunOptions:
     # Seconds one op may keep retrying (same idempotency key) before its outcome is
     # recorded; 0: one attempt per op, so the error rate shows every failed attempt.
     op_deadline: float = 8.0
+    think_time: float = 0.0  # seconds each client waits between two ops
     keep_data: bool = False
     verbose: bool = False
     progress_interval: float = 1.0
@@ -292,6 +293,7 @@ def _run(
             keys=opts.keys,
             seed=opts.seed,
             op_deadline=opts.op_deadline,
+            think_time=opts.think_time,
             **fault.workload_settings,
         )
         workload = Workload(
