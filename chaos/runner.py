@@ -167,6 +167,7 @@ def run_scenario(opts: RunOptions, say: Say = _say) -> RunResult:
             "warmup": warmup,
             "fault_window": window,
             "op_deadline": opts.op_deadline,
+            "think_time": opts.think_time,
             "debug_unsafe_reads": opts.debug_unsafe_reads,
             **({"failpoints": failpoint_spec(fault.failpoints)} if fault.failpoints else {}),
             **({"raft": fault.raft_settings} if fault.raft_settings else {}),
