@@ -51,14 +51,6 @@ def decode(payload: bytes) -> tuple[int, list[Any]]:
     raise EntryError('not a raft entry (want msgpack {"t": int, "ops": [op, ...]})')
 
 
-def stamp_of(buf: bytes) -> int | None:
-    """The time stamped in an entry, or in a command wrapping one near its start."""
-    pos = buf.find(STAMP_PREFIX, 0, _SEARCH)
-    if pos < 0:
-        return None
-    return _TIME.unpack_from(buf, pos + len(STAMP_PREFIX))[0]
-
-
 def restamp(buf: bytes, time_ms: int) -> bytes:
     """`buf` with the entry's time replaced by `time_ms`.
 

@@ -27,7 +27,6 @@ def test_restamp_inside_a_pysyncobj_command(t1: int, t2: int) -> None:
     func, (inner,) = pysyncobj_pickle.loads(restamped[1:])
     assert func == 0
     assert entry.decode(inner) == (t2, OPS)
-    assert entry.stamp_of(restamped) == t2
 
 
 def test_entries_of_the_old_layout_still_decode() -> None:
