@@ -24,18 +24,27 @@ from typing import TYPE_CHECKING, Any
 from .errors import (
     Compacted,
     Conflict,
+    ExpectationFailed,
     InvalidRequest,
     NotFound,
     StatekeeperError,
+    StreamNotFound,
     Timeout,
     Unavailable,
 )
 from .ops import Compare, Ops, compare, ops
 from .results import (
+    AppendedEvent,
+    AppendResult,
     CompactResult,
     DeleteResult,
+    Event,
     KeyValue,
     RangeResult,
+    StreamEvent,
+    StreamInfo,
+    StreamList,
+    StreamPage,
     TxnResult,
     WriteResult,
 )
@@ -46,6 +55,8 @@ if TYPE_CHECKING:
     from .aio import AsyncBatch, AsyncClient
 
 __all__ = [
+    "AppendResult",
+    "AppendedEvent",
     "AsyncBatch",
     "AsyncClient",
     "Batch",
@@ -55,6 +66,8 @@ __all__ = [
     "Compare",
     "Conflict",
     "DeleteResult",
+    "Event",
+    "ExpectationFailed",
     "InvalidRequest",
     "KeyValue",
     "NotFound",
@@ -62,6 +75,11 @@ __all__ = [
     "RangeResult",
     "RetryPolicy",
     "StatekeeperError",
+    "StreamEvent",
+    "StreamInfo",
+    "StreamList",
+    "StreamNotFound",
+    "StreamPage",
     "Timeout",
     "TxnResult",
     "Unavailable",

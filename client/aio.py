@@ -15,10 +15,9 @@ from typing import Any
 
 from .aio_connection import Endpoint
 from .aio_transport import Pool
-from .base import Plan
+from .base import Pages, Plan
 from .batch_ops import ClientBatch
-from .commands import AsyncCommands, ScanPages
-from .results import KeyValue
+from .commands import AsyncCommands
 from .retry import Backoff
 
 __all__ = ["AsyncBatch", "AsyncClient"]
@@ -96,10 +95,10 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
         except StopIteration as done:
             return done.value
 
-    async def _iterate(self, pages: ScanPages) -> AsyncIterator[KeyValue]:
+    async def _iterate(self, pages: Pages) -> AsyncIterator[Any]:
         for request in pages:
-            for kv in pages.kvs(await self._execute(request)):
-                yield kv
+            for item in pages.items(await self._execute(request)):
+                yield item
 
     async def close(self) -> None:
         """Close the connections. The client cannot be used afterwards."""

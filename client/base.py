@@ -16,6 +16,9 @@ ask and when to look for the leader are written once, here.
 The decorators :class:`command` and :class:`paged` mark the operations of
 :class:`commands.Commands` and make each one, defined once, a plain method (generator
 function) on Client and a coroutine function (async generator function) on AsyncClient.
+A ``@paged`` operation returns ``self._iterate(pages)``: ``pages`` is a sans-IO
+:class:`Pages` (iterate it for the next request, hand each answer to ``pages.items``),
+which may be endless (a stream subscription).
 """
 
 from __future__ import annotations
@@ -24,17 +27,27 @@ import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator, Sequence
 from types import MethodType
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeAlias, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeAlias,
+    TypeVar,
+    overload,
+)
 
 from .errors import StatekeeperError
-from .kv_requests import status_request
+from .kv_requests import scan_next, status_request
 from .retry import DEFAULT_RETRY, Backoff, Endpoints, Exchange, RetryPolicy, normalize_endpoint
 from .wire import CONSISTENCY_LEVELS, DEFAULT_ENDPOINT, Request
 
 if TYPE_CHECKING:
     from .commands import AsyncCommands
 
-__all__ = ["Answer", "Attempt", "BaseClient", "Plan", "command", "paged"]
+__all__ = ["Answer", "Attempt", "BaseClient", "Pages", "Plan", "ScanPages", "command", "paged"]
 
 Attempt: TypeAlias = tuple[str, Request, float]
 """A step of a plan: send the request to the URL, with this timeout (seconds)."""
@@ -42,6 +55,53 @@ Answer: TypeAlias = tuple[int, str | None, bytes] | StatekeeperError
 """What an attempt came to: (status, content type, body), or the transport's failure."""
 Plan: TypeAlias = Generator[Attempt | Backoff, Answer, Any]
 """One call, sans-IO (see the module docstring)."""
+
+
+class Pages(Protocol):
+    """The requests of a ``@paged`` operation, sans-IO: ``next(pages)`` is the next page's
+    request (StopIteration: done), ``pages.items(answer)`` the items of its answer, called
+    before the next request is asked for."""
+
+    def __iter__(self) -> Iterator[Request]: ...
+
+    def __next__(self) -> Request: ...
+
+    def items(self, page: Any) -> list[Any]: ...
+
+
+class ScanPages:
+    """The page requests of one scan (range pages, or read_stream pages), sans-IO: see
+    :class:`Pages`. Later pages are read at the first page's revision (see
+    :func:`kv_requests.scan_next`); ``items_of`` picks a page's items (default: ``kvs``)."""
+
+    __slots__ = ("_items_of", "_last", "_make", "_read")
+
+    def __init__(
+        self,
+        make: Callable[..., Request],
+        read: dict[str, Any],
+        items_of: Callable[[Any], list[Any]] = lambda page: page.kvs,
+    ) -> None:
+        self._make = make  # the page request, given the read options
+        self._read = read  # the read options of the next page
+        self._items_of = items_of
+        self._last: Any = None
+
+    def __iter__(self) -> ScanPages:
+        return self
+
+    def __next__(self) -> Request:
+        if self._last is not None:
+            read = scan_next(self._last)
+            if read is None:
+                raise StopIteration
+            self._read, self._last = read, None
+        return self._make(**self._read)
+
+    def items(self, page: Any) -> list[Any]:
+        """The items of ``page``, the answer to the last request."""
+        self._last = page
+        return self._items_of(page)
 
 
 class BaseClient:
@@ -111,7 +171,8 @@ class BaseClient:
         if self._closed:
             raise RuntimeError(f"{type(self).__name__} is closed")
         if endpoint is not None:
-            return (yield from self._once(normalize_endpoint(endpoint), request, self.timeout))
+            url = normalize_endpoint(endpoint)
+            return (yield from self._once(url, request, self.timeout + request.wait))
         if self._leader_stale:
             yield from self._discover_leader()
         ex = Exchange(request, self._endpoints, self.retry, self.timeout)

@@ -1,10 +1,11 @@
 """One POST /v1/batch: :class:`BatchOps` collects the ops, :func:`batch_request` sends
 them and parses one result per op.
 
-A batch declares none of its ops' parameters: its writes (put, delete, cas, txn) are the
-clients' own operations (:class:`commands.Commands`, whose ``self._write`` adds the op
-here instead of sending it), and its reads (get, range) take the parameters of the txn
-branch builders (:class:`ops.Ops`), as a batch sets the read consistency once for all.
+A batch declares none of its ops' parameters: its writes (put, delete, cas, txn, append)
+are the clients' own operations (:class:`commands.Commands`, whose ``self._write`` adds the
+op here instead of sending it), and its reads (get, range, read_stream, stream_info,
+list_streams) take the parameters of the op builders (:class:`ops.Ops`), as a batch sets
+the read consistency once for all.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .wire import Request, new_idempotency_key, post, read_options
 
 __all__ = ["BatchOps", "ClientBatch", "batch_request"]
 
-_WRITE_OPS: Final = frozenset({"put", "delete", "cas", "txn", "compact"})
+_WRITE_OPS: Final = frozenset({"put", "delete", "cas", "txn", "compact", "append"})
 
 P = ParamSpec("P")
 
@@ -119,6 +120,19 @@ class BatchOps:
         "(not raised) if the expectation did not hold.",
     )
     txn = _from_client(Commands.txn, "Add a txn; its result is a TxnResult.")
+    append = _from_client(
+        Commands.append,
+        "Add a stream append; its result is an AppendResult, or an ExpectationFailed\n"
+        "instance (not raised) if ``expect`` did not hold.",
+    )
+    read_stream = _from_ops(
+        Ops.read_stream, "Add a stream read (no long poll); its result is a StreamPage."
+    )
+    stream_info = _from_ops(
+        Ops.stream_info,
+        "Add a stream_info; its result is a StreamInfo, or a StreamNotFound instance.",
+    )
+    list_streams = _from_ops(Ops.list_streams, "Add a list_streams; its result is a StreamList.")
 
     def add(self, op: Mapping[str, Any]) -> BatchOps:
         """Add a raw op dict in the wire shape (``{"op": "put", "key": ..., ...}``)."""
@@ -135,8 +149,9 @@ class ClientBatch(BatchOps):
 
     Attributes:
         results: after sending, one entry per op: its result (WriteResult,
-            DeleteResult, KeyValue or None, RangeResult, TxnResult) or the
-            StatekeeperError instance for an op that failed.
+            DeleteResult, KeyValue or None, RangeResult, TxnResult, AppendResult,
+            StreamPage, StreamInfo, StreamList) or the StatekeeperError instance for an
+            op that failed.
     """
 
     def __init__(self, client: Any, ns: str, consistency: str | None = None) -> None:

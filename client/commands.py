@@ -20,7 +20,8 @@ with the same parameters (as a pipeline and a client share each command in redis
 what the method returns (``await client.compact(...)``), and for every ``@paged``
 operation an async generator function (``async for kv in client.scan(...)``); the
 signature, docstring and annotations stay the method's. Adding an operation is one method
-here; ``tests/unit/test_client_api.py`` checks that both clients keep the same API.
+here (or in client/stream_commands.py for streams, inherited by :class:`Commands`);
+``tests/unit/test_client_api.py`` checks that both clients keep the same API.
 """
 
 from __future__ import annotations
@@ -29,19 +30,18 @@ import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .base import BaseClient, command, paged
+from .base import Pages, ScanPages, command, paged
 from .kv_requests import (
     MISSING,
     compact_request,
     get_request,
     range_request,
-    scan_next,
     status_request,
     write_request,
 )
 from .ops import Ops, cas_op, compare, ops, txn_op
 from .results import CompactResult, DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
-from .wire import Request
+from .stream_commands import StreamCommands
 
 if TYPE_CHECKING:
     from .batch_ops import BatchOps
@@ -51,40 +51,13 @@ __all__ = ["AsyncCommands", "Commands", "ScanPages"]
 BatchT = TypeVar("BatchT", bound="BatchOps")
 
 
-class ScanPages:
-    """The range requests of one scan, sans-IO: iterate it for the next page's request and
-    pass each page to :meth:`kvs` before asking for the next one. Later pages are read at
-    the first page's revision (see :func:`kv_requests.scan_next`)."""
-
-    __slots__ = ("_last", "_make", "_read")
-
-    def __init__(self, make: Callable[..., Request], read: dict[str, Any]) -> None:
-        self._make = make  # the range request, given the read options
-        self._read = read  # the read options of the next page
-        self._last: RangeResult | None = None
-
-    def __iter__(self) -> ScanPages:
-        return self
-
-    def __next__(self) -> Request:
-        if self._last is not None:
-            read = scan_next(self._last)
-            if read is None:
-                raise StopIteration
-            self._read, self._last = read, None
-        return self._make(**self._read)
-
-    def kvs(self, page: RangeResult) -> list[KeyValue]:
-        """The KeyValues of ``page``, the answer to the last request."""
-        self._last = page
-        return page.kvs
-
-
-class Commands(BaseClient, Generic[BatchT]):
-    """The operations of both clients. Each builds its request and returns
+class Commands(StreamCommands, Generic[BatchT]):
+    """The operations of both clients (the stream ones come from
+    :class:`stream_commands.StreamCommands`). Each builds its request and returns
     ``self._execute(request)`` (see :class:`base.BaseClient`). A transport subclass
-    implements what BaseClient asks for, ``_iterate(pages)`` (run a :class:`ScanPages`,
-    yielding its KeyValues) and sets ``_batch_type`` (what :meth:`batch` returns)."""
+    implements what BaseClient asks for, ``_iterate(pages)`` (run a :class:`base.Pages`,
+    yielding the items of its pages) and sets ``_batch_type`` (what :meth:`batch`
+    returns)."""
 
     ops = ops
     """Op builders for :meth:`txn` branches: ``client.ops.put(key, value)`` etc."""
@@ -93,7 +66,7 @@ class Commands(BaseClient, Generic[BatchT]):
 
     _batch_type: Callable[[Any, str, str | None], BatchT]
 
-    def _iterate(self, pages: ScanPages) -> Any:
+    def _iterate(self, pages: Pages) -> Any:
         raise NotImplementedError
 
     def _write(self, op: dict[str, Any], ns: str | None, idempotency_key: str | None) -> Any:
@@ -390,9 +363,10 @@ class Commands(BaseClient, Generic[BatchT]):
 
 def _awaited(cls: type[AsyncCommands[Any]]) -> type[AsyncCommands[Any]]:
     """Give ``cls`` the async form of every operation of :class:`Commands`."""
-    for name, op in vars(Commands).items():
-        if isinstance(op, command | paged):
-            setattr(cls, name, op.awaited())
+    for klass in reversed(Commands.__mro__):  # StreamCommands' operations too
+        for name, op in vars(klass).items():
+            if isinstance(op, command | paged):
+                setattr(cls, name, op.awaited())
     return cls
 
 

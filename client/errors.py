@@ -27,9 +27,11 @@ __all__ = [
     "CLIENT_CODES",
     "Compacted",
     "Conflict",
+    "ExpectationFailed",
     "InvalidRequest",
     "NotFound",
     "StatekeeperError",
+    "StreamNotFound",
     "Timeout",
     "Unavailable",
     "error_class",
@@ -117,6 +119,29 @@ class Conflict(StatekeeperError):
         self.current = current
 
 
+class ExpectationFailed(Conflict):
+    """A stream append's ``expect`` did not hold (``expectation_failed``, 409); nothing was
+    appended. ``current`` is None (streams have no KeyValue).
+
+    Attributes:
+        last_seq: the stream's last seq when the append was refused (0: no events).
+        exists: whether the stream exists.
+    """
+
+    @property
+    def last_seq(self) -> int:
+        value = self.details.get("last_seq")
+        return value if isinstance(value, int) else 0
+
+    @property
+    def exists(self) -> bool:
+        return bool(self.details.get("exists", False))
+
+
+class StreamNotFound(NotFound):
+    """``stream_info`` of a stream that does not exist (``stream_not_found``, 404)."""
+
+
 class Unavailable(StatekeeperError):
     """No node could serve the request: no leader, not ready, shutting down, or every
     connection attempt failed (after retries)."""
@@ -151,6 +176,9 @@ _BY_CODE: dict[str, type[StatekeeperError]] = {
     "key_not_found": NotFound,
     "not_found": NotFound,
     "compare_failed": Conflict,
+    "expectation_failed": ExpectationFailed,
+    "stream_not_found": StreamNotFound,
+    "too_many_events": InvalidRequest,
     "unavailable": Unavailable,
     "not_ready": Unavailable,
     "connection_failed": Unavailable,

@@ -1,6 +1,7 @@
 """The request of each single operation (put, get, delete, range, cas, txn, compact,
-status): its body, built once from the op's fields (client/ops.py), and the ``parse`` that
-turns the answer into the result."""
+status, and append): its body, built once from the op's fields (client/ops.py), and the
+``parse`` that turns the answer into the result. The stream reads' requests are in
+client/stream_requests.py."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ __all__ = [
     "MISSING",
     "compact_request",
     "get_request",
+    "op_body",
     "range_request",
     "scan_next",
     "status_request",
@@ -50,20 +52,25 @@ MISSING: Final[Any] = _Missing()
 """Sentinel: "no default given" for :meth:`Client.get`."""
 
 
-def _body(op: Mapping[str, Any], ns: str) -> dict[str, Any]:
+def op_body(op: Mapping[str, Any], ns: str) -> dict[str, Any]:
     """A single-op request's body: the op's fields (its name is in the path) in ``ns``."""
     body = {k: v for k, v in op.items() if k != "op"}
     body["ns"] = ns
     return body
 
 
+# Writes whose route is not /v1/kv/<op>.
+_WRITE_PATHS: Final = {"append": "/v1/streams/append"}
+
+
 def write_request(op: Mapping[str, Any], ns: str, idempotency_key: str | None = None) -> Request:
-    """POST /v1/kv/<op> for a put, delete, cas or txn op (built by client/ops.py), in
-    namespace ``ns``, with ``idempotency_key`` (a fresh one if None). ``parse`` returns the
-    op's result; a cas whose compare failed raises Conflict (with ``.current``)."""
+    """POST /v1/kv/<op> for a put, delete, cas or txn op, POST /v1/streams/append for an
+    append (built by client/ops.py), in namespace ``ns``, with ``idempotency_key`` (a fresh
+    one if None). ``parse`` returns the op's result; a cas whose compare failed raises
+    Conflict (with ``.current``)."""
     name = op["op"]
     ik = idempotency_key or new_idempotency_key()
-    body = _body(op, ns)
+    body = op_body(op, ns)
     body["idempotency_key"] = ik
 
     def parse(status: int, ctype: str | None, raw: bytes) -> Any:
@@ -72,7 +79,7 @@ def write_request(op: Mapping[str, Any], ns: str, idempotency_key: str | None = 
             raise out
         return out
 
-    return post(f"/v1/kv/{name}", body, parse, name, ik)
+    return post(_WRITE_PATHS.get(name) or f"/v1/kv/{name}", body, parse, name, ik)
 
 
 def get_request(
@@ -86,7 +93,7 @@ def get_request(
 ) -> Request:
     """POST /v1/kv/get; ``parse`` returns a KeyValue, or ``default`` if the key is missing
     and a default was given, else raises NotFound."""
-    body = _body(Ops.get(key, revision=revision), ns)
+    body = op_body(Ops.get(key, revision=revision), ns)
     read_options(body, None, consistency, min_revision)
 
     def parse(status: int, ctype: str | None, raw: bytes) -> Any:
@@ -122,7 +129,7 @@ def range_request(
 ) -> Request:
     """POST /v1/kv/range; ``fields`` are those of :meth:`Ops.range` (start, end, limit,
     revision, keys_only)."""
-    body = _body(Ops.range(prefix, **fields), ns)
+    body = op_body(Ops.range(prefix, **fields), ns)
     if continuation is not None:
         body["continuation"] = continuation
     read_options(body, None, consistency, min_revision)
@@ -161,8 +168,9 @@ def status_request() -> Request:
     return _STATUS_REQUEST
 
 
-def scan_next(page: RangeResult) -> dict[str, Any] | None:
-    """Arguments for the page after ``page`` (None when it was the last one).
+def scan_next(page: Any) -> dict[str, Any] | None:
+    """Arguments for the page after ``page`` (a RangeResult or a StreamPage; None when it
+    was the last one).
 
     Later pages are read at the first page's revision, so a scan is one consistent
     snapshot. They use ``serializable`` + ``min_revision``: a node that has applied that
@@ -171,7 +179,7 @@ def scan_next(page: RangeResult) -> dict[str, Any] | None:
     if not page.more:
         return None
     if page.continuation is None:
-        raise malformed(200, "range answer has more=true but no continuation")
+        raise malformed(200, "page answer has more=true but no continuation")
     return {
         "continuation": page.continuation,
         "revision": page.revision,

@@ -1,6 +1,7 @@
 """The fields of each op, as the wire wants them, each built in one place: :data:`ops`
 and :data:`compare` (the builders for txn branches, also used by batches and the single-op
-requests), and :func:`cas_op` and :func:`txn_op` (the ops txn branches do not take)."""
+requests), :func:`cas_op` and :func:`txn_op` (the ops txn branches do not take), and
+:func:`stream_events` (what an append's ``events`` may be, as the wire wants them)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from .errors import InvalidRequest
+from .results import Event
 from .wire import check_key, encode_value
 
 __all__ = [
@@ -18,6 +20,7 @@ __all__ = [
     "compare",
     "norm_op",
     "ops",
+    "stream_events",
     "txn_body",
     "txn_op",
 ]
@@ -80,6 +83,46 @@ def txn_body(
     body["success"] = [norm_op(o, inner=True) for o in success]
     body["failure"] = [norm_op(o, inner=True) for o in failure]
     return body
+
+
+def _event(e: Any) -> dict[str, Any]:
+    if isinstance(e, Event):
+        data, etype, eid, meta = e.data, e.type, e.id, e.meta
+    elif isinstance(e, Mapping):
+        if "data" not in e:
+            raise InvalidRequest("an event dict needs `data`", code="invalid_argument")
+        data, etype, eid, meta = e["data"], e.get("type", ""), e.get("id"), e.get("meta")
+    else:
+        data, etype, eid, meta = e, "", None, None
+    out: dict[str, Any] = {"data": encode_value(data)}
+    if etype:
+        out["type"] = etype
+    if eid is not None:
+        out["id"] = eid
+    if meta:
+        out["meta"] = dict(meta)
+    return out
+
+
+def stream_events(events: Any) -> list[dict[str, Any]]:
+    """An append's ``events`` field: each of bytes | str | :class:`Event` | dict(data,
+    type, id, meta) becomes ``{data, type?, id?, meta?}``; one such value alone is one
+    event."""
+    if isinstance(events, bytes | bytearray | memoryview | str | Event | Mapping):
+        events = [events]
+    out = [_event(e) for e in events]
+    if not out:
+        raise InvalidRequest("an append needs at least one event", code="invalid_argument")
+    return out
+
+
+def append_op(stream: str, events: Any, expect: str | int = "any") -> dict[str, Any]:
+    """An append op (``expect`` left out when it is the default, "any")."""
+    op: dict[str, Any] = {"op": "append", "stream": check_key(stream)}
+    op["events"] = stream_events(events)
+    if expect != "any":
+        op["expect"] = expect
+    return op
 
 
 # ----------------------------------------------------------------- op/compare builders
@@ -170,6 +213,61 @@ class Ops:
             op["revision"] = revision
         if keys_only:
             op["keys_only"] = True
+        return op
+
+    @staticmethod
+    def append(
+        stream: str, events: Any, *, ns: str | None = None, expect: str | int = "any"
+    ) -> dict[str, Any]:
+        """An append op (see :meth:`Client.append`); its result is an AppendResult. In a
+        txn it takes the txn's revision, and a failed ``expect`` fails the whole txn."""
+        op = append_op(stream, events, expect)
+        if ns is not None:
+            op["ns"] = ns
+        return op
+
+    @staticmethod
+    def read_stream(
+        stream: str,
+        *,
+        start: int | None = None,
+        direction: str = "forward",
+        limit: int | None = None,
+        ns: str | None = None,
+        revision: int | None = None,
+        continuation: Any = None,
+    ) -> dict[str, Any]:
+        """A read_stream op, for batch() only (not in a txn); its result is a StreamPage."""
+        op: dict[str, Any] = {"op": "read_stream", "stream": check_key(stream)}
+        fields = {"ns": ns, "start": start, "limit": limit, "revision": revision}
+        op.update((k, v) for k, v in fields.items() if v is not None)
+        if direction != "forward":
+            op["direction"] = direction
+        if continuation is not None:
+            op["continuation"] = continuation
+        return op
+
+    @staticmethod
+    def stream_info(stream: str, *, ns: str | None = None) -> dict[str, Any]:
+        """A stream_info op, for batch() only; its result is a StreamInfo (or a
+        StreamNotFound instance)."""
+        op: dict[str, Any] = {"op": "stream_info", "stream": check_key(stream)}
+        if ns is not None:
+            op["ns"] = ns
+        return op
+
+    @staticmethod
+    def list_streams(
+        prefix: str | None = None,
+        *,
+        ns: str | None = None,
+        limit: int | None = None,
+        continuation: Any = None,
+    ) -> dict[str, Any]:
+        """A list_streams op, for batch() only; its result is a StreamList."""
+        op: dict[str, Any] = {"op": "list_streams"}
+        fields = {"ns": ns, "prefix": prefix, "limit": limit, "continuation": continuation}
+        op.update((k, v) for k, v in fields.items() if v is not None)
         return op
 
 
@@ -273,6 +371,8 @@ def norm_op(o: Mapping[str, Any], *, inner: bool) -> dict[str, Any]:
     out = dict(o)
     if "value" in out and out["op"] in ("put", "cas"):
         out["value"] = encode_value(out["value"])
+    if out["op"] == "append" and "events" in out:
+        out["events"] = stream_events(out["events"])
     if out["op"] == "txn":
         if inner:
             raise InvalidRequest("txn ops cannot be nested", code="invalid_argument")

@@ -19,10 +19,24 @@ from .errors import (
     Unavailable,
     error_class,
 )
-from .results import CompactResult, DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
+from .results import (
+    AppendedEvent,
+    AppendResult,
+    CompactResult,
+    DeleteResult,
+    KeyValue,
+    RangeResult,
+    StreamEvent,
+    StreamInfo,
+    StreamList,
+    StreamPage,
+    TxnResult,
+    WriteResult,
+)
 from .wire import MSGPACK
 
 __all__ = [
+    "append_result",
     "cas_result",
     "compact_result",
     "connection_error",
@@ -35,6 +49,9 @@ __all__ = [
     "op_result",
     "parse_kv",
     "range_result",
+    "stream_info",
+    "stream_list",
+    "stream_page",
     "txn_result",
     "write_result",
 ]
@@ -157,15 +174,21 @@ def connection_error(
     return err
 
 
+def _payload(d: Mapping[str, Any], name: str) -> bytes:
+    """The bytes of field ``name`` (msgpack bin, JSON text, or JSON ``<name>_b64``)."""
+    value = d.get(name)
+    if value is None:
+        b64 = d.get(f"{name}_b64")  # JSON answers carry non-UTF-8 bytes this way
+        return base64.b64decode(b64) if b64 is not None else b""
+    if type(value) is str:
+        return value.encode("utf-8")
+    return value
+
+
 def parse_kv(d: Any, ns: str, revision: int) -> KeyValue | None:
     if d is None:
         return None
-    value = d.get("value")
-    if value is None:
-        b64 = d.get("value_b64")  # JSON answers carry non-UTF-8 values this way
-        value = base64.b64decode(b64) if b64 is not None else b""
-    elif type(value) is str:
-        value = value.encode("utf-8")
+    value = _payload(d, "value")
     key = d.get("key")
     if type(key) is bytes:
         key = key.decode("utf-8", "replace")
@@ -222,6 +245,71 @@ def txn_result(d: Mapping[str, Any], op: Mapping[str, Any], ns: str) -> TxnResul
     return TxnResult(succeeded, d.get("revision", 0), results, bool(d.get("replayed", False)))
 
 
+def append_result(d: Mapping[str, Any]) -> AppendResult:
+    events = [
+        AppendedEvent(e.get("seq", 0), bool(e.get("duplicate"))) for e in d.get("events") or ()
+    ]
+    return AppendResult(
+        d.get("revision", 0),
+        d.get("stream", ""),
+        d.get("first_seq"),
+        d.get("last_seq", 0),
+        events,
+        bool(d.get("replayed", False)),
+    )
+
+
+def _stream_event(e: Mapping[str, Any]) -> StreamEvent:
+    return StreamEvent(
+        e.get("seq", 0),
+        _payload(e, "data"),
+        e.get("type", ""),
+        e.get("time", 0),
+        e.get("revision", 0),
+        e.get("id"),
+        e.get("meta") or {},
+    )
+
+
+def stream_page(d: Mapping[str, Any]) -> StreamPage:
+    events = [_stream_event(e) for e in d.get("events") or ()]
+    return StreamPage(
+        events,
+        d.get("revision", 0),
+        d.get("last_seq", 0),
+        bool(d.get("more", False)),
+        d.get("continuation"),
+    )
+
+
+def stream_info(d: Mapping[str, Any], revision: int | None = None) -> StreamInfo:
+    return StreamInfo(
+        d.get("stream", ""),
+        d.get("first_seq", 0),
+        d.get("last_seq", 0),
+        d.get("count", 0),
+        d.get("bytes", 0),
+        d.get("create_revision", 0),
+        d.get("mod_revision", 0),
+        d.get("revision", 0) if revision is None else revision,
+    )
+
+
+def stream_list(d: Mapping[str, Any]) -> StreamList:
+    streams = [stream_info(s, 0) for s in d.get("streams") or ()]
+    return StreamList(
+        streams, d.get("revision", 0), bool(d.get("more", False)), d.get("continuation")
+    )
+
+
+_STREAM_RESULTS: Final = {
+    "append": append_result,
+    "read_stream": stream_page,
+    "stream_info": stream_info,
+    "list_streams": stream_list,
+}
+
+
 def op_result(op: Mapping[str, Any], d: Any, ns: str) -> Any:
     """Parse one op's result inside a txn or batch answer (an error becomes the
     exception instance, returned, not raised)."""
@@ -244,4 +332,6 @@ def op_result(op: Mapping[str, Any], d: Any, ns: str) -> Any:
         return txn_result(d, op, ns)
     if name == "compact":
         return compact_result(d)
+    if name in _STREAM_RESULTS:
+        return _STREAM_RESULTS[name](d)
     return dict(d)

@@ -212,7 +212,10 @@ class Exchange:
         self._timeout = timeout
         self._clock = clock
         self._rand = rand
-        self._deadline = None if policy.deadline is None else clock() + policy.deadline
+        # A long poll (request.wait) may be held that much longer by the server.
+        self._deadline = (
+            None if policy.deadline is None else clock() + policy.deadline + request.wait
+        )
         self.attempts = 0
         self.endpoint = endpoints.current
 
@@ -220,7 +223,7 @@ class Exchange:
         """The endpoint and the timeout (seconds) for the next attempt."""
         self.attempts += 1
         self.endpoint = self._endpoints.current
-        timeout = self._timeout
+        timeout = self._timeout + self.request.wait
         if self._deadline is not None:
             remaining = self._deadline - self._clock()
             if remaining < timeout:

@@ -16,11 +16,10 @@ import urllib3
 from urllib3.exceptions import ConnectTimeoutError, HTTPError, ReadTimeoutError
 from urllib3.util import parse_url
 
-from .base import Answer, Plan
+from .base import Answer, Pages, Plan
 from .batch_ops import ClientBatch
-from .commands import Commands, ScanPages
+from .commands import Commands
 from .responses import connection_error
-from .results import KeyValue
 from .retry import Backoff
 from .wire import Request
 
@@ -145,9 +144,9 @@ class Client(Commands[Batch]):
         except StopIteration as done:
             return done.value
 
-    def _iterate(self, pages: ScanPages) -> Iterator[KeyValue]:
+    def _iterate(self, pages: Pages) -> Iterator[Any]:
         for request in pages:
-            yield from pages.kvs(self._execute(request))
+            yield from pages.items(self._execute(request))
 
     def close(self) -> None:
         """Close every pooled connection. The client cannot be used afterwards."""

@@ -71,6 +71,9 @@ class Request:
     parse: Parser
     idempotency_key: str | None = None
     op: str = ""
+    # Seconds the server may hold the answer back (a long poll's wait): added to each
+    # attempt's timeout and to the retry deadline.
+    wait: float = 0.0
 
 
 def new_idempotency_key() -> str:
@@ -107,9 +110,14 @@ def pack(obj: Any) -> bytes:
 
 
 def post(
-    path: str, body: dict[str, Any], parse: Parser, op: str, key: str | None = None
+    path: str,
+    body: dict[str, Any],
+    parse: Parser,
+    op: str,
+    key: str | None = None,
+    wait: float = 0.0,
 ) -> Request:
-    return Request("POST", path, pack(body), POST_HEADERS, parse, key, op)
+    return Request("POST", path, pack(body), POST_HEADERS, parse, key, op, wait)
 
 
 def read_options(

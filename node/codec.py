@@ -50,22 +50,29 @@ def decode(body: bytes, fmt: str) -> dict:
     return obj
 
 
-def _json_value(d: dict) -> None:
-    if "value_b64" in d:
-        raw = d.pop("value_b64")
+def _json_value(d: dict, name: str = "value") -> None:
+    b64 = f"{name}_b64"
+    if b64 in d:
+        raw = d.pop(b64)
         if not isinstance(raw, str):
-            raise OpError("invalid_argument", "value_b64 must be a base64 string")
+            raise OpError("invalid_argument", f"{b64} must be a base64 string")
         try:
-            d["value"] = base64.b64decode(raw, validate=True)
+            d[name] = base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError) as e:
-            raise OpError("invalid_argument", f"value_b64 is not valid base64: {e}") from e
-    elif isinstance(d.get("value"), str) and d.get("target") in (None, "value"):
-        d["value"] = d["value"].encode()
+            raise OpError("invalid_argument", f"{b64} is not valid base64: {e}") from e
+    elif isinstance(d.get(name), str) and d.get("target") in (None, "value"):
+        d[name] = d[name].encode()
 
 
 def _json_values_in(obj: dict) -> None:
-    """JSON has no bytes: turn value / value_b64 of ops and compares into bytes."""
+    """JSON has no bytes: turn value / value_b64 of ops and compares, and data / data_b64
+    of stream events, into bytes."""
     _json_value(obj)
+    events = obj.get("events")
+    if isinstance(events, list):
+        for event in events:
+            if isinstance(event, dict):
+                _json_value(event, "data")
     for name in ("ops", "success", "failure", "compare"):
         items = obj.get(name)
         if isinstance(items, list):

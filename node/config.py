@@ -41,6 +41,8 @@ class Limits:
     max_request_bytes: int = 4 * 1024 * 1024
     max_ops_per_request: int = 1024
     max_range_limit: int = 10_000
+    # Events one stream append may carry (node/store/streams.py); more: too_many_events.
+    max_events_per_append: int = 1000
 
 
 @dataclass(frozen=True)

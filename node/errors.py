@@ -23,9 +23,12 @@ STATUS: dict[str, int] = {
     "value_too_large": 413,
     "request_too_large": 413,
     "too_many_ops": 413,
+    "too_many_events": 413,  # a stream append with more than max_events_per_append
     "key_not_found": 404,
     "not_found": 404,
+    "stream_not_found": 404,
     "compare_failed": 409,
+    "expectation_failed": 409,  # a stream append's `expect` did not hold
     "idempotency_key_reused": 422,  # the key came with another request before
     "compacted": 410,
     "unavailable": 503,

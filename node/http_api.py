@@ -12,7 +12,7 @@ from node import codec
 from node.config import ClusterConfig
 from node.errors import OpError, status_for
 from node.http_server import HttpServer, Request, Response, ServerLimits
-from node.ops import is_write, validate_op, validate_ops
+from node.ops import OPS, is_write, validate_op, validate_ops
 from node.proposer import Proposer
 from node.raft import RaftNode
 from node.reads import ReadPolicy, read_options
@@ -21,6 +21,8 @@ from node.store import StateMachine
 log = logging.getLogger("statekeeper.http")
 
 KV_OPS = ("put", "get", "delete", "range", "cas", "txn", "compact")
+# Ops with a route of their own (POST path -> op): the stream ops, /v1/streams/*.
+OWN_ROUTES = {spec.path: name for name, spec in OPS.items() if name not in KV_OPS}
 
 
 class Api:
@@ -41,7 +43,14 @@ class Api:
         self.timeout = cluster.raft.request_timeout
         self._urls = {n.id: n.http_url for n in cluster.nodes}
         self.shutting_down = False
-        self.reads = ReadPolicy(raft, proposer, lambda: sm.revision, self._check_serving, self.timeout)
+        self.reads = ReadPolicy(
+            raft,
+            proposer,
+            lambda: sm.revision,
+            self._check_serving,
+            self.timeout,
+            stopping=lambda: self.shutting_down,
+        )
         # path template -> method -> handler
         self._methods: dict[str, dict[str, Any]] = {}
         for (method, path), handler in self.routes().items():
@@ -62,6 +71,7 @@ class Api:
         """(method, path) -> handler; `/v1/kv/{op}` stands for every op in KV_OPS."""
         return {
             ("POST", "/v1/kv/{op}"): self.handle_kv,
+            **{("POST", path): self.handle_own_route for path in OWN_ROUTES},
             ("POST", "/v1/batch"): self.handle_batch,
             ("GET", "/v1/status"): self.handle_status,
             ("GET", "/v1/health/live"): self.handle_live,
@@ -159,6 +169,13 @@ class Api:
         name = request.path[7:]  # /v1/kv/{op}
         if name not in KV_OPS:
             raise OpError("unknown_op", f"unknown op {name!r}; known: {', '.join(KV_OPS)}")
+        return await self._handle_op(name, request)
+
+    async def handle_own_route(self, request: Request) -> Response:
+        """POST /v1/streams/{append,read,info,list}: the op its path names."""
+        return await self._handle_op(OWN_ROUTES[request.path], request)
+
+    async def _handle_op(self, name: str, request: Request) -> Response:
         body, fmt = self._body(request)
         body["op"] = name
         if is_write(body):
@@ -171,7 +188,10 @@ class Api:
             consistency, min_rev = read_options(body)
             op = validate_op(body, self.limits)
             await self.reads.wait(consistency, min_rev)
-            result = self.sm.read(op)
+            if op.get("wait_ms"):
+                result = await self.reads.long_poll(lambda: self.sm.read(op), op["wait_ms"])
+            else:
+                result = self.sm.read(op)
         return self._single_result(name, result, fmt)
 
     def _single_result(self, name: str, result: dict, fmt: str) -> Response:

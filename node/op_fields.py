@@ -102,6 +102,16 @@ def wire_name(name: str, wire: str) -> str:
     return name if wire == "json" else f"{name}Msgpack"
 
 
+def wired_ref(name: str, wire: str) -> Schema:
+    """A $ref to the component `name` in its form for one wire encoding."""
+    return ref(wire_name(name, wire))
+
+
+def replayed_schema() -> Schema:
+    """The `replayed` flag of a write's result."""
+    return bool_schema("Present (true) when an idempotency_key replay returned the stored result.")
+
+
 def obj(
     properties: dict[str, Schema],
     required: tuple[str, ...] = (),
@@ -174,7 +184,13 @@ class Field:
     wired = False
 
     def __init__(
-        self, name: str, doc: str = "", *, required: bool = False, txn_error: str | None = None
+        self,
+        name: str,
+        doc: str = "",
+        *,
+        required: bool = False,
+        txn_error: str | None = None,
+        batch_error: str | None = None,
     ) -> None:
         self.name = name
         self.doc = doc
@@ -182,6 +198,8 @@ class Field:
         # Set: the field must be absent inside a txn branch (this message otherwise), and
         # the txn variant of the op's schema leaves it out.
         self.txn_error = txn_error
+        # Set: a batch refuses the op when the field is set (truthy) with this message.
+        self.batch_error = batch_error
 
     def check(self, v: Any, limits: Limits, in_txn: bool, out: dict) -> Any:
         raise NotImplementedError
@@ -398,19 +416,29 @@ class Expect(Field):
 class Choice(Field):
     """One of a fixed set of strings."""
 
-    def __init__(self, name, choices: tuple[str, ...], *, what: str, **kw) -> None:
+    def __init__(
+        self, name, choices: tuple[str, ...], *, what: str, default: str | None = None, **kw
+    ) -> None:
         super().__init__(name, **kw)
         self.choices = choices
         self._set = frozenset(choices)
         self.what = what  # how the error message names the field
+        self.default = default  # taken when absent (None: the field must be given)
 
     def check(self, v, limits, in_txn, out):
+        if v is None and self.default is not None:
+            return self.default
         if type(v) is not str or v not in self._set:
             raise invalid(f"{self.what} must be one of {sorted(self._set)}")
         return v
 
     def schema(self, limits, wire):
-        return {"type": "string", "enum": list(self.choices)}
+        s: Schema = {"type": "string", "enum": list(self.choices)}
+        if self.doc:
+            s["description"] = self.doc
+        if self.default is not None:
+            s["default"] = self.default
+        return s
 
 
 class CompareValue(Field):

@@ -20,6 +20,7 @@ from node.op_fields import Schema, ref, wire_name
 from node.openapi_examples import cas_examples, get_examples, put_examples
 from node.openapi_requests import WIRES, request_name, request_schemas
 from node.openapi_schemas import common_schemas, result_schemas
+from node.openapi_streams import stream_examples, stream_op_docs
 from node.ops import OPS
 
 JSON = "application/json"
@@ -49,6 +50,9 @@ ERROR_WHEN: dict[str, str] = {
     "not_found": "unknown path",
     "method_not_allowed": "the path exists but not for this method",
     "compare_failed": "the cas expectation was not met (the body has the current `kv` and `revision`)",
+    "expectation_failed": "a stream append's `expect` did not hold (`error` has the stream's `last_seq` and `exists`); nothing appended",
+    "stream_not_found": "stream_info of a stream that does not exist",
+    "too_many_events": "a stream append carries more events than max_events_per_append",
     "idempotency_key_reused": "the idempotency_key was already used in this namespace for a different request (nothing applied)",
     "compacted": "the read revision is below compact_revision (history dropped)",
     "unavailable": "no leader / no quorum / shutting down: retry, possibly on another node",
@@ -62,6 +66,7 @@ _LIMIT_OF = {
     "value_too_large": "max_value_bytes",
     "request_too_large": "max_request_bytes",
     "too_many_ops": "max_ops_per_request",
+    "too_many_events": "max_events_per_append",
 }
 
 
@@ -92,6 +97,7 @@ _ERROR_BODIES = {
     "key_not_found": "KeyNotFound",
     "compare_failed": "CompareFailed",
     "not_ready": "NotReady",
+    "expectation_failed": "ExpectationFailed",
 }
 
 _WRITE_NOTE = (
@@ -103,8 +109,9 @@ _READ_NOTE = (
     "Served from local RocksDB after the consistency step; the answer carries its `revision`."
 )
 
-# op -> (summary, description, 200 description, errors). Every op of node/ops.py has one.
-_KV_OPS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
+# op -> (summary, description, 200 description, errors). Every op of node/ops.py has one
+# (the stream ops' come from node/openapi_streams.py).
+_OP_DOCS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "put": ("Write a key", _WRITE_NOTE, "Written.", (*_WRITE_ERRORS, "value_too_large")),
     "get": (
         "Read a key",
@@ -137,6 +144,7 @@ _KV_OPS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
         "Compacted (a revision at or below compact_revision changes nothing).",
         (*_BODY_ERRORS, "unavailable", "timeout", "future_revision"),
     ),
+    **stream_op_docs(_WRITE_ERRORS, _READ_ERRORS),
 }
 
 
@@ -268,14 +276,29 @@ class _Builder:
             }
         }
 
-    def kv_paths(self) -> dict:
-        examples = {"put": put_examples(self.limits), "get": get_examples(), "cas": cas_examples()}
+    def op_paths(self) -> dict:
+        """The route of every op: /v1/kv/{op} for the kv ops, /v1/streams/* for streams."""
+        examples = {
+            "put": put_examples(self.limits),
+            "get": get_examples(),
+            "cas": cas_examples(),
+            **stream_examples(),
+        }
         paths = {}
         for name, spec in OPS.items():
-            summary, description, ok, errors = _KV_OPS[name]
-            request, result = request_name(spec, "json"), f"{name.capitalize()}Result"
-            paths[f"/v1/kv/{name}"] = self.post(
-                name, summary, description, request, result, ok, errors, examples=examples.get(name)
+            summary, description, ok, errors = _OP_DOCS[name]
+            request, result = request_name(spec, "json"), f"{spec.title}Result"
+            tag = "kv" if spec.path.startswith("/v1/kv/") else "streams"
+            paths[spec.path] = self.post(
+                name,
+                summary,
+                description,
+                request,
+                result,
+                ok,
+                errors,
+                tag=tag,
+                examples=examples.get(name),
             )
         return paths
 
@@ -385,7 +408,8 @@ def _info(limits: Limits) -> dict:
             f"Limits of the node that served this document: max_key_bytes "
             f"{limits.max_key_bytes}, max_value_bytes {limits.max_value_bytes}, "
             f"max_request_bytes {limits.max_request_bytes}, max_ops_per_request "
-            f"{limits.max_ops_per_request}, max_range_limit {limits.max_range_limit}."
+            f"{limits.max_ops_per_request}, max_range_limit {limits.max_range_limit}, "
+            f"max_events_per_append {limits.max_events_per_append}."
         ),
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     }
@@ -405,11 +429,12 @@ def _document(limits: Limits) -> dict:
         "info": _info(limits),
         "tags": [
             {"name": "kv", "description": "Single-key ops, range, txn, compaction."},
+            {"name": "streams", "description": "Append-only event streams."},
             {"name": "batch", "description": "Many ops in one request."},
             {"name": "ops", "description": "Node status."},
             {"name": "health", "description": "Liveness and readiness probes."},
             {"name": "meta", "description": "This document."},
         ],
-        "paths": {**b.kv_paths(), **b.other_paths()},
+        "paths": {**b.op_paths(), **b.other_paths()},
         "components": b.components(),
     }

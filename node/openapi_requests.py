@@ -17,8 +17,9 @@ READ_OPTIONS = {"consistency": ref("Consistency"), "min_revision": ref("MinRevis
 
 
 def request_name(spec: OpSpec, wire: str) -> str:
-    """Component name of the body of POST /v1/kv/{op} for one wire."""
-    name = f"{spec.name.capitalize()}Request"
+    """Component name of the body of the op's route for one wire (PutRequest,
+    ReadStreamRequest, ...)."""
+    name = f"{spec.title}Request"
     return wire_name(name, wire) if spec.wired else name
 
 
@@ -50,15 +51,19 @@ def op_object(
     wire: str,
     *,
     in_txn: bool = False,
+    in_batch: bool = False,
     description: str | None = None,
     extra: dict[str, Schema] | None = None,
 ) -> Schema:
     """One op's fields (without `op`); inside a txn, the fields a txn forbids are left out
-    and refused."""
+    and refused; in a batch, the fields a batch refuses may only take their zero value."""
     forbidden = [f.name for f in spec.fields if in_txn and f.txn_error]
     fields = tuple(f for f in spec.fields if f.name not in forbidden)
     s = fields_object(fields, limits, wire, description)
     s["properties"].update(extra or {})
+    if in_batch:
+        for f in spec.batch_refused:
+            s["properties"][f.name] = {"const": 0, "description": f.batch_error}
     if spec.exclusive:
         one, others = spec.exclusive
         s["not"] = {"required": [one], "anyOf": [{"required": [o]} for o in others]}
@@ -88,7 +93,7 @@ def _batch_op(limits: Limits, wire: str) -> Schema:
     def variant(spec: OpSpec) -> Schema:
         if spec.write:  # the same body as POST /v1/kv/{op}
             return ref(request_name(spec, wire))
-        return op_object(spec, limits, wire)  # without the request's read options
+        return op_object(spec, limits, wire, in_batch=True)  # without the read options
 
     return {
         "description": "One op of a batch, with its `op` field.",

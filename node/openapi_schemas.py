@@ -17,15 +17,14 @@ from node.op_fields import (
     int_schema,
     obj,
     ref,
+    replayed_schema,
     rev_schema,
     str_schema,
     value_props,
     wire_name,
+    wired_ref,
 )
-
-
-def _w(name: str, wire: str) -> Schema:
-    return ref(wire_name(name, wire))
+from node.openapi_streams import STREAM_RESULTS, STREAM_WIRE_SCHEMAS, stream_schemas
 
 
 def _nullable(schema: Schema) -> Schema:
@@ -95,6 +94,7 @@ def common_schemas(error_codes: Iterable[str]) -> dict[str, Schema]:
             },
             ("revision", "compact_revision"),
         ),
+        **stream_schemas(),
         "Status": _status_schema(),
         "Live": obj(
             {"ok": {"const": True}, "node_id": str_schema("Id of this node.")}, ("ok", "node_id")
@@ -155,16 +155,12 @@ def _kv(w: str) -> Schema:
     return obj(props, ("key", "version", "create_revision", "mod_revision"), desc)
 
 
-def _replayed() -> Schema:
-    return bool_schema("Present (true) when an idempotency_key replay returned the stored result.")
-
-
 def _put_result(w: str) -> Schema:
     return obj(
         {
             "revision": rev_schema("Revision of this write."),
-            "prev_kv": _nullable(_w("KeyValue", w)),
-            "replayed": _replayed(),
+            "prev_kv": _nullable(wired_ref("KeyValue", w)),
+            "replayed": replayed_schema(),
         },
         ("revision",),
         "`prev_kv` only when asked for (null if the key did not exist).",
@@ -178,8 +174,10 @@ def _delete_result(w: str) -> Schema:
                 "Revision of this delete (the current one if nothing was deleted)."
             ),
             "deleted": int_schema("Number of keys deleted."),
-            "prev_kvs": _array(_w("KeyValue", w), "Deleted kvs, when `prev_kv` was asked for."),
-            "replayed": _replayed(),
+            "prev_kvs": _array(
+                wired_ref("KeyValue", w), "Deleted kvs, when `prev_kv` was asked for."
+            ),
+            "replayed": replayed_schema(),
         },
         ("revision", "deleted"),
     )
@@ -189,7 +187,7 @@ def _get_result(w: str) -> Schema:
     return obj(
         {
             "revision": rev_schema("Revision the read was served at."),
-            "kv": _nullable(_w("KeyValue", w)),
+            "kv": _nullable(wired_ref("KeyValue", w)),
         },
         ("revision", "kv"),
         "POST /v1/kv/get answers 404 `key_not_found` instead of `kv: null`; inside batch/txn "
@@ -201,7 +199,7 @@ def _range_result(w: str) -> Schema:
     return obj(
         {
             "revision": rev_schema("Revision the read was served at."),
-            "kvs": _array(_w("KeyValue", w), "Keys in byte order."),
+            "kvs": _array(wired_ref("KeyValue", w), "Keys in byte order."),
             "more": bool_schema("More keys follow; pass `continuation` back to get them."),
             "continuation": str_schema("Opaque token for the next page (same revision)."),
         },
@@ -216,8 +214,8 @@ def _cas_result(w: str) -> Schema:
                 "Revision of the write, or the current one if it did not succeed."
             ),
             "succeeded": bool_schema("POST /v1/kv/cas answers 409 `compare_failed` when false."),
-            "kv": _nullable(_w("KeyValue", w)),
-            "replayed": _replayed(),
+            "kv": _nullable(wired_ref("KeyValue", w)),
+            "replayed": replayed_schema(),
         },
         ("revision", "succeeded"),
         "On failure `kv` is the current kv, or null if the key does not exist.",
@@ -231,8 +229,8 @@ def _compare_failed(w: str) -> Schema:
         {
             "revision": rev_schema("Current revision."),
             "succeeded": {"const": False},
-            "kv": _nullable(_w("KeyValue", w)),
-            "replayed": _replayed(),
+            "kv": _nullable(wired_ref("KeyValue", w)),
+            "replayed": replayed_schema(),
         },
         ("revision", "kv"),
     )
@@ -245,23 +243,31 @@ def _txn_result(w: str) -> Schema:
                 "Revision of the txn's writes (the current one if it wrote nothing)."
             ),
             "succeeded": bool_schema("Whether every compare held (and `success` ran)."),
-            "results": _array(_w("TxnOpResult", w), "One result per op of the chosen branch."),
-            "replayed": _replayed(),
+            "results": _array(
+                wired_ref("TxnOpResult", w), "One result per op of the chosen branch."
+            ),
+            "replayed": replayed_schema(),
         },
         ("revision", "succeeded", "results"),
     )
 
 
 def _txn_op_result(w: str) -> Schema:
-    return {"oneOf": [_w(f"{op}Result", w) for op in ("Put", "Delete", "Get", "Range")]}
+    ops = ("Put", "Delete", "Get", "Range", "Append")
+    # anyOf: results are not tagged and PutResult's shape ({revision}) fits every result.
+    return {"anyOf": [wired_ref(f"{op}Result", w) for op in ops]}
 
 
 def _batch_result(w: str) -> Schema:
-    results = [_w(f"{op}Result", w) for op in ("Put", "Get", "Delete", "Range", "Cas", "Txn")]
+    results = [
+        wired_ref(f"{op}Result", w) for op in ("Put", "Get", "Delete", "Range", "Cas", "Txn")
+    ]
+    streams = [wired_ref(name, w) for name in STREAM_WIRE_SCHEMAS if name != "StreamEvent"]
+    shared = [ref(name) for name in STREAM_RESULTS if name not in STREAM_WIRE_SCHEMAS]
     return obj(
         {
             "results": _array(
-                {"oneOf": [*results, ref("CompactResult"), ref("Error")]},
+                {"anyOf": [*results, *streams, ref("CompactResult"), *shared, ref("Error")]},
                 "One per op, in order: its result, or `{error}` if that op failed.",
             )
         },
@@ -280,6 +286,7 @@ WIRE_SCHEMAS = {
     "TxnResult": _txn_result,
     "TxnOpResult": _txn_op_result,
     "BatchResult": _batch_result,
+    **STREAM_WIRE_SCHEMAS,
 }
 
 

@@ -28,6 +28,7 @@ their msgpack bytes (key order included) must not change:
     compact {op, revision, idempotency_key}
     get     {op, ns, key, revision}
     range   {op, ns, prefix, start, end, limit, continuation, revision, keys_only}
+    append, read_stream, stream_info, list_streams: node/stream_ops.py
 
 A range `continuation` is an opaque string that encodes (revision, next key):
 the caller passes it back together with the same ns/prefix/start/end, and the
@@ -56,7 +57,6 @@ showed no difference beyond the machine's noise.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from node.config import Limits
@@ -85,6 +85,8 @@ from node.op_fields import (
     ref,
     wire_name,
 )
+from node.op_spec import Checks, OpSpec, bound_checks
+from node.stream_ops import stream_specs
 
 __all__ = [
     "ALL_OPS",
@@ -107,14 +109,6 @@ __all__ = [
     "validate_op",
     "validate_ops",
 ]
-
-
-Checks = tuple[tuple[str, Callable[[Any, Limits, bool, dict], Any]], ...]
-
-
-def _checks(fields: tuple[Field, ...]) -> Checks:
-    """(name, bound check) per field: the loop below then looks nothing up."""
-    return tuple((f.name, f.check) for f in fields)
 
 
 def _fill(checks: Checks, raw: dict, limits: Limits, in_txn: bool, out: dict) -> dict:
@@ -172,9 +166,13 @@ def validate_ops(ops: Any, limits: Limits) -> list[dict]:
     out = []
     for i, op in enumerate(ops):
         try:
-            out.append(validate_op(op, limits))
+            checked = validate_op(op, limits)
+            for f in OPS[checked["op"]].batch_refused:
+                if checked[f.name]:
+                    raise invalid(f.batch_error)
         except OpError as e:
             raise _prefixed(e, f"ops[{i}]") from None
+        out.append(checked)
     return out
 
 
@@ -257,36 +255,6 @@ def _check_disjoint_writes(ops: list[dict], name: str) -> None:
         for ns2, k in keys:
             if ns == ns2 and k.startswith(p):
                 raise invalid(f"txn {name} writes {k!r}, also deleted by prefix {p!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class OpSpec:
-    """One op: its fields (in normalized order) and the rules that span fields."""
-
-    name: str
-    fields: tuple[Field, ...]
-    doc: str  # description of its request schema
-    write: bool  # goes through raft
-    in_txn: bool = False  # allowed in a txn branch
-    # (a, (b, c)): `a` excludes `b` and `c` (checked after the fields; also in the schema).
-    exclusive: tuple[str, tuple[str, ...]] | None = None
-    # Extra checks: `pre(raw, limits)` before the fields, `post(out, limits)` after them.
-    pre: Callable[[dict, Limits], None] | None = None
-    post: Callable[[dict, Limits], None] | None = None
-    # The first field is `ns` (defaulted from the caller: "default", or the txn's ns);
-    # `rest` are the fields after it, checked after `pre`.
-    has_ns: bool = field(init=False)
-    rest: Checks = field(init=False)
-
-    def __post_init__(self) -> None:
-        has_ns = self.fields[0] is NS
-        object.__setattr__(self, "has_ns", has_ns)
-        object.__setattr__(self, "rest", _checks(self.fields[1:] if has_ns else self.fields))
-
-    @property
-    def wired(self) -> bool:
-        """Its schema differs between JSON and msgpack (it carries values)."""
-        return any(f.wired for f in self.fields)
 
 
 def _check_exclusive(spec: OpSpec) -> Callable[[dict, Limits], None]:
@@ -464,10 +432,11 @@ _SPECS = (
         exclusive=("prefix", ("start", "end")),
         post=_range_post,
     ),
+    *stream_specs(NS, IDEMPOTENCY_KEY),
 )
 OPS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
 _RANGE_EXCLUSIVE = _check_exclusive(OPS["range"])
-_COMPARE_CHECKS = _checks(COMPARE_FIELDS)
+_COMPARE_CHECKS = bound_checks(COMPARE_FIELDS)
 _TXN_LISTS = tuple(f.name for f in OPS["txn"].fields if isinstance(f, OpList))
 
 WRITE_OPS = frozenset(s.name for s in _SPECS if s.write)

@@ -16,9 +16,16 @@
         polling.
 
 A read that cannot be made safe within the request timeout fails "unavailable" (a read has
-no side effect, so that is always true). The failpoint `read-barrier-skip` (chaos mutation
-test only, node/failpoints.py) serves linearizable reads without any of this, so the suite
-can show that it catches stale reads.
+no side effect, so that is always true).
+
+Long poll (read_stream's `wait_ms`, the live half of a stream subscription): `long_poll`
+serves the read; while its answer has no events it waits, woken by apply like
+`min_revision`, until the local revision moves past the one served (or the wait is over)
+and reads again. It ends early, with the empty answer, when the node starts shutting down,
+so a subscriber re-polls another node instead of being cut off.
+
+The failpoint `read-barrier-skip` (chaos mutation test only, node/failpoints.py) serves
+linearizable reads without any of this, so the suite can show that it catches stale reads.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from node.proposer import Proposer
 from node.raft import READ_INDEX_NOT_LEADER, RaftNode
 
 CONSISTENCY = ("linearizable", "serializable")
+LONG_POLL_SLICE = 1.0  # seconds a long poll waits before it looks at `stopping` again
 
 
 def read_options(body: dict) -> tuple[str, int | None]:
@@ -78,6 +86,18 @@ class RevisionWaiters:
         if self._waiting and self._loop is not None:
             self._loop.call_soon_threadsafe(self._wake)
 
+    async def wait_for_change(self, revision: int, deadline: float) -> bool:
+        """Wait until the local revision is above `revision` or the loop's clock reaches
+        `deadline`; True if it moved."""
+        if self._revision() > revision:
+            return True
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self.wait(revision + 1)
+        except TimeoutError:
+            return self._revision() > revision
+        return True
+
     def _wake(self) -> None:
         revision = self._revision()
         heap = self._heap
@@ -98,8 +118,10 @@ class ReadPolicy:
         revision: Callable[[], int],
         check_serving: Callable[[], None],
         timeout: float,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self._raft = raft
+        self._stopping = stopping
         self._proposer = proposer
         self._check_serving = check_serving
         self._timeout = timeout
@@ -114,6 +136,22 @@ class ReadPolicy:
             await self._within_timeout(self._linearizable_point())
         if min_revision is not None and self._revision() < min_revision:
             await self._within_timeout(self.revisions.wait(min_revision))
+
+    async def long_poll(self, read: Callable[[], dict], wait_ms: int) -> dict:
+        """`read()`'s answer, read again each time the revision moves while it has no
+        `events`, for at most `wait_ms` in all (see the module docstring)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000
+        result = read()
+        while not result["events"] and not self._stopping():
+            now = loop.time()
+            if now >= deadline:
+                break
+            # Slices of at most a second, so a shutdown ends the poll soon.
+            step = min(deadline, now + LONG_POLL_SLICE)
+            if await self.revisions.wait_for_change(result["revision"], step):
+                result = read()
+        return result
 
     async def _within_timeout(self, aw) -> None:
         try:

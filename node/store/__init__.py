@@ -3,7 +3,8 @@
 Nothing here knows about Raft or the network. `StateMachine` implements node.raft.FSM
 (hashicorp/raft's FSM shape): `apply(index, entry)` is called with committed raft
 entries (docs/protocol.md, "Raft entries") from a single thread; reads (`get`, `range`,
-`read`, `read_view`) may run concurrently from other threads.
+`read`, `read_view`) may run concurrently from other threads; `read` serves every read
+op through `reads.READERS`, which each op family extends with `@reads.serves("name")`.
 
 Determinism: apply depends only on the DB contents, the entry bytes, `limits` and
 `retention` (every node must run with the same config). Time comes only from the
@@ -16,6 +17,7 @@ Modules, one job each (the shape of etcd's mvcc + backend):
     reads.py       MVCC reads: get/range at a revision; ReadView, a reader's view of the DB
     apply.py       one entry: decoding, each op atomic, idempotency keys, the op registry
     kv.py          ops put, delete, cas, get, range
+    streams.py     op append; reads read_stream, stream_info, list_streams
     txn.py         op txn (compares, then one branch of the ops above)
     compaction.py  op compact; history and idempotency pruning after every entry
     snapshot.py    checkpoint, pack a checkpoint, restore, the swap-directory recovery
@@ -26,13 +28,15 @@ below: decorate `handler(tx, op) -> result` with `@apply.handles("name")` for ea
 and append a `hook(tx)` to `apply.AFTER_ENTRY` if the family has work to do after every
 entry (expiring leases, say; compaction.py does its pruning this way). A handler reads
 through `tx` (point, scan, kv_at), stages writes with `tx.stage(key, value)` and sets
-`tx.wrote` if the op takes a revision (apply.py's docstring has the rules). Give its
-records a new tag byte in keys.py (the on-disk format is append-only). The op's
+`tx.wrote` if the op takes a revision (apply.py's docstring has the rules). A read op
+registers `reader(src, limits, op)` with `@reads.serves("name")` (any reads.Source: a
+ReadView, or the EntryTx when it also runs inside an entry; streams.py does both). Give
+its records a new tag byte in keys.py (the on-disk format is append-only). The op's
 validation, like every op's, lives in node/ops.py (`validate_op` refuses names it does
 not know), and its HTTP route and schema in node/http_api.py and node/openapi.py.
 """
 
-from node.store import compaction, kv, txn  # noqa: F401  (each registers its ops)
+from node.store import compaction, kv, streams, txn  # noqa: F401  (each registers its ops)
 from node.store.backend import StorageError
 from node.store.machine import StateMachine
 

@@ -22,9 +22,20 @@ contain no NUL, so NUL works as separator and byte order of the composite keys e
                                          deleted key vanishes once compacted past it.
     b"i" ns 0x00 idempotency_key         [expires_ms, revision, result, op_digest]
     b"e" ms8 ns 0x00 idempotency_key     empty; expiry index of the "i" records
+    b"Q" ns 0x00 stream                  stream meta (node/store/streams.py): [first_seq,
+                                         last_seq, count, bytes, create_revision,
+                                         mod_revision]
+    b"q" ns 0x00 stream 0x00 seq8        stream event at seq (1, 2, ... consecutive):
+                                         [data, type, time_ms, revision, id, meta]
+                                         (id nil when absent, meta {} when absent)
+    b"d" ns 0x00 stream 0x00 event_id    event-id dedup record: [seq, digest16], the
+                                         seq the event got and a 16-byte BLAKE2b digest
+                                         of msgpack [data, type, meta] (meta keys sorted)
 
 The value of a key is stored once (in its "h" record); "c" holds only metadata so
-writes stay cheap and reads of the latest state need no history scan. Records written
+writes stay cheap and reads of the latest state need no history scan. Stream records are
+not versioned: an event's `revision` says when it appeared, so a read at a past revision
+keeps the events at or below it; `compact` never prunes them. Records written
 before idempotency keys were scoped to a namespace (b"i" idempotency_key, 3 fields) are
 never matched again and expire as before.
 """
@@ -43,6 +54,9 @@ HIST = b"h"
 SUPERSEDED = b"s"
 IDEM = b"i"
 IDEM_EXP = b"e"
+STREAM_META = b"Q"
+STREAM_EVENT = b"q"
+STREAM_DEDUP = b"d"
 SEP = b"\x00"
 NS_END = b"\x01"  # ns + NS_END sorts after every ns + SEP + key
 
@@ -92,6 +106,21 @@ def idem_record_id(ns: str, idempotency_key: str) -> bytes:
 def idem_exp_key(expires_ms: int, record_id: bytes) -> bytes:
     """b"e" ms8 record_id: the expiry index entry of IDEM + record_id."""
     return IDEM_EXP + p64(expires_ms) + record_id
+
+
+def stream_meta_key(ns_b: bytes, stream_b: bytes) -> bytes:
+    """b"Q" ns 0x00 stream: the stream's meta record."""
+    return STREAM_META + ns_b + SEP + stream_b
+
+
+def stream_event_prefix(ns_b: bytes, stream_b: bytes) -> bytes:
+    """b"q" ns 0x00 stream 0x00: append seq8 for the stream's event at seq."""
+    return STREAM_EVENT + ns_b + SEP + stream_b + SEP
+
+
+def stream_dedup_key(ns_b: bytes, stream_b: bytes, event_id: str) -> bytes:
+    """b"d" ns 0x00 stream 0x00 event_id: the seq and digest an event id was stored with."""
+    return STREAM_DEDUP + ns_b + SEP + stream_b + SEP + event_id.encode()
 
 
 def inc(prefix: bytes) -> bytes:

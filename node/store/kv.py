@@ -1,4 +1,5 @@
-"""The key-value ops: put, delete, cas, and get/range inside an entry (etcd's model).
+"""The key-value ops: put, delete, cas, and get/range inside an entry (etcd's model) and
+as reads of StateMachine.read (`reads.serves`).
 
 A write at revision rev stages the key's new "c" record, its "h" record at rev, and an
 "s" entry marking the record it replaces as superseded at rev (node/store/keys.py).
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from node.config import Limits
 from node.store import reads
 from node.store.apply import EntryTx, handles
 from node.store.keys import (
@@ -128,3 +130,13 @@ def get(tx: EntryTx, op: dict) -> dict:
 @handles("range")
 def range_(tx: EntryTx, op: dict) -> dict:
     return reads.range_(tx, tx.limits, *reads.range_args(op))
+
+
+@reads.serves("get")
+def read_get(src: reads.Source, limits: Limits, op: dict) -> dict:
+    return reads.get(src, op["ns"], op["key"], op.get("revision"))
+
+
+@reads.serves("range")
+def read_range(src: reads.Source, limits: Limits, op: dict) -> dict:
+    return reads.range_(src, limits, *reads.range_args(op))

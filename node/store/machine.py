@@ -143,13 +143,13 @@ class StateMachine:
             )
 
     def read(self, op: dict) -> dict:
-        """Serve a validated get or range op from local state."""
-        kind = op.get("op")
-        if kind == "get":
-            return self.get(op["ns"], op["key"], op.get("revision"))
-        if kind == "range":
-            return self.range(*reads.range_args(op))
-        raise OpError("unknown_op", f"{kind!r} is not a read op")
+        """Serve a validated read op (get, range, read_stream, ...) from local state,
+        through the reader its op family registered (reads.READERS)."""
+        reader = reads.READERS.get(op.get("op"))
+        if reader is None:
+            raise OpError("unknown_op", f"{op.get('op')!r} is not a read op")
+        with self.read_view() as view:
+            return reader(view, self.limits, op)
 
     # -- snapshots -----------------------------------------------------------
 

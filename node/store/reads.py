@@ -12,11 +12,15 @@ the value. A read below compact_revision fails `compacted`, above the current re
 Range continuation tokens encode (revision, next key) (see node.ops); later pages are
 served at the first page's revision, so paging is consistent as long as that revision is
 not compacted meanwhile.
+
+`READERS` maps each read op to `reader(src, limits, op) -> result`; every op family
+registers its reads with `@serves("name")` (kv.py: get, range; streams.py: read_stream,
+stream_info, list_streams) and StateMachine.read dispatches through it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any, Protocol
 
@@ -53,6 +57,22 @@ class Source(Protocol):
     def hist_iter(self, revision: int) -> Any: ...
 
     def kv_at(self, ns_b: bytes, key: str, revision: int, latest: bool) -> dict | None: ...
+
+
+Reader = Callable[[Source, Limits, dict], dict]
+READERS: dict[str, Reader] = {}
+
+
+def serves(name: str) -> Callable[[Reader], Reader]:
+    """Decorator: register `reader(src, limits, op)` for the validated read ops named `name`."""
+
+    def register(reader: Reader) -> Reader:
+        if name in READERS:
+            raise ValueError(f"read op {name!r} already has a reader")
+        READERS[name] = reader
+        return reader
+
+    return register
 
 
 def kv(key: str, value: bytes | None, version: int, create: int, mod: int) -> dict:

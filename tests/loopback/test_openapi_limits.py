@@ -13,11 +13,13 @@ from node import http_api
 async def test_served_document_comes_from_the_node_config(tmp_path):
     path = tmp_path / "cluster.toml"
     path.write_text(
-        '[limits]\nmax_value_bytes = 1000\n\n[[nodes]]\nid = "node-0"\nraft_port = 7100\n'
+        "[limits]\nmax_value_bytes = 1000\nmax_events_per_append = 50\n\n"
+        '[[nodes]]\nid = "node-0"\nraft_port = 7100\n'
         "http_port = 7000\n"
     )
     cfg = node_config.load(path)
     assert cfg.limits.max_value_bytes == 1000
+    assert cfg.limits.max_events_per_append == 50
     server = http_api.Api(cfg, "node-0", None, None, None).server()
     await server.start("127.0.0.1", 0)
     try:
@@ -30,3 +32,5 @@ async def test_served_document_comes_from_the_node_config(tmp_path):
     assert value["maxLength"] == 1000
     assert "max_value_bytes (1000 on this node)" in value["description"]
     assert "max_value_bytes 1000" in served["info"]["description"]
+    events = served["components"]["schemas"]["AppendRequest"]["properties"]["events"]
+    assert events["maxItems"] == 50 and "max_events_per_append 50" in served["info"]["description"]

@@ -23,6 +23,8 @@ from client import (
 )
 
 OPERATIONS = {"put", "get", "delete", "range", "scan", "cas", "txn", "batch", "compact", "status"}
+STREAM_OPERATIONS = {"append", "read_stream", "events", "subscribe", "stream_info", "list_streams"}
+OPERATIONS |= STREAM_OPERATIONS
 # Return a batch object in both clients (``with client.batch()`` / ``async with``).
 PLAIN_IN_BOTH = {"batch"}
 
@@ -102,3 +104,22 @@ def test_sync_scan_starts_on_first_iteration() -> None:
         pages = c.scan("p", start="a")
         with pytest.raises(InvalidRequest):
             next(pages)
+
+
+def test_subscribe_is_endless_and_starts_on_first_iteration() -> None:
+    """subscribe (and events) are @paged: a generator on Client, an async generator on
+    AsyncClient; a bad argument is refused when iterated, not when called."""
+    assert inspect.isgeneratorfunction(Client.subscribe)
+    assert inspect.isasyncgenfunction(AsyncClient.subscribe)
+    assert inspect.signature(Client.subscribe).return_annotation == "Iterator[StreamEvent]"
+    with Client("http://127.0.0.1:1") as c:
+        sub = c.subscribe("s", wait=0)
+        with pytest.raises(ValueError):
+            next(sub)
+
+
+def test_batches_take_the_stream_ops() -> None:
+    for name in ("append", "read_stream", "stream_info", "list_streams"):
+        assert getattr(Batch, name) is getattr(AsyncBatch, name), name
+    params = inspect.signature(Batch.append).parameters
+    assert list(params)[:3] == ["self", "stream", "events"] and "expect" in params

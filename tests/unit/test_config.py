@@ -97,6 +97,10 @@ def test_numbers_and_defaults() -> None:
     )
     assert cfg.limits == Limits() and cfg.nodes[0].host == "127.0.0.1"
     assert (cfg.name, cfg.data_dir, cfg.fsync, cfg.secret) == ("statekeeper", "data", "always", "")
+    assert Limits().max_events_per_append == 1000
+    assert _parse("[limits]\nmax_events_per_append = 10\n").limits.max_events_per_append == 10
+    with pytest.raises(ConfigError, match="limits.max_events_per_append: expected an integer"):
+        _parse('[limits]\nmax_events_per_append = "10"\n')
 
 
 def test_load_names_the_file(tmp_path: Path) -> None:

@@ -111,7 +111,7 @@ def test_request_properties_are_the_declared_fields():
     read_options = {"consistency", "min_revision"}
     for spec in OPS.values():
         declared = {f.name for f in spec.fields}
-        json_props = set(s[f"{spec.name.capitalize()}Request"]["properties"])
+        json_props = set(s[f"{spec.title}Request"]["properties"])
         extra = (set() if spec.write else read_options) | (
             {"value_b64"} if "value" in declared else set()
         )
@@ -125,6 +125,22 @@ def test_request_properties_are_the_declared_fields():
         assert set(schema["properties"]) - {"value_b64"} == allowed, name
     batch_ops = {v["allOf"][1]["properties"]["op"]["const"] for v in s["BatchOp"]["oneOf"]}
     assert batch_ops == set(OPS)
+
+
+def test_stream_bounds_in_schema_and_validation_agree():
+    limits = Limits(max_events_per_append=3, max_value_bytes=10)
+    append = _validator(limits, "AppendRequest")
+    for n, size in ((3, 10), (4, 1), (1, 11)):
+        body = {"stream": "s", "events": [{"data": "v" * size}] * n}
+        accepted = _validate_json_body("append", body, limits) is None
+        assert append.is_valid(body) is accepted, (n, size)
+    assert _validate_json_body(
+        "append", {"stream": "s", "events": [{"data": "v"}] * 4}, limits
+    ) == ("too_many_events")
+    batch = _validator(limits, "BatchRequest")
+    for wait_ms in (0, 5):
+        ops = [{"op": "read_stream", "stream": "s", "wait_ms": wait_ms}]
+        assert batch.is_valid({"ops": ops}) is (_code(validate_ops, ops, limits) is None), wait_ms
 
 
 VALID = [
@@ -147,6 +163,23 @@ VALID = [
             "failure": [{"op": "get", "key": "a"}, {"op": "delete", "key": "b"}],
         },
     ),
+    (
+        "append",
+        {
+            "stream": "s",
+            "events": [
+                {"data": "x", "type": "t", "id": "e1", "meta": {"a": 1, "b": None}},
+                {"data_b64": "AAE="},
+            ],
+            "expect": 0,
+        },
+    ),
+    ("append", {"stream": "s", "events": [{"data": "x"}], "expect": "no_stream"}),
+    ("read_stream", {"stream": "s", "start": 3, "direction": "backward", "limit": 5}),
+    ("read_stream", {"stream": "s", "wait_ms": 1000, "consistency": "serializable"}),
+    ("stream_info", {"stream": "s"}),
+    ("list_streams", {"prefix": "a", "limit": 3}),
+    ("txn", {"success": [{"op": "append", "stream": "s", "events": [{"data": "x"}]}]}),
 ]
 INVALID = [
     ("put", {"value": "v"}),
@@ -167,13 +200,28 @@ INVALID = [
     ("txn", {"success": [{"op": "get", "key": "k", "revision": 1}]}),
     ("txn", {"success": [{"op": "put", "key": "k", "value": "v", "idempotency_key": "i"}]}),
     ("txn", {"success": [{"op": "cas", "key": "k", "value": "v", "expect": {"version": 1}}]}),
+    ("append", {"stream": "s"}),
+    ("append", {"stream": "s", "events": []}),
+    ("append", {"stream": "", "events": [{"data": "x"}]}),
+    ("append", {"stream": "s", "events": [{"type": "t"}]}),
+    ("append", {"stream": "s", "events": [{"data": "x", "id": ""}]}),
+    ("append", {"stream": "s", "events": [{"data": "x", "type": "t" * 257}]}),
+    ("append", {"stream": "s", "events": [{"data": "x", "meta": {"k": [1]}}]}),
+    ("append", {"stream": "s", "events": [{"data": "x"}], "expect": "maybe"}),
+    ("append", {"stream": "s", "events": [{"data": "x"}], "expect": -1}),
+    ("read_stream", {}),
+    ("read_stream", {"stream": "s", "direction": "sideways"}),
+    ("read_stream", {"stream": "s", "start": -1}),
+    ("read_stream", {"stream": "s", "wait_ms": 60001}),
+    ("stream_info", {"stream": "a\u0000b"}),
+    ("list_streams", {"limit": 0}),
 ]
 
 
 @pytest.mark.parametrize(("op", "body"), VALID, ids=[f"{o}-{i}" for i, (o, _) in enumerate(VALID)])
 def test_valid_requests_pass_both(op: str, body: dict):
     assert _validate_json_body(op, body, Limits()) is None
-    _validator(Limits(), f"{op.capitalize()}Request").validate(body)
+    _validator(Limits(), f"{OPS[op].title}Request").validate(body)
 
 
 @pytest.mark.parametrize(
@@ -181,4 +229,4 @@ def test_valid_requests_pass_both(op: str, body: dict):
 )
 def test_invalid_requests_fail_both(op: str, body: dict):
     assert _validate_json_body(op, body, Limits()) == "invalid_argument"
-    assert not _validator(Limits(), f"{op.capitalize()}Request").is_valid(body)
+    assert not _validator(Limits(), f"{OPS[op].title}Request").is_valid(body)

@@ -130,8 +130,24 @@ def test_component_schemas(doc):
         "BatchResult",
         "Status",
         "Expect",
+        "AppendRequest",
+        "AppendRequestMsgpack",
+        "ReadStreamRequest",
+        "StreamInfoRequest",
+        "ListStreamsRequest",
+        "AppendResult",
+        "ReadStreamResult",
+        "ReadStreamResultMsgpack",
+        "StreamEvent",
+        "StreamInfoResult",
+        "ListStreamsResult",
+        "ExpectationFailed",
     ):
         assert name in schemas, name
+    event = schemas["StreamEvent"]["properties"]
+    assert {"data", "data_b64"} <= set(event) and "data_b64" not in schemas["StreamEventMsgpack"][
+        "properties"
+    ]
     # JSON carries bytes as text or base64, msgpack as bin.
     assert {"value", "value_b64"} <= set(schemas["KeyValue"]["properties"])
     assert "value_b64" not in schemas["KeyValueMsgpack"]["properties"]
@@ -250,6 +266,20 @@ def _examples(doc: dict):
                 )
 
 
+def test_stream_routes_and_codes(doc):
+    paths = doc["paths"]
+    for path in ("/v1/streams/append", "/v1/streams/read", "/v1/streams/info", "/v1/streams/list"):
+        assert paths[path]["post"]["tags"] == ["streams"], path
+    append = paths["/v1/streams/append"]["post"]["responses"]
+    assert {"409", "413", "422"} <= set(append)
+    assert "too_many_events" in append["413"]["description"]
+    assert "(1000 on this node)" in append["413"]["description"]
+    assert "404" in paths["/v1/streams/info"]["post"]["responses"]
+    assert append["409"]["content"][openapi.JSON]["examples"]
+    txn_ops = doc["components"]["schemas"]["TxnOp"]["oneOf"]
+    assert "append" in {v["allOf"][1]["properties"]["op"]["const"] for v in txn_ops}
+
+
 def test_examples_for_put_get_cas(doc):
     for path in ("/v1/kv/put", "/v1/kv/get", "/v1/kv/cas"):
         op = doc["paths"][path]["post"]
@@ -298,6 +328,40 @@ def test_examples_match_their_schemas(doc, registry):
         ("TxnOp", {"op": "get", "key": "k"}, True),
         ("TxnOp", {"op": "cas", "key": "k", "value": "v", "expect": {"version": 1}}, False),
         ("BatchOp", {"op": "compact", "revision": 5}, True),
+        ("BatchOp", {"op": "read_stream", "stream": "s", "wait_ms": 0}, True),
+        ("BatchOp", {"op": "read_stream", "stream": "s", "wait_ms": 100}, False),
+        ("BatchOp", {"op": "append", "stream": "s", "events": [{"data": "x"}]}, True),
+        ("TxnOp", {"op": "append", "stream": "s", "events": [{"data_b64": "AAE="}]}, True),
+        ("TxnOp", {"op": "read_stream", "stream": "s"}, False),
+        ("AppendRequest", {"stream": "s", "events": [{"data": "x"}], "expect": 0}, True),
+        ("AppendRequest", {"stream": "s", "events": []}, False),
+        ("AppendRequest", {"stream": "s", "events": [{"type": "t"}]}, False),
+        ("AppendRequest", {"stream": "s", "events": [{"data": "x"}], "expect": "maybe"}, False),
+        ("ReadStreamRequest", {"stream": "s", "direction": "backward", "start": 3}, True),
+        ("ReadStreamRequest", {"stream": "s", "wait_ms": 60001}, False),
+        (
+            "ExpectationFailed",
+            {
+                "error": {
+                    "code": "expectation_failed",
+                    "message": "m",
+                    "last_seq": 2,
+                    "exists": True,
+                }
+            },
+            True,
+        ),
+        ("ExpectationFailed", {"error": {"code": "expectation_failed", "message": "m"}}, False),
+        ("BatchResult", {"results": [{"revision": 3, "kvs": [], "more": False}]}, True),
+        (
+            "BatchResult",
+            {
+                "results": [
+                    {"revision": 3, "stream": "s", "first_seq": 1, "last_seq": 1, "events": []}
+                ]
+            },
+            True,
+        ),
         (
             "BatchResult",
             {"results": [{"revision": 3}, {"error": {"code": "compacted", "message": "m"}}]},

@@ -11,6 +11,7 @@ from node.ops import (
     validate_op,
     validate_ops,
 )
+from node.stream_ops import decode_stream_continuation, encode_stream_continuation
 
 LIM = Limits(max_key_bytes=16, max_value_bytes=8, max_ops_per_request=4, max_range_limit=50)
 
@@ -224,12 +225,15 @@ def test_continuation_round_trip():
 
 
 def test_read_write_sets():
-    assert WRITE_OPS == {"put", "delete", "cas", "txn", "compact"}
-    assert READ_OPS == {"get", "range"}
+    assert WRITE_OPS == {"put", "delete", "cas", "txn", "compact", "append"}
+    assert READ_OPS == {"get", "range", "read_stream", "stream_info", "list_streams"}
     assert is_write({"op": "txn"}) and not is_write({"op": "get"}) and not is_write({})
 
 
 def test_op_error_shape_and_statuses():
+    assert OpError("expectation_failed").status == 409
+    assert OpError("stream_not_found").status == 404
+    assert OpError("too_many_events").status == 413
     e = OpError("compare_failed", "nope", kv=None, revision=3)
     assert e.status == 409
     assert e.to_dict() == {"code": "compare_failed", "message": "nope", "kv": None, "revision": 3}
@@ -240,3 +244,173 @@ def test_op_error_shape_and_statuses():
     assert OpError("timeout").status == 504
     assert OpError("no-such-code").status == 500
     assert STATUS["unavailable"] == 503
+
+
+# -- streams ---------------------------------------------------------------------------------
+
+SLIM = Limits(max_key_bytes=16, max_value_bytes=8, max_events_per_append=3, max_range_limit=50)
+
+
+def _append(events, **kw):
+    return {"op": "append", "stream": "s", "events": events, **kw}
+
+
+def test_append_normalized_shape():
+    op = validate_op(
+        _append(
+            [{"data": bytearray(b"x"), "meta": {"b": 1, "a": None}, "extra": 1}, {"data": b""}]
+        ),
+        SLIM,
+    )
+    assert op == {
+        "op": "append",
+        "ns": "default",
+        "stream": "s",
+        "events": [
+            {"data": b"x", "type": "", "id": None, "meta": {"a": None, "b": 1}},
+            {"data": b"", "type": "", "id": None, "meta": {}},
+        ],
+        "expect": "any",
+        "idempotency_key": None,
+    }
+    assert list(op["events"][0]["meta"]) == ["a", "b"]  # sorted: equal metas, equal bytes
+    assert validate_op(op, SLIM) == op
+    for expect in ("any", "no_stream", "exists", 0, 7):
+        assert validate_op(_append([{"data": b""}], expect=expect), SLIM)["expect"] == expect
+
+
+def test_read_stream_defaults():
+    op = validate_op({"op": "read_stream", "stream": "s"}, SLIM)
+    assert op == {
+        "op": "read_stream",
+        "ns": "default",
+        "stream": "s",
+        "start": None,
+        "direction": "forward",
+        "limit": 50,
+        "revision": None,
+        "continuation": None,
+        "wait_ms": 0,
+    }
+    assert validate_op(op, SLIM) == op
+    info = validate_op({"op": "stream_info", "stream": "s"}, SLIM)
+    assert info == {"op": "stream_info", "ns": "default", "stream": "s"}
+    listed = validate_op({"op": "list_streams", "prefix": "a"}, SLIM)
+    assert listed == {
+        "op": "list_streams",
+        "ns": "default",
+        "prefix": "a",
+        "limit": 50,
+        "continuation": None,
+    }
+
+
+TOKEN = encode_stream_continuation(5, 3, "forward")
+
+
+@pytest.mark.parametrize(
+    ("op", "code", "names"),
+    [
+        (_append(None), "invalid_argument", "events"),
+        (_append([]), "invalid_argument", "events"),
+        (_append({"data": b"x"}), "invalid_argument", "events"),
+        (_append([{"data": b""}] * 4), "too_many_events", "4 events"),
+        (_append([b"x"]), "invalid_argument", "events[0]"),
+        (_append([{"type": "t"}]), "invalid_argument", "events[0].data"),
+        (_append([{"data": b""}, {"data": "text"}]), "invalid_argument", "events[1].data"),
+        (_append([{"data": b"x" * 9}]), "value_too_large", "events[0].data"),
+        (_append([{"data": b"", "type": 3}]), "invalid_argument", "events[0].type"),
+        (_append([{"data": b"", "type": "t" * 257}]), "invalid_argument", "events[0].type"),
+        (_append([{"data": b"", "id": ""}]), "invalid_argument", "events[0].id"),
+        (_append([{"data": b"", "id": "i" * 129}]), "invalid_argument", "events[0].id"),
+        (_append([{"data": b"", "id": 5}]), "invalid_argument", "events[0].id"),
+        (
+            _append([{"data": b"", "id": "a"}, {"data": b"", "id": "a"}]),
+            "invalid_argument",
+            "events[1].id",
+        ),
+        (_append([{"data": b"", "meta": []}]), "invalid_argument", "events[0].meta"),
+        (_append([{"data": b"", "meta": {"k": [1]}}]), "invalid_argument", "events[0].meta.k"),
+        (_append([{"data": b"", "meta": {"k": 2**64}}]), "invalid_argument", "events[0].meta.k"),
+        (
+            _append([{"data": b"", "meta": {f"k{i}": 1 for i in range(65)}}]),
+            "invalid_argument",
+            "65 entries",
+        ),
+        (_append([{"data": b"", "meta": {"k": "v" * 4100}}]), "invalid_argument", "4096 bytes"),
+        (_append([{"data": b""}], expect="maybe"), "invalid_argument", "expect"),
+        (_append([{"data": b""}], expect=-1), "invalid_argument", "expect"),
+        (_append([{"data": b""}], expect=True), "invalid_argument", "expect"),
+        ({"op": "append", "events": [{"data": b""}]}, "invalid_argument", "stream"),
+        ({**_append([{"data": b""}]), "stream": "s" * 17}, "key_too_large", "stream"),
+        ({**_append([{"data": b""}]), "stream": "a\x00"}, "invalid_argument", "stream"),
+        ({"op": "read_stream"}, "invalid_argument", "stream"),
+        ({"op": "read_stream", "stream": "s", "direction": "up"}, "invalid_argument", "direction"),
+        ({"op": "read_stream", "stream": "s", "start": -1}, "invalid_argument", "start"),
+        ({"op": "read_stream", "stream": "s", "wait_ms": 60_001}, "invalid_argument", "wait_ms"),
+        (
+            {"op": "read_stream", "stream": "s", "wait_ms": 5, "revision": 1},
+            "invalid_argument",
+            "wait_ms",
+        ),
+        (
+            {"op": "read_stream", "stream": "s", "wait_ms": 5, "direction": "backward"},
+            "invalid_argument",
+            "wait_ms",
+        ),
+        (
+            {"op": "read_stream", "stream": "s", "wait_ms": 5, "continuation": TOKEN},
+            "invalid_argument",
+            "wait_ms",
+        ),
+        (
+            {"op": "read_stream", "stream": "s", "continuation": TOKEN, "revision": 4},
+            "invalid_argument",
+            "revision",
+        ),
+        (
+            {"op": "read_stream", "stream": "s", "continuation": "%%"},
+            "invalid_argument",
+            "continuation",
+        ),
+        (
+            {"op": "read_stream", "stream": "s", "continuation": encode_continuation(1, "k")},
+            "invalid_argument",
+            "continuation",
+        ),
+        ({"op": "stream_info"}, "invalid_argument", "stream"),
+        ({"op": "list_streams", "limit": 0}, "invalid_argument", "limit"),
+        (
+            {"op": "txn", "success": [{"op": "read_stream", "stream": "s"}]},
+            "invalid_argument",
+            "txn",
+        ),
+        (
+            {"op": "txn", "success": [_append([{"data": b""}], idempotency_key="i")]},
+            "invalid_argument",
+            "idempotency_key",
+        ),
+    ],
+)
+def test_stream_validation_errors(op, code, names):
+    with pytest.raises(OpError) as ei:
+        validate_op(op, SLIM)
+    assert ei.value.code == code
+    assert names in ei.value.message, ei.value.message
+
+
+def test_wait_ms_is_refused_in_a_batch_only():
+    read = {"op": "read_stream", "stream": "s", "wait_ms": 100}
+    assert validate_op(read, SLIM)["wait_ms"] == 100
+    with pytest.raises(OpError) as ei:
+        validate_ops([{"op": "get", "key": "k"}, read], SLIM)
+    assert ei.value.code == "invalid_argument" and "ops[1]" in ei.value.message
+    assert validate_ops([{**read, "wait_ms": 0}], SLIM)[0]["wait_ms"] == 0
+
+
+def test_stream_continuation_round_trip():
+    assert decode_stream_continuation(TOKEN) == (5, 3, "forward")
+    op = validate_op(
+        {"op": "read_stream", "stream": "s", "continuation": TOKEN, "revision": 5}, SLIM
+    )
+    assert op["continuation"] == TOKEN

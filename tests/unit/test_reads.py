@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from node.errors import OpError
-from node.reads import RevisionWaiters, read_options
+from node.reads import ReadPolicy, RevisionWaiters, read_options
 
 
 def test_waiters_wake_when_apply_reaches_their_revision() -> None:
@@ -62,3 +62,81 @@ def test_bad_read_options(body: dict) -> None:
     with pytest.raises(OpError) as e:
         read_options(dict(body))
     assert e.value.code == "invalid_argument"
+
+
+# -- long poll (read_stream's wait_ms) --------------------------------------------------------
+
+
+def _policy(revision: list[int], stopping=lambda: False) -> ReadPolicy:
+    # raft/proposer are only used by wait(); the long poll needs the revision alone.
+    return ReadPolicy(None, None, lambda: revision[0], lambda: None, 5.0, stopping=stopping)
+
+
+def test_wait_for_change_wakes_on_apply_or_gives_up_at_the_deadline() -> None:
+    revision = [4]
+    w = RevisionWaiters(lambda: revision[0])
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        assert await w.wait_for_change(3, loop.time() + 1)  # already past: at once
+        t0 = loop.time()
+        assert not await w.wait_for_change(4, loop.time() + 0.1)
+        assert loop.time() - t0 >= 0.09
+        later = asyncio.ensure_future(w.wait_for_change(4, loop.time() + 5))
+        await asyncio.sleep(0.05)
+        revision[0] = 5
+        w.applied()
+        assert await asyncio.wait_for(later, 1.0)
+
+    asyncio.run(main())
+
+
+def test_long_poll_reads_again_when_the_revision_moves() -> None:
+    revision = [7]
+    events: list[str] = []
+    policy = _policy(revision)
+    reads = []
+
+    def read() -> dict:
+        reads.append(revision[0])
+        return {"revision": revision[0], "events": list(events)}
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        poll = asyncio.ensure_future(policy.long_poll(read, 5_000))
+        await asyncio.sleep(0.05)
+        revision[0] = 8  # a write elsewhere: read again, still nothing
+        policy.revisions.applied()
+        await asyncio.sleep(0.05)
+        events.append("e")
+        revision[0] = 9
+        policy.revisions.applied()
+        t0 = loop.time()
+        result = await asyncio.wait_for(poll, 1.0)
+        assert result == {"revision": 9, "events": ["e"]} and loop.time() - t0 < 0.5
+        assert reads == [7, 8, 9]
+        # Nothing happens: the empty answer after wait_ms.
+        t0 = loop.time()
+        events.clear()
+        assert (await policy.long_poll(read, 100))["events"] == []
+        assert 0.09 <= loop.time() - t0 < 1.0
+
+    asyncio.run(main())
+
+
+def test_long_poll_ends_early_when_the_node_stops() -> None:
+    stopping = [False]
+    policy = _policy([1], stopping=lambda: stopping[0])
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        poll = asyncio.ensure_future(
+            policy.long_poll(lambda: {"revision": 1, "events": []}, 60_000)
+        )
+        await asyncio.sleep(0.05)
+        stopping[0] = True
+        t0 = loop.time()
+        assert (await asyncio.wait_for(poll, 3.0))["events"] == []
+        assert loop.time() - t0 <= 1.5  # within one slice
+
+    asyncio.run(main())

@@ -119,7 +119,7 @@ junk = st.recursive(
     | st.integers(-(2**63), 2**64 - 1)
     | st.binary(max_size=8)
     | st.text(max_size=8)
-    | st.sampled_from(["put", "delete", "txn", "cas", "range", "key"]),
+    | st.sampled_from(["put", "delete", "txn", "cas", "range", "key", "append", "read_stream"]),
     lambda inner: (
         st.lists(inner, max_size=4)
         | st.dictionaries(
@@ -135,6 +135,13 @@ junk = st.recursive(
                     "compare",
                     "limit",
                     "revision",
+                    "stream",
+                    "events",
+                    "data",
+                    "id",
+                    "meta",
+                    "direction",
+                    "wait_ms",
                 ]
             ),
             inner,

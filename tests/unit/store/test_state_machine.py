@@ -10,6 +10,7 @@ from node.config import Limits
 from node.errors import OpError
 from node.store import StateMachine
 from node.store import apply as store_apply
+from node.store import reads as store_reads
 from tests.unit.store.util import Node, entry, put, raw_items
 
 # -- basic ops ----------------------------------------------------------------
@@ -376,6 +377,9 @@ def test_reads_after_close_are_unavailable(tmp_path):
 
 def test_every_op_validation_accepts_has_one_handler():
     assert set(store_apply.HANDLERS) == node_ops.ALL_OPS
+    assert set(store_reads.READERS) == node_ops.READ_OPS  # what StateMachine.read serves
+    with pytest.raises(ValueError):
+        store_reads.serves("get")(lambda src, limits, op: {})
     with pytest.raises(ValueError):
         store_apply.handles("put")(lambda tx, op: {})
 

@@ -1,0 +1,63 @@
+"""`OpSpec`: the declaration of one protocol op (its fields and cross-field rules).
+
+node/ops.py declares the kv ops and node/stream_ops.py the stream ops with it; `validate_op`
+runs the declarations and node/openapi_requests.py turns them into request schemas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from node.config import Limits
+from node.op_fields import Field, Namespace
+
+Checks = tuple[tuple[str, Callable[[Any, Limits, bool, dict], Any]], ...]
+
+
+def bound_checks(fields: tuple[Field, ...]) -> Checks:
+    """(name, bound check) per field: the validation loop then looks nothing up."""
+    return tuple((f.name, f.check) for f in fields)
+
+
+@dataclass(frozen=True, slots=True)
+class OpSpec:
+    """One op: its fields (in normalized order) and the rules that span fields."""
+
+    name: str
+    fields: tuple[Field, ...]
+    doc: str  # description of its request schema
+    write: bool  # goes through raft
+    in_txn: bool = False  # allowed in a txn branch
+    # (a, (b, c)): `a` excludes `b` and `c` (checked after the fields; also in the schema).
+    exclusive: tuple[str, tuple[str, ...]] | None = None
+    # Extra checks: `pre(raw, limits)` before the fields, `post(out, limits)` after them.
+    pre: Callable[[dict, Limits], None] | None = None
+    post: Callable[[dict, Limits], None] | None = None
+    # HTTP route of the op alone (POST); the kv ops share /v1/kv/{op}.
+    path: str = ""
+    # The first field is `ns` (defaulted from the caller: "default", or the txn's ns);
+    # `rest` are the fields after it, checked after `pre`.
+    has_ns: bool = field(init=False)
+    rest: Checks = field(init=False)
+    # Fields a batch refuses when set (Field.batch_error), e.g. a long poll's wait_ms.
+    batch_refused: tuple[Field, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        has_ns = isinstance(self.fields[0], Namespace)
+        object.__setattr__(self, "has_ns", has_ns)
+        object.__setattr__(self, "rest", bound_checks(self.fields[1:] if has_ns else self.fields))
+        object.__setattr__(self, "batch_refused", tuple(f for f in self.fields if f.batch_error))
+        if not self.path:
+            object.__setattr__(self, "path", f"/v1/kv/{self.name}")
+
+    @property
+    def wired(self) -> bool:
+        """Its schema differs between JSON and msgpack (it carries values)."""
+        return any(f.wired for f in self.fields)
+
+    @property
+    def title(self) -> str:
+        """CamelCase name for schema components: read_stream -> ReadStream."""
+        return "".join(part.capitalize() for part in self.name.split("_"))
