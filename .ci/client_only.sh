@@ -18,6 +18,9 @@ for heavy in ("rocksdict", "pysyncobj", "cryptography", "aiohttp", "msgspec"):
 with Client("http://127.0.0.1:9", timeout=1) as c:
     assert c.ns == "default"
 AsyncClient("http://127.0.0.1:9")
+from client.agent.envelope import decode, encode  # typed state: no server dependency
+
+assert decode(encode({"step": 3, "blob": b"x" * 4096})) == {"step": 3, "blob": b"x" * 4096}
 print("client-only install: ok (no rocksdict, pysyncobj, cryptography, aiohttp, msgspec)")
 PY
 rm -rf "$(dirname "$venv")"

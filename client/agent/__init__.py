@@ -1,0 +1,1 @@
+"""The agent-state layer of the client: typed state envelopes (envelope.py)."""
