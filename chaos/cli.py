@@ -68,6 +68,14 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="size of the key set; even (default: %(default)s)",
     )
+    p.add_argument(
+        "--stream-share",
+        type=float,
+        default=0.15,
+        metavar="F",
+        help="share of each client's ops that are event-stream appends and reads, checked "
+        "by chaos.checker.streams; 0 turns streams off (default: %(default)s)",
+    )
 
 
 def _output_args(p: argparse.ArgumentParser, *, check_time_limit: float | None) -> None:
@@ -233,6 +241,7 @@ def _options(args: argparse.Namespace, fault: str, **phases: Any):
         fsync=args.fsync,
         nodes=args.nodes,
         keys=args.keys,
+        stream_share=args.stream_share,
         debug_unsafe_reads=args.debug_unsafe_reads,
         op_deadline=args.op_deadline,
         think_time=args.think_time,

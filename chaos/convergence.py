@@ -50,6 +50,9 @@ __all__ = [
     "served_by",
 ]
 
+# Ops that read (the rest write): kv gets and event-stream reads.
+_READ_FS = frozenset({"get", "read_stream"})
+
 # (value, version, create_revision, mod_revision) of one key on one replica.
 KV = tuple[Any, int, int, int]
 
@@ -322,7 +325,7 @@ def idle_nodes(
         node = op.output.get("node")
         if op.outcome != "ok" or node not in got or op.process in skip or op.invoke_time < since_ns:
             continue
-        if op.f == "get":
+        if op.f in _READ_FS:
             if op.input.get("consistency") != "serializable":
                 got[node].add("linearizable read")
         else:
@@ -342,7 +345,7 @@ def served_by(ops: Iterable[Op], exclude_processes: Iterable[int] = ()) -> dict[
         node = op.output.get("node")
         if op.outcome != "ok" or node is None or op.process in skip:
             continue
-        if op.f == "get":
+        if op.f in _READ_FS:
             out[node]["serializable" if op.input.get("consistency") == "serializable" else "reads"] += 1
         else:
             out[node]["writes"] += 1

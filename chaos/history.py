@@ -20,7 +20,8 @@ event followed by at most one completion event with the same ``id``:
     int, ``time.monotonic_ns()`` of the workload process (one clock for all events).
 ``f``
     ``"put" | "get" | "delete" | "cas" | "txn"`` (``"range"`` and ``"compact"`` may be
-    recorded too; the checker ignores them, they change no value).
+    recorded too; the checker ignores them, they change no value), ``"append" |
+    "read_stream"`` (event streams, below).
 ``key`` / ``keys``
     the key (str) of a single-key op; ``keys`` (list of str) of a txn.
 
@@ -47,6 +48,19 @@ Completion fields (on ``ok``; ``fail``/``info`` may carry ``error``):
   check stronger and faster.
 - txn: ``succeeded`` (bool) and optionally ``results``: one entry per op of the chosen
   branch, the read value for ``get`` ops (anything for writes).
+
+Event streams (``append`` / ``read_stream``; checked by ``chaos.checker.streams``, ignored
+by the kv checks: they name a ``stream``, no ``key``):
+
+- append invoke: ``stream``, ``events`` (``[{"id", "data"}]``, ids unique per logical
+  append), ``expect`` (int N or ``"any"``), ``idempotency_key``; a later re-send of an
+  unknown append repeats its ``events`` (same ids, same data) with ``retry_of``.
+  ok: ``revision``, ``first_seq`` (None when every event was a duplicate), ``last_seq``,
+  ``seqs`` and ``duplicates`` (one per event). fail with ``error: "expectation_failed"``
+  carries the server's ``last_seq`` and ``exists``.
+- read_stream invoke: ``stream``, ``start``, ``direction``, ``limit`` (backward reads only:
+  a forward read pages to the end). ok: ``revision``, ``last_seq``, ``events``
+  (``[[seq, id, data], ...]``), ``pages``.
 
 Values should be strings (JSON); ``bytes`` are written as ``{"$b64": ...}`` and read back as
 ``bytes``. Write values should be unique per op (e.g. ``f"{process}-{id}"``): the checks
@@ -89,7 +103,7 @@ __all__ = [
 ]
 
 EVENT_TYPES = ("invoke", "ok", "fail", "info")
-OP_NAMES = ("put", "get", "delete", "cas", "txn", "range", "compact")
+OP_NAMES = ("put", "get", "delete", "cas", "txn", "range", "compact", "append", "read_stream")
 Outcome = Literal["ok", "fail", "info"]
 
 # Fields that describe the event rather than the op's input / output.

@@ -260,6 +260,9 @@ class RunResult:
     divergent: list[str] = field(default_factory=list)
     replica_diffs: list[str] = field(default_factory=list)
     crashes: dict[str, int] = field(default_factory=dict)  # failpoint -> exits (status 86)
+    # chaos.checker.streams: its violations and counts (appends ok / failed / unknown ...).
+    streams: list[str] = field(default_factory=list)
+    stream_stats: dict[str, int] = field(default_factory=dict)
     error_codes: dict[str, int] = field(default_factory=dict)
     report_dir: str | None = None
     files: dict[str, str] = field(default_factory=dict)  # label -> path relative to report_dir
@@ -382,6 +385,7 @@ def render_markdown(result: RunResult) -> str:
         ("Store revision went back", r.regressions),
         ("Reads contradicting the acknowledged writes", r.divergent),
         ("Replicas differ", r.replica_diffs),
+        ("Event streams", r.streams),
         ("Failpoint crashes", [f"{k}: {v}" for k, v in r.crashes.items()]),
     ):
         if items:

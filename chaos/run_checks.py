@@ -1,6 +1,7 @@
 """The verdicts of one chaos run once its workload stopped (``chaos.runner``): replicas
 converge, then, with the cluster down, the history's checks (linearizability, lost and
-duplicated writes, revisions, reads against acknowledged writes) and its metrics."""
+duplicated writes, revisions, reads against acknowledged writes, event streams) and its
+metrics."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chaos import checker
+from chaos.checker.streams import LOSS_RULES, check_streams
 from chaos.convergence import (
     compare_replicas,
     idle_nodes,
@@ -30,6 +32,7 @@ from chaos.report import (
     revision_regressions,
 )
 from chaos.run_setup import NS, Say
+from chaos.stream_reads import StreamReads
 from node.config import ClusterConfig
 
 if TYPE_CHECKING:
@@ -89,6 +92,8 @@ def check_run(
     say: Say,
     replica_reads: Sequence[tuple[str, Any, int, str]] = (),
     node_ids: Sequence[str] = (),
+    *,
+    streams: StreamReads | None = None,
 ) -> None:
     say("   checking the history ...")
     ops = read_history(history_path)
@@ -151,6 +156,8 @@ def check_run(
             "mod_revision" if not conflicts else conflicts[0],
         ),
     )
+    if streams is not None:
+        result.verdicts.insert(5, stream_verdict(ops, streams, result, allowed))
     per_node = served_by(ops, exclude_processes=[opts.clients])
     result.verdicts.append(
         Verdict(
@@ -204,6 +211,42 @@ def check_run(
             f"{m.ok} ok, {m.fail} fail, {m.info} unknown; {m.throughput_ok:.0f} ok ops/s",
         ),
     ]
+
+
+def stream_verdict(
+    ops: Sequence[Any], streams: StreamReads, result: RunResult, allowed: bool
+) -> Verdict:
+    """The "event streams" verdict (chaos.checker.streams); keeps the violations and the
+    counts on ``result``. With ``allowed`` (power loss, fsync=never), violations a loss
+    of acknowledged entries explains are ALLOWED; the others (gaps, duplicates, events
+    nobody appended, torn appends, replicas that differ) still FAIL."""
+    res = check_streams(ops, streams.final, replicas=streams.replicas or None)
+    result.stream_stats = dict(res.stats)
+    bad = res.violations
+    result.streams = [v.describe() for v in bad[:50]] + (
+        [f"... and {len(bad) - 50} more"] if len(bad) > 50 else []
+    )
+    fatal = [v for v in bad if not (allowed and v.rule in LOSS_RULES)]
+    unread = sorted(set(res.unread) | set(streams.missing))
+    if unread:
+        result.streams.insert(0, f"not read at the end: {', '.join(unread)}")
+    status = FAIL if fatal or unread else (ALLOWED if bad else PASS)
+    by_rule: dict[str, int] = {}
+    for v in bad:
+        by_rule[v.rule] = by_rule.get(v.rule, 0) + 1
+    st = res.stats
+    value = (
+        f"{len(bad)} violations"
+        + (" (" + ", ".join(f"{n} {r}" for r, n in sorted(by_rule.items())) + ")" if bad else "")
+        + f"; {st['events']} events, {st['appends_ok']} ok appends, "
+        f"{st['duplicates_answered']} answered duplicate"
+    )
+    detail = res.summary()
+    if unread:
+        detail = f"could not read {', '.join(unread)} at the end; " + detail
+    elif bad:
+        detail = f"{bad[0].describe()}; " + detail
+    return Verdict("event streams", status, value, detail)
 
 
 def _s(x: float | None) -> str:

@@ -6,11 +6,13 @@ One run::
     -> workload starts (history.jsonl in the report dir)
     -> warmup -> fault start ... fault window ... heal -> recovery
     -> workload stops -> every node running and ready -> final linearizable read of
-       every key (recorded in the history too) -> replicas converge: once every node
-       reports the same applied index, each node's serializable read of the whole
-       namespace must be identical (chaos.convergence) -> the fault's own checks
+       every key and of every event stream (recorded in the history too) -> replicas
+       converge: once every node reports the same applied index, each node's
+       serializable read of the whole namespace must be identical (chaos.convergence);
+       each node's copy of the streams is read -> the fault's own checks
     -> cluster torn down -> checks (linearizability, lost acknowledged writes, duplicate
-       applications, reads that contradict the acknowledged writes), metrics (RTO,
+       applications, reads that contradict the acknowledged writes, event streams:
+       chaos.checker.streams), metrics (RTO,
        throughput, errors, latency, ops per node) -> report.md + PNG
 
 A fault may ask for more nodes, other raft / retention settings (tiny snapshot
@@ -72,6 +74,7 @@ from chaos.run_setup import (
     teardown,
     toxiproxy_url,
 )
+from chaos.stream_reads import StreamReads, final_stream_reads, replica_stream_reads
 from chaos.workload import Workload
 from chaos.workload_config import WorkloadConfig
 from cluster.supervisor import LocalCluster, SupervisorError
@@ -96,6 +99,7 @@ class RunOptions:
     fsync: str = "always"
     nodes: int = 3
     keys: int = 8
+    stream_share: float = 0.15  # share of the ops that are stream ops (0: no streams)
     warmup: float | None = None  # default: 20% of duration, at least 2 s
     fault_window: float | None = None  # default: 35% of duration, at least 3 s
     report_dir: Path | None = None
@@ -138,6 +142,8 @@ class RunOptions:
             raise ValueError("--op-deadline must be >= 0")
         if self.keys < 2 or self.keys % 2:
             raise ValueError("--keys must be an even number >= 2")
+        if not 0 <= self.stream_share <= 1:
+            raise ValueError("--stream-share must be within [0, 1]")
         self.phases()
 
 
@@ -164,6 +170,7 @@ def run_scenario(opts: RunOptions, say: Say = _say) -> RunResult:
             "fsync": opts.fsync,
             "nodes": opts.nodes,
             "keys": opts.keys,
+            "stream_share": opts.stream_share,
             "warmup": warmup,
             "fault_window": window,
             "op_deadline": opts.op_deadline,
@@ -295,7 +302,7 @@ def _run(
             seed=opts.seed,
             op_deadline=opts.op_deadline,
             think_time=opts.think_time,
-            **fault.workload_settings,
+            **{"stream_share": opts.stream_share, **fault.workload_settings},
         )
         workload = Workload(
             endpoints, history, wcfg, run_id=run_id, node_ids=[n.id for n in cfg.nodes]
@@ -387,6 +394,7 @@ def _run(
         values, revisions, missing = final_reads(
             cfg.http_urls(), wcfg.key_names(), history=history, process=opts.clients, ns=wcfg.ns
         )
+        streams = _final_streams(cfg, wcfg, history, opts.clients)
         history.close()
         event(f"final reads: {len(values)}/{len(wcfg.key_names())} keys")
         result.verdicts.append(
@@ -398,6 +406,8 @@ def _run(
             )
         )
         replica_reads = converge(cfg, wcfg.ns, result, event)
+        if streams is not None:
+            _stream_copies(cfg, wcfg.ns, streams, event)
         for v in fault.verify(ctx):
             result.verdicts.append(v)
         if watcher is not None:
@@ -408,7 +418,33 @@ def _run(
     # The cluster is down now: the CPU is the checker's.
     check_run(
         opts, fault, result, history_path, values, revisions, t0, end, fault_start, heal, say,
-        replica_reads, [n.id for n in cfg.nodes],
+        replica_reads, [n.id for n in cfg.nodes], streams=streams,
+    )
+
+
+def _final_streams(
+    cfg: node_config.ClusterConfig, wcfg: WorkloadConfig, history: HistoryWriter, process: int
+) -> StreamReads | None:
+    """The final linearizable read of every stream (None: the run had no streams)."""
+    names = wcfg.stream_names()
+    if not names:
+        return None
+    return final_stream_reads(cfg.http_urls(), names, history=history, process=process, ns=wcfg.ns)
+
+
+def _stream_copies(
+    cfg: node_config.ClusterConfig, ns: str, streams: StreamReads, event: Say
+) -> None:
+    """Every node's own copy of the streams, once the replicas converged."""
+    names = list(streams.final)
+    urls = {n.id: n.http_url for n in cfg.nodes}
+    streams.replicas = replica_stream_reads(urls, names, streams.revision, ns=ns)
+    read = sum(copy is not None for copy in streams.replicas.values())
+    event(
+        f"final stream reads: {len(names)} streams, "
+        f"{sum(len(e) for e in streams.final.values())} events"
+        + (f" (unreadable: {', '.join(streams.missing)})" if streams.missing else "")
+        + f"; copies read from {read}/{len(urls)} nodes"
     )
 
 

@@ -47,6 +47,10 @@ the first answer, same revision; a re-send that is applied again shows up as one
 idempotency key acknowledged at two revisions (``checker.duplicate_applications``).
 Keys of their own keep the linearizability check exact: re-writing the same value to a
 key nobody else writes is invisible to it.
+
+Event streams (``stream_share`` of the ops, on by default; ``chaos.stream_workload``):
+appends with expectations and re-sends of unknown appends that reuse their event ids,
+and whole-stream reads (pinned readers too), checked by ``chaos.checker.streams``.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaos.history import HistoryWriter
+from chaos.stream_workload import StreamOps, StreamState
 from chaos.workload_config import SPREAD_MODES, WorkloadConfig, op_node, pinned_nodes
 from chaos.workload_ops import WorkloadOps
 from client import (
@@ -108,7 +113,7 @@ class Counters:
         return self.ok + self.fail + self.info
 
 
-class Workload(WorkloadOps):
+class Workload(WorkloadOps, StreamOps):
     """Runs the clients in a background thread with its own event loop.
 
     ``start()`` returns at once; ``stop()`` lets in-flight ops finish (up to their
@@ -216,6 +221,8 @@ class Workload(WorkloadOps):
         # Idempotency probes waiting for their re-send: (due, key, value, ik, first op id,
         # re-sends left).
         resends: list[tuple[float, str, str, str, int | str, int]] = []
+        streams = StreamState()  # chaos.stream_workload
+        stream_names = cfg.stream_names()
         n = len(self.endpoints)
         # One pool per node (lazily connected): the op, not the client, picks the node.
         nodes = [pin] if pin is not None else list(range(n))
@@ -243,9 +250,13 @@ class Workload(WorkloadOps):
                     item = min(due)
                     resends.remove(item)
                     await self._op_resend(route, p, item, resends, rng)
+                elif pin is not None and stream_names and rng.random() < cfg.stream_share:
+                    await self._op_read_stream(route, p, counter, rng.choice(stream_names))
                 elif pin is not None:
                     serializable = rng.random() < cfg.serializable_share
                     await self._op_get(route, p, counter, rng.choice(keys), seen, rng, serializable)
+                elif await self._stream_turn(route, p, counter, rng, streams):
+                    pass
                 elif rng.random() < cfg.resend_share:
                     await self._op_probe(route, p, counter, resends, rng)
                 else:

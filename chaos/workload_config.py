@@ -1,5 +1,6 @@
 """What a chaos workload does (``chaos.workload``): its clients, keys, op mix, deadlines,
-idempotency probes, and which node serves each op (``op_node``, ``pinned_nodes``)."""
+idempotency probes, event streams (``chaos.stream_workload``), and which node serves each
+op (``op_node``, ``pinned_nodes``)."""
 
 from __future__ import annotations
 
@@ -55,9 +56,29 @@ class WorkloadConfig:
     # second re-send as long again after the first.
     resend_share: float = 0.05
     resend_delay: tuple[float, float] = (0.3, 3.0)
+    # Event streams (chaos.stream_workload), on by default: the share of a client's ops
+    # that are stream ops (0 turns them off; pinned readers use it for their stream
+    # reads), how many streams, the share of (non-pinned) stream ops that read a stream
+    # whole, the share of appends with expect="any" (the rest expect the last_seq the
+    # client knows), a read's page size, and when an unknown append is re-sent (same
+    # event ids; seconds after it gave up, uniform; up to ``stream_resends`` times);
+    # ``stream_resend_share`` of the acknowledged appends are re-sent once too (the
+    # store must answer every event as a duplicate, at its seq).
+    stream_share: float = 0.15
+    streams: int = 2
+    stream_read_share: float = 0.25
+    stream_any_share: float = 0.2
+    stream_page: int = 100
+    stream_resend_delay: tuple[float, float] = (0.2, 2.0)
+    stream_resends: int = 2
+    stream_resend_share: float = 0.1
 
     def key_names(self) -> list[str]:
         return [f"k{i}" for i in range(self.keys)]
+
+    def stream_names(self) -> list[str]:
+        """The streams of the run (none when ``stream_share`` is 0)."""
+        return [f"s{i}" for i in range(self.streams)] if self.stream_share > 0 else []
 
 
 def op_node(process: int, op_number: int, attempt: int, n_nodes: int) -> int:

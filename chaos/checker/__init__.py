@@ -4,7 +4,10 @@
   verdict is True, False (with a minimal failing sub-history) or ``"unknown"`` when a
   time or memory bound was hit, never a guess;
 - ``lost_writes`` / ``duplicate_applications``: acknowledged writes missing from the
-  final state, logical writes applied more than once (:mod:`.writes`).
+  final state, logical writes applied more than once (:mod:`.writes`);
+- ``check_streams``: event streams against their final content: no gaps, no duplicates,
+  no lost acknowledged events, expectations honoured, readers see prefixes, commit
+  order (:mod:`.streams`, the rules in :mod:`.stream_rules`).
 
 ``check`` runs, in order (each module's docstring argues why its step keeps the
 verdict):
@@ -21,6 +24,7 @@ verdict):
 
 from chaos.checker.linearizability import check
 from chaos.checker.results import PartitionResult, Result, render_history
+from chaos.checker.streams import StreamsResult, StreamViolation, check_streams
 from chaos.checker.values import UNKNOWN, Verdict
 from chaos.checker.writes import (
     DuplicateApplication,
@@ -35,8 +39,11 @@ __all__ = [
     "LostWrite",
     "PartitionResult",
     "Result",
+    "StreamViolation",
+    "StreamsResult",
     "Verdict",
     "check",
+    "check_streams",
     "duplicate_applications",
     "lost_writes",
     "render_history",

@@ -29,7 +29,7 @@ revisions modeled, every later op reporting a revision of its key would "observe
 
 Preparation, per op: ``fail`` ops are dropped (they did not happen); ``info`` (unknown)
 reads - gets and txns without writes - are dropped (they constrain nothing); ``range``,
-``compact``, serializable gets and gets at an old ``revision`` are ignored (not
+``compact``, stream ops (``chaos.checker.streams``), serializable gets and gets at an old ``revision`` are ignored (not
 linearizable by contract, and they write nothing). ``info`` writes are optional: they may
 take effect once, at any point after their invoke (completion time +inf), or never.
 The unknown writes are then reduced (:mod:`chaos.checker.reductions`).
@@ -47,7 +47,7 @@ from chaos.checker.values import _freeze
 from chaos.history import HistoryError, Op
 
 _INVALID = object()  # a model step that is not allowed (None is a legal state: absent)
-_IGNORED_FS = frozenset({"range", "compact"})
+_IGNORED_FS = frozenset({"range", "compact", "append", "read_stream"})  # streams: .streams
 
 
 @dataclass(eq=False)

@@ -8,8 +8,10 @@ import io
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 
+import msgpack
 import pytest
 from aiohttp import web
 
@@ -48,8 +50,13 @@ def test_workload_config_rejects_odd_key_counts() -> None:
 
 
 class FakeNode:
-    def __init__(self, status: int, body: dict) -> None:
-        self.status, self.body = status, body
+    """Answers every request with ``status`` / ``body``, or with what ``handler(path,
+    request body)`` returns."""
+
+    def __init__(
+        self, status: int, body: dict, handler: Callable[[str, dict], tuple[int, dict]] | None = None
+    ) -> None:
+        self.status, self.body, self.handler = status, body, handler
         self.requests = 0
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -58,7 +65,10 @@ class FakeNode:
 
     async def _handle(self, request: web.Request) -> web.Response:
         self.requests += 1
-        await request.read()
+        raw = await request.read()
+        if self.handler is not None:
+            status, body = self.handler(request.path, msgpack.unpackb(raw) if raw else {})
+            return web.json_response(body, status=status)
         return web.json_response(self.body, status=self.status)
 
     async def _main(self) -> None:
@@ -88,6 +98,7 @@ class FakeNode:
 
 
 PUT_ONLY = OpMix(get=0, put=1, cas=0, txn=0, delete=0)
+KV_ONLY = 0.0  # stream_share: these tests are about the kv ops (streams: further down)
 
 
 def run_workload(
@@ -147,6 +158,7 @@ def test_one_unknown_attempt_makes_the_op_unknown(unavailable_node: FakeNode) ->
             [unavailable_node.url, slow.url],
             seconds=1.0,
             mix=PUT_ONLY,
+            stream_share=KV_ONLY,
         )
     retried = [o for o in ops if o.outcome == "info"]
     assert retried and all(o.f == "put" for o in ops)
@@ -168,7 +180,8 @@ def test_pinned_readers_only_read() -> None:
     with FakeNode(503, body) as node:
         cfg = WorkloadConfig(clients=4, keys=2, op_deadline=0.2, pinned_reader_share=0.5)
         ops = run_workload([node.url], 0.5, cfg)
-    assert {o.f for o in ops if o.process in (2, 3)} == {"get"}
+    assert {o.f for o in ops if o.process in (2, 3)} <= {"get", "read_stream"}
+    assert "get" in {o.f for o in ops if o.process in (2, 3)}
 
 
 # -- options and CLI ------------------------------------------------------------------
@@ -249,8 +262,9 @@ def test_pinned_readers_cover_every_node_when_there_are_enough_clients() -> None
 def test_ops_go_to_every_node_and_the_answering_node_is_recorded() -> None:
     with FakeNode(200, {"revision": 5}) as a, FakeNode(200, {"revision": 5}) as b:
         cfg = WorkloadConfig(
-            clients=2, keys=2, op_deadline=0.3, pinned_reader_share=0, mix=PUT_ONLY, resend_share=0
-        )
+            clients=2, keys=2, op_deadline=0.3, pinned_reader_share=0, mix=PUT_ONLY, resend_share=0,
+            stream_share=KV_ONLY,
+        )  # fmt: skip
         ops = run_workload([a.url, b.url], 0.5, cfg, node_ids=["na", "nb"])
     assert ops and {o.outcome for o in ops} == {"ok"}
     assert a.requests > 3 and b.requests > 3
@@ -264,8 +278,9 @@ def test_a_refusing_node_is_skipped_and_the_op_recorded_where_it_succeeded(
 ) -> None:
     with FakeNode(200, {"revision": 5}) as good:
         cfg = WorkloadConfig(
-            clients=2, keys=2, op_deadline=2.0, pinned_reader_share=0, mix=PUT_ONLY, resend_share=0
-        )
+            clients=2, keys=2, op_deadline=2.0, pinned_reader_share=0, mix=PUT_ONLY, resend_share=0,
+            stream_share=KV_ONLY,
+        )  # fmt: skip
         ops = run_workload([unavailable_node.url, good.url], 0.5, cfg, node_ids=["bad", "good"])
     ok = [o for o in ops if o.outcome == "ok"]
     assert ok and {o.output["node"] for o in ok} == {"good"}
@@ -280,7 +295,7 @@ def test_idempotency_probes_are_resent_with_the_same_key_and_value() -> None:
     with FakeNode(200, {"revision": 5}) as node:
         cfg = WorkloadConfig(
             clients=2, keys=2, op_deadline=0.3, pinned_reader_share=0,
-            resend_share=0.5, resend_delay=(0.01, 0.02), mix=PUT_ONLY,
+            resend_share=0.5, resend_delay=(0.01, 0.02), mix=PUT_ONLY, stream_share=KV_ONLY,
         )  # fmt: skip
         ops = run_workload([node.url], 0.6, cfg)
     by_id = {o.id: o for o in ops}
@@ -308,7 +323,7 @@ def test_pinned_readers_mix_serializable_reads_and_give_up_quickly(
 ) -> None:
     cfg = WorkloadConfig(
         clients=2, keys=2, op_deadline=5.0, pinned_reader_share=1.0, serializable_share=0.5,
-        pinned_op_deadline=0.2,
+        pinned_op_deadline=0.2, stream_share=KV_ONLY,
     )  # fmt: skip
     ops = run_workload([unavailable_node.url], 1.0, cfg, node_ids=["n0"])
     assert {o.f for o in ops} == {"get"}
@@ -323,3 +338,150 @@ def test_workload_rejects_bad_spread_and_node_ids() -> None:
         Workload(["http://127.0.0.1:1"], HistoryWriter(io.StringIO()), WorkloadConfig(spread="x"))
     with pytest.raises(ValueError, match="node_ids"):
         Workload(["http://127.0.0.1:1"], HistoryWriter(io.StringIO()), node_ids=["a", "b"])
+
+
+# -- event streams (chaos.stream_workload) --------------------------------------------
+
+
+STREAMS_ONLY = {"stream_share": 1.0, "resend_share": 0.0, "pinned_reader_share": 0.0}
+
+
+def stream_node(append: Callable[[dict], tuple[int, dict]], last_seq: int = 7) -> FakeNode:
+    """A fake node whose streams all hold ``last_seq`` events (reads page through them,
+    two per page) and whose appends answer ``append(request)``."""
+
+    def handler(path: str, body: dict) -> tuple[int, dict]:
+        if path.endswith("/streams/append"):
+            return append(body)
+        if not path.endswith("/streams/read"):
+            return 200, {"revision": 5}  # a kv write
+        if body.get("direction") == "backward":
+            events = [{"seq": last_seq, "data": "x", "type": "", "time": 1, "revision": 3}]
+            return 200, {"revision": 5, "stream": body["stream"], "events": events,
+                         "last_seq": last_seq, "more": False}  # fmt: skip
+        start = int(body.get("continuation") or body.get("start") or 1)
+        seqs = list(range(start, min(start + 2, last_seq + 1)))
+        page = {"revision": 5, "stream": body["stream"], "last_seq": last_seq,
+                "events": [{"seq": n, "data": f"d{n}", "type": "", "time": 1, "revision": 3,
+                            "id": f"e{n}"} for n in seqs],
+                "more": seqs[-1] < last_seq if seqs else False}  # fmt: skip
+        if page["more"]:
+            page["continuation"] = str(seqs[-1] + 1)
+        return 200, page
+
+    return FakeNode(200, {}, handler)
+
+
+def appended_at(first: int) -> Callable[[dict], tuple[int, dict]]:
+    def answer(body: dict) -> tuple[int, dict]:
+        n = len(body["events"])
+        events = [{"seq": first + i, "duplicate": False} for i in range(n)]
+        return 200, {"revision": 6, "stream": body["stream"], "first_seq": first,
+                     "last_seq": first + n - 1, "events": events}  # fmt: skip
+
+    return answer
+
+
+def test_stream_appends_expect_the_known_last_seq_and_record_their_answers() -> None:
+    with stream_node(appended_at(8)) as node:
+        ops = run_workload(
+            [node.url], 0.8, stream_any_share=0.3, stream_resend_share=0.0, **STREAMS_ONLY
+        )
+    appends = [o for o in ops if o.f == "append"]
+    assert appends and {o.outcome for o in appends} == {"ok"}
+    # expect: "any", the tail read's 7, or the last answer's last_seq (8 + events - 1)
+    assert {o.input["expect"] for o in appends} >= {"any", 7}
+    assert {o.input["expect"] for o in appends} <= {"any", 7, 8, 9, 10}
+    ids = [e["id"] for o in appends for e in o.input["events"]]
+    assert len(ids) == len(set(ids)) and all(1 <= len(o.input["events"]) <= 3 for o in appends)
+    for o in appends:
+        assert all(e["data"].startswith(f"event {e['id']} ") for e in o.input["events"])
+        assert o.input["stream"] in ("s0", "s1")
+        assert o.output["seqs"] == list(range(8, 8 + len(o.input["events"])))
+        assert o.output["duplicates"] == [False] * len(o.input["events"])
+    assert len({o.input["idempotency_key"] for o in appends}) == len(appends)
+    tails = [o for o in ops if o.f == "read_stream" and o.input["direction"] == "backward"]
+    assert tails and all(o.output["last_seq"] == 7 and o.input["limit"] == 1 for o in tails)
+
+
+def test_whole_stream_reads_page_to_the_end() -> None:
+    with stream_node(appended_at(8), last_seq=5) as node:
+        ops = run_workload([node.url], 0.5, stream_read_share=1.0, **STREAMS_ONLY)
+    reads = [o for o in ops if o.f == "read_stream"]
+    assert reads and {o.outcome for o in reads} == {"ok"}
+    for o in reads:
+        assert o.input == {"stream": o.input["stream"], "start": 1, "direction": "forward"}
+        assert o.output["events"] == [[n, f"e{n}", f"d{n}"] for n in range(1, 6)]
+        assert (o.output["pages"], o.output["last_seq"]) == (3, 5)
+
+
+def test_an_expectation_failure_is_a_failure_with_the_servers_last_seq() -> None:
+    err = {"error": {"code": "expectation_failed", "message": "x", "last_seq": 9, "exists": True}}
+    with stream_node(lambda body: (409, err)) as node:
+        ops = run_workload([node.url], 0.8, stream_any_share=0.0, **STREAMS_ONLY)
+    appends = [o for o in ops if o.f == "append"]
+    assert appends and {o.outcome for o in appends} == {"fail"}
+    assert all(o.output["error"] == "expectation_failed" for o in appends)
+    assert all((o.output["last_seq"], o.output["exists"]) == (9, True) for o in appends)
+    # the 409's last_seq is what the client expects next time; a 409 is never re-sent
+    assert {o.input["expect"] for o in appends} == {7, 9}
+    assert not [o for o in appends if "retry_of" in o.input]
+
+
+def test_unknown_appends_are_resent_with_the_same_events_and_a_new_op_key() -> None:
+    err = {"error": {"code": "timeout", "message": "no commit in time"}}
+    with stream_node(lambda body: (504, err)) as node:
+        ops = run_workload(
+            [node.url], 1.5, stream_resend_delay=(0.01, 0.05), stream_read_share=0.0,
+            **STREAMS_ONLY,
+        )  # fmt: skip
+    appends = [o for o in ops if o.f == "append"]
+    assert appends and {o.outcome for o in appends} == {"info"}
+    by_id = {o.id: o for o in appends}
+    resends = [o for o in appends if "retry_of" in o.input]
+    assert resends
+    for r in resends:
+        first = by_id[r.input["retry_of"]]
+        assert "retry_of" not in first.input
+        assert (r.input["stream"], r.input["events"]) == (first.input["stream"], first.input["events"])
+        assert r.input["idempotency_key"] != first.input["idempotency_key"]
+        assert r.input["expect"] in (first.input["expect"], "any")
+    per_first = [sum(r.input["retry_of"] == f.id for r in resends) for f in appends]
+    assert max(per_first) <= WorkloadConfig().stream_resends
+
+
+def test_a_share_of_acknowledged_appends_is_resent_once() -> None:
+    with stream_node(appended_at(8)) as node:
+        ops = run_workload(
+            [node.url], 1.0, stream_resend_share=0.5, stream_resend_delay=(0.01, 0.05),
+            stream_read_share=0.0, **STREAMS_ONLY,
+        )  # fmt: skip
+    appends = {o.id: o for o in ops if o.f == "append"}
+    resends = [o for o in appends.values() if "retry_of" in o.input]
+    firsts = [o for o in appends.values() if "retry_of" not in o.input]
+    assert resends and len(resends) < len(firsts)
+    for r in resends:
+        first = appends[r.input["retry_of"]]
+        assert first.outcome == "ok" and "retry_of" not in first.input
+        assert r.input["events"] == first.input["events"]
+    assert max(Counter(r.input["retry_of"] for r in resends).values()) == 1
+
+
+def test_the_stream_share_is_a_run_option_and_a_flag() -> None:
+    from chaos.cli import _options, build_parser
+    from chaos.runner import RunOptions
+
+    args = build_parser().parse_args("run --fault none --stream-share 0".split())
+    assert _options(args, "none").stream_share == 0.0
+    assert build_parser().parse_args(["run", "--fault", "none"]).stream_share == 0.15
+    with pytest.raises(ValueError, match="stream-share"):
+        RunOptions(stream_share=1.5).validate()
+
+
+def test_stream_share_zero_turns_streams_off() -> None:
+    with stream_node(appended_at(8)) as node:
+        ops = run_workload(
+            [node.url], 0.4, stream_share=0.0, mix=PUT_ONLY, resend_share=0.0, pinned_reader_share=0
+        )
+    assert ops and {o.f for o in ops} == {"put"}
+    assert WorkloadConfig(stream_share=0).stream_names() == []
