@@ -35,7 +35,8 @@ The five things (docs/protocol.md has them for users):
    -> event [data, type, time_ms, revision, id, meta]; b"d" ns 0x00 stream 0x00 id ->
    dedup [seq, digest16]. first_seq is 1 (truncation comes with stream lifecycle);
    `compact` never prunes events.
-5. Chaos coverage: chaos/ stream workload, see chaos/checker/streams.py.
+5. Chaos coverage: chaos/stream_workload.py in every scenario, checked by
+   chaos/checker/streams.py (docs/protocol.md lists the rules).
 
 Invariants: events first_seq..last_seq all exist; event revisions never decrease with
 seq (so the events visible at revision R are a prefix, found by binary search); an id's
