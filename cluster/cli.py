@@ -588,5 +588,11 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return chaos_main(args.chaos_args or ["--help"], prog=f"{PROG} chaos")
 
 
+from cluster import agent_cli, stream_cli  # noqa: E402 (their groups register here)
+
+agent_cli.register(command, arg, GROUPS)
+stream_cli.register(command, arg, GROUPS)
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,1 +1,95 @@
-"""The agent-state layer of the client: typed state envelopes (envelope.py)."""
+"""The agent layer: an agent's state over statekeeper, pure client code over kv, txn and
+streams (both clients; one implementation, sans-IO plans in client/agent/plan.py).
+
+::
+
+    from client import Client
+    from client.agent import Agent, EveryNSteps, OnEvent
+
+    with Client(["http://127.0.0.1:7000"], ns="agents") as c:
+        agent = Agent(c, "agent-7", reducer=apply_event, initial={},
+                      policy=EveryNSteps(10) | OnEvent(lambda e: e.type == "tool.ok"))
+        h = agent.hydrate()                    # latest checkpoint + events after it
+        agent.log("tool.ok", {"tool": "search"})
+        agent.maybe_checkpoint(h.state, step=h.step + 1)
+
+- :class:`Agent` / :class:`AsyncAgent`: checkpoints (chunked when large), events,
+  rollback, ``state_at``, ``history``, ``hydrate``, ``gc`` (client/agent/agent.py);
+- policies: :class:`EveryNSteps`, :class:`EveryTSeconds`, :class:`OnEvent`, ``|``/``&``;
+- :class:`Projection` / :class:`AsyncProjection`: read models folded from a stream,
+  resuming from their saved position;
+- envelopes (client/agent/envelope.py): typed state <-> bytes, schemas and upcasters;
+- key layout: client/agent/layout.py; CLI: ``statekeeper agent list|show|history|rollback``.
+"""
+
+from __future__ import annotations
+
+from .agent import Agent, AgentCore, AsyncAgent
+from .envelope import (
+    EnvelopeError,
+    Header,
+    MissingUpcaster,
+    PickleRefused,
+    SchemaRegistry,
+    SchemaTooNew,
+    UnknownSchema,
+    decode,
+    decode_raw,
+    default_registry,
+    encode,
+    peek,
+    schema,
+    upcaster,
+)
+from .errors import (
+    AgentError,
+    CheckpointConflict,
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    InvalidAgentId,
+    ProjectionConflict,
+)
+from .layout import Layout
+from .policies import AllOf, AnyOf, EveryNSteps, EveryTSeconds, Never, OnEvent, Policy
+from .projection import AsyncProjection, Projection
+from .records import AgentEvent, Checkpoint, Hydrated, TimelineRow
+
+__all__ = [
+    "Agent",
+    "AgentCore",
+    "AgentError",
+    "AgentEvent",
+    "AllOf",
+    "AnyOf",
+    "AsyncAgent",
+    "AsyncProjection",
+    "Checkpoint",
+    "CheckpointConflict",
+    "CheckpointCorrupt",
+    "CheckpointNotFound",
+    "EnvelopeError",
+    "EveryNSteps",
+    "EveryTSeconds",
+    "Header",
+    "Hydrated",
+    "InvalidAgentId",
+    "Layout",
+    "MissingUpcaster",
+    "Never",
+    "OnEvent",
+    "PickleRefused",
+    "Policy",
+    "Projection",
+    "ProjectionConflict",
+    "SchemaRegistry",
+    "SchemaTooNew",
+    "TimelineRow",
+    "UnknownSchema",
+    "decode",
+    "decode_raw",
+    "default_registry",
+    "encode",
+    "peek",
+    "schema",
+    "upcaster",
+]

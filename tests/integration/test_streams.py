@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -326,3 +328,38 @@ def test_an_event_id_with_another_payload_is_refused_whole(shared_cluster: Local
     with Client(_urls(shared_cluster), ns=ns) as c, pytest.raises(InvalidRequest) as ei:
         c.append("s", Event("changed", id="1"))
     assert ei.value.code == "idempotency_key_reused"
+
+
+def _stream_cli(cluster: LocalCluster, *argv: str, ns: str = "cli-streams") -> list[str]:
+    urls = ",".join(cluster.url(n) for n in cluster.node_ids)
+    return [sys.executable, "-m", "cluster.cli", "stream", *argv, "--ns", ns, "--endpoints", urls]
+
+
+def test_the_stream_cli_appends_reads_follows_and_explains(shared_cluster: LocalCluster) -> None:
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(_stream_cli(shared_cluster, *argv), capture_output=True, text=True,
+                              timeout=60)
+
+    r = run("append", "orders", "first", "second", "--type", "order", "--id", "a", "--id", "b")
+    assert r.returncode == 0 and "seqs 1, 2" in r.stdout, r.stderr
+    r = run("append", "orders", "first", "--type", "order", "--id", "a")
+    assert r.returncode == 0 and "1 already there" in r.stdout  # event-id dedup
+    r = run("append", "orders", "third", "--expect", "5")
+    assert r.returncode == 1 and "expected 5" in r.stderr  # 409, one line, nothing written
+    tail = subprocess.Popen(_stream_cli(shared_cluster, "tail", "orders", "--from", "2", "--json"),
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(tail.stdout.readline())["data"] == "second"  # catch-up ...
+        assert run("append", "orders", "third", "--expect", "2").returncode == 0
+        assert json.loads(tail.stdout.readline())["data"] == "third"  # ... then live
+    finally:
+        tail.kill()
+        tail.wait()
+    r = run("read", "orders", "--backward", "--limit", "2")
+    assert r.returncode == 0 and r.stdout.index("third") < r.stdout.index("second")
+    r = run("info", "orders", "--json")
+    assert json.loads(r.stdout)["last_seq"] == 3
+    r = run("list", "ord")
+    assert r.returncode == 0 and "orders" in r.stdout
+    r = run("info", "missing")
+    assert r.returncode == 2 and "missing" in r.stderr

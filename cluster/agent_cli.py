@@ -1,0 +1,234 @@
+"""`statekeeper agent list | show AGENT | history AGENT | rollback AGENT --to STEP`: the
+agent layer (client/agent/) for people, with readable tables or --json.
+
+cluster/cli.py calls :func:`register` with its registry (so this module never imports
+cli.py, which may be running as __main__); the client is imported only when a command
+runs; endpoints and the shared flags: cluster/client_cli.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from cluster.client_cli import (
+    EXIT_OK,
+    EXIT_USAGE,
+    client_args,
+    dump,
+    guarded,
+    open_client,
+    size,
+    table,
+    when,
+)
+
+GROUP_HELP = (
+    "inspect and roll back agents' checkpoints and events",
+    "Agents stored with client.agent (Agent / AsyncAgent): their checkpoints, events\n"
+    "and rollbacks, read from a running cluster. Keys: agent/{id}/head, ckpt/{n},\n"
+    "chunk/{sha256}/{i}; stream agent/{id}.",
+)
+
+
+def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[str, Any]) -> None:
+    """Add the `agent` commands to cluster/cli.py's registry."""
+    groups["agent"] = GROUP_HELP
+    common = client_args(arg)
+    agent_id = arg("agent_id", metavar="AGENT", help="the agent's id")
+    command("agent", "list", help="list the agents of a namespace",
+            epilog="  statekeeper agent list --ns agents", args=common)(cmd_list)
+    command("agent", "show", help="show an agent's current (or given) checkpoint and its state",
+            epilog="  statekeeper agent show agent-7\n  statekeeper agent show agent-7 --ckpt 3",
+            args=[*common, agent_id, arg("--ckpt", type=int, metavar="N",
+                                         help="show checkpoint N instead of the current one")],
+            )(cmd_show)
+    command("agent", "history", help="an agent's timeline of events, checkpoints and rollbacks",
+            epilog="  statekeeper agent history agent-7 --limit 20",
+            args=[*common, agent_id, arg("--limit", type=int, metavar="N",
+                                         help="only the last N rows")])(cmd_history)
+    command("agent", "rollback", help="make an earlier checkpoint current (nothing is deleted)",
+            epilog="  statekeeper agent rollback agent-7 --to 12",
+            args=[*common, agent_id,
+                  arg("--to", type=int, metavar="STEP", help="the newest checkpoint with step <= STEP"),
+                  arg("--ckpt", type=int, metavar="N", help="checkpoint number N")],
+            )(cmd_rollback)
+
+
+# -- list --------------------------------------------------------------------------------
+
+
+def agent_ids_plan(ns: str) -> Any:
+    """Agent ids of ``ns``: owners of agent/{id}/... keys (one key per agent read, the
+    rest skipped) and of agent/{id} streams."""
+    from client.agent.plan import call
+
+    ids: set[str] = set()
+    start = "agent/"
+    while True:
+        rr = yield call("range", start=start, end="agent0", limit=1, keys_only=True, ns=ns)
+        if not rr.kvs:
+            break
+        aid = rr.kvs[0].key.split("/")[1]
+        ids.add(aid)
+        start = f"agent/{aid}0"  # past every agent/{aid}/... key ('0' follows '/')
+    cont = None
+    while True:
+        page = yield call("list_streams", "agent/", ns=ns, continuation=cont)
+        ids.update(s.stream[6:] for s in page.streams if "/" not in s.stream[6:])
+        if not page.more:
+            return sorted(i for i in ids if i)
+        cont = page.continuation
+
+
+def summaries_plan(ns: str, ids: list[str]) -> Any:
+    """(id, head manifest or None, last seq) per agent, 200 agents per batch."""
+    from client.agent.checkpoints import Ctx, head_call, head_of
+    from client.agent.codec import Codec
+    from client.agent.layout import Layout
+    from client.agent.plan import batch, call
+
+    out = []
+    for i in range(0, len(ids), 200):
+        ctxs = [Ctx(Layout(a), ns, Codec()) for a in ids[i : i + 200]]
+        calls = []
+        for ctx in ctxs:
+            calls += [head_call(ctx), call("read_stream", ctx.layout.stream, direction="backward",
+                                           limit=1, ns=ns)]
+        results = yield batch(*calls, ns=ns)
+        for j, ctx in enumerate(ctxs):
+            rr, page = results[2 * j], results[2 * j + 1]
+            m = None if isinstance(rr, Exception) else head_of(ctx, rr)[0]
+            last = None if isinstance(page, Exception) else page.last_seq
+            out.append((ctx.layout.agent_id, m, last))
+    return out
+
+
+@guarded
+def cmd_list(args: argparse.Namespace) -> int:
+    """One row per agent of the namespace: its current checkpoint, step, position, the
+    events in its stream, its state's size and when it was last checkpointed."""
+    from client.agent.plan import run
+
+    with open_client(args) as c:
+        ids = run(c, agent_ids_plan(args.ns))
+        rows = run(c, summaries_plan(args.ns, ids))
+    if args.json:
+        dump([{"agent": a, "ckpt": m and m["ckpt"], "step": m and m["step"],
+               "position": m and m["position"], "events": last, "size": m and m["size"],
+               "time_ms": m and m["time_ms"]} for a, m, last in rows])
+        return EXIT_OK
+    if not rows:
+        print(f"no agents in namespace {args.ns!r}")
+        return EXIT_OK
+    print(table(("AGENT", "CKPT", "STEP", "POSITION", "EVENTS", "SIZE", "CHECKPOINTED"), [
+        (a, m and m["ckpt"], m and m["step"], m and m["position"], last,
+         m and size(m["size"]), when(m and m["time_ms"])) for a, m, last in rows]))
+    return EXIT_OK
+
+
+# -- show / history / rollback -------------------------------------------------------------
+
+
+def _describe(ck: Any) -> dict[str, Any]:
+    return {"ckpt": ck.n, "step": ck.step, "position": ck.position, "revision": ck.revision,
+            "time_ms": ck.time_ms, "parent": ck.parent, "kind": ck.kind, "size": ck.size,
+            "chunks": ck.chunks, "metadata": ck.metadata, "header": ck.header}
+
+
+def show_plan(agent: Any, n: int | None) -> Any:
+    from client.agent.checkpoints import head_call, head_of, load_envelope_plan
+    from client.agent.errors import CheckpointNotFound
+    from client.agent.plan import call
+    from client.agent.records import checkpoint_from, unpack_manifest
+    from client.errors import NotFound
+
+    ctx = agent.ctx
+    if n is None:
+        m, kv = head_of(ctx, (yield head_call(ctx)))
+        if m is None:
+            raise CheckpointNotFound(f"agent {agent.agent_id!r} has no checkpoint in {ctx.ns!r}")
+    else:
+        try:
+            kv = yield call("get", ctx.layout.ckpt(n), ns=ctx.ns)
+        except NotFound:
+            raise CheckpointNotFound(f"agent {agent.agent_id!r} has no checkpoint #{n}") from None
+        m = unpack_manifest(kv.value, kv.key)
+    env = yield from load_envelope_plan(ctx, m)
+    return checkpoint_from(m, kv.mod_revision), env
+
+
+@guarded
+def cmd_show(args: argparse.Namespace) -> int:
+    """The agent's current checkpoint (or --ckpt N): its step, position, revision, time,
+    parent, metadata and envelope header, then its state as JSON (decoded without any
+    registered class: the data as stored, bytes as {"$bytes": base64})."""
+    from client.agent import Agent
+    from client.agent.codec import show_envelope
+    from client.agent.plan import run
+
+    with open_client(args) as c:
+        agent = Agent(c, args.agent_id, ns=args.ns)
+        ck, env = run(c, show_plan(agent, args.ckpt))
+    shown = show_envelope(env)
+    if args.json:
+        dump({"agent": args.agent_id, "checkpoint": _describe(ck), "state": shown["data"]})
+        return EXIT_OK
+    h = shown["header"] or {}
+    schema = f"{h.get('schema') or 'plain'} v{h.get('version', 0)}, {h.get('format')}" + (
+        f", {h['compression']}" if h.get("compression") else "")
+    print(f"agent      {args.agent_id} (namespace {args.ns})")
+    print(f"checkpoint #{ck.n} ({ck.kind}), parent {ck.parent if ck.parent else '-'}")
+    print(f"step       {ck.step}   position {ck.position}   revision {ck.revision}")
+    print(f"written    {when(ck.time_ms)}")
+    print(f"size       {size(ck.size)} {'inline' if not ck.chunks else f'in {ck.chunks} chunks'}"
+          f"   schema {schema}")
+    print(f"metadata   {json.dumps(ck.metadata, sort_keys=True, default=str)}")
+    print("state:")
+    print(json.dumps(shown["data"], indent=2, sort_keys=True, ensure_ascii=False))
+    return EXIT_OK
+
+
+@guarded
+def cmd_history(args: argparse.Namespace) -> int:
+    """The agent's events, checkpoints and rollbacks, oldest first, with the store
+    revision and time of each."""
+    from client.agent import Agent
+    from client.agent.codec import jsonable
+
+    with open_client(args) as c:
+        rows = Agent(c, args.agent_id, ns=args.ns).history(limit=args.limit)
+    if args.json:
+        dump([{k: jsonable(getattr(r, k)) for k in r.__slots__} for r in rows])
+        return EXIT_OK
+    if not rows:
+        print(f"agent {args.agent_id!r} has no events or checkpoints in {args.ns!r}")
+        return EXIT_OK
+    print(table(("REV", "TIME", "KIND", "STEP", "SEQ", "CKPT", "TYPE", "SUMMARY"), [
+        (r.revision, when(r.time_ms), r.kind, r.step, r.seq, r.ckpt and f"#{r.ckpt}", r.type,
+         r.summary) for r in rows]))
+    return EXIT_OK
+
+
+@guarded
+def cmd_rollback(args: argparse.Namespace) -> int:
+    """Make an earlier checkpoint current: the newest with step <= --to, or --ckpt N. A
+    new checkpoint and a statekeeper.rollback event are written together; nothing is
+    deleted (history still shows what came after)."""
+    from client.agent import Agent
+
+    if (args.to is None) == (args.ckpt is None):
+        print("statekeeper: error: give exactly one of --to STEP or --ckpt N", file=sys.stderr)
+        return EXIT_USAGE
+    with open_client(args) as c:
+        ck = Agent(c, args.agent_id, ns=args.ns).rollback(to=args.to, ckpt=args.ckpt)
+    if args.json:
+        dump(_describe(ck))
+    else:
+        print(f"agent {args.agent_id}: checkpoint #{ck.parent} (step {ck.step}) is current again "
+              f"as checkpoint #{ck.n} (revision {ck.revision}, rolled back from "
+              f"#{ck.metadata.get('rollback_from')})")
+    return EXIT_OK

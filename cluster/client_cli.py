@@ -1,0 +1,87 @@
+"""What the CLI's client commands share (`statekeeper agent ...`, `statekeeper stream ...`):
+where the nodes are, the common flags, one-line errors, tables and JSON.
+
+Endpoints: --endpoints, else $STATEKEEPER_ENDPOINTS, else the HTTP URLs of --config
+(cluster.toml) when it exists, else http://127.0.0.1:7000. The client is imported only
+when a command runs (the CLI also serves `statekeeper cluster ...` without it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+DEFAULT_ENDPOINT = "http://127.0.0.1:7000"
+
+
+def client_args(arg: Callable[..., Any]) -> list[Any]:
+    """The flags every client command takes: --ns, --endpoints, --config, --json."""
+    return [
+        arg("--ns", default="default", metavar="NS", help="namespace (default: default)"),
+        arg("--endpoints", metavar="URLS", help="comma-separated node URLs"),
+        arg("--config", "-c", default="cluster.toml", metavar="PATH",
+            help="cluster config to take the endpoints from (default: cluster.toml)"),
+        arg("--json", action="store_true", help="print JSON instead of a table"),
+    ]
+
+
+def endpoints(args: argparse.Namespace) -> list[str]:
+    if args.endpoints:
+        return [u for u in args.endpoints.split(",") if u]
+    env = os.environ.get("STATEKEEPER_ENDPOINTS")
+    if env:
+        return [u for u in env.split(",") if u]
+    if args.config and Path(args.config).exists():
+        from node import config as node_config
+
+        return list(node_config.load(Path(args.config)).http_urls())
+    return [DEFAULT_ENDPOINT]
+
+
+def guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Client errors as one line on stderr: 2 for what was asked wrong, 1 otherwise."""
+
+    def run(args: argparse.Namespace) -> int:
+        from client.errors import InvalidRequest, NotFound, StatekeeperError
+
+        try:
+            return fn(args)
+        except StatekeeperError as e:
+            print(f"statekeeper: error: {e.message or e}", file=sys.stderr)
+            return EXIT_USAGE if isinstance(e, NotFound | InvalidRequest) else EXIT_FAILURE
+
+    run.__name__, run.__doc__ = fn.__name__, fn.__doc__
+    return run
+
+
+def when(time_ms: int | None) -> str:
+    if not time_ms:
+        return "-"
+    return dt.datetime.fromtimestamp(time_ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def size(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [list(columns)] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+
+
+def dump(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def open_client(args: argparse.Namespace) -> Any:
+    from client import Client
+
+    return Client(endpoints(args), ns=args.ns)

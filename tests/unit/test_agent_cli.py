@@ -1,0 +1,91 @@
+"""`statekeeper agent ...` over the in-memory client: help, tables, JSON, rollback, and
+errors as one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from client.agent import Agent
+from cluster import agent_cli, cli, client_cli
+from tests.unit.test_agent_fake import MemoryClient
+
+
+@pytest.fixture
+def store(monkeypatch: pytest.MonkeyPatch) -> MemoryClient:
+    c = MemoryClient()
+    monkeypatch.setattr(agent_cli, "open_client", lambda args: c)
+    a = Agent(c, "agent-7", reducer=lambda s, e: s, initial={})
+    a.log("tool.ok", {"tool": "search"}, step=1)
+    a.checkpoint({"plan": ["a", "b"], "raw": b"\x00\x01"}, step=1, metadata={"run": "r1"})
+    a.log("tool.ok", {"tool": "fetch"}, step=2)
+    a.checkpoint({"plan": ["a"]}, step=2)
+    Agent(c, "other").log("x", b"raw")
+    return c
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:
+        code = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("sub", ["list", "show", "history", "rollback"])
+def test_help(sub: str, capsys) -> None:
+    code, out, _ = run(["agent", sub, "--help"], capsys)
+    assert code == 0 and out.startswith(f"usage: statekeeper agent {sub}")
+    assert "examples:" in out
+
+
+def test_list_table_and_json(store, capsys) -> None:
+    code, out, _ = run(["agent", "list"], capsys)
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split()[:5] == ["AGENT", "CKPT", "STEP", "POSITION", "EVENTS"]
+    assert lines[1].split()[:5] == ["agent-7", "2", "2", "2", "2"]
+    assert lines[2].split()[:5] == ["other", "-", "-", "-", "1"]
+    code, out, _ = run(["agent", "list", "--json"], capsys)
+    assert [r["agent"] for r in json.loads(out)] == ["agent-7", "other"]
+
+
+def test_show_prints_state_as_json(store, capsys) -> None:
+    code, out, _ = run(["agent", "show", "agent-7", "--ckpt", "1"], capsys)
+    assert code == 0 and "checkpoint #1" in out and '"run": "r1"' in out
+    state = json.loads(out.split("state:\n", 1)[1])
+    assert state == {"plan": ["a", "b"], "raw": {"$bytes": "AAE="}}
+    code, out, _ = run(["agent", "show", "agent-7", "--json"], capsys)
+    doc = json.loads(out)
+    assert doc["checkpoint"]["ckpt"] == 2 and doc["state"] == {"plan": ["a"]}
+
+
+def test_history_and_rollback(store, capsys) -> None:
+    code, out, _ = run(["agent", "rollback", "agent-7", "--to", "1"], capsys)
+    assert code == 0 and "checkpoint #1 (step 1) is current again as checkpoint #3" in out
+    code, out, _ = run(["agent", "history", "agent-7"], capsys)
+    lines = out.splitlines()
+    assert lines[0].split() == ["REV", "TIME", "KIND", "STEP", "SEQ", "CKPT", "TYPE", "SUMMARY"]
+    assert [ln.split()[3] for ln in lines[1:]] == ["event", "checkpoint", "event", "checkpoint", "rollback"]
+    code, out, _ = run(["agent", "history", "agent-7", "--json", "--limit", "1"], capsys)
+    assert json.loads(out)[0]["kind"] == "rollback"
+
+
+def test_errors_are_one_line(store, capsys) -> None:
+    code, _, err = run(["agent", "show", "nobody"], capsys)
+    assert code == 2 and "has no checkpoint" in err and "Traceback" not in err
+    code, _, err = run(["agent", "rollback", "agent-7"], capsys)
+    assert code == 2 and "exactly one" in err
+    code, _, err = run(["agent", "rollback", "agent-7", "--to", "0"], capsys)
+    assert code == 2 and "no checkpoint with step <= 0" in err
+
+
+def test_endpoints_come_from_flag_env_or_default(monkeypatch, tmp_path) -> None:
+    args = cli.build_parser().parse_args(["agent", "list", "--config", str(tmp_path / "none.toml")])
+    monkeypatch.delenv("STATEKEEPER_ENDPOINTS", raising=False)
+    assert client_cli.endpoints(args) == ["http://127.0.0.1:7000"]
+    monkeypatch.setenv("STATEKEEPER_ENDPOINTS", "http://a:1,http://b:2")
+    assert client_cli.endpoints(args) == ["http://a:1", "http://b:2"]
+    args.endpoints = "http://c:3"
+    assert client_cli.endpoints(args) == ["http://c:3"]
