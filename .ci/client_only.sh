@@ -18,7 +18,8 @@ for heavy in ("rocksdict", "pysyncobj", "cryptography", "aiohttp", "msgspec"):
 with Client("http://127.0.0.1:9", timeout=1) as c:
     assert c.ns == "default"
 AsyncClient("http://127.0.0.1:9")
-from client.agent.envelope import decode, encode  # typed state: no server dependency
+from client.agent import Agent, AsyncAgent, Projection  # the agent layer: no server parts
+from client.agent.envelope import decode, encode
 
 assert decode(encode({"step": 3, "blob": b"x" * 4096})) == {"step": 3, "blob": b"x" * 4096}
 print("client-only install: ok (no rocksdict, pysyncobj, cryptography, aiohttp, msgspec)")

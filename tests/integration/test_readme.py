@@ -30,3 +30,26 @@ def test_the_readme_agent_example_works(cluster: LocalCluster) -> None:
             exec(compile(code, "README.md", "exec"), {})
         outputs.append(out.getvalue())
     assert outputs == ["", "thread-9 is held by worker-a\n"]
+
+
+def test_the_readme_crash_and_resume_example_works(cluster: LocalCluster) -> None:
+    text = README.read_text()
+    code = re.search(
+        r"## An agent that crashes and picks up where it left off\n\n```python\n(.*?)```", text, re.S
+    ).group(1)
+    urls = [cluster.url(n) for n in cluster.node_ids]
+    code = code.replace(
+        '["http://127.0.0.1:7000", "http://127.0.0.1:7001", "http://127.0.0.1:7002"]', repr(urls)
+    )
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    # Before the crash two tools ran; after the restart only the third one did.
+    assert out.getvalue() == (
+        "calling search_flights\ncalling book_flight\ncalling email_receipt\n"
+    )
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    # A second whole run hydrates the checkpoint: every tool is done, none is called.
+    assert out.getvalue() == ""
