@@ -263,3 +263,68 @@ def test_cli_list_show_history_rollback(shared_cluster: LocalCluster, client: Cl
     assert json.loads(out.stdout)["state"] == {"total": 1, "raw": {"$bytes": "AA=="}}
     out = cli(shared_cluster, ns, "show", "nobody")
     assert out.returncode == 2 and "no checkpoint" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bad_input_gets_coded_errors_and_changes_nothing(client: Client) -> None:
+    """Wrong expectations, oversize events, too many events, unknown and newer schema
+    versions, garbage and pickled state: each a coded error; the head and the stream stay
+    as they were."""
+    import dataclasses
+    import pickle
+
+    from client import ExpectationFailed, InvalidRequest
+    from client.agent import (
+        CheckpointCorrupt,
+        PickleRefused,
+        SchemaRegistry,
+        SchemaTooNew,
+        decode,
+    )
+
+    v2, v3 = SchemaRegistry(), SchemaRegistry()
+
+    @v3.schema("Chat", version=3)
+    @dataclasses.dataclass
+    class Chat3:
+        turns: list
+        model: str = "m"
+
+    @v2.schema("Chat", version=2)
+    @dataclasses.dataclass
+    class Chat2:
+        turns: list
+
+    a = make(client, agent_id="bad", registry=v3, state_type=Chat3, reducer=None)
+    a.hydrate()  # a stream that does not exist yet: a checkpoint of it starts at position 0
+    ck = a.checkpoint(Chat3(["hi"]), step=1)
+    assert ck.position == 0
+    a.log("note", b"x")
+    head = client.get("agent/bad/head")
+    last = client.stream_info("agent/bad").last_seq
+
+    with pytest.raises(ExpectationFailed) as e:
+        a.log("note", b"y", expect=5)
+    assert e.value.code == "expectation_failed" and e.value.last_seq == last
+    with pytest.raises(InvalidRequest) as e:
+        a.log("big", b"x" * (MIB + 1))
+    assert e.value.code == "value_too_large"
+    with pytest.raises(InvalidRequest) as e:
+        a.checkpoint(Chat3(["x"]), step=2, events=[("e", i) for i in range(1001)])
+    assert e.value.code == "too_many_events"
+    old = make(client, agent_id="bad", registry=v2, state_type=Chat2, reducer=None)
+    with pytest.raises(SchemaTooNew, match="Chat v3 is newer than this reader's v2") as e:
+        old.hydrate()
+    assert e.value.code == "schema_too_new"
+    assert client.get("agent/bad/head").mod_revision == head.mod_revision
+    assert client.stream_info("agent/bad").last_seq == last
+
+    client.put("agent/junk/head", b"\x00garbage")
+    with pytest.raises(CheckpointCorrupt) as e:
+        make(client, agent_id="junk").hydrate()
+    assert e.value.code == "checkpoint_corrupt"
+    pickled = pickle.dumps({"a": 1})
+    client.append("agent/pickled", [pickled])  # event data that is not an envelope ...
+    seen = make(client, agent_id="pickled", reducer=lambda s, e: [*s, e.data], initial=[])
+    assert seen.hydrate().state == [pickled]  # ... reaches the reducer as bytes, never unpickled
+    with pytest.raises(PickleRefused):
+        decode(pickled)  # and as a state it is refused
