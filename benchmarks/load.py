@@ -18,7 +18,7 @@ import re
 import shlex
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,13 +171,17 @@ def table_row(spec: Spec, result: LoadResult) -> list[str]:
     ]
 
 
-def markdown_table(rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(COLUMNS)]
-    numeric = {"clients", "ops/s", "p50 ms", "p90 ms", "p99 ms", "max ms"}
+def markdown_table(
+    rows: Sequence[Sequence[str]],
+    columns: Sequence[str] = COLUMNS,
+    numeric: Collection[str] = ("clients", "ops/s", "p50 ms", "p90 ms", "p99 ms", "max ms"),
+) -> str:
+    """A markdown table of `rows` under `columns`; the `numeric` columns right-aligned."""
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
 
     def line(cells: Sequence[str]) -> str:
         out = []
-        for cell, w, col in zip(cells, widths, COLUMNS, strict=True):
+        for cell, w, col in zip(cells, widths, columns, strict=True):
             out.append(cell.rjust(w) if col in numeric else cell.ljust(w))
         return "| " + " | ".join(out) + " |"
 
@@ -185,11 +189,11 @@ def markdown_table(rows: Sequence[Sequence[str]]) -> str:
         "|"
         + "|".join(
             "-" * (w + 1) + ":" if c in numeric else "-" * (w + 2)
-            for w, c in zip(widths, COLUMNS, strict=True)
+            for w, c in zip(widths, columns, strict=True)
         )
         + "|"
     )
-    return "\n".join([line(COLUMNS), sep, *(line(r) for r in rows)])
+    return "\n".join([line(columns), sep, *(line(r) for r in rows)])
 
 
 def _read_first(path: str, prefix: str) -> str | None:
