@@ -58,7 +58,7 @@ class Proposer:
         self,
         submit: Submit,
         *,
-        max_entry_bytes: int = 8 * 1024 * 1024,
+        max_entry_bytes: int = 4 * 1024 * 1024,  # node/config.py RaftSettings says why
         max_inflight: int = 1,
         inflight_timeout: float = 5.0,
         clock: Callable[[], float] = time.time,

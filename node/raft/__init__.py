@@ -87,6 +87,17 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
 - submit() raised BlockingIOError when the wake-up pipe was full although the command was
   queued (and so applied later): a full pipe is ignored. [syncobj.py] Tests:
   test_raft_defects.py::test_full_wakeup_pipe_does_not_fail_submit; tests/unit/test_proposer.py
+- a peer message larger than the socket buffer was sent only as far as the socket took it;
+  the rest waited for the next message on that connection (one buffer per heartbeat): a
+  3 MiB entry took 1.5 s to reach followers, heartbeats queued behind it, elections. Such a
+  send now re-arms the connection's write event; peer socket buffers are 4 MiB.
+  [syncobj._PeerTransport, syncobj.build_conf] Test: test_large_entries.py::
+  test_an_entry_larger_than_the_socket_buffers_reaches_the_followers_at_once (and the
+  cluster tests there)
+- every peer message is deflated at level 3 on the raft thread, once per follower (~40 ms
+  per MiB of incompressible bytes): messages of 64 KiB or more are sent stored (level 0).
+  [syncobj._PeerZlib] Test: tests/unit/test_peer_auth.py::
+  test_large_peer_messages_are_not_deflated_on_the_raft_thread
 - entries carry the time of whichever node built them: the leader restamps every regular
   command it appends (node/cluster_clock.py bounds that time). [syncobj.py, log.py] Test:
   test_raft_defects.py::test_a_follower_clock_a_day_ahead_does_not_expire_idempotency

@@ -14,13 +14,17 @@ import math
 import os
 import threading
 import time
+import zlib
 from collections.abc import Callable
 
 import pysyncobj.syncobj as _syncobj_module
+import pysyncobj.tcp_connection as _tcp_connection_module
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as _pysyncobj_pickle
 from pysyncobj.config import SERIALIZER_STATE as SERIALIZER_STATE  # for RaftNode's snapshots
 from pysyncobj.node import TCPNode
+from pysyncobj.poller import POLL_EVENT_TYPE
+from pysyncobj.transport import TCPTransport
 
 from node import failpoints, snapshot_file
 from node.cluster_clock import ClusterClock
@@ -38,6 +42,25 @@ log = logging.getLogger("statekeeper.raft")
 # entries are all bytes. Module globals are not name-mangled: this is its `__protocol`.
 PEER_PICKLE_PROTOCOL = 5
 setattr(_pysyncobj_pickle, "__protocol", PEER_PICKLE_PROTOCOL)
+
+# Large entries. Measured on 2 loaded cores, 3 nodes on loopback: one entry of three 1 MiB
+# random values cost the leader its term on the first try (4 of 4 runs,
+# tests/integration/test_large_entries.py). Two defects of pysyncobj's TcpConnection,
+# worked around below (_PeerTransport, _PeerZlib):
+# - send() writes what the socket takes and leaves the rest for the next send() on that
+#   connection: one socket buffer per heartbeat (0.1 s). The entry reached the followers
+#   1.5-1.8 s after it was sent, with every heartbeat queued behind it.
+# - every message is deflated at level 3 on the raft thread, once per follower: 100-180 ms
+#   for those 3 MiB each, a 390 ms stall of the leader's heartbeats. Stored: ~2 ms.
+# Messages from this size on are sent stored (deflate level 0); smaller ones keep
+# pysyncobj's level 3, at most ~2 ms per follower (35 MB/s on incompressible bytes).
+COMPRESS_BELOW = 64 * 1024
+# Socket buffers of peer connections (pysyncobj's default: 64 KiB; the kernel caps them at
+# net.core.[rw]mem_max). With both workarounds, 3 runs of 4 such entries each: 64 KiB
+# buffers let a follower go 278-432 ms without a heartbeat (a multi-MiB message crosses in
+# dozens of wake-ups of both raft threads, and the receiver copies its buffer on every
+# 64 KiB recv); 4 MiB buffers: 143-219 ms, batches answered in ~0.1 s.
+SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 
 # One append_entries message may carry this many bytes of entries. The default (64 KiB)
 # sends a group-committed entry of a few MiB as dozens of chunked messages; on loopback
@@ -98,6 +121,8 @@ def build_conf(
         bindAddress=bind_address,
         appendEntriesUseBatch=False,
         appendEntriesBatchSizeBytes=MAX_MESSAGE_BYTES,
+        sendBufferSize=SOCKET_BUFFER_BYTES,
+        recvBufferSize=SOCKET_BUFFER_BYTES,
         raftMinTimeout=r.election_timeout_min,
         raftMaxTimeout=r.election_timeout_max,
         # Heartbeats well inside the election timeout.
@@ -115,6 +140,44 @@ def build_conf(
         connectionTimeout=max(1.0, 2 * r.election_timeout_max),
         dynamicMembershipChange=False,
     )
+
+
+class _PeerZlib:
+    """What pysyncobj's tcp_connection calls `zlib`: messages of COMPRESS_BELOW bytes or
+    more are stored (deflate level 0) instead of deflated at level 3 on the raft thread.
+    Any zlib stream decompresses the same way, so nodes with and without this interoperate."""
+
+    @staticmethod
+    def compress(data: bytes, level: int = -1) -> bytes:
+        return zlib.compress(data, level if len(data) < COMPRESS_BELOW else 0)
+
+    decompress = staticmethod(zlib.decompress)
+
+
+_tcp_connection_module.zlib = _PeerZlib
+
+
+class _PeerTransport(TCPTransport):
+    """pysyncobj's TCP transport, made to finish sending what it started.
+
+    TcpConnection.send() writes what the socket accepts and keeps the rest, but asks the
+    poller for a write event only while it was already writing; an idle connection (the
+    usual case) is watched for reads only, so the rest of a message larger than the
+    socket buffer waited for the next send() on that connection: a few MiB crossed at one
+    buffer per heartbeat, with the heartbeats queued behind them. Here every send that
+    leaves bytes behind subscribes the connection to write events again, until it drains
+    (pysyncobj's own write-event handler then drops the subscription)."""
+
+    def send(self, node, message) -> bool:
+        sent = super().send(node, message)
+        conn = self._connections.get(node)
+        if sent and conn is not None and conn.getSendBufferSize() and conn.fileno() is not None:
+            self._syncObj._poller.subscribe(
+                conn.fileno(),
+                conn._TcpConnection__processConnection,
+                POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR,
+            )
+        return sent
 
 
 class _DialNode(TCPNode):
@@ -181,7 +244,7 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
             original = _syncobj_module.createJournal
             _syncobj_module.createJournal = lambda _path: journal
             try:
-                super().__init__(self_addr, peers, conf=conf)
+                super().__init__(self_addr, peers, conf=conf, transportClass=_PeerTransport)
             finally:
                 _syncobj_module.createJournal = original
         self._tolerate_full_wakeup_pipe()
