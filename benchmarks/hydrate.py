@@ -11,9 +11,9 @@ events. Each round then times, alternating, on one AsyncClient:
 
 - hydrate: `AsyncAgent(...).hydrate()` from a new agent object (a cold start: nothing
   cached), the reducer counting events;
-- replay: reading the whole stream from seq 1 (age + T events) and folding it, what an
-  agent without checkpoints does (shown for S = the first size only: the state size does
-  not change the replay).
+- replay: hydrate() of an agent that never checkpointed, with the same age + T events:
+  the whole stream read from seq 1 and folded through the same reducer and event decoding
+  (shown for S = the first size only: the state size does not change the replay).
 
 A last row repeats the 1 MiB / 100-event case with age 0, to show that hydrate's cost
 follows the tail and not the stream's age. Results: a table on stdout, a section in
@@ -95,6 +95,13 @@ async def prepare(client: AsyncClient, case: Case) -> str:
     return agent_id
 
 
+async def prepare_replay(client: AsyncClient, case: Case) -> str:
+    """An agent with the case's events and no checkpoint; returns its id."""
+    agent_id = f"replay-{uuid.uuid4().hex[:8]}"
+    await _append(client, f"agent/{agent_id}", case.age + case.tail)
+    return agent_id
+
+
 async def time_hydrate(client: AsyncClient, agent_id: str, case: Case) -> None:
     agent = AsyncAgent(client, agent_id, reducer=count_events, initial=dict)
     t0 = time.perf_counter()
@@ -106,15 +113,12 @@ async def time_hydrate(client: AsyncClient, agent_id: str, case: Case) -> None:
 
 
 async def time_replay(client: AsyncClient, agent_id: str, case: Case) -> None:
+    agent = AsyncAgent(client, agent_id, reducer=count_events, initial=dict)
     t0 = time.perf_counter()
-    state: dict = {}
-    async for ev in client.events(f"agent/{agent_id}", page_size=10_000):
-        state = count_events(state, ev)
+    h = await agent.hydrate()
     case.replay_ms.append((time.perf_counter() - t0) * 1000)
-    if state.get("n", 0) != case.age + case.tail:
-        raise SystemExit(
-            f"replay folded {state.get('n', 0)} events, expected {case.age + case.tail}"
-        )
+    if h.state.get("n", 0) != case.age + case.tail:
+        raise SystemExit(f"replay folded {h.state.get('n', 0)} events, expected {case.age + case.tail}")
 
 
 def _stats(xs: list[float]) -> tuple[str, str]:
@@ -216,11 +220,11 @@ async def run(args: argparse.Namespace) -> tuple[list[Case], str]:
             bar.set_description(case.label())
             agent_id = await prepare(client, case)
             bar.update()
-            replay = case.size == args.sizes[0]
+            replay_id = await prepare_replay(client, case) if case.size == args.sizes[0] else None
             for _ in range(args.rounds):  # alternating: hydrate, replay, hydrate, ...
                 await time_hydrate(client, agent_id, case)
-                if replay:
-                    await time_replay(client, agent_id, case)
+                if replay_id:
+                    await time_replay(client, replay_id, case)
                 bar.update()
         bar.close()
     return cases, target
