@@ -291,11 +291,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "",
                 f"- machine: nproc {m['nproc']}, {m['cpu']}, {m['memory']} RAM, {m['os']}, "
                 f"{m['python']}",
-                f"- command: `python -m benchmarks.hydrate {shlex.join(argv)}`".replace(" `", " `"),
+                f"- command: `python -m benchmarks.hydrate {shlex.join(argv)}`",
                 f"- target: {target}",
                 f"- {args.rounds} rounds per row, hydrate and replay alternating; state = random "
-                "bytes (incompressible); events 256 B; replay = read the whole stream from seq 1 "
-                "and fold it" + (f"; plot: results/{png.name}" if png else ""),
+                "bytes (incompressible); events 256 B; replay = hydrate() of an agent with the same "
+                "events and no checkpoint" + (f"; plot: results/{png.name}" if png else ""),
                 "",
                 rows,
                 "",
