@@ -26,11 +26,22 @@ from .errors import (
     Conflict,
     ExpectationFailed,
     InvalidRequest,
+    LeaseNotFound,
     NotFound,
     StatekeeperError,
     StreamNotFound,
     Timeout,
     Unavailable,
+    WatchOverflow,
+)
+from .lease_keeper import AsyncLease, Lease
+from .lease_results import (
+    KeepaliveResult,
+    LeaseGrant,
+    LeaseInfo,
+    LeaseList,
+    LeaseState,
+    RevokeResult,
 )
 from .ops import Compare, Ops, compare, ops
 from .results import (
@@ -50,6 +61,7 @@ from .results import (
 )
 from .retry import RetryPolicy
 from .sync import Batch, Client
+from .watch import WatchEvent, WatchProgress
 
 if TYPE_CHECKING:
     from .aio import AsyncBatch, AsyncClient
@@ -59,6 +71,7 @@ __all__ = [
     "AppendedEvent",
     "AsyncBatch",
     "AsyncClient",
+    "AsyncLease",
     "Batch",
     "Client",
     "CompactResult",
@@ -69,11 +82,19 @@ __all__ = [
     "Event",
     "ExpectationFailed",
     "InvalidRequest",
+    "KeepaliveResult",
     "KeyValue",
+    "Lease",
+    "LeaseGrant",
+    "LeaseInfo",
+    "LeaseList",
+    "LeaseNotFound",
+    "LeaseState",
     "NotFound",
     "Ops",
     "RangeResult",
     "RetryPolicy",
+    "RevokeResult",
     "StatekeeperError",
     "StreamEvent",
     "StreamInfo",
@@ -83,6 +104,9 @@ __all__ = [
     "Timeout",
     "TxnResult",
     "Unavailable",
+    "WatchEvent",
+    "WatchOverflow",
+    "WatchProgress",
     "WriteResult",
     "compare",
     "ops",

@@ -14,11 +14,16 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from .aio_connection import Endpoint
-from .aio_transport import Pool
+from .aio_stream import StreamConnection, open_stream
+from .aio_transport import _TRANSPORT_ERRORS, Pool, _kind
 from .base import Pages, Plan
 from .batch_ops import ClientBatch
 from .commands import AsyncCommands
+from .errors import StatekeeperError
+from .lease_keeper import AsyncLease, TaskKeeper
+from .responses import connection_error
 from .retry import Backoff
+from .watch import WatchSession
 
 __all__ = ["AsyncBatch", "AsyncClient"]
 
@@ -68,12 +73,15 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
     """
 
     _batch_type = AsyncBatch
+    _lease_type = AsyncLease
+    _keeper_type = TaskKeeper
 
     def _init_transport(self, max_connections: int) -> None:
         self._max_connections = max_connections
         # Parsed here so a bad endpoint fails now, not at the first request.
         self._eps = {url: Endpoint(url) for url in self._endpoints.urls}
         self._pool: Pool | None = None  # created on first use, in the loop that uses it
+        self._streams: set[StreamConnection] = set()  # watches being read
 
     def _open(self) -> Pool:
         if self._closed:
@@ -100,9 +108,43 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
             for item in pages.items(await self._execute(request)):
                 yield item
 
+    async def _watch(self, session: WatchSession) -> AsyncIterator[Any]:
+        """Run a watch (client/watch.py): stream, resume after failures, end when closed."""
+        while not self._closed:
+            url, request, timeout = session.attempt()
+            conn: StreamConnection | None = None
+            try:
+                ep = self._eps.get(url) or Endpoint(url)
+                conn = await open_stream(ep, request, self.timeout)
+                self._streams.add(conn)
+                status, ctype = conn.head.result()
+                if status != 200:
+                    raise session.refused(status, ctype, await conn.read_all(self.timeout))
+                session.start(ctype)
+                while (data := await conn.read(timeout)) is not None:
+                    for item in session.feed(data):
+                        yield item
+                err = session.ended()
+            except StatekeeperError as e:
+                err = e
+            except _TRANSPORT_ERRORS as exc:
+                err = connection_error(_kind(exc), url, exc)
+            finally:
+                if conn is not None:
+                    self._streams.discard(conn)
+                    conn.close()
+            if self._closed:
+                return
+            await asyncio.sleep(session.retry_after(err))
+
     async def close(self) -> None:
-        """Close the connections. The client cannot be used afterwards."""
+        """Stop keeping leases alive (they expire after their TTL) and close the
+        connections. The client cannot be used afterwards."""
+        if self._lease_keeper is not None:
+            await self._lease_keeper.stop()
         self._closed = True
+        for conn in list(self._streams):  # a watch reading it ends
+            conn.close()
         pool, self._pool = self._pool, None
         if pool is not None and pool.close():
             await asyncio.sleep(0)  # let the transports finish closing their sockets

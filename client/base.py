@@ -292,8 +292,16 @@ class paged(Generic[P, T]):
 
         @functools.wraps(fn)
         async def iterate(self: Any, *args: Any, **kwargs: Any) -> AsyncIterator[T]:
-            async for item in fn(self, *args, **kwargs):  # type: ignore[attr-defined]
-                yield item
+            inner = fn(self, *args, **kwargs)
+            try:
+                async for item in inner:  # type: ignore[attr-defined]
+                    yield item
+            finally:
+                # Closing this iterator closes the transport's too (a watch's connection)
+                # now, not whenever the event loop finalizes it.
+                aclose = getattr(inner, "aclose", None)
+                if aclose is not None:
+                    await aclose()
 
         returns = fn.__annotations__.get("return")
         if isinstance(returns, str) and returns.startswith("Iterator["):

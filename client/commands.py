@@ -39,9 +39,11 @@ from .kv_requests import (
     status_request,
     write_request,
 )
+from .lease_commands import LeaseCommands
 from .ops import Ops, cas_op, compare, ops, txn_op
 from .results import CompactResult, DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
 from .stream_commands import StreamCommands
+from .watch_commands import WatchCommands
 
 if TYPE_CHECKING:
     from .batch_ops import BatchOps
@@ -51,9 +53,11 @@ __all__ = ["AsyncCommands", "Commands", "ScanPages"]
 BatchT = TypeVar("BatchT", bound="BatchOps")
 
 
-class Commands(StreamCommands, Generic[BatchT]):
+class Commands(StreamCommands, LeaseCommands, WatchCommands, Generic[BatchT]):
     """The operations of both clients (the stream ones come from
-    :class:`stream_commands.StreamCommands`). Each builds its request and returns
+    :class:`stream_commands.StreamCommands`, the lease ones from
+    :class:`lease_commands.LeaseCommands`, ``watch`` from
+    :class:`watch_commands.WatchCommands`). Each builds its request and returns
     ``self._execute(request)`` (see :class:`base.BaseClient`). A transport subclass
     implements what BaseClient asks for, ``_iterate(pages)`` (run a :class:`base.Pages`,
     yielding the items of its pages) and sets ``_batch_type`` (what :meth:`batch`
@@ -82,6 +86,8 @@ class Commands(StreamCommands, Generic[BatchT]):
         ns: str | None = None,
         idempotency_key: str | None = None,
         prev_kv: bool = False,
+        lease: Any = None,
+        ttl: float | None = None,
     ) -> WriteResult:
         """Set ``key`` to ``value`` (bytes, or str stored as UTF-8).
 
@@ -92,16 +98,24 @@ class Commands(StreamCommands, Generic[BatchT]):
             idempotency_key: reuse a key to make a repeated call apply once (a fresh
                 uuid4 is used otherwise; retries inside the call always reuse it).
             prev_kv: also return the key's previous KeyValue.
+            lease: attach the key to this lease (a :class:`client.Lease` or a lease id):
+                it is deleted when the lease is revoked or expires. A put without
+                ``lease`` detaches the key from its lease.
+            ttl: seconds: give the key a lease of its own (``result.lease``); the key is
+                deleted ``ttl`` seconds from now (not with ``lease``).
 
         Returns:
-            WriteResult with the write's ``revision`` (and ``prev_kv``).
+            WriteResult with the write's ``revision`` (and ``prev_kv``; ``lease`` with
+            ``ttl``).
 
         Raises:
             InvalidRequest: bad key/value, too large.
             Unavailable, Timeout: no node could apply it in time (after retries); for a
                 Timeout the write may still happen, retry with ``err.idempotency_key``.
+            LeaseNotFound: ``lease`` does not exist (revoked or expired); nothing written.
         """
-        return self._write(Ops.put(key, value, prev_kv=prev_kv), ns, idempotency_key)
+        op = Ops.put(key, value, prev_kv=prev_kv, lease=lease, ttl=ttl)
+        return self._write(op, ns, idempotency_key)
 
     @command
     def get(
@@ -363,7 +377,7 @@ class Commands(StreamCommands, Generic[BatchT]):
 
 def _awaited(cls: type[AsyncCommands[Any]]) -> type[AsyncCommands[Any]]:
     """Give ``cls`` the async form of every operation of :class:`Commands`."""
-    for klass in reversed(Commands.__mro__):  # StreamCommands' operations too
+    for klass in reversed(Commands.__mro__):  # StreamCommands' and LeaseCommands' too
         for name, op in vars(klass).items():
             if isinstance(op, command | paged):
                 setattr(cls, name, op.awaited())

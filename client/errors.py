@@ -29,11 +29,13 @@ __all__ = [
     "Conflict",
     "ExpectationFailed",
     "InvalidRequest",
+    "LeaseNotFound",
     "NotFound",
     "StatekeeperError",
     "StreamNotFound",
     "Timeout",
     "Unavailable",
+    "WatchOverflow",
     "error_class",
 ]
 
@@ -142,6 +144,20 @@ class StreamNotFound(NotFound):
     """``stream_info`` of a stream that does not exist (``stream_not_found``, 404)."""
 
 
+class LeaseNotFound(NotFound):
+    """The lease does not exist: never granted, revoked, or expired (``lease_not_found``,
+    404); its keys are gone. Nothing was applied.
+
+    Attributes:
+        lease: the lease id the server named (None if it named none).
+    """
+
+    @property
+    def lease(self) -> int | None:
+        value = self.details.get("lease")
+        return value if isinstance(value, int) else None
+
+
 class Unavailable(StatekeeperError):
     """No node could serve the request: no leader, not ready, shutting down, or every
     connection attempt failed (after retries)."""
@@ -149,6 +165,12 @@ class Unavailable(StatekeeperError):
     @property
     def retryable(self) -> bool:
         return True
+
+
+class WatchOverflow(Unavailable):
+    """A watch's stream was ended because the client read too slowly (``watch_overflow``).
+    Retryable: the watch iterator resumes by itself from the last revision it delivered
+    + 1, so this is raised only once the RetryPolicy gives up."""
 
 
 class InvalidRequest(StatekeeperError, ValueError):
@@ -159,7 +181,17 @@ class InvalidRequest(StatekeeperError, ValueError):
 
 
 class Compacted(StatekeeperError):
-    """The requested revision is older than the compaction point (history dropped)."""
+    """The requested revision is older than the compaction point (history dropped).
+
+    A watch raises it when its start (or the revision it had reached) is at or below
+    ``compact_revision``: read the current state, then watch from that read's revision + 1.
+    """
+
+    @property
+    def compact_revision(self) -> int | None:
+        """The compaction point the server reported, when it sent one."""
+        value = self.details.get("compact_revision")
+        return value if isinstance(value, int) else None
 
 
 class Timeout(StatekeeperError):
@@ -178,8 +210,10 @@ _BY_CODE: dict[str, type[StatekeeperError]] = {
     "compare_failed": Conflict,
     "expectation_failed": ExpectationFailed,
     "stream_not_found": StreamNotFound,
+    "lease_not_found": LeaseNotFound,
     "too_many_events": InvalidRequest,
     "unavailable": Unavailable,
+    "watch_overflow": WatchOverflow,
     "not_ready": Unavailable,
     "connection_failed": Unavailable,
     "connection_lost": Unavailable,

@@ -18,12 +18,34 @@ __all__ = [
     "cas_expect",
     "cas_op",
     "compare",
+    "lease_id",
     "norm_op",
     "ops",
     "stream_events",
     "txn_body",
+    "ttl_ms",
     "txn_op",
 ]
+
+
+def lease_id(lease: Any) -> int:
+    """The id of ``lease``: a lease id (int) or a :class:`client.Lease` (its ``id``)."""
+    value = getattr(lease, "id", lease)
+    if value is None:
+        raise InvalidRequest(
+            "the lease is not granted yet (await it, or use `async with`)", code="invalid_argument"
+        )
+    if type(value) is not int or value < 1:
+        raise TypeError(f"a lease must be a lease id (int > 0) or a Lease, not {lease!r}")
+    return value
+
+
+def ttl_ms(ttl: Any) -> int:
+    """A TTL in seconds (int or float > 0) as the wire's milliseconds."""
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0:
+        raise InvalidRequest(f"ttl must be a positive number of seconds, not {ttl!r}",
+                             code="invalid_argument")
+    return max(1, round(ttl * 1000))
 
 
 def cas_expect(
@@ -146,14 +168,27 @@ class Ops:
 
     @staticmethod
     def put(
-        key: str, value: Any, *, ns: str | None = None, prev_kv: bool = False
+        key: str,
+        value: Any,
+        *,
+        ns: str | None = None,
+        prev_kv: bool = False,
+        lease: Any = None,
+        ttl: float | None = None,
     ) -> dict[str, Any]:
-        """A put op: set ``key`` to ``value`` (bytes or str)."""
+        """A put op: set ``key`` to ``value`` (bytes or str); ``lease`` (an id or a Lease)
+        attaches the key to that lease, ``ttl`` (seconds) gives it a lease of its own."""
         op: dict[str, Any] = {"op": "put", "key": check_key(key), "value": encode_value(value)}
         if ns is not None:
             op["ns"] = ns
         if prev_kv:
             op["prev_kv"] = True
+        if lease is not None and ttl is not None:
+            raise InvalidRequest("give either lease or ttl, not both", code="invalid_argument")
+        if lease is not None:
+            op["lease"] = lease_id(lease)
+        elif ttl is not None:
+            op["ttl_ms"] = ttl_ms(ttl)
         return op
 
     @staticmethod

@@ -210,6 +210,7 @@ def write_result(d: Mapping[str, Any], ns: str) -> WriteResult:
         parse_kv(d.get("prev_kv"), ns, rev),
         parse_kv(d.get("kv"), ns, rev),
         bool(d.get("replayed", False)),
+        d.get("lease"),
     )
 
 

@@ -65,12 +65,14 @@ class WriteResult:
         kv: the key after a ``cas``, when the server returns it.
         replayed: True if this was a retry the server had already applied (the stored
             result of the first application is returned, nothing was written twice).
+        lease: the lease a ``put(..., ttl=...)`` granted the key (None otherwise).
     """
 
     revision: int
     prev_kv: KeyValue | None = None
     kv: KeyValue | None = None
     replayed: bool = False
+    lease: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

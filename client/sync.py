@@ -8,6 +8,7 @@ Thread-safe: share one ``Client`` between threads rather than creating one per c
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,8 +20,11 @@ from urllib3.util import parse_url
 from .base import Answer, Pages, Plan
 from .batch_ops import ClientBatch
 from .commands import Commands
+from .errors import StatekeeperError
+from .lease_keeper import Lease, ThreadKeeper
 from .responses import connection_error
 from .retry import Backoff
+from .watch import WatchSession
 from .wire import Request
 
 __all__ = ["Batch", "Client"]
@@ -85,6 +89,8 @@ class Client(Commands[Batch]):
     """
 
     _batch_type = Batch
+    _lease_type = Lease
+    _keeper_type = ThreadKeeper
 
     def _init_transport(self, max_connections: int) -> None:
         self._pm = urllib3.PoolManager(
@@ -98,6 +104,7 @@ class Client(Commands[Batch]):
         for url in self._endpoints.urls:
             self._pool(url)
         self._default_timeout = urllib3.Timeout(connect=self.timeout, read=self.timeout)
+        self._streams: set[urllib3.BaseHTTPResponse] = set()  # watches being read
 
     def _pool(self, url: str) -> tuple[urllib3.HTTPConnectionPool, str]:
         entry = self._pools.get(url)
@@ -148,9 +155,57 @@ class Client(Commands[Batch]):
         for request in pages:
             yield from pages.items(self._execute(request))
 
+    def _watch(self, session: WatchSession) -> Iterator[Any]:
+        """Run a watch (client/watch.py): stream, resume after failures, end when closed."""
+        while not self._closed:
+            url, request, timeout = session.attempt()
+            try:
+                yield from self._watch_stream(session, url, request, timeout)
+                err = session.ended()
+            except StatekeeperError as e:
+                err = e
+            except _TRANSPORT_ERRORS as exc:
+                err = connection_error(_kind(exc), url, exc)
+            if self._closed:
+                return
+            time.sleep(session.retry_after(err))
+
+    def _watch_stream(
+        self, session: WatchSession, url: str, req: Request, timeout: float | None
+    ) -> Iterator[Any]:
+        pool, prefix = self._pool(url)
+        resp = pool.urlopen(
+            req.method,
+            prefix + req.path,
+            body=req.body,
+            headers=req.headers,
+            retries=False,
+            redirect=False,
+            timeout=urllib3.Timeout(connect=self.timeout, read=timeout),
+            preload_content=False,
+        )
+        self._streams.add(resp)
+        try:
+            ctype = resp.headers.get("Content-Type")
+            if resp.status != 200:
+                raise session.refused(resp.status, ctype, resp.read())
+            session.start(ctype)
+            for data in resp.stream(1 << 16):
+                yield from session.feed(data)
+        finally:
+            self._streams.discard(resp)
+            resp.close()  # never reused: the stream may have ended anywhere
+            resp.release_conn()
+
     def close(self) -> None:
-        """Close every pooled connection. The client cannot be used afterwards."""
+        """Stop keeping leases alive (they expire after their TTL) and close every pooled
+        connection. The client cannot be used afterwards."""
+        if self._lease_keeper is not None:
+            self._lease_keeper.stop()
         self._closed = True
+        for resp in list(self._streams):  # wakes a watch blocked in another thread
+            with contextlib.suppress(Exception):
+                resp.shutdown()
         self._pm.clear()
 
     def __enter__(self) -> Client:

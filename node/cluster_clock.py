@@ -60,6 +60,18 @@ class ClusterClock:
             self._anchor_mono = self._mono()
             self._last = max(self._last, replicated)
 
+    def peek(self) -> int:
+        """The time a stamp taken now would carry, without taking one: what the leader
+        reads when it decides something by time itself (node/lease_expiry.py). The
+        replicated clock until the first anchor."""
+        with self._lock:
+            replicated = self._replicated_ms()
+            if self._anchor_mono == 0.0 and self._anchor_ms == 0:
+                return replicated
+            elapsed = int((self._mono() - self._anchor_mono) * 1000)
+            ceiling = self._anchor_ms + max(0, elapsed) + self._max_lead_ms
+            return max(self._last, replicated, min(int(self._wall() * 1000), ceiling))
+
     def stamp(self) -> int:
         """The time for the next entry, in ms."""
         with self._lock:

@@ -43,6 +43,9 @@ class Limits:
     max_range_limit: int = 10_000
     # Events one stream append may carry (node/store/streams.py); more: too_many_events.
     max_events_per_append: int = 1000
+    # Shortest lease TTL lease_grant / put ttl_ms accept (node/store/leases.py); shorter:
+    # invalid_argument. A floor keeps keepalive traffic per lease bounded.
+    min_lease_ttl_ms: int = 2000
 
 
 @dataclass(frozen=True)
@@ -279,6 +282,8 @@ def validate(cfg: ClusterConfig) -> None:
         raise ConfigError("raft: need 0 < election_timeout_min < election_timeout_max")
     if r.snapshot_max_journal_bytes < 1024 * 1024:
         raise ConfigError("raft: snapshot_max_journal_bytes must be at least 1 MiB")
+    if not 1 <= cfg.limits.min_lease_ttl_ms <= 86_400_000:
+        raise ConfigError("limits: min_lease_ttl_ms must be within 1..86400000 (one day)")
 
 
 def load(path: str | os.PathLike) -> ClusterConfig:

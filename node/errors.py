@@ -27,6 +27,7 @@ STATUS: dict[str, int] = {
     "key_not_found": 404,
     "not_found": 404,
     "stream_not_found": 404,
+    "lease_not_found": 404,  # a lease id that was never granted, or is revoked / expired
     "compare_failed": 409,
     "expectation_failed": 409,  # a stream append's `expect` did not hold
     "idempotency_key_reused": 422,  # the key came with another request before

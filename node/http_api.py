@@ -11,17 +11,19 @@ from typing import Any
 from node import codec
 from node.config import ClusterConfig
 from node.errors import OpError, status_for
-from node.http_server import HttpServer, Request, Response, ServerLimits
+from node.http_server import HttpServer, Request, Response, ServerLimits, StreamedResponse
 from node.ops import OPS, is_write, validate_op, validate_ops
 from node.proposer import Proposer
 from node.raft import RaftNode
 from node.reads import ReadPolicy, read_options
 from node.store import StateMachine
+from node.watch import Watches
+from node.watch_ops import WATCH_PATH
 
 log = logging.getLogger("statekeeper.http")
 
 KV_OPS = ("put", "get", "delete", "range", "cas", "txn", "compact")
-# Ops with a route of their own (POST path -> op): the stream ops, /v1/streams/*.
+# Ops with a route of their own (POST path -> op): /v1/streams/*, /v1/leases/*.
 OWN_ROUTES = {spec.path: name for name, spec in OPS.items() if name not in KV_OPS}
 
 
@@ -51,6 +53,13 @@ class Api:
             self.timeout,
             stopping=lambda: self.shutting_down,
         )
+        self.watches = Watches(
+            sm,
+            self.reads,
+            self.limits,
+            stopping=lambda: self.shutting_down,
+            leader_known=lambda: self.raft.leader_known(),
+        )
         # path template -> method -> handler
         self._methods: dict[str, dict[str, Any]] = {}
         for (method, path), handler in self.routes().items():
@@ -73,6 +82,7 @@ class Api:
             ("POST", "/v1/kv/{op}"): self.handle_kv,
             **{("POST", path): self.handle_own_route for path in OWN_ROUTES},
             ("POST", "/v1/batch"): self.handle_batch,
+            ("POST", WATCH_PATH): self.handle_watch,
             ("GET", "/v1/status"): self.handle_status,
             ("GET", "/v1/health/live"): self.handle_live,
             ("GET", "/v1/health/ready"): self.handle_ready,
@@ -98,7 +108,7 @@ class Api:
         # /v1/kv/{op}: the op is checked by handle_kv (unknown_op, not not_found).
         return "/v1/kv/{op}" if path.startswith("/v1/kv/") and "/" not in path[7:] else path
 
-    async def dispatch(self, request: Request) -> Response:
+    async def dispatch(self, request: Request) -> Response | StreamedResponse:
         """The one entry point of the HTTP server: every answer, errors included."""
         fmt = codec.JSON
         try:
@@ -172,7 +182,8 @@ class Api:
         return await self._handle_op(name, request)
 
     async def handle_own_route(self, request: Request) -> Response:
-        """POST /v1/streams/{append,read,info,list}: the op its path names."""
+        """POST /v1/streams/{append,read,info,list}, /v1/leases/{grant,keepalive,revoke,
+        info,list}: the op its path names. (The node-internal lease_expire has no route.)"""
         return await self._handle_op(OWN_ROUTES[request.path], request)
 
     async def _handle_op(self, name: str, request: Request) -> Response:
@@ -236,6 +247,11 @@ class Api:
                     except OpError as e:
                         results[i] = {"error": e.to_dict()}
         return self._respond({"results": results}, fmt)
+
+    async def handle_watch(self, request: Request) -> StreamedResponse:
+        """POST /v1/watch: a long-lived stream of frames (node/watch.py)."""
+        body, fmt = self._body(request)
+        return await self.watches.open(body, fmt)
 
     async def handle_status(self, request: Request) -> Response:
         st = self.raft.status()

@@ -6,6 +6,16 @@ as raft replication itself. This module does only what the node's API needs: kee
 pipelining (answers in order), Content-Length and chunked request bodies, Expect:
 100-continue, size limits that answer before reading an oversize body, an idle timeout,
 and a graceful close. Routing and error bodies belong to the caller (node/http_api.py).
+
+Streamed answers (a handler returns a `StreamedResponse`, e.g. node/watch.py's watch): the
+head goes out with `Transfer-Encoding: chunked`, then each bytes item of the response's
+async generator as one chunk, then the last (empty) chunk. The writer asks the generator
+for the next item only while the socket drains (pause_writing/resume_writing), so a slow
+client holds back the producer instead of filling memory. A client that accepts nothing
+for `stream_stall_seconds` gets `StreamStalled` thrown into the generator at its yield
+(it may yield one last chunk, say an overflow notice), and the connection is closed. When
+the client goes away the generator is cancelled; at `close()` it is cancelled too and the
+stream ends cleanly (last chunk, then the connection closes).
 """
 
 from __future__ import annotations
@@ -18,6 +28,10 @@ from dataclasses import dataclass
 from http import HTTPStatus
 
 import httptools
+
+from node.http_stream import LAST_CHUNK, Flow, StreamedResponse, StreamStalled, pump, stream_head
+
+__all__ = ["HttpServer", "Request", "Response", "ServerLimits", "StreamStalled", "StreamedResponse"]
 
 log = logging.getLogger("statekeeper.http")
 
@@ -46,7 +60,7 @@ class Response:
     headers: tuple[tuple[str, str], ...] = ()
 
 
-Handler = Callable[[Request], Awaitable[Response]]
+Handler = Callable[[Request], Awaitable[Response | StreamedResponse]]
 # (status, code, message) -> the error body in the API's own format.
 ErrorResponder = Callable[[int, str, str], Response]
 
@@ -64,6 +78,8 @@ class ServerLimits:
     linger_seconds: float = 5.0
     # ...and at most this many bytes.
     linger_bytes: int = 64 * 1024 * 1024
+    # A streamed answer whose client accepts no data for this long is ended (StreamStalled).
+    stream_stall_seconds: float = 30.0
 
 
 class _Reject(Exception):
@@ -147,6 +163,11 @@ class _HttpProtocol(asyncio.Protocol):
         self._lingering = 0  # > 0: bytes still allowed in before we drop the connection
         self._idle_timer: asyncio.TimerHandle | None = None
         self._idle_since = 0.0  # loop time of the last answer (or of the connection)
+        # Streamed answers: the task writing one, whether we asked it to stop, and the
+        # transport's flow control (see the module docstring).
+        self._stream_task: asyncio.Task | None = None
+        self._stream_stop = False
+        self._flow = Flow(self.loop)
 
     # -- connection -------------------------------------------------------------------
 
@@ -165,12 +186,28 @@ class _HttpProtocol(asyncio.Protocol):
         if self._idle_timer is not None:
             self._idle_timer.cancel()
         # A handler still running is not cancelled: a write it proposed may commit, and
-        # it must finish its bookkeeping; its answer is dropped (see _write).
+        # it must finish its bookkeeping; its answer is dropped (see _write). A streamed
+        # answer has nobody left to read it: it stops.
+        self.resume_writing()
+        self._stop_stream()
 
     def close_when_idle(self) -> None:
         self._close_when_idle = True
         if not self._busy and not self._queue:
             self.abort()
+        self._stop_stream()
+
+    def pause_writing(self) -> None:
+        self._flow.pause()
+
+    def resume_writing(self) -> None:
+        self._flow.resume()
+
+    def _stop_stream(self) -> None:
+        task = self._stream_task
+        if task is not None and not self._stream_stop:
+            self._stream_stop = True
+            task.cancel()
 
     def abort(self) -> None:
         if self.transport is not None:
@@ -316,13 +353,21 @@ class _HttpProtocol(asyncio.Protocol):
         except Exception:  # the handler maps its own errors; this is a bug in it
             log.exception("unhandled error serving %s %s", req.method, req.path)
             resp = self.server.error_response(500, "internal", "internal error; see the node's log")
+        streamed = isinstance(resp, StreamedResponse)
+        if streamed:
+            keep_alive = await self._stream(resp, keep_alive and not self._close_when_idle)
         self._busy = False
         if self._closed:
             return
         keep_alive = keep_alive and not self._close_when_idle
-        self._write(resp, req.method, keep_alive)
-        if not keep_alive:
-            return
+        if streamed:
+            if not keep_alive:
+                self._close_streamed()
+                return
+        else:
+            self._write(resp, req.method, keep_alive)
+            if not keep_alive:
+                return
         if (
             self._paused
             and len(self._queue) < self.limits.max_pipelined // 2
@@ -358,6 +403,55 @@ class _HttpProtocol(asyncio.Protocol):
             else:
                 self._closed = True
                 transport.close()
+
+    # -- streamed answers ----------------------------------------------------------------
+
+    async def _stream(self, resp: StreamedResponse, keep_alive: bool) -> bool:
+        """Send a streamed answer; True if the connection may serve another request."""
+        chunks = resp.chunks
+        transport = self.transport
+        if self._closed or transport is None:
+            await chunks.aclose()
+            return False
+        transport.write(stream_head(resp, self.server.fixed_headers, keep_alive))
+        # A task of its own, so _stop_stream cancels the producer and nothing else.
+        pumping = self._stream_task = self.loop.create_task(
+            pump(
+                chunks,
+                transport.write,
+                self._flow,
+                self.limits.stream_stall_seconds,
+                lambda: self._closed,
+            )
+        )
+        finished = False
+        try:
+            finished = await pumping
+        except asyncio.CancelledError:
+            stopped = self._stream_stop and pumping.cancelled()
+            if not stopped or asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise
+            # We stopped it (client gone, or close()): end cleanly.
+        except Exception:  # a bug in the producer: the answer cannot be completed
+            log.exception("streamed answer failed")
+            self.abort()
+            return False
+        finally:
+            self._stream_task = None
+            self._stream_stop = False
+            await chunks.aclose()
+        if not self._closed:
+            transport.write(LAST_CHUNK)
+        return finished and keep_alive
+
+    def _close_streamed(self) -> None:
+        """Close after a streamed answer; a client that does not read gets aborted."""
+        self._closed = True
+        self._queue.clear()
+        transport = self.transport
+        if transport is not None:
+            transport.close()
+            self.loop.call_later(self.limits.linger_seconds, transport.abort)
 
     def _linger(self) -> None:
         """Half-close after a rejection and drain the rest of the client's request.

@@ -11,8 +11,10 @@ import time
 
 from node import config as config_mod
 from node import failpoints
+from node.cluster_clock import ClusterClock
 from node.errors import OpError
 from node.http_api import Api
+from node.lease_expiry import LeaseExpiry
 from node.proposer import Proposer
 from node.raft import RaftNode
 from node.snapshot_file import fsync_dir
@@ -74,7 +76,9 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
         opened - started, sm.applied_index, sm.revision,
     )
     after_apply: list = []
-    raft = RaftNode(cfg, node_id, _apply_fn(sm, after_apply), sm)
+    # The clock the leader stamps entries with; the lease expiry task reads it too.
+    clock = ClusterClock(lambda: sm.clock_ms)
+    raft = RaftNode(cfg, node_id, _apply_fn(sm, after_apply), sm, clock=clock)
     log.info("raft journal loaded in %.2f s (%s)", time.monotonic() - opened, raft.journal_summary())
     if cfg.fsync == "always":
         # A new directory entry is durable only once its parent is fsynced: without this a
@@ -105,6 +109,11 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     )
 
     ready_logger = asyncio.create_task(_log_when_ready(raft, started))
+    # Only the leader expires leases, after a grace past every election (node/lease_expiry.py).
+    grace = cfg.raft.election_timeout_max + 1.0
+    lease_expiry = asyncio.create_task(
+        LeaseExpiry.for_node(sm, raft, clock, proposer, grace).run()
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -113,6 +122,7 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
 
     log.info("%s shutting down", node_id)
     ready_logger.cancel()
+    lease_expiry.cancel()
     api.shutting_down = True
     # Hand leadership over first so the cluster does not wait an election timeout.
     if raft.status().is_leader:

@@ -4,8 +4,9 @@
 schemas come from the op declarations that `validate_op` runs (node/ops.py, through
 node/openapi_requests.py), so every bound in them (key and value sizes, ops per request,
 page size) is the one this node enforces. Results and errors are in
-node/openapi_schemas.py, examples in node/openapi_examples.py; the routes are
-node/http_api.py's and the contract is docs/protocol.md.
+node/openapi_schemas.py, examples in node/openapi_examples.py, the streamed watch route in
+node/openapi_watch.py; the routes are node/http_api.py's and the contract is
+docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from node.config import Limits
 from node.errors import STATUS
 from node.op_fields import Schema, ref, wire_name
 from node.openapi_examples import cas_examples, get_examples, put_examples
+from node.openapi_leases import lease_examples, lease_op_docs
 from node.openapi_requests import WIRES, request_name, request_schemas
 from node.openapi_schemas import common_schemas, result_schemas
 from node.openapi_streams import stream_examples, stream_op_docs
+from node.openapi_watch import watch_paths, watch_schemas
 from node.ops import OPS
 
 JSON = "application/json"
@@ -52,6 +55,7 @@ ERROR_WHEN: dict[str, str] = {
     "compare_failed": "the cas expectation was not met (the body has the current `kv` and `revision`)",
     "expectation_failed": "a stream append's `expect` did not hold (`error` has the stream's `last_seq` and `exists`); nothing appended",
     "stream_not_found": "stream_info of a stream that does not exist",
+    "lease_not_found": "the lease does not exist: never granted, revoked, or expired (lease_revoke, lease_info, put with `lease`)",
     "too_many_events": "a stream append carries more events than max_events_per_append",
     "idempotency_key_reused": "the idempotency_key was already used in this namespace for a different request (nothing applied)",
     "compacted": "the read revision is below compact_revision (history dropped)",
@@ -112,7 +116,13 @@ _READ_NOTE = (
 # op -> (summary, description, 200 description, errors). Every op of node/ops.py has one
 # (the stream ops' come from node/openapi_streams.py).
 _OP_DOCS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
-    "put": ("Write a key", _WRITE_NOTE, "Written.", (*_WRITE_ERRORS, "value_too_large")),
+    "put": (
+        "Write a key",
+        _WRITE_NOTE + " With `lease` the key is attached to that lease (deleted with it); "
+        "with `ttl_ms` it gets a lease of its own; without either it is detached.",
+        "Written.",
+        (*_WRITE_ERRORS, "value_too_large", "lease_not_found"),
+    ),
     "get": (
         "Read a key",
         _READ_NOTE,
@@ -145,6 +155,7 @@ _OP_DOCS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
         (*_BODY_ERRORS, "unavailable", "timeout", "future_revision"),
     ),
     **stream_op_docs(_WRITE_ERRORS, _READ_ERRORS),
+    **lease_op_docs(_WRITE_ERRORS, _READ_ERRORS),
 }
 
 
@@ -157,6 +168,7 @@ class _Builder:
             **common_schemas(ERROR_WHEN),
             **request_schemas(limits),
             **result_schemas(WIRES),
+            **watch_schemas(limits),
         }
 
     def schema_for(self, name: str, wire: str) -> Schema:
@@ -283,12 +295,13 @@ class _Builder:
             "get": get_examples(),
             "cas": cas_examples(),
             **stream_examples(),
+            **lease_examples(),
         }
         paths = {}
         for name, spec in OPS.items():
             summary, description, ok, errors = _OP_DOCS[name]
             request, result = request_name(spec, "json"), f"{spec.title}Result"
-            tag = "kv" if spec.path.startswith("/v1/kv/") else "streams"
+            tag = spec.path.split("/")[2]  # /v1/<tag>/...: kv, streams, leases
             paths[spec.path] = self.post(
                 name,
                 summary,
@@ -409,7 +422,8 @@ def _info(limits: Limits) -> dict:
             f"{limits.max_key_bytes}, max_value_bytes {limits.max_value_bytes}, "
             f"max_request_bytes {limits.max_request_bytes}, max_ops_per_request "
             f"{limits.max_ops_per_request}, max_range_limit {limits.max_range_limit}, "
-            f"max_events_per_append {limits.max_events_per_append}."
+            f"max_events_per_append {limits.max_events_per_append}, min_lease_ttl_ms "
+            f"{limits.min_lease_ttl_ms}."
         ),
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     }
@@ -430,11 +444,13 @@ def _document(limits: Limits) -> dict:
         "tags": [
             {"name": "kv", "description": "Single-key ops, range, txn, compaction."},
             {"name": "streams", "description": "Append-only event streams."},
+            {"name": "leases", "description": "Leases: TTLs that delete their keys."},
+            {"name": "watch", "description": "Streams of changes from a revision on."},
             {"name": "batch", "description": "Many ops in one request."},
             {"name": "ops", "description": "Node status."},
             {"name": "health", "description": "Liveness and readiness probes."},
             {"name": "meta", "description": "This document."},
         ],
-        "paths": {**b.op_paths(), **b.other_paths()},
+        "paths": {**b.op_paths(), **watch_paths(b), **b.other_paths()},
         "components": b.components(),
     }

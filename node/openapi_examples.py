@@ -45,6 +45,10 @@ def put_examples(limits: Limits) -> dict:
                 "Return the previous kv",
                 {"ns": "agents", "key": "agent-7/state", "value": '{"step":4}', "prev_kv": True},
             ),
+            "ttl": _ex(
+                "A key that is deleted 30 s from now (a lease of its own)",
+                {"ns": "agents", "key": "agent-7/heartbeat", "value": "alive", "ttl_ms": 30000},
+            ),
         },
         200: {
             "written": _ex("Written at revision 42", {"revision": 42}),
@@ -54,6 +58,7 @@ def put_examples(limits: Limits) -> dict:
             "prev_kv": _ex(
                 "With prev_kv", {"revision": 43, "prev_kv": _kv_example('{"step":3}', 3, 12, 42)}
             ),
+            "ttl": _ex("With ttl_ms: the lease it granted", {"revision": 44, "lease": 9}),
         },
         413: {
             "value_too_large": _ex(

@@ -24,6 +24,7 @@ from node.op_fields import (
     wire_name,
     wired_ref,
 )
+from node.openapi_leases import LEASE_RESULTS, lease_schemas
 from node.openapi_streams import STREAM_RESULTS, STREAM_WIRE_SCHEMAS, stream_schemas
 
 
@@ -95,6 +96,7 @@ def common_schemas(error_codes: Iterable[str]) -> dict[str, Schema]:
             ("revision", "compact_revision"),
         ),
         **stream_schemas(),
+        **lease_schemas(),
         "Status": _status_schema(),
         "Live": obj(
             {"ok": {"const": True}, "node_id": str_schema("Id of this node.")}, ("ok", "node_id")
@@ -160,10 +162,12 @@ def _put_result(w: str) -> Schema:
         {
             "revision": rev_schema("Revision of this write."),
             "prev_kv": _nullable(wired_ref("KeyValue", w)),
+            "lease": int_schema("The lease a put with `ttl_ms` granted the key.", minimum=1),
             "replayed": replayed_schema(),
         },
         ("revision",),
-        "`prev_kv` only when asked for (null if the key did not exist).",
+        "`prev_kv` only when asked for (null if the key did not exist); `lease` only for a "
+        "put with `ttl_ms`.",
     )
 
 
@@ -264,6 +268,7 @@ def _batch_result(w: str) -> Schema:
     ]
     streams = [wired_ref(name, w) for name in STREAM_WIRE_SCHEMAS if name != "StreamEvent"]
     shared = [ref(name) for name in STREAM_RESULTS if name not in STREAM_WIRE_SCHEMAS]
+    shared += [ref(name) for name in LEASE_RESULTS]
     return obj(
         {
             "results": _array(

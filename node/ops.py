@@ -29,6 +29,7 @@ their msgpack bytes (key order included) must not change:
     get     {op, ns, key, revision}
     range   {op, ns, prefix, start, end, limit, continuation, revision, keys_only}
     append, read_stream, stream_info, list_streams: node/stream_ops.py
+    lease_*, and put's `lease` / `ttl_ms` (present only when given): node/lease_ops.py
 
 A range `continuation` is an opaque string that encodes (revision, next key):
 the caller passes it back together with the same ns/prefix/start/end, and the
@@ -61,6 +62,14 @@ from typing import Any
 
 from node.config import Limits
 from node.errors import OpError
+from node.lease_ops import (
+    INTERNAL_SPECS,
+    PUT_LEASE,
+    PUT_LEASE_EXCLUSIVE,
+    PUT_TTL,
+    lease_specs,
+    put_post,
+)
 from node.op_fields import (
     DEFAULT_NS,
     DEFAULT_RANGE_LIMIT,
@@ -95,6 +104,7 @@ __all__ = [
     "COMPARE_FIELDS",
     "DEFAULT_NS",
     "DEFAULT_RANGE_LIMIT",
+    "INTERNAL_OPS",
     "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_NS_BYTES",
     "MAX_REVISION",
@@ -128,15 +138,23 @@ def is_write(op: dict) -> bool:
 
 
 def validate_op(
-    op: Any, limits: Limits, in_txn: bool = False, ns_default: str = DEFAULT_NS
+    op: Any,
+    limits: Limits,
+    in_txn: bool = False,
+    ns_default: str = DEFAULT_NS,
+    internal: bool = False,
 ) -> dict:
-    """Check one op and return its normalized form, or raise OpError."""
+    """Check one op and return its normalized form, or raise OpError. Node-internal ops
+    (INTERNAL_OPS: lease_expire) are known only with `internal=True` (the state machine
+    validating a committed entry); for every request they are `unknown_op`."""
     if not isinstance(op, dict):
         raise invalid("an op must be an object")
     name = op.get("op")
     plan = _PLANS.get(name) if type(name) is str else None
     if plan is None:
-        raise OpError("unknown_op", f"unknown op {name!r}")
+        plan = _INTERNAL_PLANS.get(name) if internal and type(name) is str else None
+        if plan is None:
+            raise OpError("unknown_op", f"unknown op {name!r}")
     allowed_in_txn, has_ns, pre, checks, post = plan
     if in_txn and not allowed_in_txn:
         if name == "txn":
@@ -322,10 +340,14 @@ _SPECS = (
             Bytes("value", "the value", required=True),
             Flag("prev_kv", "Return the previous kv in `prev_kv`."),
             IDEMPOTENCY_KEY,
+            PUT_LEASE,
+            PUT_TTL,
         ),
         "put op.",
         write=True,
         in_txn=True,
+        exclusive=PUT_LEASE_EXCLUSIVE,
+        post=put_post,
     ),
     OpSpec(
         "delete",
@@ -433,8 +455,10 @@ _SPECS = (
         post=_range_post,
     ),
     *stream_specs(NS, IDEMPOTENCY_KEY),
+    *lease_specs(NS, IDEMPOTENCY_KEY),
 )
 OPS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
+INTERNAL_OPS: dict[str, OpSpec] = {s.name: s for s in INTERNAL_SPECS}
 _RANGE_EXCLUSIVE = _check_exclusive(OPS["range"])
 _COMPARE_CHECKS = bound_checks(COMPARE_FIELDS)
 _TXN_LISTS = tuple(f.name for f in OPS["txn"].fields if isinstance(f, OpList))
@@ -447,6 +471,7 @@ CMP_TARGETS = frozenset(CMP_TARGETS_ORDER)
 CMP_OPS = frozenset(CMP_OPS_ORDER)
 # What validate_op runs per op name, unpacked in one go.
 _PLANS = {s.name: (s.in_txn, s.has_ns, s.pre, s.rest, s.post) for s in _SPECS}
+_INTERNAL_PLANS = {s.name: (s.in_txn, s.has_ns, s.pre, s.rest, s.post) for s in INTERNAL_SPECS}
 _check_ns = NS.check
 _NOT_IN_TXN = (
     "{} is not allowed inside a txn (only " + ", ".join(s.name for s in _SPECS if s.in_txn) + ")"

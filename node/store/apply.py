@@ -96,6 +96,7 @@ class EntryTx:
         self.clock = meta.clock
         self.pruned_rev = meta.pruned_rev
         self.idem_pruned = meta.idem_pruned
+        self.changes_pruned = meta.changes_pruned
         # Smallest expiry pending in the "e" index, None = unknown. Only lets pruning
         # skip a seek when nothing can be due; the pruning itself does not depend on it.
         self.idem_next = idem_next
@@ -194,6 +195,7 @@ class EntryTx:
             clock=self.clock,
             pruned_rev=self.pruned_rev,
             idem_pruned=self.idem_pruned,
+            changes_pruned=self.changes_pruned,
         )
         wb.put(META, meta.encode(self.pack))
         return wb, meta
@@ -214,7 +216,7 @@ class EntryTx:
         saved = (self.compact_revision, self.hist_written, self.idem_written, self.stored_min_exp)
         self.wrote = False
         try:
-            return self._run_valid(validate_op(raw, self.limits))
+            return self._run_valid(validate_op(raw, self.limits, internal=True))
         except StorageError:
             raise
         except OpError as e:

@@ -10,6 +10,10 @@ wrote, so it keeps up with any write rate). `pruned_rev` remembers how far it go
 position, skips RocksDB tombstones). Reads at R >= C stay exact because the newest record
 <= C of every key is never superseded at <= C.
 
+The change log ("r" rev key, read by node/watch.py) is pruned the same way and with the
+same budget, up to the same compact revision: `changes_pruned` is its seek position. A
+watch from at or below compact_revision is refused (`compacted`), so no reader needs it.
+
 Idempotency records are pruned the same way, in expiry order through the "e" index, once
 the replicated clock has passed their expiry (IDEM_PRUNE_MIN + 2 per record stored).
 """
@@ -19,7 +23,7 @@ from __future__ import annotations
 from node.errors import OpError
 from node.store.apply import AFTER_ENTRY, EntryTx, handles
 from node.store.backend import check
-from node.store.keys import IDEM, IDEM_EXP, INF, SUPERSEDED, p64, u64
+from node.store.keys import CHANGE, IDEM, IDEM_EXP, INF, SUPERSEDED, p64, u64
 
 HIST_PRUNE_MIN = 256
 IDEM_PRUNE_MIN = 64
@@ -44,6 +48,7 @@ def prune(tx: EntryTx) -> None:
     if tx.revision - tx.compact_revision > history + history // 16:
         tx.compact_revision = tx.revision - history
     _prune_history(tx, HIST_PRUNE_MIN + 2 * tx.hist_written)
+    _prune_changes(tx, HIST_PRUNE_MIN + 2 * tx.hist_written)
     _prune_idempotency(tx, IDEM_PRUNE_MIN + 2 * tx.idem_written)
 
 
@@ -51,17 +56,30 @@ AFTER_ENTRY.append(prune)
 
 
 def _prune_history(tx: EntryTx, budget: int) -> None:
-    # Superseded-at entries written by this entry are not in the DB yet; they are
-    # all > base_revision and get pruned by a later entry.
+    # An "s" entry names the history record it supersedes: both go.
+    tx.pruned_rev = _prune_revision_index(tx, SUPERSEDED, tx.pruned_rev, budget, True)
+
+
+def _prune_changes(tx: EntryTx, budget: int) -> None:
+    tx.changes_pruned = _prune_revision_index(tx, CHANGE, tx.changes_pruned, budget, False)
+
+
+def _prune_revision_index(
+    tx: EntryTx, tag: bytes, pruned_to: int, budget: int, with_record: bool
+) -> int:
+    """Delete the `tag` rev8 ... entries with rev in (pruned_to, compact target], at most
+    `budget` of them (and, `with_record`, the record each one names after its rev8);
+    returns the revision pruned up to. Entries written by this entry are above
+    base_revision and not in the DB yet: a later entry prunes them."""
     target = min(tx.compact_revision, tx.base_revision)
-    if tx.pruned_rev >= target:
-        return
+    if pruned_to >= target:
+        return pruned_to
     it = tx.db_iter()
-    it.seek(SUPERSEDED + p64(tx.pruned_rev + 1))
+    it.seek(tag + p64(pruned_to + 1))
     done_to = target
     while it.valid():
         k = it.key()
-        if k[:1] != SUPERSEDED:
+        if k[:1] != tag:
             break
         rev = u64(k[1:9])
         if rev > target:
@@ -70,11 +88,12 @@ def _prune_history(tx: EntryTx, budget: int) -> None:
             done_to = rev - 1
             break
         tx.overlay[k] = None
-        tx.overlay[k[9:]] = None
+        if with_record:
+            tx.overlay[k[9:]] = None
         budget -= 1
         it.next()
     check(it)
-    tx.pruned_rev = done_to
+    return done_to
 
 
 def _prune_idempotency(tx: EntryTx, budget: int) -> None:

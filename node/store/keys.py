@@ -10,7 +10,8 @@ contain no NUL, so NUL works as separator and byte order of the composite keys e
 (ns, key, revision) order:
 
     b"m"                                 meta map: applied_index, revision,
-                                         compact_revision, clock, pruned_rev, idem_pruned
+                                         compact_revision, clock, pruned_rev, idem_pruned,
+                                         changes_pruned
     b"c" ns 0x00 key                     current index of live keys:
                                          [version, create_revision, mod_revision]
     b"h" ns 0x00 key 0x00 rev8           history record written at revision rev:
@@ -31,11 +32,24 @@ contain no NUL, so NUL works as separator and byte order of the composite keys e
     b"d" ns 0x00 stream 0x00 event_id    event-id dedup record: [seq, digest16], the
                                          seq the event got and a 16-byte BLAKE2b digest
                                          of msgpack [data, type, meta] (meta keys sorted)
+    b"l" lease8                          lease (node/store/leases.py): [ns, ttl_ms,
+                                         expires_ms, granted_revision]; lease8 = 0 is
+                                         no lease but the counter: the next lease id
+    b"x" ms8 lease8                      empty; expiry index of the "l" records
+                                         (ms8 = the lease's expires_ms)
+    b"k" lease8 ns 0x00 key              empty; the live key is attached to the lease
+    b"K" ns 0x00 key                     the lease the live key is attached to (int)
+    b"r" rev8 ns 0x00 key                empty; the change log (node/watch.py): key was
+                                         put or deleted at rev (its "h" record at rev says
+                                         which). Written by every put/delete, pruned with
+                                         the history up to compact_revision.
 
 The value of a key is stored once (in its "h" record); "c" holds only metadata so
 writes stay cheap and reads of the latest state need no history scan. Stream records are
 not versioned: an event's `revision` says when it appeared, so a read at a past revision
-keeps the events at or below it; `compact` never prunes them. Records written
+keeps the events at or below it; `compact` never prunes them. Lease records are not
+versioned either: they hold the current state only ("K"/"k" exist exactly while the key
+is live and attached; a delete or a put without a lease removes both). Records written
 before idempotency keys were scoped to a namespace (b"i" idempotency_key, 3 fields) are
 never matched again and expire as before.
 """
@@ -57,6 +71,11 @@ IDEM_EXP = b"e"
 STREAM_META = b"Q"
 STREAM_EVENT = b"q"
 STREAM_DEDUP = b"d"
+LEASE = b"l"
+LEASE_EXP = b"x"
+LEASE_KEY = b"k"
+KEY_LEASE = b"K"
+CHANGE = b"r"
 SEP = b"\x00"
 NS_END = b"\x01"  # ns + NS_END sorts after every ns + SEP + key
 
@@ -123,6 +142,31 @@ def stream_dedup_key(ns_b: bytes, stream_b: bytes, event_id: str) -> bytes:
     return STREAM_DEDUP + ns_b + SEP + stream_b + SEP + event_id.encode()
 
 
+def change_key(rev: int, ck: bytes) -> bytes:
+    """b"r" rev8 ns 0x00 key: the change-log record of the key whose cur_key() is `ck`."""
+    return CHANGE + p64(rev) + ck[1:]
+
+
+def lease_key(lease: int) -> bytes:
+    """b"l" lease8: the lease's record (lease 0: the next-id counter)."""
+    return LEASE + p64(lease)
+
+
+def lease_exp_key(expires_ms: int, lease: int) -> bytes:
+    """b"x" ms8 lease8: the expiry index entry of a lease."""
+    return LEASE_EXP + p64(expires_ms) + p64(lease)
+
+
+def lease_keys_prefix(lease: int) -> bytes:
+    """b"k" lease8: append ns 0x00 key for a key attached to the lease."""
+    return LEASE_KEY + p64(lease)
+
+
+def key_lease_key(ns_b: bytes, key_b: bytes) -> bytes:
+    """b"K" ns 0x00 key: the lease the live key is attached to."""
+    return KEY_LEASE + ns_b + SEP + key_b
+
+
 def inc(prefix: bytes) -> bytes:
     """The first byte string after every string starting with `prefix`."""
     # UTF-8 never contains 0xff, so bumping the last byte gives the prefix's end.
@@ -159,7 +203,8 @@ class Meta:
     """The b"m" record: where the store stands after the last applied raft entry.
 
     pruned_rev: history is physically pruned up to here (a seek position that skips
-    RocksDB tombstones); idem_pruned: idempotency records expiring up to here are gone.
+    RocksDB tombstones); idem_pruned: idempotency records expiring up to here are gone;
+    changes_pruned: the change log ("r") is pruned up to this revision (a seek position).
     """
 
     applied_index: int = 0
@@ -168,6 +213,7 @@ class Meta:
     clock: int = 0
     pruned_rev: int = 0
     idem_pruned: int = 0
+    changes_pruned: int = 0
 
     @classmethod
     def decode(cls, raw: bytes | None) -> Meta:
@@ -179,6 +225,7 @@ class Meta:
             m.get("clock", 0),
             m.get("pruned_rev", 0),
             m.get("idem_pruned", 0),
+            m.get("changes_pruned", 0),
         )
 
     def encode(self, pack: Any) -> bytes:
@@ -191,5 +238,6 @@ class Meta:
                 "clock": self.clock,
                 "pruned_rev": self.pruned_rev,
                 "idem_pruned": self.idem_pruned,
+                "changes_pruned": self.changes_pruned,
             }
         )

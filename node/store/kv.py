@@ -1,8 +1,9 @@
 """The key-value ops: put, delete, cas, and get/range inside an entry (etcd's model) and
 as reads of StateMachine.read (`reads.serves`).
 
-A write at revision rev stages the key's new "c" record, its "h" record at rev, and an
-"s" entry marking the record it replaces as superseded at rev (node/store/keys.py).
+A write at revision rev stages the key's new "c" record, its "h" record at rev, an
+"s" entry marking the record it replaces as superseded at rev, and its change-log record
+"r" rev key (read by node/watch.py) (node/store/keys.py).
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from node.config import Limits
-from node.store import reads
+from node.store import lease_state, reads
 from node.store.apply import EntryTx, handles
 from node.store.keys import (
     CUR,
     SEP,
     TOMBSTONE,
+    change_key,
     cur_key,
     hist_prefix,
     hist_prefix_of,
@@ -26,8 +28,11 @@ from node.store.keys import (
 )
 
 
-def write_put(tx: EntryTx, ns_b: bytes, key_b: bytes, key: str, value: bytes, want_prev: bool):
-    """Stage a put; returns (the previous kv when asked, else None; (version, create, rev))."""
+def write_put(
+    tx: EntryTx, ns_b: bytes, key_b: bytes, key: str, value: bytes, want_prev: bool, lease: int = 0
+):
+    """Stage a put; returns (the previous kv when asked, else None; (version, create, rev)).
+    The key ends up attached to `lease` (0: to no lease; node/store/lease_state.py)."""
     rev = tx.revision + 1
     ck = cur_key(ns_b, key_b)
     hb = hist_prefix(ns_b, key_b)
@@ -44,6 +49,8 @@ def write_put(tx: EntryTx, ns_b: bytes, key_b: bytes, key: str, value: bytes, wa
         version, create = 1, rev
     tx.stage(ck, tx.pack([version, create, rev]))
     tx.stage(hb + p64(rev), tx.pack([value, version, create]))
+    lease_state.set_key_lease(tx, ns_b, key_b, lease, cur is not None)
+    tx.stage(change_key(rev, ck), b"")
     tx.hist_written += 1
     tx.wrote = True
     return prev, (version, create, rev)
@@ -54,9 +61,11 @@ def write_delete(tx: EntryTx, ck: bytes, meta: list) -> None:
     rev = tx.revision + 1
     hb = hist_prefix_of(ck)
     tx.stage(ck, None)
+    lease_state.detach(tx, ck)
     tx.stage(superseded_key(rev, hb + p64(meta[2])), b"")
     tx.stage(hb + p64(rev), TOMBSTONE)
     tx.stage(superseded_key(rev, hb + p64(rev)), b"")  # the tombstone itself goes at rev
+    tx.stage(change_key(rev, ck), b"")
     tx.hist_written += 1
     tx.wrote = True
 
@@ -64,10 +73,13 @@ def write_delete(tx: EntryTx, ck: bytes, meta: list) -> None:
 @handles("put")
 def put(tx: EntryTx, op: dict) -> dict:
     ns_b, key = op["ns"].encode(), op["key"]
-    prev, _ = write_put(tx, ns_b, key.encode(), key, op["value"], op["prev_kv"])
+    lease, granted = lease_state.for_put(tx, op)
+    prev, _ = write_put(tx, ns_b, key.encode(), key, op["value"], op["prev_kv"], lease)
     result: dict[str, Any] = {"revision": tx.revision + 1}
     if op["prev_kv"]:
         result["prev_kv"] = prev
+    if granted:
+        result["lease"] = lease
     return result
 
 

@@ -231,6 +231,7 @@ class ReadView:
         self.meta = Meta.decode(self.point(META))
         self.revision = self.meta.revision
         self.compact_revision = self.meta.compact_revision
+        self.clock = self.meta.clock  # the replicated clock (lease_info's remaining_ms)
 
     def point(self, k: bytes) -> bytes | None:
         it = self.it

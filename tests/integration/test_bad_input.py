@@ -66,6 +66,20 @@ CASES = [
     ("unknown op in batch", "/v1/batch", _j({"ops": [{"op": "put", "key": "b1", "value": "x"}, {"op": "explode"}]}), "application/json", 400, "unknown_op"),
     ("bad op in batch", "/v1/batch", _j({"ops": [{"op": "put", "key": "b1", "value": "x"}, {"op": "put", "key": 5}]}), "application/json", 400, "invalid_argument"),
     ("future revision", "/v1/kv/get", _j({"key": "a", "revision": 10**12}), "application/json", 400, "future_revision"),
+    # Leases: an unknown lease is 404 lease_not_found; a bad TTL or mixed fields 400; the
+    # node-internal lease_expire has no route and no batch accepts it.
+    ("revoke unknown lease", "/v1/leases/revoke", _j({"lease": 10**9}), "application/json", 404, "lease_not_found"),
+    ("info of unknown lease", "/v1/leases/info", _j({"lease": 10**9}), "application/json", 404, "lease_not_found"),
+    ("put with unknown lease", "/v1/kv/put", _j({"key": "b1", "value": "x", "lease": 10**9}), "application/json", 404, "lease_not_found"),
+    ("txn put with unknown lease", "/v1/kv/txn", _j({"compare": [], "success": [{"op": "put", "key": "b1", "value": "x"}, {"op": "put", "key": "b2", "value": "x", "lease": 10**9}]}), "application/json", 404, "lease_not_found"),
+    ("ttl below the minimum", "/v1/leases/grant", _j({"ttl_ms": 1999}), "application/json", 400, "invalid_argument"),
+    ("ttl above one day", "/v1/leases/grant", _j({"ttl_ms": 86_400_001}), "application/json", 400, "invalid_argument"),
+    ("put ttl below the minimum", "/v1/kv/put", _j({"key": "b1", "value": "x", "ttl_ms": 10}), "application/json", 400, "invalid_argument"),
+    ("put with lease and ttl_ms", "/v1/kv/put", _j({"key": "b1", "value": "x", "lease": 1, "ttl_ms": 5000}), "application/json", 400, "invalid_argument"),
+    ("keepalive of no lease", "/v1/leases/keepalive", _j({"leases": []}), "application/json", 400, "invalid_argument"),
+    ("lease id not an int", "/v1/leases/revoke", _j({"lease": "7"}), "application/json", 400, "invalid_argument"),
+    ("lease_expire in a batch", "/v1/batch", _j({"ops": [{"op": "put", "key": "b1", "value": "x"}, {"op": "lease_expire", "leases": [1]}]}), "application/json", 400, "unknown_op"),
+    ("lease_expire as a path", "/v1/leases/expire", _j({"leases": [1]}), "application/json", 404, "not_found"),
 ]
 
 

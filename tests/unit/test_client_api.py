@@ -24,9 +24,11 @@ from client import (
 
 OPERATIONS = {"put", "get", "delete", "range", "scan", "cas", "txn", "batch", "compact", "status"}
 STREAM_OPERATIONS = {"append", "read_stream", "events", "subscribe", "stream_info", "list_streams"}
-OPERATIONS |= STREAM_OPERATIONS
-# Return a batch object in both clients (``with client.batch()`` / ``async with``).
-PLAIN_IN_BOTH = {"batch"}
+LEASE_OPERATIONS = {"lease", "lease_grant", "lease_keepalive", "lease_revoke", "lease_info"}
+OPERATIONS |= STREAM_OPERATIONS | LEASE_OPERATIONS | {"lease_list"} | {"watch"}
+# Return a batch object in both clients (``with client.batch()`` / ``async with``), and a
+# lease (granted now on a Client; awaited or entered on an AsyncClient).
+PLAIN_IN_BOTH = {"batch", "lease"}
 
 
 def _public(cls: type) -> dict[str, Any]:
@@ -123,3 +125,14 @@ def test_batches_take_the_stream_ops() -> None:
         assert getattr(Batch, name) is getattr(AsyncBatch, name), name
     params = inspect.signature(Batch.append).parameters
     assert list(params)[:3] == ["self", "stream", "events"] and "expect" in params
+
+
+def test_watch_is_an_iterator_in_both_clients() -> None:
+    """watch is @paged like subscribe: a generator on Client, an async generator on
+    AsyncClient, started (and its arguments checked) on first iteration."""
+    assert inspect.isgeneratorfunction(Client.watch)
+    assert inspect.isasyncgenfunction(AsyncClient.watch)
+    with Client("http://127.0.0.1:1") as c:
+        it = c.watch("p", start_revision=0)
+        with pytest.raises(InvalidRequest):
+            next(it)

@@ -376,7 +376,8 @@ def test_reads_after_close_are_unavailable(tmp_path):
 
 
 def test_every_op_validation_accepts_has_one_handler():
-    assert set(store_apply.HANDLERS) == node_ops.ALL_OPS
+    # validate_op(internal=True), which apply uses, also knows the node-internal ops.
+    assert set(store_apply.HANDLERS) == node_ops.ALL_OPS | set(node_ops.INTERNAL_OPS)
     assert set(store_reads.READERS) == node_ops.READ_OPS  # what StateMachine.read serves
     with pytest.raises(ValueError):
         store_reads.serves("get")(lambda src, limits, op: {})
@@ -397,7 +398,7 @@ def test_a_new_op_family_registers_its_handler(node, monkeypatch):
     entries_seen = []
     monkeypatch.setitem(store_apply.HANDLERS, "touch", touch)
     monkeypatch.setattr(store_apply, "AFTER_ENTRY", [*store_apply.AFTER_ENTRY, entries_seen.append])
-    monkeypatch.setattr(store_apply, "validate_op", lambda raw, limits: raw)
+    monkeypatch.setattr(store_apply, "validate_op", lambda raw, limits, **kw: raw)
     op = {"op": "touch", "ns": "default", "idempotency_key": "t1"}
     assert node.one(op) == {"revision": 1}
     assert node.one(op) == {"revision": 1, "replayed": True}

@@ -1,0 +1,222 @@
+"""Watch: POST /v1/watch streams every change of a key, a prefix or a range from a start
+revision on (docs/protocol.md, "Watch"). One mechanism: catch-up and live are the same loop
+over the change log (node/store/changes.py), woken by apply through node/reads.py's
+RevisionWaiters, the one wake-up read_stream's long poll uses too.
+
+The loop (`watch_frames`): read the change log from the next revision in bounded pages on a
+fresh ReadView each (never a view held across an await); send the frames; when caught up with
+the local revision, wait for apply to move it, sending a progress frame after `progress_ms`
+without a frame. Before the first frame the node passes the read barrier of a linearizable
+read (ReadPolicy), so a watch never misses a revision the cluster had committed when the
+request arrived; a follower then serves it from its own applied state.
+
+Frames, one per line of NDJSON (`application/x-ndjson`, for a JSON request) or each as a
+4-byte big-endian length followed by that many bytes of msgpack (`MSGPACK_FRAMES`, for a
+msgpack request), carried in a chunked HTTP answer:
+
+    {"events": [event, ...], "revision": r}   all watched changes of revision r
+    {"progress": true, "revision": r}         every watched change <= r has been sent
+    {"error": {"code", "message", "revision", ...}}   the last frame: `compacted` (with
+        compact_revision), `watch_overflow` (the client read too slowly), `unavailable`
+        (shutting down, or no leader known for WATCH_LEADERLESS_SECONDS)
+
+Invariants: revisions strictly increase over the frames of a stream; every revision in
+[start_revision, last frame's revision] that changed a watched key is in exactly one events
+frame, with all its watched changes; so a client that resumes from the last revision it saw
++ 1 (events or progress) gets neither a gap nor a duplicate. A stream ends only with an
+error frame (`unavailable` once the node starts shutting down), or without one when the
+HTTP server closes under it (http_server.py ends it with the last chunk) or the connection
+breaks: the client then resumes elsewhere.
+
+Memory per watch is one page (node/store/changes.py bounds it) plus the socket's buffer:
+frames are produced only when the HTTP writer asks for more, which it does only while the
+client drains the socket. A client that stops reading for ServerLimits.stream_stall_seconds
+gets `watch_overflow` and the stream ends; one that reads slowly falls behind in the change
+log at no cost, until compaction passes it (`compacted`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+from node import codec
+from node.config import Limits
+from node.errors import OpError
+from node.http_server import StreamedResponse, StreamStalled
+from node.reads import ReadPolicy, RevisionWaiters
+from node.store.changes import read_changes, selection
+from node.watch_ops import MSGPACK_FRAMES, NDJSON, validate_watch
+
+FRAME_HEADER = struct.Struct(">I")
+WAIT_SLICE = 1.0  # seconds between two looks at the node's state while idle
+WATCH_LEADERLESS_SECONDS = 3.0  # no leader known this long: end, the client goes elsewhere
+
+
+def content_type(fmt: str) -> str:
+    return MSGPACK_FRAMES if fmt == codec.MSGPACK else NDJSON
+
+
+def encode_frames(frames: list[dict], fmt: str) -> bytes:
+    """Frames on the wire: NDJSON lines, or u32 big-endian length + msgpack each."""
+    if fmt == codec.MSGPACK:
+        out = []
+        for f in frames:
+            raw = codec.encode(f, fmt)
+            out.append(FRAME_HEADER.pack(len(raw)))
+            out.append(raw)
+        return b"".join(out)
+    return b"".join(codec.encode(f, fmt) + b"\n" for f in frames)
+
+
+def error_frame(err: OpError, revision: int) -> dict:
+    """The last frame of a stream; `revision`: everything up to it was sent."""
+    body = err.to_dict()
+    body.setdefault("revision", revision)
+    return {"error": body}
+
+
+def overflow_frame(revision: int) -> dict:
+    return error_frame(
+        OpError(
+            "watch_overflow",
+            f"the client read too slowly; every watched change up to {revision} was sent: "
+            "watch again from the last revision received + 1",
+        ),
+        revision,
+    )
+
+
+async def watch_frames(
+    sm: Any,
+    waiters: RevisionWaiters,
+    w: dict,
+    stopping: Callable[[], bool] = lambda: False,
+    leader_known: Callable[[], bool] = lambda: True,
+) -> AsyncGenerator[list[dict], None]:
+    """The frames of the validated watch `w` (node/watch_ops.py), a page at a time, from
+    `sm` (a StateMachine: read_view()). Endless unless it yields an error frame."""
+    loop = asyncio.get_running_loop()
+    lo, hi = selection(w["ns"], w["key"], w["prefix"], w["start"], w["end"])
+    progress = w["progress_ms"] / 1000
+    first = w["start_revision"]
+    quiet_since = loop.time()
+    leaderless_since: float | None = None
+    while True:
+        try:
+            with sm.read_view() as view:
+                page = read_changes(view, lo, hi, first, w["prev_kv"])
+        except OpError as e:  # compacted; unavailable: the store closed
+            yield [error_frame(e, first - 1)]
+            return
+        first = page.scanned_to + 1
+        if page.frames:
+            yield page.frames
+            quiet_since = loop.time()
+        if page.more:
+            await asyncio.sleep(0)  # the next page after others had their turn
+            continue
+        while True:  # caught up with the local revision: wait for apply to move it
+            now = loop.time()
+            if progress and now - quiet_since >= progress:
+                yield [{"progress": True, "revision": page.scanned_to}]
+                quiet_since = now = loop.time()
+            why = _unserved(stopping, leader_known, leaderless_since, now)
+            if why is not None:
+                if isinstance(why, float):
+                    leaderless_since = why
+                else:
+                    yield [error_frame(OpError("unavailable", why), page.scanned_to)]
+                    return
+            else:
+                leaderless_since = None
+            due = quiet_since + progress if progress else now + WAIT_SLICE
+            if await waiters.wait_for_change(page.scanned_to, min(due, now + WAIT_SLICE)):
+                break
+
+
+def _unserved(
+    stopping: Callable[[], bool],
+    leader_known: Callable[[], bool],
+    leaderless_since: float | None,
+    now: float,
+) -> str | float | None:
+    """None: serve on. A message: end the stream. A float: no leader known since then."""
+    if stopping():
+        return "this node is shutting down; watch again on another node"
+    if leader_known():
+        return None
+    if leaderless_since is None:
+        return now
+    if now - leaderless_since >= WATCH_LEADERLESS_SECONDS:
+        return (
+            f"this node has known no raft leader for {WATCH_LEADERLESS_SECONDS:g} s "
+            "(partitioned?); watch again on another node"
+        )
+    return leaderless_since
+
+
+async def watch_body(
+    frames: AsyncGenerator[list[dict], None],
+    fmt: str,
+    start_revision: int,
+    track: Callable[[int], None] = lambda n: None,
+) -> AsyncGenerator[bytes, None]:
+    """The chunks of the HTTP answer: each page of frames encoded as one chunk. When the
+    HTTP writer throws StreamStalled in (the client stopped reading), the last chunk is
+    the `watch_overflow` frame. `track(+1)` when it starts, `track(-1)` when it ends."""
+    sent = start_revision - 1
+    track(1)
+    try:
+        async for batch in frames:
+            chunk = encode_frames(batch, fmt)
+            for f in batch:
+                sent = max(sent, f.get("revision", sent))
+            try:
+                yield chunk
+            except StreamStalled:
+                yield encode_frames([overflow_frame(sent)], fmt)
+                return
+    finally:
+        track(-1)
+        await frames.aclose()
+
+
+class Watches:
+    """Serves POST /v1/watch for node/http_api.py (see the module docstring)."""
+
+    def __init__(
+        self,
+        sm: Any,
+        reads: ReadPolicy,
+        limits: Limits,
+        stopping: Callable[[], bool],
+        leader_known: Callable[[], bool],
+    ) -> None:
+        self.sm = sm
+        self.reads = reads
+        self.limits = limits
+        self.stopping = stopping
+        self.leader_known = leader_known
+        self.active = 0  # watches being streamed now
+
+    async def open(self, body: Any, fmt: str) -> StreamedResponse:
+        """Validate, pass the linearizable read barrier, and answer the stream; raises
+        OpError (invalid_argument, unavailable, future_revision) before anything is sent."""
+        w = validate_watch(body, self.limits)
+        await self.reads.wait("linearizable", None)
+        current = self.sm.revision
+        if w["start_revision"] > current + 1:
+            raise OpError(
+                "future_revision",
+                f"start_revision {w['start_revision']} is above the current revision {current} + 1",
+                revision=current,
+            )
+        frames = watch_frames(self.sm, self.reads.revisions, w, self.stopping, self.leader_known)
+        body = watch_body(frames, fmt, w["start_revision"], self._track)
+        return StreamedResponse(200, content_type(fmt), body)
+
+    def _track(self, n: int) -> None:
+        self.active += n
