@@ -161,6 +161,10 @@ def test_stream_workload_across_leader_faults_checks_clean_and_can_fail(cluster,
     assert "gap" in holed, holed
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _chaos(*args: str) -> list[str]:
     return [sys.executable, "-m", "chaos", *args]
 
@@ -238,6 +242,10 @@ def test_ctrl_c_during_a_partition_heals_and_stops_everything(tmp_path: Path) ->
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # Ctrl-C as a terminal delivers it: a test run started in the background of a
+        # non-interactive shell inherits SIGINT ignored, and Python then never raises
+        # KeyboardInterrupt (this test failed so: the run went on to the end, exit 0).
+        preexec_fn=_default_sigint,
     )
     work = None
     lines = []
