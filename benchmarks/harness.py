@@ -309,3 +309,22 @@ async def run_load(
         warmup_errors=run.warmup_errors,
         unfinished=unfinished,
     )
+
+
+def compact_samples(obj: object, keep: int = 1000) -> object:
+    """`obj` with every list of more than `keep` numbers replaced by its summary (n, min,
+    p50, p90, p99, max), for results files kept in the repository: the raw samples of one
+    watch fan-out run were 16 MB of JSON."""
+    if isinstance(obj, dict):
+        return {k: compact_samples(v, keep) for k, v in obj.items()}
+    if isinstance(obj, list):
+        if len(obj) > keep and all(isinstance(x, int | float) for x in obj):
+            xs = sorted(obj)
+            return {
+                "n": len(xs),
+                "min": xs[0],
+                **{f"p{q}": xs[nearest_rank(len(xs), q) - 1] for q in (50, 90, 99)},
+                "max": xs[-1],
+            }
+        return [compact_samples(x, keep) for x in obj]
+    return obj

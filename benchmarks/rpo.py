@@ -7,6 +7,11 @@ steady rate, injects one fault, lets the cluster recover, and then reads every k
 linearizably. RPO = acknowledged writes missing afterwards (and the span of ack times they
 cover); RTO = fault start -> first successful write, and -> first successful linearizable
 read, measured by probes every 20 ms. Results are printed and appended to RESULTS.md.
+
+The `writer-kill` fault measures the client cache's write-back RPO instead: the WRITER
+process (writing through ``client.cache(..., mode=...)``, each of `--cache-modes`) is
+SIGKILLed at a random point of a flush interval; lost = writes the cache acknowledged that
+the cluster does not hold (benchmarks/rpo_cache.py). It is not in the default `--faults`.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks import rpo_cache
 from chaos import lazyfs, partition
 from chaos.stats import percentile
 from client import Client, RetryPolicy, StatekeeperError
@@ -34,6 +40,7 @@ from cluster.supervisor import LocalCluster
 from node import config as node_config
 
 FAULTS = ("leader-kill", "follower-kill", "minority-partition", "cluster-kill", "power-loss")
+CACHE_FAULTS = ("writer-kill",)  # the client cache's write-back RPO (benchmarks/rpo_cache.py)
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
 
@@ -222,39 +229,65 @@ def summarize(trials: list[Trial]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, from {', '.join(FAULTS)}")
+    ap.add_argument(
+        "--faults", default=",".join(FAULTS), help=f"comma-separated, from {', '.join(FAULTS + CACHE_FAULTS)}"
+    )
     ap.add_argument("--fsync", default="always,never", help="comma-separated durability settings")
     ap.add_argument("--rate", type=float, default=200.0, help="acknowledged writes per second to aim for")
     ap.add_argument("--before", type=float, default=3.0, help="seconds of writes before the fault")
     ap.add_argument("--after", type=float, default=6.0, help="seconds of writes after the fault starts")
+    ap.add_argument("--cache-modes", default="write-back,write-through", help="writer-kill: the cache modes")
+    ap.add_argument("--flush-ms", type=float, default=100.0, help="writer-kill: the write-back flush interval")
     ap.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
     args = ap.parse_args(argv)
     faults = [f for f in args.faults.split(",") if f]
-    unknown = set(faults) - set(FAULTS)
+    unknown = set(faults) - set(FAULTS + CACHE_FAULTS)
     if unknown:
         ap.error(f"unknown fault(s): {', '.join(sorted(unknown))}")
-    plan = [(f, s) for f in faults for s in args.fsync.split(",") for _ in range(args.trials)]
-    trials = []
+    modes = [m for m in args.cache_modes.split(",") if m] if "writer-kill" in faults else []
+    plan = [(f, s) for f in faults if f != "writer-kill" for s in args.fsync.split(",") for _ in range(args.trials)]
+    kill_plan = [(m, s) for m in modes for s in args.fsync.split(",") for _ in range(args.trials)]
+    trials, kills = [], []
+    total = len(plan) + len(kill_plan)
     for i, (fault, fsync) in enumerate(plan, 1):
-        print(f"[{i}/{len(plan)}] {fault} fsync={fsync} ...", file=sys.stderr, flush=True)
+        print(f"[{i}/{total}] {fault} fsync={fsync} ...", file=sys.stderr, flush=True)
         t = run_trial(fault, fsync, args.rate, args.before, args.after)
         trials.append(t)
         print(
-            f"[{i}/{len(plan)}] {fault} fsync={fsync}: "
+            f"[{i}/{total}] {fault} fsync={fsync}: "
             + (f"skipped ({t.skipped})" if t.skipped else f"acked {t.acked} lost {t.lost} RTO write {_fmt(t.rto_write_s)} s read {_fmt(t.rto_read_s)} s"),
             file=sys.stderr,
             flush=True,
         )
-    table = summarize(trials)
+    for i, (mode, fsync) in enumerate(kill_plan, len(plan) + 1):
+        print(f"[{i}/{total}] writer-kill {mode} fsync={fsync} ...", file=sys.stderr, flush=True)
+        k = rpo_cache.run_trial(mode, fsync, args.rate, args.before, args.flush_ms, _config)
+        kills.append(k)
+        print(
+            f"[{i}/{total}] writer-kill {mode}: acked {k.acked} lost {k.lost} "
+            f"(oldest lost {k.lost_age_max_s:.3f} s before the kill)",
+            file=sys.stderr,
+            flush=True,
+        )
+    tables = ([summarize(trials)] if trials else []) + ([rpo_cache.summarize(kills)] if kills else [])
+    table = "\n\n".join(tables)
     print(table)
     if not args.no_results:
         cmd = "python -m benchmarks.rpo " + " ".join(argv if argv is not None else sys.argv[1:])
+        what = f"Writes at {args.rate:g}/s of unique keys"
+        if trials:
+            what += f"; fault after {args.before:g} s; RTO probes every 20 ms"
+        if kills:
+            what += (
+                f"; writer-kill: the writer process (client.cache, flush_ms={args.flush_ms:g} in "
+                f"write-back) SIGKILLed {args.before:g} s + a random part of one flush interval "
+                "after its start; lost = writes the cache acknowledged that the cluster lacks"
+            )
         with RESULTS.open("a") as f:
             f.write(
                 f"\n## RPO / RTO under faults ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n\n"
                 f"Command: `{cmd.strip()}`  \nMachine: {os.cpu_count()} cores, {platform.platform()}, "
-                f"Python {platform.python_version()}  \nWrites at {args.rate:g}/s of unique keys; fault after "
-                f"{args.before:g} s; RTO probes every 20 ms.\n\n{table}\n"
+                f"Python {platform.python_version()}  \n{what}.\n\n{table}\n"
             )
     return 0
 

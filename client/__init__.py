@@ -21,12 +21,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .cache import Cache
+from .cache_core import CacheLag
+from .effect_plan import EffectContext, EffectRecord
+from .effects import AsyncEffects, Effects
 from .errors import (
+    CacheStale,
     Compacted,
     Conflict,
+    EffectClaimLost,
+    EffectInProgress,
+    EffectResultLost,
     ExpectationFailed,
+    FenceMismatch,
     InvalidRequest,
     LeaseNotFound,
+    LockHeld,
+    LockNotHeld,
+    LockTimeout,
     NotFound,
     StatekeeperError,
     StreamNotFound,
@@ -43,6 +55,8 @@ from .lease_results import (
     LeaseState,
     RevokeResult,
 )
+from .lock import AsyncLock, Lock
+from .lock_results import LockAcquired, LockInfo, LockList, LockReleased, LockWaiter
 from .ops import Compare, Ops, compare, ops
 from .results import (
     AppendedEvent,
@@ -65,22 +79,36 @@ from .watch import WatchEvent, WatchProgress
 
 if TYPE_CHECKING:
     from .aio import AsyncBatch, AsyncClient
+    from .aio_cache import AsyncCache
 
 __all__ = [
     "AppendResult",
     "AppendedEvent",
     "AsyncBatch",
+    "AsyncCache",
     "AsyncClient",
+    "AsyncEffects",
     "AsyncLease",
+    "AsyncLock",
     "Batch",
+    "Cache",
+    "CacheLag",
+    "CacheStale",
     "Client",
     "CompactResult",
     "Compacted",
     "Compare",
     "Conflict",
     "DeleteResult",
+    "EffectClaimLost",
+    "EffectContext",
+    "EffectInProgress",
+    "EffectRecord",
+    "EffectResultLost",
+    "Effects",
     "Event",
     "ExpectationFailed",
+    "FenceMismatch",
     "InvalidRequest",
     "KeepaliveResult",
     "KeyValue",
@@ -90,6 +118,15 @@ __all__ = [
     "LeaseList",
     "LeaseNotFound",
     "LeaseState",
+    "Lock",
+    "LockAcquired",
+    "LockHeld",
+    "LockInfo",
+    "LockList",
+    "LockNotHeld",
+    "LockReleased",
+    "LockTimeout",
+    "LockWaiter",
     "NotFound",
     "Ops",
     "RangeResult",
@@ -119,4 +156,8 @@ def __getattr__(name: str) -> Any:
         from . import aio
 
         return getattr(aio, name)
+    if name == "AsyncCache":
+        from .aio_cache import AsyncCache
+
+        return AsyncCache
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

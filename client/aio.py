@@ -13,14 +13,17 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from .aio_cache import AsyncCache
 from .aio_connection import Endpoint
 from .aio_stream import StreamConnection, open_stream
 from .aio_transport import _TRANSPORT_ERRORS, Pool, _kind
 from .base import Pages, Plan
 from .batch_ops import ClientBatch
 from .commands import AsyncCommands
+from .effects import AsyncEffects
 from .errors import StatekeeperError
 from .lease_keeper import AsyncLease, TaskKeeper
+from .lock import AsyncLock
 from .responses import connection_error
 from .retry import Backoff
 from .watch import WatchSession
@@ -75,6 +78,9 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
     _batch_type = AsyncBatch
     _lease_type = AsyncLease
     _keeper_type = TaskKeeper
+    _lock_type = AsyncLock
+    _cache_type = AsyncCache
+    _effects_type = AsyncEffects
 
     def _init_transport(self, max_connections: int) -> None:
         self._max_connections = max_connections

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .base import Pages, ScanPages, command, paged
+from .cache_commands import CacheCommands
+from .effects import EffectCommands
 from .kv_requests import (
     MISSING,
     compact_request,
@@ -40,7 +42,8 @@ from .kv_requests import (
     write_request,
 )
 from .lease_commands import LeaseCommands
-from .ops import Ops, cas_op, compare, ops, txn_op
+from .lock_commands import LockCommands
+from .ops import Ops, cas_op, compare, ops, txn_op, with_fence
 from .results import CompactResult, DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
 from .stream_commands import StreamCommands
 from .watch_commands import WatchCommands
@@ -53,11 +56,22 @@ __all__ = ["AsyncCommands", "Commands", "ScanPages"]
 BatchT = TypeVar("BatchT", bound="BatchOps")
 
 
-class Commands(StreamCommands, LeaseCommands, WatchCommands, Generic[BatchT]):
+class Commands(
+    StreamCommands,
+    LeaseCommands,
+    LockCommands,
+    WatchCommands,
+    CacheCommands,
+    EffectCommands,
+    Generic[BatchT],
+):
     """The operations of both clients (the stream ones come from
     :class:`stream_commands.StreamCommands`, the lease ones from
-    :class:`lease_commands.LeaseCommands`, ``watch`` from
-    :class:`watch_commands.WatchCommands`). Each builds its request and returns
+    :class:`lease_commands.LeaseCommands`, the lock ones from
+    :class:`lock_commands.LockCommands`, ``watch`` from
+    :class:`watch_commands.WatchCommands`, ``cache`` from
+    :class:`cache_commands.CacheCommands`, the ``effects`` ledger from
+    :class:`effects.EffectCommands`). Each builds its request and returns
     ``self._execute(request)`` (see :class:`base.BaseClient`). A transport subclass
     implements what BaseClient asks for, ``_iterate(pages)`` (run a :class:`base.Pages`,
     yielding the items of its pages) and sets ``_batch_type`` (what :meth:`batch`
@@ -88,6 +102,7 @@ class Commands(StreamCommands, LeaseCommands, WatchCommands, Generic[BatchT]):
         prev_kv: bool = False,
         lease: Any = None,
         ttl: float | None = None,
+        fence: Any = None,
     ) -> WriteResult:
         """Set ``key`` to ``value`` (bytes, or str stored as UTF-8).
 
@@ -103,6 +118,9 @@ class Commands(StreamCommands, LeaseCommands, WatchCommands, Generic[BatchT]):
                 ``lease`` detaches the key from its lease.
             ttl: seconds: give the key a lease of its own (``result.lease``); the key is
                 deleted ``ttl`` seconds from now (not with ``lease``).
+            fence: apply the write only while this lock is held: a
+                :class:`client.Lock` (or a ``(name, token)`` pair) of the write's
+                namespace; else FenceMismatch and nothing is written.
 
         Returns:
             WriteResult with the write's ``revision`` (and ``prev_kv``; ``lease`` with
@@ -113,9 +131,10 @@ class Commands(StreamCommands, LeaseCommands, WatchCommands, Generic[BatchT]):
             Unavailable, Timeout: no node could apply it in time (after retries); for a
                 Timeout the write may still happen, retry with ``err.idempotency_key``.
             LeaseNotFound: ``lease`` does not exist (revoked or expired); nothing written.
+            FenceMismatch: ``fence`` is not the lock holder's (any more); nothing written.
         """
         op = Ops.put(key, value, prev_kv=prev_kv, lease=lease, ttl=ttl)
-        return self._write(op, ns, idempotency_key)
+        return self._write(with_fence(op, fence), ns, idempotency_key)
 
     @command
     def get(
@@ -169,6 +188,7 @@ class Commands(StreamCommands, LeaseCommands, WatchCommands, Generic[BatchT]):
         prefix: bool = False,
         idempotency_key: str | None = None,
         prev_kv: bool = False,
+        fence: Any = None,
     ) -> DeleteResult:
         """Delete ``key`` (or, with ``prefix=True``, every key starting with ``key``).
 
@@ -181,11 +201,13 @@ class Commands(StreamCommands, LeaseCommands, WatchCommands, Generic[BatchT]):
             prefix: treat ``key`` as a prefix.
             idempotency_key: see :meth:`put`.
             prev_kv: also return the deleted KeyValues (``prev_kvs``).
+            fence: see :meth:`put`.
 
         Returns:
             DeleteResult(revision, deleted, prev_kvs).
         """
-        return self._write(Ops.delete(key, prefix=prefix, prev_kv=prev_kv), ns, idempotency_key)
+        op = Ops.delete(key, prefix=prefix, prev_kv=prev_kv)
+        return self._write(with_fence(op, fence), ns, idempotency_key)
 
     @command
     def range(
@@ -280,6 +302,7 @@ class Commands(StreamCommands, LeaseCommands, WatchCommands, Generic[BatchT]):
         must_not_exist: bool = False,
         ns: str | None = None,
         idempotency_key: str | None = None,
+        fence: Any = None,
     ) -> WriteResult:
         """Compare-and-swap: write ``value`` only if the key is as expected.
 
@@ -288,6 +311,8 @@ class Commands(StreamCommands, LeaseCommands, WatchCommands, Generic[BatchT]):
         - ``expect_version=v``: the key's version is ``v`` (0 = missing);
         - ``expect_mod_revision=r``: the key was last written at revision ``r``;
         - ``must_not_exist=True``: create only.
+
+        ``fence``: see :meth:`put` (checked first: FenceMismatch, also a Conflict).
 
         Returns:
             WriteResult(revision, ...) when the swap happened.
@@ -298,7 +323,7 @@ class Commands(StreamCommands, LeaseCommands, WatchCommands, Generic[BatchT]):
             InvalidRequest: not exactly one expectation given, or bad arguments.
         """
         op = cas_op(key, value, expect_version, expect_mod_revision, must_not_exist)
-        return self._write(op, ns, idempotency_key)
+        return self._write(with_fence(op, fence), ns, idempotency_key)
 
     @command
     def txn(
@@ -309,6 +334,7 @@ class Commands(StreamCommands, LeaseCommands, WatchCommands, Generic[BatchT]):
         *,
         ns: str | None = None,
         idempotency_key: str | None = None,
+        fence: Any = None,
     ) -> TxnResult:
         """Atomic transaction: if every compare holds run ``success``, else ``failure``.
 
@@ -325,11 +351,15 @@ class Commands(StreamCommands, LeaseCommands, WatchCommands, Generic[BatchT]):
 
         Branch ops: put, delete, get, range; ``ns=None`` inside them means this txn's
         namespace. All writes share one revision; one txn may not write a key twice.
+        ``fence`` (see :meth:`put`) covers the whole txn (its ops take none); a fenced
+        txn may release its own lock atomically with its writes:
+        ``client.ops.delete(lock.key)``.
 
         Returns:
             TxnResult(succeeded, revision, results), one result per op of the branch run.
         """
-        return self._write(txn_op(compare, success, failure), ns, idempotency_key)
+        op = txn_op(compare, success, failure)
+        return self._write(with_fence(op, fence), ns, idempotency_key)
 
     def batch(self, *, ns: str | None = None, consistency: str | None = None) -> BatchT:
         """Collect several ops and send them in one request (POST /v1/batch).

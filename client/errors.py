@@ -25,11 +25,19 @@ from typing import Any
 
 __all__ = [
     "CLIENT_CODES",
+    "CacheStale",
     "Compacted",
     "Conflict",
+    "EffectClaimLost",
+    "EffectInProgress",
+    "EffectResultLost",
     "ExpectationFailed",
+    "FenceMismatch",
     "InvalidRequest",
     "LeaseNotFound",
+    "LockHeld",
+    "LockNotHeld",
+    "LockTimeout",
     "NotFound",
     "StatekeeperError",
     "StreamNotFound",
@@ -158,6 +166,141 @@ class LeaseNotFound(NotFound):
         return value if isinstance(value, int) else None
 
 
+class LockNotHeld(NotFound):
+    """The waiter is gone (``lock_not_held``, 404): released already, or its lease expired
+    or was revoked (``lock_release``; a :class:`client.Lock` that lost its place while
+    waiting). Nothing was applied.
+
+    Attributes:
+        name: the lock's name; fence: the waiter's fence (None if the server named none).
+    """
+
+    @property
+    def name(self) -> str | None:
+        value = self.details.get("name")
+        return value if isinstance(value, str) else None
+
+    @property
+    def fence(self) -> int | None:
+        value = self.details.get("fence")
+        return value if isinstance(value, int) else None
+
+
+class FenceMismatch(Conflict):
+    """A fenced write was refused (``fence_mismatch``, 409): its token is not the fence of
+    the lock's current holder (the lock moved on: the writer's lease expired or it
+    released), so NOTHING was applied. ``current`` is None.
+
+    Attributes:
+        holder_fence: the current holder's fence, None when nobody holds the lock.
+        token: the fence the write carried; name: the lock's name.
+    """
+
+    @property
+    def holder_fence(self) -> int | None:
+        value = self.details.get("holder_fence")
+        return value if isinstance(value, int) else None
+
+    @property
+    def token(self) -> int | None:
+        value = self.details.get("token")
+        return value if isinstance(value, int) else None
+
+    @property
+    def name(self) -> str | None:
+        value = self.details.get("name")
+        return value if isinstance(value, str) else None
+
+
+class LockHeld(Conflict):
+    """Someone else holds the lock (``lock_held``, 409): ``client.lock(..., wait=False)``
+    or ``lock_acquire(wait=False)``; nothing was written. ``current`` is None.
+
+    Attributes:
+        holder_fence: the holder's fence (None if unknown); name: the lock's name.
+    """
+
+    @property
+    def holder_fence(self) -> int | None:
+        value = self.details.get("holder_fence")
+        return value if isinstance(value, int) else None
+
+    @property
+    def name(self) -> str | None:
+        value = self.details.get("name")
+        return value if isinstance(value, str) else None
+
+
+class LockTimeout(LockHeld):
+    """``client.lock(..., timeout=t)`` did not get the lock within ``t`` seconds (client
+    code ``lock_timeout``): its waiter left the queue again. ``holder_fence``: the holder
+    it last saw."""
+
+
+class EffectInProgress(Conflict):
+    """``client.effects.run(key, fn, wait=False)`` (or with a ``timeout``) found the effect
+    claimed by another runner whose lease is alive (client code ``effect_in_progress``;
+    client/effects.py). Nothing was written and fn was not called.
+
+    Attributes:
+        key: the effect key; holder_fence: the running claim's fence (None if unknown).
+    """
+
+    @property
+    def key(self) -> str | None:
+        value = self.details.get("key")
+        return value if isinstance(value, str) else None
+
+    @property
+    def holder_fence(self) -> int | None:
+        value = self.details.get("holder_fence")
+        return value if isinstance(value, int) else None
+
+
+class EffectClaimLost(Conflict):
+    """This runner lost its claim on an effect (client code ``effect_claim_lost``): its
+    lease expired (the process was paused or cut off past ``ttl``) and its fenced write was
+    refused. ``fn_called`` False: fn was not called (retry freely). True: fn ran but its
+    result was NOT recorded; the next claimant is told ``maybe_happened``.
+
+    Attributes:
+        key: the effect key; fence: this runner's fence; fn_called: see above.
+    """
+
+    @property
+    def key(self) -> str | None:
+        value = self.details.get("key")
+        return value if isinstance(value, str) else None
+
+    @property
+    def fence(self) -> int | None:
+        value = self.details.get("fence")
+        return value if isinstance(value, int) else None
+
+    @property
+    def fn_called(self) -> bool:
+        return bool(self.details.get("fn_called", False))
+
+
+class EffectResultLost(StatekeeperError):
+    """The effect is DONE (recorded once; fn is not called again) but its result could not
+    be stored: not msgpack-able, or larger than the server's value limit (client code
+    ``effect_result_lost``). Raised by the run that called fn and by every later run.
+
+    Attributes:
+        key: the effect key; reason: why the result was not stored.
+    """
+
+    @property
+    def key(self) -> str | None:
+        value = self.details.get("key")
+        return value if isinstance(value, str) else None
+
+    @property
+    def reason(self) -> str:
+        return str(self.details.get("reason", ""))
+
+
 class Unavailable(StatekeeperError):
     """No node could serve the request: no leader, not ready, shutting down, or every
     connection attempt failed (after retries)."""
@@ -171,6 +314,13 @@ class WatchOverflow(Unavailable):
     """A watch's stream was ended because the client read too slowly (``watch_overflow``).
     Retryable: the watch iterator resumes by itself from the last revision it delivered
     + 1, so this is raised only once the RetryPolicy gives up."""
+
+
+class CacheStale(Unavailable):
+    """A cache's view could not serve a read as fresh as asked (``max_lag``) or reach
+    this client's own write (read-your-writes) within the read's timeout: its watch is
+    behind or down (client/cache.py; client-side code ``cache_stale``; details:
+    ``revision``, ``known_revision``, ``lag_seconds``, ``read_floor``). Retryable."""
 
 
 class InvalidRequest(StatekeeperError, ValueError):
@@ -211,6 +361,9 @@ _BY_CODE: dict[str, type[StatekeeperError]] = {
     "expectation_failed": ExpectationFailed,
     "stream_not_found": StreamNotFound,
     "lease_not_found": LeaseNotFound,
+    "lock_not_held": LockNotHeld,
+    "fence_mismatch": FenceMismatch,
+    "lock_held": LockHeld,
     "too_many_events": InvalidRequest,
     "unavailable": Unavailable,
     "watch_overflow": WatchOverflow,

@@ -18,6 +18,8 @@ __all__ = [
     "cas_expect",
     "cas_op",
     "compare",
+    "fence_field",
+    "with_fence",
     "lease_id",
     "norm_op",
     "ops",
@@ -46,6 +48,36 @@ def ttl_ms(ttl: Any) -> int:
         raise InvalidRequest(f"ttl must be a positive number of seconds, not {ttl!r}",
                              code="invalid_argument")
     return max(1, round(ttl * 1000))
+
+
+def fence_field(fence: Any) -> dict[str, Any]:
+    """A write's ``fence``: a :class:`client.Lock` (its ``name`` and ``fence``), a
+    ``(name, token)`` pair or a ``{"name", "token"}`` dict, as the wire's ``{name, token}``.
+    The server applies the write only while that lock (of the write's namespace) is held
+    by the waiter with that token (else ``FenceMismatch``)."""
+    if isinstance(fence, Mapping):
+        name, token = fence.get("name"), fence.get("token")
+    elif isinstance(fence, tuple) and len(fence) == 2:
+        name, token = fence
+    else:
+        name, token = getattr(fence, "name", None), getattr(fence, "fence", None)
+    if type(name) is not str or not name:
+        raise TypeError(
+            f"a fence is a Lock, a (name, token) pair or {{name, token}}, not {fence!r}"
+        )
+    if type(token) is not int or token < 1:
+        raise InvalidRequest(
+            f"fence of lock {name!r} has no token (not acquired yet?): {token!r}",
+            code="invalid_argument",
+        )
+    return {"name": name, "token": token}
+
+
+def with_fence(op: dict[str, Any], fence: Any) -> dict[str, Any]:
+    """``op`` with its ``fence`` (see :func:`fence_field`) when one is given."""
+    if fence is not None:
+        op["fence"] = fence_field(fence)
+    return op
 
 
 def cas_expect(

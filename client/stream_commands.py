@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .base import BaseClient, Pages, ScanPages, command, paged
-from .ops import append_op
+from .ops import append_op, with_fence
 from .results import AppendResult, StreamEvent, StreamInfo, StreamList, StreamPage
 from .stream_requests import (
     MAX_WAIT,
@@ -45,6 +45,7 @@ class StreamCommands(BaseClient):
         expect: str | int = "any",
         ns: str | None = None,
         idempotency_key: str | None = None,
+        fence: Any = None,
     ) -> AppendResult:
         """Append events to ``stream`` (created by its first append), atomically, at one
         revision.
@@ -59,6 +60,7 @@ class StreamCommands(BaseClient):
                 event is a duplicate, so replaying a log after a crash succeeds.
             ns: namespace; defaults to the client's.
             idempotency_key: see :meth:`put`.
+            fence: see :meth:`put` (FenceMismatch: nothing appended).
 
         Returns:
             AppendResult(revision, stream, first_seq, last_seq, events) with ``.seqs``
@@ -70,7 +72,8 @@ class StreamCommands(BaseClient):
             InvalidRequest: bad events, too many (``too_many_events``), too large, or an
                 event id already stored with another payload (``idempotency_key_reused``).
         """
-        return self._write(append_op(stream, events, expect), ns, idempotency_key)
+        op = with_fence(append_op(stream, events, expect), fence)
+        return self._write(op, ns, idempotency_key)
 
     @command
     def read_stream(

@@ -19,9 +19,12 @@ from urllib3.util import parse_url
 
 from .base import Answer, Pages, Plan
 from .batch_ops import ClientBatch
+from .cache import Cache
 from .commands import Commands
+from .effects import Effects
 from .errors import StatekeeperError
 from .lease_keeper import Lease, ThreadKeeper
+from .lock import Lock
 from .responses import connection_error
 from .retry import Backoff
 from .watch import WatchSession
@@ -91,6 +94,9 @@ class Client(Commands[Batch]):
     _batch_type = Batch
     _lease_type = Lease
     _keeper_type = ThreadKeeper
+    _lock_type = Lock
+    _cache_type = Cache
+    _effects_type = Effects
 
     def _init_transport(self, max_connections: int) -> None:
         self._pm = urllib3.PoolManager(

@@ -28,6 +28,9 @@ STATUS: dict[str, int] = {
     "not_found": 404,
     "stream_not_found": 404,
     "lease_not_found": 404,  # a lease id that was never granted, or is revoked / expired
+    "lock_not_held": 404,  # lock_release of a waiter key that is gone
+    "fence_mismatch": 409,  # a fenced write whose token is not the lock holder's
+    "lock_held": 409,  # lock_acquire with wait=false of a lock someone holds
     "compare_failed": 409,
     "expectation_failed": 409,  # a stream append's `expect` did not hold
     "idempotency_key_reused": 422,  # the key came with another request before

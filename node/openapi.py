@@ -17,9 +17,11 @@ from typing import Any
 
 from node.config import Limits
 from node.errors import STATUS
+from node.lock_ops import FENCED_OPS
 from node.op_fields import Schema, ref, wire_name
 from node.openapi_examples import cas_examples, get_examples, put_examples
 from node.openapi_leases import lease_examples, lease_op_docs
+from node.openapi_locks import FENCE_NOTE, lock_examples, lock_op_docs
 from node.openapi_requests import WIRES, request_name, request_schemas
 from node.openapi_schemas import common_schemas, result_schemas
 from node.openapi_streams import stream_examples, stream_op_docs
@@ -57,6 +59,9 @@ ERROR_WHEN: dict[str, str] = {
     "stream_not_found": "stream_info of a stream that does not exist",
     "lease_not_found": "the lease does not exist: never granted, revoked, or expired (lease_revoke, lease_info, put with `lease`)",
     "too_many_events": "a stream append carries more events than max_events_per_append",
+    "fence_mismatch": "a fenced write's token is not the fence of the lock's holder (`error` has `name`, `token`, `holder_fence`: the holder's fence or null); nothing applied",
+    "lock_held": "lock_acquire with `wait: false` of a lock someone holds (`error` has `holder_fence`); nothing written",
+    "lock_not_held": "lock_release of a waiter that is gone (released, or its lease expired or was revoked)",
     "idempotency_key_reused": "the idempotency_key was already used in this namespace for a different request (nothing applied)",
     "compacted": "the read revision is below compact_revision (history dropped)",
     "unavailable": "no leader / no quorum / shutting down: retry, possibly on another node",
@@ -156,7 +161,11 @@ _OP_DOCS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     ),
     **stream_op_docs(_WRITE_ERRORS, _READ_ERRORS),
     **lease_op_docs(_WRITE_ERRORS, _READ_ERRORS),
+    **lock_op_docs(_WRITE_ERRORS, _READ_ERRORS),
 }
+for _name in FENCED_OPS:  # every write that takes a `fence` (node/lock_ops.py)
+    _summary, _description, _ok, _errors = _OP_DOCS[_name]
+    _OP_DOCS[_name] = (_summary, _description + FENCE_NOTE, _ok, (*_errors, "fence_mismatch"))
 
 
 class _Builder:
@@ -296,12 +305,13 @@ class _Builder:
             "cas": cas_examples(),
             **stream_examples(),
             **lease_examples(),
+            **lock_examples(),
         }
         paths = {}
         for name, spec in OPS.items():
             summary, description, ok, errors = _OP_DOCS[name]
             request, result = request_name(spec, "json"), f"{spec.title}Result"
-            tag = spec.path.split("/")[2]  # /v1/<tag>/...: kv, streams, leases
+            tag = spec.path.split("/")[2]  # /v1/<tag>/...: kv, streams, leases, locks
             paths[spec.path] = self.post(
                 name,
                 summary,
@@ -445,6 +455,7 @@ def _document(limits: Limits) -> dict:
             {"name": "kv", "description": "Single-key ops, range, txn, compaction."},
             {"name": "streams", "description": "Append-only event streams."},
             {"name": "leases", "description": "Leases: TTLs that delete their keys."},
+            {"name": "locks", "description": "Fair locks on leases, and fencing tokens."},
             {"name": "watch", "description": "Streams of changes from a revision on."},
             {"name": "batch", "description": "Many ops in one request."},
             {"name": "ops", "description": "Node status."},

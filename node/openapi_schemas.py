@@ -25,6 +25,7 @@ from node.op_fields import (
     wired_ref,
 )
 from node.openapi_leases import LEASE_RESULTS, lease_schemas
+from node.openapi_locks import LOCK_RESULTS, lock_schemas
 from node.openapi_streams import STREAM_RESULTS, STREAM_WIRE_SCHEMAS, stream_schemas
 
 
@@ -97,6 +98,7 @@ def common_schemas(error_codes: Iterable[str]) -> dict[str, Schema]:
         ),
         **stream_schemas(),
         **lease_schemas(),
+        **lock_schemas(),
         "Status": _status_schema(),
         "Live": obj(
             {"ok": {"const": True}, "node_id": str_schema("Id of this node.")}, ("ok", "node_id")
@@ -269,6 +271,7 @@ def _batch_result(w: str) -> Schema:
     streams = [wired_ref(name, w) for name in STREAM_WIRE_SCHEMAS if name != "StreamEvent"]
     shared = [ref(name) for name in STREAM_RESULTS if name not in STREAM_WIRE_SCHEMAS]
     shared += [ref(name) for name in LEASE_RESULTS]
+    shared += [ref(name) for name in LOCK_RESULTS]
     return obj(
         {
             "results": _array(

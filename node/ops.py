@@ -30,6 +30,8 @@ their msgpack bytes (key order included) must not change:
     range   {op, ns, prefix, start, end, limit, continuation, revision, keys_only}
     append, read_stream, stream_info, list_streams: node/stream_ops.py
     lease_*, and put's `lease` / `ttl_ms` (present only when given): node/lease_ops.py
+    lock_*, and the `fence` of put, delete, cas, txn, append (present only when given):
+            node/lock_ops.py
 
 A range `continuation` is an opaque string that encodes (revision, next key):
 the caller passes it back together with the same ns/prefix/start/end, and the
@@ -70,6 +72,7 @@ from node.lease_ops import (
     lease_specs,
     put_post,
 )
+from node.lock_ops import fenced, lock_specs
 from node.op_fields import (
     DEFAULT_NS,
     DEFAULT_RANGE_LIMIT,
@@ -456,7 +459,9 @@ _SPECS = (
     ),
     *stream_specs(NS, IDEMPOTENCY_KEY),
     *lease_specs(NS, IDEMPOTENCY_KEY),
+    *lock_specs(NS, IDEMPOTENCY_KEY),
 )
+_SPECS = fenced(_SPECS)  # put, delete, cas, txn and append take a `fence` (node/lock_ops.py)
 OPS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
 INTERNAL_OPS: dict[str, OpSpec] = {s.name: s for s in INTERNAL_SPECS}
 _RANGE_EXCLUSIVE = _check_exclusive(OPS["range"])

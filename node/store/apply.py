@@ -7,6 +7,11 @@ plus this entry's earlier writes), stages its writes with `tx.stage` at revision
 `tx.revision + 1` and sets `tx.wrote` when it wrote something (the op then takes that
 revision); raising OpError fails the op and drops what it staged.
 
+`BEFORE_HANDLER` maps an op name to checks `check(tx, op)` run before its handler (after
+the idempotency lookup, so a retry of an op that applied replays its result): the generic
+fence check of node/store/locks.py is registered there for every op that takes a `fence`
+(put, delete, cas, txn, append); raising OpError fails the op and nothing is applied.
+
 Idempotency: a key is scoped to the op's namespace (ns-less ops such as compact use
 the empty ns) and bound to the op it came with: the record keeps a 16-byte BLAKE2b
 digest of the op (without its idempotency_key, dict keys sorted), and the same key
@@ -51,6 +56,8 @@ from node.store.reads import hist_get, kv
 Handler = Callable[["EntryTx", dict], dict]
 HANDLERS: dict[str, Handler] = {}
 AFTER_ENTRY: list[Callable[[EntryTx], None]] = []
+# op name -> checks run before its handler (the fence check of node/store/locks.py).
+BEFORE_HANDLER: dict[str, list[Callable[[EntryTx, dict], None]]] = {}
 
 _MISSING = object()
 
@@ -247,6 +254,8 @@ class EntryTx:
                     result["replayed"] = True
                     return result
                 old_exp = exp  # expired, not pruned yet: replaced below
+        for before in BEFORE_HANDLER.get(op["op"], ()):
+            before(self, op)
         result = HANDLERS[op["op"]](self, op)
         if ik is not None and self.retention.idempotency_seconds > 0:
             self._remember(record_id, digest, old_exp, result)

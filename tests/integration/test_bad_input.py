@@ -80,6 +80,29 @@ CASES = [
     ("lease id not an int", "/v1/leases/revoke", _j({"lease": "7"}), "application/json", 400, "invalid_argument"),
     ("lease_expire in a batch", "/v1/batch", _j({"ops": [{"op": "put", "key": "b1", "value": "x"}, {"op": "lease_expire", "leases": [1]}]}), "application/json", 400, "unknown_op"),
     ("lease_expire as a path", "/v1/leases/expire", _j({"leases": [1]}), "application/json", 404, "not_found"),
+    # Locks and fencing: a fence that is not the holder's is 409 fence_mismatch for every
+    # fenced write (nothing applied, not even a txn's first op); an unknown lease 404; a
+    # waiter that is gone 404 lock_not_held; bad names and fences 400/413.
+    ("fenced put, nobody holds", "/v1/kv/put", _j({"key": "b1", "value": "x", "fence": {"name": "nobody", "token": 1}}), "application/json", 409, "fence_mismatch"),
+    ("fenced delete, nobody holds", "/v1/kv/delete", _j({"key": "b1", "fence": {"name": "nobody", "token": 1}}), "application/json", 409, "fence_mismatch"),
+    ("fenced cas, nobody holds", "/v1/kv/cas", _j({"key": "b1", "value": "x", "expect": {"version": 0}, "fence": {"name": "nobody", "token": 1}}), "application/json", 409, "fence_mismatch"),
+    ("fenced txn, nobody holds", "/v1/kv/txn", _j({"compare": [], "success": [{"op": "put", "key": "b1", "value": "x"}], "fence": {"name": "nobody", "token": 1}}), "application/json", 409, "fence_mismatch"),
+    ("fenced append, nobody holds", "/v1/streams/append", _j({"stream": "b1", "events": [{"data": "x"}], "fence": {"name": "nobody", "token": 1}}), "application/json", 409, "fence_mismatch"),
+    ("fence inside a txn op", "/v1/kv/txn", _j({"compare": [], "success": [{"op": "put", "key": "b1", "value": "x", "fence": {"name": "l", "token": 1}}]}), "application/json", 400, "invalid_argument"),
+    ("fence without token", "/v1/kv/put", _j({"key": "b1", "value": "x", "fence": {"name": "l"}}), "application/json", 400, "invalid_argument"),
+    ("fence token zero", "/v1/kv/put", _j({"key": "b1", "value": "x", "fence": {"name": "l", "token": 0}}), "application/json", 400, "invalid_argument"),
+    ("fence not an object", "/v1/kv/put", _j({"key": "b1", "value": "x", "fence": 7}), "application/json", 400, "invalid_argument"),
+    ("acquire with unknown lease", "/v1/locks/acquire", _j({"name": "l", "lease": 10**9}), "application/json", 404, "lease_not_found"),
+    ("acquire without lease", "/v1/locks/acquire", _j({"name": "l"}), "application/json", 400, "invalid_argument"),
+    ("release of a waiter that is gone", "/v1/locks/release", _j({"name": "l", "fence": 10**9}), "application/json", 404, "lock_not_held"),
+    ("release without fence", "/v1/locks/release", _j({"name": "l"}), "application/json", 400, "invalid_argument"),
+    ("empty lock name", "/v1/locks/acquire", _j({"name": "", "lease": 1}), "application/json", 400, "invalid_argument"),
+    ("lock name not a string", "/v1/locks/acquire", _j({"name": 5, "lease": 1}), "application/json", 400, "invalid_argument"),
+    ("NUL in lock name", "/v1/locks/release", _j({"name": "a\u0000b", "fence": 1}), "application/json", 400, "invalid_argument"),
+    ("lock name too long", "/v1/locks/acquire", _j({"name": "n" * (4 * KIB - 27), "lease": 1}), "application/json", 413, "key_too_large"),
+    ("bad owner", "/v1/locks/acquire", _j({"name": "l", "lease": 1, "owner": ""}), "application/json", 400, "invalid_argument"),
+    ("lock_acquire in a txn", "/v1/kv/txn", _j({"compare": [], "success": [{"op": "lock_acquire", "name": "l", "lease": 1}]}), "application/json", 400, "invalid_argument"),
+    ("lock_list bad limit", "/v1/locks/list", _j({"limit": 0}), "application/json", 400, "invalid_argument"),
 ]
 
 

@@ -218,3 +218,12 @@ def test_misc_helpers() -> None:
     assert parse_size("256") == 256
     assert parse_size("4k") == parse_size("4KiB") == 4096
     assert error_key(KeyError("x")) == "KeyError"
+
+
+def test_compact_samples_summarizes_only_long_number_lists() -> None:
+    from benchmarks.harness import compact_samples
+
+    data = {"lat": list(range(1, 2001)), "short": [3, 1], "names": ["a"] * 2000, "n": 5}
+    out = compact_samples(data)
+    assert out["lat"] == {"n": 2000, "min": 1, "p50": 1000, "p90": 1800, "p99": 1980, "max": 2000}
+    assert out["short"] == [3, 1] and out["names"] == ["a"] * 2000 and out["n"] == 5

@@ -25,10 +25,15 @@ from client import (
 OPERATIONS = {"put", "get", "delete", "range", "scan", "cas", "txn", "batch", "compact", "status"}
 STREAM_OPERATIONS = {"append", "read_stream", "events", "subscribe", "stream_info", "list_streams"}
 LEASE_OPERATIONS = {"lease", "lease_grant", "lease_keepalive", "lease_revoke", "lease_info"}
-OPERATIONS |= STREAM_OPERATIONS | LEASE_OPERATIONS | {"lease_list"} | {"watch"}
-# Return a batch object in both clients (``with client.batch()`` / ``async with``), and a
-# lease (granted now on a Client; awaited or entered on an AsyncClient).
-PLAIN_IN_BOTH = {"batch", "lease"}
+OPERATIONS |= STREAM_OPERATIONS | LEASE_OPERATIONS | {"lease_list"} | {"watch"} | {"cache"}
+# Return a batch object in both clients (``with client.batch()`` / ``async with``), a
+# lease (granted now on a Client; awaited or entered on an AsyncClient) and a cache
+# (loaded now on a Client; awaited or entered on an AsyncClient).
+PLAIN_IN_BOTH = {"batch", "lease", "cache"}
+# Locks: acquired now on a Client, awaited or entered on an AsyncClient.
+LOCK_OPERATIONS = {"lock", "lock_acquire", "lock_release", "lock_list"}
+OPERATIONS |= LOCK_OPERATIONS
+PLAIN_IN_BOTH |= {"lock"}
 
 
 def _public(cls: type) -> dict[str, Any]:
