@@ -76,6 +76,15 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         help="share of each client's ops that are event-stream appends and reads, checked "
         "by chaos.checker.streams; 0 turns streams off (default: %(default)s)",
     )
+    p.add_argument(
+        "--watchers",
+        type=int,
+        default=2,
+        metavar="N",
+        help="watchers on the kv keys through the whole run, checked against the keys' "
+        "change history by chaos.checker.watch; 0 turns the watch check off "
+        "(default: %(default)s)",
+    )
 
 
 def _output_args(p: argparse.ArgumentParser, *, check_time_limit: float | None) -> None:
@@ -90,6 +99,11 @@ def _output_args(p: argparse.ArgumentParser, *, check_time_limit: float | None) 
         action="store_true",
         help="MUTATION: nodes serve linearizable reads without the raft barrier; "
         "the checker must then find a violation",
+    )
+    p.add_argument(
+        "--debug-watch-drop",
+        action="store_true",
+        help="MUTATION: one watcher loses one delivered event; the watch check must fail",
     )
     p.add_argument(
         "--check-time-limit",
@@ -242,7 +256,9 @@ def _options(args: argparse.Namespace, fault: str, **phases: Any):
         nodes=args.nodes,
         keys=args.keys,
         stream_share=args.stream_share,
+        watchers=args.watchers,
         debug_unsafe_reads=args.debug_unsafe_reads,
+        debug_watch_drop=args.debug_watch_drop,
         op_deadline=args.op_deadline,
         think_time=args.think_time,
         keep_data=args.keep_data,

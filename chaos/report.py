@@ -263,6 +263,9 @@ class RunResult:
     # chaos.checker.streams: its violations and counts (appends ok / failed / unknown ...).
     streams: list[str] = field(default_factory=list)
     stream_stats: dict[str, int] = field(default_factory=dict)
+    # chaos.checker.watch: its violations and counts (events, progress frames, resumes ...).
+    watch: list[str] = field(default_factory=list)
+    watch_stats: dict[str, Any] = field(default_factory=dict)
     error_codes: dict[str, int] = field(default_factory=dict)
     report_dir: str | None = None
     files: dict[str, str] = field(default_factory=dict)  # label -> path relative to report_dir
@@ -386,6 +389,7 @@ def render_markdown(result: RunResult) -> str:
         ("Reads contradicting the acknowledged writes", r.divergent),
         ("Replicas differ", r.replica_diffs),
         ("Event streams", r.streams),
+        ("Watch", r.watch),
         ("Failpoint crashes", [f"{k}: {v}" for k, v in r.crashes.items()]),
     ):
         if items:
@@ -478,6 +482,7 @@ _SUMMARY_COLUMNS = (
     "linearizable",
     "lost",
     "dup",
+    "watch",
     "RTO write",
     "RTO read",
     "ok ops",
@@ -501,6 +506,7 @@ def _summary_row(r: RunResult) -> list[str]:
         cell("linearizable"),
         "-" if lost is None else lost.value,
         "-" if dup is None else dup.value,
+        cell("watch"),
         _fmt_s(m.rto_write_s) if m else "-",
         _fmt_s(m.rto_read_s) if m else "-",
         str(m.ok) if m else "-",

@@ -1,7 +1,7 @@
 """The verdicts of one chaos run once its workload stopped (``chaos.runner``): replicas
 converge, then, with the cluster down, the history's checks (linearizability, lost and
-duplicated writes, revisions, reads against acknowledged writes, event streams) and its
-metrics."""
+duplicated writes, revisions, reads against acknowledged writes, event streams, the
+watchers against the prefix's change history: ``chaos.checker.watch``) and its metrics."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chaos import checker
+from chaos.checker import watch as watch_checker
 from chaos.checker.streams import LOSS_RULES, check_streams
 from chaos.convergence import (
     compare_replicas,
@@ -33,6 +34,7 @@ from chaos.report import (
 )
 from chaos.run_setup import NS, Say
 from chaos.stream_reads import StreamReads
+from chaos.watch_workload import WatchRun
 from node.config import ClusterConfig
 
 if TYPE_CHECKING:
@@ -94,6 +96,7 @@ def check_run(
     node_ids: Sequence[str] = (),
     *,
     streams: StreamReads | None = None,
+    watch: WatchRun | None = None,
 ) -> None:
     say("   checking the history ...")
     ops = read_history(history_path)
@@ -158,6 +161,8 @@ def check_run(
     )
     if streams is not None:
         result.verdicts.insert(5, stream_verdict(ops, streams, result, allowed))
+    if watch is not None:
+        result.verdicts.insert(5 + (streams is not None), watch_verdict(ops, watch, result, allowed))
     per_node = served_by(ops, exclude_processes=[opts.clients])
     result.verdicts.append(
         Verdict(
@@ -247,6 +252,39 @@ def stream_verdict(
     elif bad:
         detail = f"{bad[0].describe()}; " + detail
     return Verdict("event streams", status, value, detail)
+
+
+def watch_verdict(ops: Sequence[Any], watch: WatchRun, result: RunResult, allowed: bool) -> Verdict:
+    """The "watch" verdict (chaos.checker.watch); keeps the violations and the counts on
+    ``result``. With ``allowed`` (power loss, fsync=never), violations a loss of
+    acknowledged entries explains are ALLOWED; order, duplicates, progress and frames
+    still FAIL. A truth that could not be read is a FAIL: nothing was compared to it."""
+    res = watch_checker.check_watch(ops, watch.logs, watch.truth, watch.prefix)
+    result.watch_stats = dict(res.stats)
+    bad = res.violations
+    result.watch = [v.describe() for v in bad[:50]] + (
+        [f"... and {len(bad) - 50} more"] if len(bad) > 50 else []
+    )
+    fatal = [v for v in bad if not (allowed and v.rule in watch_checker.LOSS_RULES)]
+    if res.unread:
+        why = watch.truth.error if watch.truth is not None else "not read"
+        result.watch.insert(0, f"the cluster's change history of the prefix was not read: {why}")
+    status = FAIL if fatal or res.unread else (ALLOWED if bad else PASS)
+    by_rule: dict[str, int] = {}
+    for v in bad:
+        by_rule[v.rule] = by_rule.get(v.rule, 0) + 1
+    st = res.stats
+    value = (
+        f"{len(bad)} violations"
+        + (" (" + ", ".join(f"{n} {r}" for r, n in sorted(by_rule.items())) + ")" if bad else "")
+        + f"; {st['events']} events, {st['progress']} progress frames, {st['resumes']} resumes"
+    )
+    detail = res.summary()
+    if res.unread:
+        detail = f"{result.watch[0]}; " + detail
+    elif bad:
+        detail = f"{bad[0].describe()}; " + detail
+    return Verdict("watch", status, value, detail)
 
 
 def _s(x: float | None) -> str:

@@ -99,11 +99,15 @@ def toxiproxy_url(mode: str, say: Say) -> Iterator[str]:
 
 
 class Progress(threading.Thread):
-    """Prints one line per interval: phase, op counts (total and in the last interval)."""
+    """Prints one line per interval: phase, op counts (total and in the last interval),
+    and the watchers' events and resumes."""
 
-    def __init__(self, workload: Workload, t0: int, interval: float, say: Say) -> None:
+    def __init__(
+        self, workload: Workload, t0: int, interval: float, say: Say, watchers: Any = None
+    ) -> None:
         super().__init__(name="chaos-progress", daemon=True)
         self.workload, self.t0, self.interval, self.say = workload, t0, interval, say
+        self.watchers = watchers  # chaos.watch_workload.Watchers: their counts too
         self.phase = "warmup"
         self._stop_event = threading.Event()
 
@@ -118,8 +122,14 @@ class Progress(threading.Thread):
             self.say(
                 f"  [{t:6.1f}s] {self.phase:<34.34} ok {now[0]:>6} fail {now[1]:>5} "
                 f"unknown {now[2]:>5} | last {self.interval:g}s: +{d[0]} ok, +{d[1]} fail, "
-                f"+{d[2]} unknown"
+                f"+{d[2]} unknown" + self._watch()
             )
+
+    def _watch(self) -> str:
+        if self.watchers is None:
+            return ""
+        events, resumes = self.watchers.counts()
+        return f" | watch {events} events, {resumes} resumes"
 
     def stop(self) -> None:
         self._stop_event.set()

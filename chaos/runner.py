@@ -3,16 +3,18 @@
 One run::
 
     fresh cluster (temp dir; per-link addresses / proxies / LazyFS as the fault needs)
+    -> watchers start on the kv keys' prefix (chaos.watch_workload; watch.jsonl)
     -> workload starts (history.jsonl in the report dir)
     -> warmup -> fault start ... fault window ... heal -> recovery
     -> workload stops -> every node running and ready -> final linearizable read of
        every key and of every event stream (recorded in the history too) -> replicas
        converge: once every node reports the same applied index, each node's
        serializable read of the whole namespace must be identical (chaos.convergence);
-       each node's copy of the streams is read -> the fault's own checks
+       each node's copy of the streams is read -> the prefix's change history is read
+       back (chaos.watch_reads), the watchers catch up and stop -> the fault's own checks
     -> cluster torn down -> checks (linearizability, lost acknowledged writes, duplicate
        applications, reads that contradict the acknowledged writes, event streams:
-       chaos.checker.streams), metrics (RTO,
+       chaos.checker.streams, watch: chaos.checker.watch), metrics (RTO,
        throughput, errors, latency, ops per node) -> report.md + PNG
 
 A fault may ask for more nodes, other raft / retention settings (tiny snapshot
@@ -75,6 +77,7 @@ from chaos.run_setup import (
     toxiproxy_url,
 )
 from chaos.stream_reads import StreamReads, final_stream_reads, replica_stream_reads
+from chaos.watch_workload import finish_watchers, start_watchers
 from chaos.workload import Workload
 from chaos.workload_config import WorkloadConfig
 from cluster.supervisor import LocalCluster, SupervisorError
@@ -100,10 +103,12 @@ class RunOptions:
     nodes: int = 3
     keys: int = 8
     stream_share: float = 0.15  # share of the ops that are stream ops (0: no streams)
+    watchers: int = 2  # watchers on the kv keys through the run (0: no watch check)
     warmup: float | None = None  # default: 20% of duration, at least 2 s
     fault_window: float | None = None  # default: 35% of duration, at least 3 s
     report_dir: Path | None = None
     debug_unsafe_reads: bool = False
+    debug_watch_drop: bool = False  # MUTATION: watcher w0 loses one delivered event
     check_time_limit: float = 120.0
     # Seconds one op may keep retrying (same idempotency key) before its outcome is
     # recorded; 0: one attempt per op, so the error rate shows every failed attempt.
@@ -144,6 +149,8 @@ class RunOptions:
             raise ValueError("--keys must be an even number >= 2")
         if not 0 <= self.stream_share <= 1:
             raise ValueError("--stream-share must be within [0, 1]")
+        if self.watchers < 0 or (self.debug_watch_drop and not self.watchers):
+            raise ValueError("--watchers must be >= 0 (and >= 1 with --debug-watch-drop)")
         self.phases()
 
 
@@ -171,11 +178,13 @@ def run_scenario(opts: RunOptions, say: Say = _say) -> RunResult:
             "nodes": opts.nodes,
             "keys": opts.keys,
             "stream_share": opts.stream_share,
+            "watchers": opts.watchers,
             "warmup": warmup,
             "fault_window": window,
             "op_deadline": opts.op_deadline,
             "think_time": opts.think_time,
             "debug_unsafe_reads": opts.debug_unsafe_reads,
+            **({"debug_watch_drop": True} if opts.debug_watch_drop else {}),
             **({"failpoints": failpoint_spec(fault.failpoints)} if fault.failpoints else {}),
             **({"raft": fault.raft_settings} if fault.raft_settings else {}),
             **({"retention": fault.retention_settings} if fault.retention_settings else {}),
@@ -195,6 +204,7 @@ def run_scenario(opts: RunOptions, say: Say = _say) -> RunResult:
         f"   duration {opts.duration:g} s (warmup {warmup:g}, fault {window:g}, recovery "
         f"{recovery:g}), {opts.clients} clients, seed {opts.seed}, fsync={opts.fsync}"
         + (", UNSAFE READS (mutation)" if opts.debug_unsafe_reads else "")
+        + (", WATCHER DROPS AN EVENT (mutation)" if opts.debug_watch_drop else "")
         + f"\n   report: {report_dir}"
     )
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -302,7 +312,12 @@ def _run(
             seed=opts.seed,
             op_deadline=opts.op_deadline,
             think_time=opts.think_time,
-            **{"stream_share": opts.stream_share, **fault.workload_settings},
+            **{
+                "stream_share": opts.stream_share,
+                "watchers": opts.watchers,
+                "watch_drop": 50 if opts.debug_watch_drop else 0,
+                **fault.workload_settings,
+            },
         )
         workload = Workload(
             endpoints, history, wcfg, run_id=run_id, node_ids=[n.id for n in cfg.nodes]
@@ -317,9 +332,12 @@ def _run(
             lazyfs=lazyfs,
             watcher=watcher,
         )
+        watchers = start_watchers(endpoints, [n.id for n in cfg.nodes], wcfg, say)
+        if watchers is not None:
+            stack.callback(watchers.stop)
         t0 = time.monotonic_ns()
         workload.start()
-        progress = Progress(workload, t0, opts.progress_interval, say)
+        progress = Progress(workload, t0, opts.progress_interval, say, watchers)
         progress.start()
         stack.callback(progress.stop)
         fault_start = heal = None
@@ -408,6 +426,7 @@ def _run(
         replica_reads = converge(cfg, wcfg.ns, result, event)
         if streams is not None:
             _stream_copies(cfg, wcfg.ns, streams, event)
+        watch = finish_watchers(watchers, cfg.http_urls(), wcfg, report_dir, result, event)
         for v in fault.verify(ctx):
             result.verdicts.append(v)
         if watcher is not None:
@@ -418,7 +437,7 @@ def _run(
     # The cluster is down now: the CPU is the checker's.
     check_run(
         opts, fault, result, history_path, values, revisions, t0, end, fault_start, heal, say,
-        replica_reads, [n.id for n in cfg.nodes], streams=streams,
+        replica_reads, [n.id for n in cfg.nodes], streams=streams, watch=watch,
     )
 
 

@@ -1,6 +1,6 @@
 """What a chaos workload does (``chaos.workload``): its clients, keys, op mix, deadlines,
-idempotency probes, event streams (``chaos.stream_workload``), and which node serves each
-op (``op_node``, ``pinned_nodes``)."""
+idempotency probes, event streams (``chaos.stream_workload``), the watchers on its keys
+(``chaos.watch_workload``), and which node serves each op (``op_node``, ``pinned_nodes``)."""
 
 from __future__ import annotations
 
@@ -72,6 +72,14 @@ class WorkloadConfig:
     stream_resend_delay: tuple[float, float] = (0.2, 2.0)
     stream_resends: int = 2
     stream_resend_share: float = 0.1
+    # Watchers (chaos.watch_workload), on by default: how many watch the kv keys (all
+    # start with ``watch_prefix``) through the whole run (0 turns the watch check off),
+    # their progress interval, and ``watch_drop`` (a MUTATION: watcher w0 loses its Nth
+    # delivered event; 0: none).
+    watchers: int = 2
+    watch_prefix: str = "k"
+    watch_progress: float = 1.0
+    watch_drop: int = 0
 
     def key_names(self) -> list[str]:
         return [f"k{i}" for i in range(self.keys)]

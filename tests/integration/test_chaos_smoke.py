@@ -1,6 +1,6 @@
 """The CI chaos smoke: a few short scenarios against real clusters (one with failpoint
-crashes), the mutation run that proves the checker can fail, and Ctrl-C cleanup. About
-4-5 minutes on 2 cores.
+crashes), the mutation runs that prove the checkers can fail (unsafe reads; a watcher that
+loses an event), and Ctrl-C cleanup. About 5 minutes on 2 cores.
 
 The full suite is `statekeeper chaos suite` (see the README).
 """
@@ -64,6 +64,13 @@ def _assert_clean_pass(result, report_dir: Path) -> None:
     nodes, streams = result.options["nodes"], len(WorkloadConfig().stream_names())
     assert st["events"] > 20 and st["replicas_checked"] == nodes * streams
     assert m.by_op["append"]["ok"] == st["appends_ok"]
+    # so are the watchers on the kv keys: every committed change, once, in order
+    assert verdicts["watch"].status == "PASS", verdicts["watch"]
+    ws = result.watch_stats
+    assert ws["watchers"] == 2 and ws["truth_revisions"] > 100 and ws["acknowledged"] > 100
+    assert ws["events"] >= 2 * ws["truth_changes"]  # both watchers saw every change
+    assert ws["progress"] >= 2  # both caught up to the final revision by a progress frame
+    assert (report_dir / "watch.jsonl").stat().st_size > 10_000
 
 
 @pytest.mark.parametrize(
@@ -163,6 +170,25 @@ def test_stream_workload_across_leader_faults_checks_clean_and_can_fail(cluster,
 
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_mutation_a_watcher_that_loses_an_event_is_caught(tmp_path: Path) -> None:
+    """One watcher drops one delivered event (--debug-watch-drop): the watch verdict must
+    fail, naming the missing revision (a gap, or a revision missing one of its changes),
+    while every other check of the run still passes."""
+    opts = RunOptions(
+        fault="none", duration=8.0, clients=6, seed=7, report_dir=tmp_path / "drop",
+        debug_watch_drop=True,
+    )  # fmt: skip
+    result = run_scenario(opts)
+    verdicts = {v.name: v for v in result.verdicts}
+    watch = verdicts["watch"]
+    assert watch.status == "FAIL" and result.status == "failed", watch
+    assert re.search(r"^1 violations \((1 gap|1 content)\)", watch.value), watch
+    assert result.watch[0].startswith(("[gap] w0", "[content] w0")), result.watch
+    others = [v for v in result.verdicts if v.status == "FAIL" and v.name != "watch"]
+    assert not others, others
+    assert "## Watch" in (tmp_path / "drop" / "report.md").read_text()
 
 
 def _chaos(*args: str) -> list[str]:
