@@ -53,3 +53,19 @@ def test_the_readme_crash_and_resume_example_works(cluster: LocalCluster) -> Non
         exec(compile(code, "README.md", "exec"), {})
     # A second whole run hydrates the checkpoint: every tool is done, none is called.
     assert out.getvalue() == ""
+
+
+def test_the_readme_coordination_example_works(cluster: LocalCluster) -> None:
+    text = README.read_text()
+    code = re.search(r"## Agents working together\n\n```python\n(.*?)```", text, re.S).group(1)
+    urls = [cluster.url(n) for n in cluster.node_ids]
+    code = code.replace(
+        '["http://127.0.0.1:7000", "http://127.0.0.1:7001", "http://127.0.0.1:7002"]', repr(urls)
+    )
+    for _ in range(2):  # again: the lock is free once more and the effect answers from DONE
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "README.md", "exec"), {})
+        assert out.getvalue() == (
+            "put invoice-42/status sending\nput invoice-42/status sent\n"
+        )
