@@ -31,7 +31,6 @@ import asyncio
 import datetime as dt
 import json
 import random
-import shlex
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,7 @@ from typing import Any
 
 from benchmarks.compare import make_bar
 from benchmarks.harness import compact_samples
-from benchmarks.load import fs_type, machine_info, markdown_table
+from benchmarks.load import append_section, fs_type, markdown_table
 from benchmarks.systems import get_system_class
 from chaos.stats import percentile
 from client import AsyncClient, Client
@@ -314,28 +313,28 @@ def report(argv: list[str], args: Any, kinds: list[Kind], s: Staleness, target: 
     png = plot(kinds, s, stem.with_suffix(".png"))
     if args.no_results:
         return
-    m = machine_info()
     load = s.load
-    section = [
-        f"## Client cache: cached get vs linearizable get, staleness under load ({now:%Y-%m-%d %H:%M} UTC)",
-        "",
-        f"- machine: nproc {m['nproc']}, {m['cpu']}, {m['memory']} RAM, {m['os']}, {m['python']}",
-        f"- command: `python -m benchmarks.cache {shlex.join(argv)}`",
-        f"- target: {target}; {args.keys} keys of 256 B under the cached prefix",
-        f"- latency: {args.rounds} alternating rounds of {args.gets} cached and {args.lin_gets} "
+    notes = [
+        f"target: {target}; {args.keys} keys of 256 B under the cached prefix",
+        f"latency: {args.rounds} alternating rounds of {args.gets} cached and {args.lin_gets} "
         "linearizable gets of random keys; p50/p99 = median over rounds of each round's",
-        f"- staleness: {args.load_clients} concurrent put loops in a child process for "
+        f"staleness: {args.load_clients} concurrent put loops in a child process for "
         f"{args.load_seconds:g} s ({load.get('puts_per_s', 0):.0f} puts/s, {load.get('errors', 0)} "
         f"errors); a probe every 20 ms: linearizable get -> R, then view revisions behind R, "
         f"time until the view reached R; {len(s.behind)} probes"
         + (f"; plot: results/{png.name}" if png else ""),
     ]
     if args.note:
-        section.append(f"- note: {args.note}")
-    section += ["", lat, "", st, ""]
-    with RESULTS.open("a") as f:
-        f.write("\n" + "\n".join(section))
-    print(f"appended to {RESULTS}", file=sys.stderr)
+        notes.append(f"note: {args.note}")
+    append_section(
+        RESULTS,
+        "Client cache: cached get vs linearizable get, staleness under load",
+        "benchmarks.cache",
+        argv,
+        notes,
+        [lat, st],
+        now,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,7 +27,6 @@ import asyncio
 import datetime as dt
 import json
 import os
-import shlex
 import statistics
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.compare import make_bar
-from benchmarks.load import fs_type, machine_info, markdown_table, parse_size
+from benchmarks.load import append_section, fs_type, markdown_table, parse_size
 from benchmarks.systems import get_system_class
 from chaos.stats import percentile
 from client import AsyncClient
@@ -118,7 +117,9 @@ async def time_replay(client: AsyncClient, agent_id: str, case: Case) -> None:
     h = await agent.hydrate()
     case.replay_ms.append((time.perf_counter() - t0) * 1000)
     if h.state.get("n", 0) != case.age + case.tail:
-        raise SystemExit(f"replay folded {h.state.get('n', 0)} events, expected {case.age + case.tail}")
+        raise SystemExit(
+            f"replay folded {h.state.get('n', 0)} events, expected {case.age + case.tail}"
+        )
 
 
 def _stats(xs: list[float]) -> tuple[str, str]:
@@ -284,26 +285,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     png = plot(cases, stem.with_suffix(".png"))
     if not args.no_results:
-        m = machine_info()
-        section = "\n".join(
+        append_section(
+            RESULTS,
+            "Agent hydrate vs replay",
+            "benchmarks.hydrate",
+            argv,
             [
-                f"## Agent hydrate vs replay ({now:%Y-%m-%d %H:%M} UTC)",
-                "",
-                f"- machine: nproc {m['nproc']}, {m['cpu']}, {m['memory']} RAM, {m['os']}, "
-                f"{m['python']}",
-                f"- command: `python -m benchmarks.hydrate {shlex.join(argv)}`",
-                f"- target: {target}",
-                f"- {args.rounds} rounds per row, hydrate and replay alternating; state = random "
-                "bytes (incompressible); events 256 B; replay = hydrate() of an agent with the same "
-                "events and no checkpoint" + (f"; plot: results/{png.name}" if png else ""),
-                "",
-                rows,
-                "",
-            ]
+                f"target: {target}",
+                f"{args.rounds} rounds per row, hydrate and replay alternating; state = random "
+                "bytes (incompressible); events 256 B; replay = hydrate() of an agent with the "
+                "same events and no checkpoint" + (f"; plot: results/{png.name}" if png else ""),
+            ],
+            [rows],
+            now,
         )
-        with RESULTS.open("a") as f:
-            f.write("\n" + section)
-        print(f"appended to {RESULTS}", file=sys.stderr)
     return 0
 
 

@@ -281,6 +281,31 @@ different machines: compare rows within one section.
 """
 
 
+def append_section(
+    path: Path,
+    title: str,
+    module: str,
+    argv: Sequence[str],
+    notes: Sequence[str],
+    tables: Sequence[str],
+    now: dt.datetime,
+) -> None:
+    """Append a results section: `## title (time)`, the machine, the command that made it
+    (`python -m module argv`), one `- note` line per note, then the tables."""
+    m = machine_info()
+    lines = [
+        f"## {title} ({now:%Y-%m-%d %H:%M} UTC)",
+        "",
+        f"- machine: nproc {m['nproc']}, {m['cpu']}, {m['memory']} RAM, {m['os']}, {m['python']}",
+        f"- command: `{' '.join(['python -m', module, shlex.join(argv)]).strip()}`",
+        *(f"- {n}" for n in notes),
+    ]
+    for t in tables:
+        lines += ["", t]
+    append_results(path, "\n".join(lines) + "\n")
+    print(f"appended to {path}", file=sys.stderr)
+
+
 def append_results(path: Path, section: str) -> None:
     new = not path.exists() or path.stat().st_size == 0
     with open(path, "a") as f:

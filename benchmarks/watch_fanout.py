@@ -40,7 +40,6 @@ import json
 import multiprocessing as mp
 import os
 import resource
-import shlex
 import sys
 import tempfile
 import time
@@ -51,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import compact_samples
-from benchmarks.load import fs_type, machine_info, markdown_table
+from benchmarks.load import append_section, fs_type, markdown_table
 from chaos.stats import percentile
 from client import AsyncClient, RetryPolicy
 from client.watch import WatchEvent
@@ -460,36 +459,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     png = plot(steps, stem.with_suffix(".png"))
     if not args.no_results:
-        m = machine_info()
         fds = "; ".join(
             f"{s.watchers} watchers at {s.rate:g}/s: "
             + ", ".join(f"{k} {v}" for k, v in s.node_fds.items())
             for s in steps
         )
-        section = "\n".join(
+        append_section(
+            RESULTS,
+            "Watch fan-out",
+            "benchmarks.watch_fanout",
+            argv,
             [
-                f"## Watch fan-out ({now:%Y-%m-%d %H:%M} UTC)",
-                "",
-                f"- machine: nproc {m['nproc']}, {m['cpu']}, {m['memory']} RAM, {m['os']}, "
-                f"{m['python']}",
-                f"- command: `python -m benchmarks.watch_fanout {shlex.join(argv)}`",
-                f"- target: {target}",
-                f"- one writer ({'/'.join(f'{r:g}' for r in args.rate)} puts/s of 64 B for "
+                f"target: {target}",
+                f"one writer ({'/'.join(f'{r:g}' for r in args.rate)} puts/s of 64 B for "
                 f"{args.duration:g} s, its own "
                 "process) and N watchers on one prefix (one AsyncClient per node, watcher i on "
                 "node i % 3, one connection per watch) in this process; latency joined by "
                 f"revision; CPU in % of one core; RLIMIT_NOFILE soft/hard {limits[0]}/{limits[1]}; "
                 f"most open fds per node: {fds}" + (f"; plot: results/{png.name}" if png else ""),
-                "- the nodes, the writer and the watchers share the machine's cores"
+                "the nodes, the writer and the watchers share the machine's cores"
                 + (f"; {args.note}" if args.note else ""),
-                "",
-                rows,
-                "",
-            ]
+            ],
+            [rows],
+            now,
         )
-        with RESULTS.open("a") as f:
-            f.write("\n" + section)
-        print(f"appended to {RESULTS}", file=sys.stderr)
     return 0
 
 
