@@ -85,6 +85,14 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         "change history by chaos.checker.watch; 0 turns the watch check off "
         "(default: %(default)s)",
     )
+    p.add_argument(
+        "--lockers",
+        type=int,
+        default=3,
+        metavar="N",
+        help="clients contending for one lock through the whole run, doing fenced writes "
+        "checked by chaos.checker.locks; 0 turns the lock check off (default: %(default)s)",
+    )
 
 
 def _output_args(p: argparse.ArgumentParser, *, check_time_limit: float | None) -> None:
@@ -104,6 +112,12 @@ def _output_args(p: argparse.ArgumentParser, *, check_time_limit: float | None) 
         "--debug-watch-drop",
         action="store_true",
         help="MUTATION: one watcher loses one delivered event; the watch check must fail",
+    )
+    p.add_argument(
+        "--debug-lock-unfenced",
+        action="store_true",
+        help="MUTATION: the lockers write without their fence; a stale holder's write then "
+        "lands after its successor's and the lock check must fail",
     )
     p.add_argument(
         "--check-time-limit",
@@ -257,8 +271,10 @@ def _options(args: argparse.Namespace, fault: str, **phases: Any):
         keys=args.keys,
         stream_share=args.stream_share,
         watchers=args.watchers,
+        lockers=args.lockers,
         debug_unsafe_reads=args.debug_unsafe_reads,
         debug_watch_drop=args.debug_watch_drop,
+        debug_lock_unfenced=args.debug_lock_unfenced,
         op_deadline=args.op_deadline,
         think_time=args.think_time,
         keep_data=args.keep_data,

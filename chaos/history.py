@@ -62,6 +62,17 @@ by the kv checks: they name a ``stream``, no ``key``):
   a forward read pages to the end). ok: ``revision``, ``last_seq``, ``events``
   (``[[seq, id, data], ...]``), ``pages``.
 
+Locks (``lock_acquire`` / ``fenced_put`` / ``lock_release``, the lockers of
+``chaos.lock_workload``; checked by ``chaos.checker.locks``, ignored by the kv checks):
+
+- lock_acquire invoke: ``name``, ``lease``, ``locker``; ok: ``fence``, ``revision``,
+  ``key`` (completed when the client holds the lock); fail: ``lock_timeout``.
+- fenced_put invoke: ``key``, ``value``, ``fence`` (the token it carries), ``locker``,
+  ``idempotency_key`` (``paused``: the locker paused right before it); ok: ``revision``; fail: ``error`` (``fence_mismatch`` with
+  ``holder_fence``).
+- lock_release invoke: ``name``, ``fence``; ok: ``revision``, ``held``; fail:
+  ``lock_not_held``.
+
 Values should be strings (JSON); ``bytes`` are written as ``{"$b64": ...}`` and read back as
 ``bytes``. Write values should be unique per op (e.g. ``f"{process}-{id}"``): the checks
 are much stronger with them (see ``chaos.checker``).
@@ -103,7 +114,10 @@ __all__ = [
 ]
 
 EVENT_TYPES = ("invoke", "ok", "fail", "info")
-OP_NAMES = ("put", "get", "delete", "cas", "txn", "range", "compact", "append", "read_stream")
+OP_NAMES = (
+    "put", "get", "delete", "cas", "txn", "range", "compact", "append", "read_stream",
+    "lock_acquire", "lock_release", "fenced_put",
+)  # fmt: skip
 Outcome = Literal["ok", "fail", "info"]
 
 # Fields that describe the event rather than the op's input / output.

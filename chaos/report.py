@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.history import Op
+from chaos.report_png import write_png
 from chaos.stats import percentile
 
 __all__ = [
@@ -266,6 +267,9 @@ class RunResult:
     # chaos.checker.watch: its violations and counts (events, progress frames, resumes ...).
     watch: list[str] = field(default_factory=list)
     watch_stats: dict[str, Any] = field(default_factory=dict)
+    # chaos.checker.locks: its violations and counts (acquisitions, fenced writes ...).
+    locks: list[str] = field(default_factory=list)
+    lock_stats: dict[str, Any] = field(default_factory=dict)
     error_codes: dict[str, int] = field(default_factory=dict)
     report_dir: str | None = None
     files: dict[str, str] = field(default_factory=dict)  # label -> path relative to report_dir
@@ -390,6 +394,7 @@ def render_markdown(result: RunResult) -> str:
         ("Replicas differ", r.replica_diffs),
         ("Event streams", r.streams),
         ("Watch", r.watch),
+        ("Locks", r.locks),
         ("Failpoint crashes", [f"{k}: {v}" for k, v in r.crashes.items()]),
     ):
         if items:
@@ -397,61 +402,6 @@ def render_markdown(result: RunResult) -> str:
     if r.files:
         out += ["## Files", ""] + [f"- {k}: `{v}`" for k, v in r.files.items()] + [""]
     return "\n".join(out)
-
-
-def write_png(result: RunResult, path: str | os.PathLike[str]) -> None:
-    """Throughput by outcome per second (stacked) and latency p50/p99, fault shaded."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    m = result.metrics
-    if m is None:
-        raise ValueError("no metrics to plot")
-    ts = [row["t"] for row in m.timeline]
-    widths = [max(row.get("width", 1.0), 0.05) for row in m.timeline]
-    ok = [row["ok"] / w for row, w in zip(m.timeline, widths, strict=True)]
-    fail = [row["fail"] / w for row, w in zip(m.timeline, widths, strict=True)]
-    info = [row["info"] / w for row, w in zip(m.timeline, widths, strict=True)]
-    fig, (ax1, ax2) = plt.subplots(
-        2, 1, figsize=(11.5, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
-    )
-    ax1.bar(ts, ok, width=widths, align="edge", color="#4c9f50", label="ok", zorder=2)
-    ax1.bar(
-        ts, fail, width=widths, align="edge", bottom=ok, color="#d9534f", label="fail", zorder=2
-    )
-    ax1.bar(
-        ts,
-        info,
-        width=widths,
-        align="edge",
-        zorder=2,
-        bottom=[a + b for a, b in zip(ok, fail, strict=True)],
-        color="#f0ad4e",
-        label="unknown (info)",
-    )
-    ax1.set_ylabel("ops completed / s (by outcome)")
-    status = result.status.upper()
-    ax1.set_title(f"chaos: {result.fault} - {status}")
-    p50 = [row["p50_ms"] if row["p50_ms"] is not None else float("nan") for row in m.timeline]
-    p99 = [row["p99_ms"] if row["p99_ms"] is not None else float("nan") for row in m.timeline]
-    mid = [t + 0.5 for t in ts]
-    ax2.plot(mid, p50, marker=".", color="#337ab7", label="p50")
-    ax2.plot(mid, p99, marker=".", color="#8e44ad", label="p99")
-    ax2.set_ylabel("latency of ok ops (ms)")
-    ax2.set_xlabel("seconds since the workload started")
-    if any(not math.isnan(x) and x > 0 for x in p99):
-        ax2.set_yscale("log")
-    for ax in (ax1, ax2):
-        if result.fault_window:
-            a, b = result.fault_window
-            ax.axvspan(a, b, color="#999999", alpha=0.25, label="fault window", zorder=0)
-        ax.grid(True, alpha=0.3, zorder=1)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def write_run_report(result: RunResult, report_dir: str | os.PathLike[str]) -> Path:
@@ -483,6 +433,7 @@ _SUMMARY_COLUMNS = (
     "lost",
     "dup",
     "watch",
+    "locks",
     "RTO write",
     "RTO read",
     "ok ops",
@@ -507,6 +458,7 @@ def _summary_row(r: RunResult) -> list[str]:
         "-" if lost is None else lost.value,
         "-" if dup is None else dup.value,
         cell("watch"),
+        cell("locks"),
         _fmt_s(m.rto_write_s) if m else "-",
         _fmt_s(m.rto_read_s) if m else "-",
         str(m.ok) if m else "-",

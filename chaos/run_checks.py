@@ -1,7 +1,8 @@
 """The verdicts of one chaos run once its workload stopped (``chaos.runner``): replicas
 converge, then, with the cluster down, the history's checks (linearizability, lost and
 duplicated writes, revisions, reads against acknowledged writes, event streams, the
-watchers against the prefix's change history: ``chaos.checker.watch``) and its metrics."""
+watchers against the prefix's change history: ``chaos.checker.watch``, the lockers'
+fenced writes: ``chaos.checker.locks``) and its metrics."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from chaos import checker
 from chaos.checker import watch as watch_checker
+from chaos.checker.locks import LOSS_RULES as LOCK_LOSS_RULES
+from chaos.checker.locks import check_locks
 from chaos.checker.streams import LOSS_RULES, check_streams
 from chaos.convergence import (
     compare_replicas,
@@ -21,6 +24,7 @@ from chaos.convergence import (
 )
 from chaos.faults import Fault
 from chaos.history import read_history
+from chaos.lock_workload import LockRun
 from chaos.report import (
     ALLOWED,
     FAIL,
@@ -97,6 +101,7 @@ def check_run(
     *,
     streams: StreamReads | None = None,
     watch: WatchRun | None = None,
+    locks: LockRun | None = None,
 ) -> None:
     say("   checking the history ...")
     ops = read_history(history_path)
@@ -163,7 +168,12 @@ def check_run(
         result.verdicts.insert(5, stream_verdict(ops, streams, result, allowed))
     if watch is not None:
         result.verdicts.insert(5 + (streams is not None), watch_verdict(ops, watch, result, allowed))
-    per_node = served_by(ops, exclude_processes=[opts.clients])
+    if locks is not None:
+        at = 5 + (streams is not None) + (watch is not None)
+        result.verdicts.insert(at, lock_verdict(ops, locks, result, allowed))
+    # The final reads' process and the lockers' (checked by the lock verdict alone).
+    skip = [opts.clients, *range(opts.clients + 1, opts.clients + 1 + opts.lockers)]
+    per_node = served_by(ops, exclude_processes=skip)
     result.verdicts.append(
         Verdict(
             "ops served per node",
@@ -174,7 +184,7 @@ def check_run(
         )
     )
     m = compute_metrics(
-        ops, t0=t0, end=end, fault_start=fault_start, heal=heal, exclude_processes=[opts.clients]
+        ops, t0=t0, end=end, fault_start=fault_start, heal=heal, exclude_processes=skip
     )
     result.metrics = m
     if heal is not None:
@@ -190,7 +200,7 @@ def check_run(
         # Every node, not just the cluster: clients send a share of their ops to each.
         since = heal + int(EVERY_NODE_GRACE_S * NS)
         if end - since >= int(2 * NS):
-            idle = idle_nodes(ops, node_ids, since, exclude_processes=[opts.clients])
+            idle = idle_nodes(ops, node_ids, since, exclude_processes=skip)
             result.verdicts.append(
                 Verdict(
                     "every node serves after the heal",
@@ -285,6 +295,41 @@ def watch_verdict(ops: Sequence[Any], watch: WatchRun, result: RunResult, allowe
     elif bad:
         detail = f"{bad[0].describe()}; " + detail
     return Verdict("watch", status, value, detail)
+
+
+def lock_verdict(ops: Sequence[Any], locks: LockRun, result: RunResult, allowed: bool) -> Verdict:
+    """The "locks" verdict (chaos.checker.locks): never two holders whose fenced writes
+    both land interleaved, fences grow, acknowledged writes are in the key's history and
+    refused ones never; keeps the violations and the counts on ``result``. With
+    ``allowed`` (power loss, fsync=never) violations a loss of acknowledged entries
+    explains are ALLOWED; ``refused`` and ``unfenced`` still FAIL. A truth that could not be read
+    is a FAIL: the writes were not compared to it."""
+    res = check_locks(ops, locks.truth, locks.key)
+    result.lock_stats = dict(res.stats)
+    bad = res.violations
+    result.locks = [v.describe() for v in bad[:50]] + (
+        [f"... and {len(bad) - 50} more"] if len(bad) > 50 else []
+    )
+    if res.unread:
+        why = locks.truth.error if locks.truth is not None else "not read"
+        result.locks.insert(0, f"the lock key's history was not read: {why}")
+    fatal = [v for v in bad if not (allowed and v.rule in LOCK_LOSS_RULES)]
+    status = FAIL if fatal or res.unread else (ALLOWED if bad else PASS)
+    by_rule: dict[str, int] = {}
+    for v in bad:
+        by_rule[v.rule] = by_rule.get(v.rule, 0) + 1
+    st = res.stats
+    value = (
+        f"{len(bad)} violations"
+        + (" (" + ", ".join(f"{n} {r}" for r, n in sorted(by_rule.items())) + ")" if bad else "")
+        + f"; {st['acquisitions']} acquisitions, {st['writes_ok']} ok / "
+        f"{st['writes_refused']} refused / {st['writes_unknown']} unknown fenced writes, "
+        f"{st['stale_holders']} stale holders"
+    )
+    detail = res.summary()
+    if result.locks:
+        detail = f"{result.locks[0]}; " + detail
+    return Verdict("locks", status, value, detail)
 
 
 def _s(x: float | None) -> str:

@@ -3,7 +3,8 @@
 One run::
 
     fresh cluster (temp dir; per-link addresses / proxies / LazyFS as the fault needs)
-    -> watchers start on the kv keys' prefix (chaos.watch_workload; watch.jsonl)
+    -> watchers start on the kv keys' prefix (chaos.watch_workload; watch.jsonl), and the
+       lockers (chaos.lock_workload: fenced writes to one key under one lock)
     -> workload starts (history.jsonl in the report dir)
     -> warmup -> fault start ... fault window ... heal -> recovery
     -> workload stops -> every node running and ready -> final linearizable read of
@@ -11,11 +12,12 @@ One run::
        converge: once every node reports the same applied index, each node's
        serializable read of the whole namespace must be identical (chaos.convergence);
        each node's copy of the streams is read -> the prefix's change history is read
-       back (chaos.watch_reads), the watchers catch up and stop -> the fault's own checks
+       back (chaos.watch_reads), the watchers catch up and stop; so is the lock key's
+       -> the fault's own checks
     -> cluster torn down -> checks (linearizability, lost acknowledged writes, duplicate
        applications, reads that contradict the acknowledged writes, event streams:
-       chaos.checker.streams, watch: chaos.checker.watch), metrics (RTO,
-       throughput, errors, latency, ops per node) -> report.md + PNG
+       chaos.checker.streams, watch: chaos.checker.watch, locks: chaos.checker.locks),
+       metrics (RTO, throughput, errors, latency, ops per node) -> report.md + PNG
 
 A fault may ask for more nodes, other raft / retention settings (tiny snapshot
 thresholds), failpoints or per-node environment (chaos.faults); with failpoints, a
@@ -55,6 +57,7 @@ from chaos.faults import (
 )
 from chaos.final_reads import final_reads
 from chaos.history import HistoryWriter
+from chaos.lock_workload import finish_lockers, start_lockers
 from chaos.report import (
     FAIL,
     PASS,
@@ -76,7 +79,7 @@ from chaos.run_setup import (
     teardown,
     toxiproxy_url,
 )
-from chaos.stream_reads import StreamReads, final_stream_reads, replica_stream_reads
+from chaos.stream_reads import read_stream_copies, run_final_streams
 from chaos.watch_workload import finish_watchers, start_watchers
 from chaos.workload import Workload
 from chaos.workload_config import WorkloadConfig
@@ -104,11 +107,13 @@ class RunOptions:
     keys: int = 8
     stream_share: float = 0.15  # share of the ops that are stream ops (0: no streams)
     watchers: int = 2  # watchers on the kv keys through the run (0: no watch check)
+    lockers: int = 3  # lockers doing fenced writes through the run (0: no lock check)
     warmup: float | None = None  # default: 20% of duration, at least 2 s
     fault_window: float | None = None  # default: 35% of duration, at least 3 s
     report_dir: Path | None = None
     debug_unsafe_reads: bool = False
     debug_watch_drop: bool = False  # MUTATION: watcher w0 loses one delivered event
+    debug_lock_unfenced: bool = False  # MUTATION: the lockers' writes carry no fence
     check_time_limit: float = 120.0
     # Seconds one op may keep retrying (same idempotency key) before its outcome is
     # recorded; 0: one attempt per op, so the error rate shows every failed attempt.
@@ -151,6 +156,8 @@ class RunOptions:
             raise ValueError("--stream-share must be within [0, 1]")
         if self.watchers < 0 or (self.debug_watch_drop and not self.watchers):
             raise ValueError("--watchers must be >= 0 (and >= 1 with --debug-watch-drop)")
+        if self.lockers < 0 or (self.debug_lock_unfenced and self.lockers < 2):
+            raise ValueError("--lockers must be >= 0 (and >= 2 with --debug-lock-unfenced)")
         self.phases()
 
 
@@ -179,12 +186,14 @@ def run_scenario(opts: RunOptions, say: Say = _say) -> RunResult:
             "keys": opts.keys,
             "stream_share": opts.stream_share,
             "watchers": opts.watchers,
+            "lockers": opts.lockers,
             "warmup": warmup,
             "fault_window": window,
             "op_deadline": opts.op_deadline,
             "think_time": opts.think_time,
             "debug_unsafe_reads": opts.debug_unsafe_reads,
             **({"debug_watch_drop": True} if opts.debug_watch_drop else {}),
+            **({"debug_lock_unfenced": True} if opts.debug_lock_unfenced else {}),
             **({"failpoints": failpoint_spec(fault.failpoints)} if fault.failpoints else {}),
             **({"raft": fault.raft_settings} if fault.raft_settings else {}),
             **({"retention": fault.retention_settings} if fault.retention_settings else {}),
@@ -205,6 +214,7 @@ def run_scenario(opts: RunOptions, say: Say = _say) -> RunResult:
         f"{recovery:g}), {opts.clients} clients, seed {opts.seed}, fsync={opts.fsync}"
         + (", UNSAFE READS (mutation)" if opts.debug_unsafe_reads else "")
         + (", WATCHER DROPS AN EVENT (mutation)" if opts.debug_watch_drop else "")
+        + (", UNFENCED LOCK WRITES (mutation)" if opts.debug_lock_unfenced else "")
         + f"\n   report: {report_dir}"
     )
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -316,6 +326,8 @@ def _run(
                 "stream_share": opts.stream_share,
                 "watchers": opts.watchers,
                 "watch_drop": 50 if opts.debug_watch_drop else 0,
+                "lockers": opts.lockers,
+                "lock_unfenced": opts.debug_lock_unfenced,
                 **fault.workload_settings,
             },
         )
@@ -335,6 +347,9 @@ def _run(
         watchers = start_watchers(endpoints, [n.id for n in cfg.nodes], wcfg, say)
         if watchers is not None:
             stack.callback(watchers.stop)
+        lockers = start_lockers(endpoints, history, wcfg, opts.clients + 1, say)
+        if lockers is not None:
+            stack.callback(lockers.stop)
         t0 = time.monotonic_ns()
         workload.start()
         progress = Progress(workload, t0, opts.progress_interval, say, watchers)
@@ -373,6 +388,8 @@ def _run(
                     event("healed (after an error or interrupt)")
             progress.phase = "stopping the workload"
             workload.stop()
+            if lockers is not None:
+                lockers.stop()
             end = time.monotonic_ns()
             progress.stop()
         result.error_codes = dict(workload.errors)
@@ -412,7 +429,7 @@ def _run(
         values, revisions, missing = final_reads(
             cfg.http_urls(), wcfg.key_names(), history=history, process=opts.clients, ns=wcfg.ns
         )
-        streams = _final_streams(cfg, wcfg, history, opts.clients)
+        streams = run_final_streams(cfg, wcfg, history, opts.clients)
         history.close()
         event(f"final reads: {len(values)}/{len(wcfg.key_names())} keys")
         result.verdicts.append(
@@ -425,8 +442,9 @@ def _run(
         )
         replica_reads = converge(cfg, wcfg.ns, result, event)
         if streams is not None:
-            _stream_copies(cfg, wcfg.ns, streams, event)
+            read_stream_copies(cfg, wcfg.ns, streams, event)
         watch = finish_watchers(watchers, cfg.http_urls(), wcfg, report_dir, result, event)
+        locks = finish_lockers(lockers, cfg.http_urls(), wcfg, event)
         for v in fault.verify(ctx):
             result.verdicts.append(v)
         if watcher is not None:
@@ -437,33 +455,7 @@ def _run(
     # The cluster is down now: the CPU is the checker's.
     check_run(
         opts, fault, result, history_path, values, revisions, t0, end, fault_start, heal, say,
-        replica_reads, [n.id for n in cfg.nodes], streams=streams, watch=watch,
-    )
-
-
-def _final_streams(
-    cfg: node_config.ClusterConfig, wcfg: WorkloadConfig, history: HistoryWriter, process: int
-) -> StreamReads | None:
-    """The final linearizable read of every stream (None: the run had no streams)."""
-    names = wcfg.stream_names()
-    if not names:
-        return None
-    return final_stream_reads(cfg.http_urls(), names, history=history, process=process, ns=wcfg.ns)
-
-
-def _stream_copies(
-    cfg: node_config.ClusterConfig, ns: str, streams: StreamReads, event: Say
-) -> None:
-    """Every node's own copy of the streams, once the replicas converged."""
-    names = list(streams.final)
-    urls = {n.id: n.http_url for n in cfg.nodes}
-    streams.replicas = replica_stream_reads(urls, names, streams.revision, ns=ns)
-    read = sum(copy is not None for copy in streams.replicas.values())
-    event(
-        f"final stream reads: {len(names)} streams, "
-        f"{sum(len(e) for e in streams.final.values())} events"
-        + (f" (unreadable: {', '.join(streams.missing)})" if streams.missing else "")
-        + f"; copies read from {read}/{len(urls)} nodes"
+        replica_reads, [n.id for n in cfg.nodes], streams=streams, watch=watch, locks=locks,
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,9 @@ __all__ = [
     "StreamReads",
     "final_stream_reads",
     "read_whole",
+    "read_stream_copies",
     "replica_stream_reads",
+    "run_final_streams",
     "seen",
 ]
 
@@ -162,3 +164,29 @@ def replica_stream_reads(
         return dict(zip(urls, got, strict=True))
 
     return asyncio.run(all_nodes())
+
+
+def run_final_streams(
+    cfg: Any, wcfg: Any, history: HistoryWriter, process: int
+) -> StreamReads | None:
+    """The final linearizable read of every stream (None: the run had no streams)."""
+    names = wcfg.stream_names()
+    if not names:
+        return None
+    return final_stream_reads(cfg.http_urls(), names, history=history, process=process, ns=wcfg.ns)
+
+
+def read_stream_copies(
+    cfg: Any, ns: str, streams: StreamReads, event: Callable[[str], None]
+) -> None:
+    """Every node's own copy of the streams, once the replicas converged."""
+    names = list(streams.final)
+    urls = {n.id: n.http_url for n in cfg.nodes}
+    streams.replicas = replica_stream_reads(urls, names, streams.revision, ns=ns)
+    read = sum(copy is not None for copy in streams.replicas.values())
+    event(
+        f"final stream reads: {len(names)} streams, "
+        f"{sum(len(e) for e in streams.final.values())} events"
+        + (f" (unreadable: {', '.join(streams.missing)})" if streams.missing else "")
+        + f"; copies read from {read}/{len(urls)} nodes"
+    )

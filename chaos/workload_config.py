@@ -1,6 +1,7 @@
 """What a chaos workload does (``chaos.workload``): its clients, keys, op mix, deadlines,
 idempotency probes, event streams (``chaos.stream_workload``), the watchers on its keys
-(``chaos.watch_workload``), and which node serves each op (``op_node``, ``pinned_nodes``)."""
+(``chaos.watch_workload``), the lockers (``chaos.lock_workload``), and which node serves
+each op (``op_node``, ``pinned_nodes``)."""
 
 from __future__ import annotations
 
@@ -80,6 +81,21 @@ class WorkloadConfig:
     watch_prefix: str = "k"
     watch_progress: float = 1.0
     watch_drop: int = 0
+    # Lockers (chaos.lock_workload), on by default: how many contend for ``lock_name``
+    # (0 turns the lock check off), doing ``lock_writes`` (min, max) fenced writes to
+    # ``lock_key`` per hold; the lock's lease TTL, how long one waits for it, how long one
+    # op may retry; a ``lock_pause_share`` of the holds pause (no keepalive, no write) for
+    # ttl + ``lock_pause_extra`` s; ``lock_unfenced`` (a MUTATION): writes carry no fence.
+    lockers: int = 3
+    lock_name: str = "chaos-lock"
+    lock_key: str = "lockdata"
+    lock_writes: tuple[int, int] = (2, 4)
+    lock_ttl: float = 2.0
+    lock_timeout: float = 8.0
+    lock_op_deadline: float = 5.0
+    lock_pause_share: float = 0.2
+    lock_pause_extra: float = 1.5
+    lock_unfenced: bool = False
 
     def key_names(self) -> list[str]:
         return [f"k{i}" for i in range(self.keys)]

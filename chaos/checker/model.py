@@ -47,7 +47,10 @@ from chaos.checker.values import _freeze
 from chaos.history import HistoryError, Op
 
 _INVALID = object()  # a model step that is not allowed (None is a legal state: absent)
-_IGNORED_FS = frozenset({"range", "compact", "append", "read_stream"})  # streams: .streams
+# streams: .streams; the lockers' ops: .locks
+_IGNORED_FS = frozenset(
+    {"range", "compact", "append", "read_stream", "lock_acquire", "lock_release", "fenced_put"}
+)
 
 
 @dataclass(eq=False)

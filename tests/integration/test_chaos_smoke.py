@@ -71,6 +71,13 @@ def _assert_clean_pass(result, report_dir: Path) -> None:
     assert ws["events"] >= 2 * ws["truth_changes"]  # both watchers saw every change
     assert ws["progress"] >= 2  # both caught up to the final revision by a progress frame
     assert (report_dir / "watch.jsonl").stat().st_size > 10_000
+    # and the lockers: never two holders whose fenced writes both land interleaved
+    assert verdicts["locks"].status == "PASS", verdicts["locks"]
+    ls = result.lock_stats
+    assert ls["lockers"] == 3 and ls["acquisitions"] >= 3 and ls["handovers"] >= 2, ls
+    assert ls["writes_ok"] >= 6 and ls["landed"] >= ls["writes_ok"], ls
+    assert ls["stale_ok"] == 0 and ls["stale_refused"] + ls["stale_unknown"] == ls["stale_writes"]
+    assert ls["truth_changes"] == ls["landed"], ls  # every change of the key is a landed write
 
 
 @pytest.mark.parametrize(
@@ -189,6 +196,26 @@ def test_mutation_a_watcher_that_loses_an_event_is_caught(tmp_path: Path) -> Non
     others = [v for v in result.verdicts if v.status == "FAIL" and v.name != "watch"]
     assert not others, others
     assert "## Watch" in (tmp_path / "drop" / "report.md").read_text()
+
+
+def test_mutation_unfenced_lock_writes_are_caught(tmp_path: Path) -> None:
+    """The lockers write without their fence (--debug-lock-unfenced): a paused holder's
+    write lands after its successor's, and the lock verdict must fail (order / stale),
+    while every other check of the run still passes."""
+    opts = RunOptions(
+        fault="none", duration=12.0, clients=6, seed=7, report_dir=tmp_path / "unfenced",
+        debug_lock_unfenced=True,
+    )  # fmt: skip
+    result = run_scenario(opts)
+    verdicts = {v.name: v for v in result.verdicts}
+    locks = verdicts["locks"]
+    assert locks.status == "FAIL" and result.status == "failed", locks
+    assert re.search(r"^\d+ violations \(.*\d+ (order|stale)", locks.value), locks
+    assert result.lock_stats["stale_ok"] >= 1 and result.lock_stats["writes_refused"] == 0
+    assert result.locks[0].startswith(("[order]", "[stale]")), result.locks
+    others = [v for v in result.verdicts if v.status == "FAIL" and v.name != "locks"]
+    assert not others, others
+    assert "## Locks" in (tmp_path / "unfenced" / "report.md").read_text()
 
 
 def _chaos(*args: str) -> list[str]:
