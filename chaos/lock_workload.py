@@ -39,11 +39,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from chaos.background import BackgroundLoop
 from chaos.checker.watch import WatchTruth
 from chaos.history import HistoryWriter
 from chaos.watch_reads import final_watch_reads
@@ -75,10 +75,13 @@ def _code(e: BaseException) -> str:
     return e.code if isinstance(e, StatekeeperError) else type(e).__name__
 
 
-class Lockers:
+class Lockers(BackgroundLoop):
     """Runs the lockers in a background thread with its own event loop. ``start()`` reads
     the shared key's revision (the truth starts after it) and starts them; ``stop()``
     lets each finish its current step (10 s at most) and returns."""
+
+    name = "chaos-lockers"
+    stop_timeout = 20.0
 
     def __init__(
         self,
@@ -91,42 +94,11 @@ class Lockers:
             raise ValueError("no lockers configured")
         self.endpoints, self.history, self.config = list(endpoints), history, config
         self.first_process = first_process
-        self.start_revision = 0
+        super().__init__()
         self.counts = {"acquired": 0, "writes_ok": 0, "refused": 0, "unknown": 0, "pauses": 0}
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._started = threading.Event()
-        self._error: BaseException | None = None
-
-    def start(self, timeout: float = 30.0) -> int:
-        self._thread = threading.Thread(target=self._run, name="chaos-lockers", daemon=True)
-        self._thread.start()
-        if not self._started.wait(timeout + 5.0) or self._error is not None:
-            self.stop()
-            raise RuntimeError(f"the lockers did not start: {self._error!r}")
-        return self.start_revision
-
-    def stop(self) -> None:
-        if self._thread is None:
-            return
-        if self._loop is not None and self._stopping is not None:
-            with contextlib.suppress(RuntimeError):  # loop already closed
-                self._loop.call_soon_threadsafe(self._stopping.set)
-        self._thread.join(20.0)
-        self._thread = None
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # noqa: BLE001 - reported by start()
-            self._error = exc
-        finally:
-            self._started.set()
 
     async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
+        self._begin()
         cfg = self.config
         read = RetryPolicy(max_attempts=1000, deadline=30.0)
         async with AsyncClient(self.endpoints, ns=cfg.ns, timeout=3.0, retry=read) as c:

@@ -161,13 +161,17 @@ def check_run(
             PASS if not conflicts else (ALLOWED if allowed else FAIL),
             str(len(conflicts)),
             "every kv read (any node, any consistency) is the write acknowledged at its "
-            "mod_revision" if not conflicts else conflicts[0],
+            "mod_revision"
+            if not conflicts
+            else conflicts[0],
         ),
     )
     if streams is not None:
         result.verdicts.insert(5, stream_verdict(ops, streams, result, allowed))
     if watch is not None:
-        result.verdicts.insert(5 + (streams is not None), watch_verdict(ops, watch, result, allowed))
+        result.verdicts.insert(
+            5 + (streams is not None), watch_verdict(ops, watch, result, allowed)
+        )
     if locks is not None:
         at = 5 + (streams is not None) + (watch is not None)
         result.verdicts.insert(at, lock_verdict(ops, locks, result, allowed))
@@ -178,7 +182,10 @@ def check_run(
         Verdict(
             "ops served per node",
             INFO,
-            ", ".join(f"{n} {c['writes']}w/{c['reads']}r/{c['serializable']}s" for n, c in per_node.items())
+            ", ".join(
+                f"{n} {c['writes']}w/{c['reads']}r/{c['serializable']}s"
+                for n, c in per_node.items()
+            )
             or "-",
             "ok writes / linearizable reads / serializable reads answered by each node",
         )
@@ -207,8 +214,11 @@ def check_run(
                     FAIL if idle else PASS,
                     f"{len(node_ids) - len(idle)}/{len(node_ids)} nodes",
                     "; ".join(f"{n} answered no ok {' or '.join(k)}" for n, k in idle.items())
-                    + (f" for ops invoked {EVERY_NODE_GRACE_S:g} s or more after the heal"
-                       if idle else ""),
+                    + (
+                        f" for ops invoked {EVERY_NODE_GRACE_S:g} s or more after the heal"
+                        if idle
+                        else ""
+                    ),
                 )
             )
     result.verdicts += [
@@ -246,14 +256,9 @@ def stream_verdict(
     if unread:
         result.streams.insert(0, f"not read at the end: {', '.join(unread)}")
     status = FAIL if fatal or unread else (ALLOWED if bad else PASS)
-    by_rule: dict[str, int] = {}
-    for v in bad:
-        by_rule[v.rule] = by_rule.get(v.rule, 0) + 1
     st = res.stats
     value = (
-        f"{len(bad)} violations"
-        + (" (" + ", ".join(f"{n} {r}" for r, n in sorted(by_rule.items())) + ")" if bad else "")
-        + f"; {st['events']} events, {st['appends_ok']} ok appends, "
+        violation_counts(bad) + f"; {st['events']} events, {st['appends_ok']} ok appends, "
         f"{st['duplicates_answered']} answered duplicate"
     )
     detail = res.summary()
@@ -280,13 +285,9 @@ def watch_verdict(ops: Sequence[Any], watch: WatchRun, result: RunResult, allowe
         why = watch.truth.error if watch.truth is not None else "not read"
         result.watch.insert(0, f"the cluster's change history of the prefix was not read: {why}")
     status = FAIL if fatal or res.unread else (ALLOWED if bad else PASS)
-    by_rule: dict[str, int] = {}
-    for v in bad:
-        by_rule[v.rule] = by_rule.get(v.rule, 0) + 1
     st = res.stats
     value = (
-        f"{len(bad)} violations"
-        + (" (" + ", ".join(f"{n} {r}" for r, n in sorted(by_rule.items())) + ")" if bad else "")
+        violation_counts(bad)
         + f"; {st['events']} events, {st['progress']} progress frames, {st['resumes']} resumes"
     )
     detail = res.summary()
@@ -315,14 +316,9 @@ def lock_verdict(ops: Sequence[Any], locks: LockRun, result: RunResult, allowed:
         result.locks.insert(0, f"the lock key's history was not read: {why}")
     fatal = [v for v in bad if not (allowed and v.rule in LOCK_LOSS_RULES)]
     status = FAIL if fatal or res.unread else (ALLOWED if bad else PASS)
-    by_rule: dict[str, int] = {}
-    for v in bad:
-        by_rule[v.rule] = by_rule.get(v.rule, 0) + 1
     st = res.stats
     value = (
-        f"{len(bad)} violations"
-        + (" (" + ", ".join(f"{n} {r}" for r, n in sorted(by_rule.items())) + ")" if bad else "")
-        + f"; {st['acquisitions']} acquisitions, {st['writes_ok']} ok / "
+        violation_counts(bad) + f"; {st['acquisitions']} acquisitions, {st['writes_ok']} ok / "
         f"{st['writes_refused']} refused / {st['writes_unknown']} unknown fenced writes, "
         f"{st['stale_holders']} stale holders"
     )
@@ -334,3 +330,12 @@ def lock_verdict(ops: Sequence[Any], locks: LockRun, result: RunResult, allowed:
 
 def _s(x: float | None) -> str:
     return "never" if x is None else f"{x:.2f} s"
+
+
+def violation_counts(bad: list) -> str:
+    """ "3 violations (2 gap, 1 order)": how many, by rule."""
+    by_rule: dict[str, int] = {}
+    for v in bad:
+        by_rule[v.rule] = by_rule.get(v.rule, 0) + 1
+    rules = ", ".join(f"{n} {r}" for r, n in sorted(by_rule.items()))
+    return f"{len(bad)} violations" + (f" ({rules})" if bad else "")

@@ -26,15 +26,14 @@ Nth delivered event, as a client that lost one would: the check must then fail.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.background import BackgroundLoop
 from chaos.checker.watch import WatcherLog, WatchTruth
 from chaos.report import RunResult
 from chaos.watch_reads import final_watch_reads
@@ -109,13 +108,16 @@ def instrument(
     session.attempt, session.retry_after, session._frame = attempt_, retry_after_, frame_
 
 
-class Watchers:
+class Watchers(BackgroundLoop):
     """Runs the watchers in a background thread with its own event loop.
 
     ``start()`` takes the start revision (a linearizable read of the prefix) and starts
     them; ``wait_reach(r)`` waits until every watcher delivered revision r (or a progress
     frame at or above it); ``stop()`` closes them. ``logs`` are what they saw.
     """
+
+    name = "chaos-watchers"
+    stop_timeout = 15.0
 
     def __init__(
         self,
@@ -136,38 +138,15 @@ class Watchers:
         )
         urls = [normalize_endpoint(e) for e in self.endpoints]  # as the session names them
         self.node_of = dict(zip(urls, node_ids, strict=True))
-        self.start_revision = 0
+        super().__init__()
         self.logs: list[WatcherLog] = []
         self.reach: list[int] = []  # per watcher, updated live (the logs are scanned later)
         self.progressed: list[int] = []  # per watcher: the highest progress frame
         self.delivered: list[int] = []  # per watcher: events recorded
         self.connects: list[int] = []  # per watcher: connection attempts
         self.ended: list[str | None] = []
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._started = threading.Event()
-        self._error: BaseException | None = None
 
     # ------------------------------------------------------------------ lifecycle
-
-    def start(self, timeout: float = 30.0) -> int:
-        """Start the watchers; returns their start revision."""
-        self._thread = threading.Thread(target=self._run, name="chaos-watchers", daemon=True)
-        self._thread.start()
-        if not self._started.wait(timeout + 5.0) or self._error is not None:
-            self.stop()
-            raise RuntimeError(f"the watchers did not start: {self._error!r}")
-        return self.start_revision
-
-    def stop(self) -> None:
-        if self._thread is None:
-            return
-        if self._loop is not None and self._stopping is not None:
-            with contextlib.suppress(RuntimeError):  # loop already closed
-                self._loop.call_soon_threadsafe(self._stopping.set)
-        self._thread.join(15.0)
-        self._thread = None
 
     def wait_reach(self, revision: int, timeout: float) -> float:
         """Seconds until every watcher that is still running delivered a progress frame at
@@ -187,17 +166,8 @@ class Watchers:
         """(events delivered, resumes) so far, over all watchers (for progress lines)."""
         return sum(self.delivered), max(0, sum(self.connects) - len(self.connects))
 
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # noqa: BLE001 - reported by start()
-            self._error = exc
-        finally:
-            self._started.set()
-
     async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
+        self._begin()
         cfg = self.config
         read = RetryPolicy(max_attempts=1000, deadline=30.0)
         async with AsyncClient(self.endpoints, ns=cfg.ns, timeout=3.0, retry=read) as c:
