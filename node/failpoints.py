@@ -35,6 +35,9 @@ Names (each is documented where it is hit):
                                  fsynced
     snapshot-install             node/raft/syncobj.py: a snapshot received from the leader
                                  is on disk; the state machine is not yet restored from it
+    snapshot-restore             node/raft/raft_node.py: the state machine is about to be
+                                 restored from a snapshot (N*error: the restore fails; the
+                                 node must stop, not go on with a state it cannot trust)
     follower-after-fsync         node/raft/syncobj.py: a follower has fsynced the entries
                                  of an AppendEntries and not yet answered the leader
     snapshot-pack                node/raft/raft_node.py: a snapshot is about to be packed
@@ -70,6 +73,7 @@ NAMES = (
     "journal-prefix-drop",
     "journal-prefix-dropped",
     "snapshot-install",
+    "snapshot-restore",
     "follower-after-fsync",
     "snapshot-pack",
     "journal-fsync",

@@ -84,11 +84,12 @@ from typing import NoReturn, TypeVar
 import msgpack
 
 from node import failpoints
+from node.fatal import JOURNAL_EXIT_CODE, stop_now
 
 log = logging.getLogger("statekeeper.journal")
 
 FSYNC_MODES = ("always", "never")
-FATAL_EXIT_CODE = 71  # EX_OSERR
+FATAL_EXIT_CODE = JOURNAL_EXIT_CODE
 
 LOG_MAGIC = b"SKJLOG\x00\x01"
 META_MAGIC = b"SKJMETA\x01"
@@ -116,8 +117,7 @@ class JournalFailedError(JournalError):
 
 def _default_on_fatal(msg: str, exc: BaseException) -> NoReturn:
     # Never continue, and never acknowledge anything, with a log we cannot trust.
-    log.critical("%s; exiting with status %d", msg, FATAL_EXIT_CODE, exc_info=exc)
-    os._exit(FATAL_EXIT_CODE)
+    stop_now(msg, exc, FATAL_EXIT_CODE)
 
 
 def _encode_record(payload: bytes) -> bytes:

@@ -13,6 +13,7 @@ from node import config as config_mod
 from node import failpoints
 from node.cluster_clock import ClusterClock
 from node.errors import OpError
+from node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
 from node.http_api import Api
 from node.lease_expiry import LeaseExpiry
 from node.proposer import Proposer
@@ -44,10 +45,8 @@ def _apply_fn(sm: StateMachine, applied: list):
     def apply(index: int, payload: bytes):
         try:
             result = sm.apply(index, payload)
-        except BaseException:
-            log.critical("applying raft entry %d failed; stopping the node", index, exc_info=True)
-            logging.shutdown()
-            os._exit(70)
+        except BaseException as e:
+            stop_now(f"applying raft entry {index} failed", e, STATE_MACHINE_EXIT_CODE)
         for fn in applied:
             fn()
         return result

@@ -16,6 +16,7 @@ from pathlib import Path
 from node import failpoints, snapshot_file
 from node.cluster_clock import ClusterClock
 from node.config import ClusterConfig, ConfigError
+from node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
 from node.raft.interface import FSM, ApplyFn, Callback, RaftStatus
 from node.raft.log import _entry_tuple, _RaftLog
 from node.raft.peers import _AuthenticatingEncryptor
@@ -127,6 +128,19 @@ class RaftNode:
         return state
 
     def _deserialize(self, path: str):
+        """Load the snapshot at `path` (at start, or just received from the leader).
+
+        pysyncobj catches every exception of a snapshot load, logs it and goes on, with
+        the state machine closed or older than the raft position it then takes: any
+        failure here stops the node instead (node/fatal.py)."""
+        try:
+            return self._load_snapshot(path)
+        except BaseException as e:
+            stop_now(
+                "restoring the state machine from a snapshot failed", e, STATE_MACHINE_EXIT_CODE
+            )
+
+    def _load_snapshot(self, path: str):
         if self._durable:  # a snapshot just received from the leader was renamed unsynced
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
@@ -138,6 +152,7 @@ class RaftNode:
         if last[1] > self._fsm.applied_index:
             log.info("restoring state machine from snapshot at index %d", last[1])
             snapshot_file.extract_body(path, offset, self._snapshot_tmp)
+            failpoints.hit("snapshot-restore")
             self._fsm.restore(self._snapshot_tmp)
             os.unlink(self._snapshot_tmp)
         return last, _entry_tuple(header["prev"]), list(header["cluster"])

@@ -117,7 +117,11 @@ class StateMachine:
         with self._handle.use:
             if self._db is None:
                 raise OpError("unavailable", "the state machine is closed")
-            yield reads.ReadView(self._db)
+            view = reads.ReadView(self._db)
+            try:
+                yield view
+            finally:
+                view.close()
 
     def get(self, ns: str, key: str, revision: int | None = None) -> dict:
         """{"revision": served, "kv": kv or None}; raises OpError compacted/future_revision."""

@@ -219,15 +219,30 @@ def range_(
     return result
 
 
+class _ClosedIterator:
+    """What a ReadView reads through once its `with` has ended."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise OpError("unavailable", "this read view is closed: it was used after its `with`")
+
+
+_CLOSED = _ClosedIterator()
+
+
 class ReadView:
     """A consistent read view: everything goes through ONE RocksDB iterator.
 
     (An iterator pins an implicit snapshot at creation. rocksdict's Snapshot.iter
     ignores its snapshot in 0.3.x, so it is not used.) `meta` is the view's meta record.
+
+    The iterator keeps the whole DB open (rocksdict closes a DB only when its last
+    iterator is gone), so StateMachine.read_view() calls close() when its `with` ends:
+    a view still referenced after that (a `with ... as view` name lives on in its frame)
+    must not hold the DB across a restore, whose reopen would fail on RocksDB's LOCK.
     """
 
     def __init__(self, db: Any) -> None:
-        self.it = db.iter(ReadOptions())
+        self.it: Any = db.iter(ReadOptions())
         self.meta = Meta.decode(self.point(META))
         self.revision = self.meta.revision
         self.compact_revision = self.meta.compact_revision
@@ -240,17 +255,21 @@ class ReadView:
             return it.value()
         return None
 
+    def close(self) -> None:
+        """Release the iterator (and with it the DB); later reads raise `unavailable`."""
+        self.it = _CLOSED
+
     def scan(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Every raw (key, value) of [lo, hi) in byte order; keys.FIRST_KEY and
-        keys.PAST_LAST_KEY select the whole DB (for debugging and consistency checks)."""
-        it = self.it
-        it.seek(lo)
-        while it.valid():
-            k = it.key()
+        keys.PAST_LAST_KEY select the whole DB (for debugging and consistency checks).
+        Looks the iterator up at every step, so a suspended scan does not hold it."""
+        self.it.seek(lo)
+        while self.it.valid():
+            k = self.it.key()
             if k >= hi:
                 return
-            yield k, it.value()
-            it.next()
+            yield k, self.it.value()
+            self.it.next()
 
     def hist_iter(self, revision: int) -> Any:
         return self.it

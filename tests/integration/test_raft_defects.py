@@ -200,3 +200,37 @@ def test_a_follower_clock_a_day_ahead_does_not_expire_idempotency(tmp_path: Path
     assert err is None
     assert retry[0].get("replayed") is True
     assert lead.sm.get("a", "once")["kv"]["version"] == 1
+
+
+def test_a_failed_snapshot_restore_stops_the_node(tmp_path: Path, members) -> None:
+    """pysyncobj catches every exception of a snapshot load and goes on: a follower whose
+    state machine restore failed kept running, with its DB closed (the next apply then
+    stopped it, status 70: CI's crash-snapshot run) or, had the failure come before the
+    old DB was closed, with the old state under a raft position that says it holds the
+    snapshot. A failed restore must stop the node at once instead (status 70)."""
+    from node.config import write
+
+    cfg = config(tmp_path, 3, snapshot_min_entries=20, snapshot_min_seconds=1)
+    path = tmp_path / "cluster.toml"
+    write(cfg, path)
+    members += [Member(cfg, "n0"), Member(cfg, "n1")]
+    leader = leader_of(members)
+    for i in range(120):  # past several snapshots: n2 can only catch up from one
+        leader.put(f"k{i}")
+    wait_for(lambda: leader.raft._journal[0][1] > 1, what="the leader's journal compacted")
+    env = {**os.environ, failpoints.ENV: "snapshot-restore=1*error"}
+    child = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("restore_child.py")), str(path), "n2"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        code = child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, err = child.communicate()
+        raise AssertionError(
+            f"n2 kept running after its restore failed:\n{out[-800:]}\n{err[-2000:]}"
+        ) from None
+    err = child.stderr.read()
+    assert code == 70, err[-2000:]
+    assert "restoring the state machine from a snapshot failed" in err

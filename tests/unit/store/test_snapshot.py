@@ -6,6 +6,7 @@ import threading
 import pytest
 
 from node.config import Retention
+from node.errors import OpError
 from node.store import StateMachine
 from node.store.snapshot import read_header
 from tests.unit.store.util import Node, entry, populated, put, raw_items, write_snapshot
@@ -108,4 +109,26 @@ def test_reads_racing_restore_do_not_crash(tmp_path):
     assert not errors
     assert raw_items(target.sm) == raw_items(src.sm)
     target.sm.close()
+    src.sm.close()
+
+
+def test_restore_while_a_finished_read_view_is_still_referenced(tmp_path):
+    """A read view that outlives its `with` (node/watch.py kept one in its generator's
+    frame across a long poll) held its RocksDB iterator and so the DB: restore's reopen
+    then failed on RocksDB's LOCK, the DB handle stayed None, and the next apply stopped
+    the node (status 70; seen in CI's crash-snapshot run). Leaving the `with` releases the
+    iterator, and the stale view refuses to read instead of reading a replaced DB."""
+    src = populated(tmp_path / "src", n=5)
+    snap = tmp_path / "snap"
+    write_snapshot(src.sm, snap)
+    dst = populated(tmp_path / "dst", n=3)
+    with dst.sm.read_view() as kept:
+        assert kept.point(b"nothing") is None
+    dst.sm.restore(snap)
+    assert raw_items(dst.sm) == raw_items(src.sm)
+    assert dst.sm.apply(100, entry(put("after", b"1"))) == [{"revision": src.sm.revision + 1}]
+    with pytest.raises(OpError) as err:
+        kept.point(b"nothing")
+    assert err.value.code == "unavailable"
+    dst.sm.close()
     src.sm.close()
