@@ -45,6 +45,7 @@ __all__ = [
     "ReplicaState",
     "compare_replicas",
     "idle_nodes",
+    "judged_since",
     "read_replicas",
     "revision_conflicts",
     "served_by",
@@ -312,18 +313,48 @@ def _dedupe(items: list[str]) -> list[str]:
     return out
 
 
+def judged_since(
+    nodes: Sequence[str],
+    since_ns: int,
+    end_ns: int,
+    restarts: Mapping[str, Sequence[int]],
+    grace_ns: int,
+    min_window_ns: int,
+) -> tuple[dict[str, int], dict[str, int]]:
+    """When each node must be serving for idle_nodes(): from ``since_ns``, or ``grace_ns``
+    after its last restart between ``since_ns - grace_ns`` and ``end_ns`` (failpoints stay armed
+    through the recovery, so a node may crash again after the heal). A node left with
+    less than ``min_window_ns`` before ``end_ns`` is not judged. Returns (node -> since,
+    node not judged -> its last restart)."""
+    judged: dict[str, int] = {}
+    unjudged: dict[str, int] = {}
+    for n in nodes:
+        late = [t for t in restarts.get(n, ()) if since_ns - grace_ns <= t <= end_ns]
+        start = max(since_ns, max(late) + grace_ns) if late else since_ns
+        if end_ns - start >= min_window_ns:
+            judged[n] = start
+        else:
+            unjudged[n] = max(late)
+    return judged, unjudged
+
+
 def idle_nodes(
-    ops: Iterable[Op], nodes: Sequence[str], since_ns: int, exclude_processes: Iterable[int] = ()
+    ops: Iterable[Op],
+    nodes: Sequence[str],
+    since_ns: int | Mapping[str, int],
+    exclude_processes: Iterable[int] = (),
 ) -> dict[str, list[str]]:
     """node -> what it never answered ("write", "linearizable read") among ops invoked at
-    or after ``since_ns``; nodes that answered both are left out. With every client
-    spreading its ops over all nodes, a node that answers nothing while the others do
-    is stuck (a wedged proposer, a node that never caught up)."""
+    or after ``since_ns`` (one time, or one per node: judged_since()); nodes that answered
+    both are left out. With every client spreading its ops over all nodes, a node that
+    answers nothing while the others do is stuck (a wedged proposer, a node that never
+    caught up)."""
     skip = set(exclude_processes)
+    since = since_ns if isinstance(since_ns, Mapping) else {n: since_ns for n in nodes}
     got: dict[str, set[str]] = {n: set() for n in nodes}
     for op in ops:
         node = op.output.get("node")
-        if op.outcome != "ok" or node not in got or op.process in skip or op.invoke_time < since_ns:
+        if op.outcome != "ok" or node not in got or op.process in skip or op.invoke_time < since[node]:
             continue
         if op.f in _READ_FS:
             if op.input.get("consistency") != "serializable":

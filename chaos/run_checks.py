@@ -6,7 +6,7 @@ fenced writes: ``chaos.checker.locks``) and its metrics."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ from chaos.checker.streams import LOSS_RULES, check_streams
 from chaos.convergence import (
     compare_replicas,
     idle_nodes,
+    judged_since,
     read_replicas,
     revision_conflicts,
     served_by,
@@ -44,7 +45,7 @@ from node.config import ClusterConfig
 if TYPE_CHECKING:
     from chaos.runner import RunOptions
 
-__all__ = ["EVERY_NODE_GRACE_S", "check_run", "converge"]
+__all__ = ["EVERY_NODE_GRACE_S", "check_run", "converge", "every_node_verdict"]
 
 # A node must answer writes and linearizable reads again for ops invoked this long after
 # the heal (restarts, elections and catch-up by snapshot take less).
@@ -102,7 +103,10 @@ def check_run(
     streams: StreamReads | None = None,
     watch: WatchRun | None = None,
     locks: LockRun | None = None,
+    restarts: Mapping[str, Sequence[int]] | None = None,
 ) -> None:
+    """Every verdict of the run onto ``result``. ``restarts``: node -> monotonic_ns of
+    each failpoint restart (the CrashWatcher's), for the every-node check."""
     say("   checking the history ...")
     ops = read_history(history_path)
     allowed = fault.allows_loss(opts.fsync)
@@ -204,23 +208,9 @@ def check_run(
                 "" if recovered else "no ok write or read was invoked and completed after the heal",
             )
         )
-        # Every node, not just the cluster: clients send a share of their ops to each.
-        since = heal + int(EVERY_NODE_GRACE_S * NS)
-        if end - since >= int(2 * NS):
-            idle = idle_nodes(ops, node_ids, since, exclude_processes=skip)
-            result.verdicts.append(
-                Verdict(
-                    "every node serves after the heal",
-                    FAIL if idle else PASS,
-                    f"{len(node_ids) - len(idle)}/{len(node_ids)} nodes",
-                    "; ".join(f"{n} answered no ok {' or '.join(k)}" for n, k in idle.items())
-                    + (
-                        f" for ops invoked {EVERY_NODE_GRACE_S:g} s or more after the heal"
-                        if idle
-                        else ""
-                    ),
-                )
-            )
+        every = every_node_verdict(ops, node_ids, heal, end, skip, restarts or {})
+        if every is not None:
+            result.verdicts.append(every)
     result.verdicts += [
         Verdict("RTO (first ok write)", INFO, _s(m.rto_write_s), "from fault start"),
         Verdict("RTO (first ok linearizable read)", INFO, _s(m.rto_read_s), "from fault start"),
@@ -236,6 +226,40 @@ def check_run(
             f"{m.ok} ok, {m.fail} fail, {m.info} unknown; {m.throughput_ok:.0f} ok ops/s",
         ),
     ]
+
+
+def every_node_verdict(
+    ops: Sequence[Any],
+    node_ids: Sequence[str],
+    heal: int,
+    end: int,
+    skip: Sequence[int],
+    restarts: Mapping[str, Sequence[int]],
+) -> Verdict | None:
+    """"every node serves after the heal": each node answered an ok write and an ok
+    linearizable read among ops invoked EVERY_NODE_GRACE_S after the heal, or after its
+    last failpoint restart (chaos.faults.failpoints.CrashWatcher.restart_times), whichever
+    is later; clients send a share of their ops to each node. None if the run left too
+    little time after the heal to judge."""
+    grace, window = int(EVERY_NODE_GRACE_S * NS), int(2 * NS)
+    if end - (heal + grace) < window:
+        return None
+    since, unjudged = judged_since(node_ids, heal + grace, end, restarts, grace, window)
+    idle = idle_nodes(ops, list(since), since, exclude_processes=skip)
+    notes = [
+        f"{n} answered no ok {' or '.join(k)} for ops invoked {EVERY_NODE_GRACE_S:g} s or "
+        "more after the heal (or after its last restart)"
+        for n, k in idle.items()
+    ] + [
+        f"{n} not judged: restarted at a failpoint {(end - t) / NS:.1f} s before the end"
+        for n, t in unjudged.items()
+    ]
+    return Verdict(
+        "every node serves after the heal",
+        FAIL if idle else (PASS if since else INFO),
+        f"{len(since) - len(idle)}/{len(since)} nodes",
+        "; ".join(notes),
+    )
 
 
 def stream_verdict(

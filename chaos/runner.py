@@ -456,6 +456,7 @@ def _run(
     check_run(
         opts, fault, result, history_path, values, revisions, t0, end, fault_start, heal, say,
         replica_reads, [n.id for n in cfg.nodes], streams=streams, watch=watch, locks=locks,
+        restarts=watcher.restart_times if watcher is not None else None,
     )
 
 

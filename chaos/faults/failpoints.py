@@ -75,6 +75,8 @@ class CrashWatcher:
         self.by_node: Counter[str] = Counter()
         self.unexpected: list[tuple[str, int]] = []  # (node, exit status)
         self.restarts = 0
+        # node -> time.monotonic_ns() of each restart (the history's clock)
+        self.restart_times: dict[str, list[int]] = {}
         self._handled: set[int] = set()
         self._pending: set[str] = set()  # crashed at a failpoint, not yet started again
         self._stop = threading.Event()
@@ -127,6 +129,7 @@ class CrashWatcher:
                         continue
                     self._pending.discard(nid)
                     self.restarts += 1
+                    self.restart_times.setdefault(nid, []).append(time.monotonic_ns())
 
     def settle(self, timeout: float = 10.0) -> bool:
         """Wait until no failpoint crash awaits its restart; False on timeout."""

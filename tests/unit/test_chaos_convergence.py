@@ -10,6 +10,7 @@ from chaos.convergence import (
     ReplicaState,
     compare_replicas,
     idle_nodes,
+    judged_since,
     revision_conflicts,
     served_by,
 )
@@ -151,3 +152,28 @@ def test_served_by_and_idle_nodes() -> None:
         "n2": ["write", "linearizable read"],  # an unknown write or a serializable read is not serving
     }
     assert idle_nodes(ops, ["n0"], since_ns=10**12) == {"n0": ["write", "linearizable read"]}
+
+
+def test_judged_since_moves_past_a_restart_after_the_heal() -> None:
+    """Failpoint faults stay armed through the recovery: a node that restarts after the
+    heal is judged only from `grace` after its last restart, and not at all when that
+    leaves less than the minimum window (CI: a node crashing every ~1 s after the heal
+    failed "every node serves after the heal" though nothing was wrong)."""
+    since, unjudged = judged_since(
+        ["n0", "n1", "n2"], since_ns=100, end_ns=200,
+        restarts={"n0": [10, 60, 250], "n1": [50, 90, 120], "n2": [170]},
+        grace_ns=30, min_window_ns=40,
+    )
+    # n0: its restarts are before since - grace = 70 or after the end: judged from since;
+    # n1: its last restart (120) + grace = 150; n2: 170 + 30 = 200 leaves no window
+    assert since == {"n0": 100, "n1": 150}
+    assert unjudged == {"n2": 170}
+
+
+def test_idle_nodes_per_node_since() -> None:
+    h = H()
+    h.op(0, "put", "a", value="1", idempotency_key="k", result={"revision": 1, "node": "n0"})
+    h.op(0, "get", "a", result={"value": "1", "mod_revision": 1, "node": "n0"})  # t=20
+    ops = h.ops()
+    assert idle_nodes(ops, ["n0"], {"n0": 0}) == {}
+    assert idle_nodes(ops, ["n0"], {"n0": 15}) == {"n0": ["write"]}
