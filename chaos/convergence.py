@@ -318,19 +318,19 @@ def judged_since(
     since_ns: int,
     end_ns: int,
     restarts: Mapping[str, Sequence[int]],
-    grace_ns: int,
+    restart_grace_ns: int,
     min_window_ns: int,
 ) -> tuple[dict[str, int], dict[str, int]]:
-    """When each node must be serving for idle_nodes(): from ``since_ns``, or ``grace_ns``
-    after its last restart between ``since_ns - grace_ns`` and ``end_ns`` (failpoints stay armed
-    through the recovery, so a node may crash again after the heal). A node left with
-    less than ``min_window_ns`` before ``end_ns`` is not judged. Returns (node -> since,
-    node not judged -> its last restart)."""
+    """When each node must be serving for idle_nodes(): from ``since_ns``, or
+    ``restart_grace_ns`` after its last restart before ``end_ns`` if that is later (a
+    node armed with failpoints at the heal may crash once more after it). A node left
+    with less than ``min_window_ns`` before ``end_ns`` is not judged. Returns (node ->
+    since, node not judged -> its last restart)."""
     judged: dict[str, int] = {}
     unjudged: dict[str, int] = {}
     for n in nodes:
-        late = [t for t in restarts.get(n, ()) if since_ns - grace_ns <= t <= end_ns]
-        start = max(since_ns, max(late) + grace_ns) if late else since_ns
+        late = [t for t in restarts.get(n, ()) if since_ns - restart_grace_ns <= t <= end_ns]
+        start = max(since_ns, max(late) + restart_grace_ns) if late else since_ns
         if end_ns - start >= min_window_ns:
             judged[n] = start
         else:

@@ -50,6 +50,10 @@ __all__ = ["EVERY_NODE_GRACE_S", "check_run", "converge", "every_node_verdict"]
 # A node must answer writes and linearizable reads again for ops invoked this long after
 # the heal (restarts, elections and catch-up by snapshot take less).
 EVERY_NODE_GRACE_S = 3.0
+# ... and this long after a failpoint restart of it (it is ready in ~0.6 s here), for ops
+# in a window of at least EVERY_NODE_WINDOW_S before the workload ends.
+RESTART_GRACE_S = 1.5
+EVERY_NODE_WINDOW_S = 1.5
 
 
 def converge(
@@ -237,18 +241,20 @@ def every_node_verdict(
     restarts: Mapping[str, Sequence[int]],
 ) -> Verdict | None:
     """"every node serves after the heal": each node answered an ok write and an ok
-    linearizable read among ops invoked EVERY_NODE_GRACE_S after the heal, or after its
-    last failpoint restart (chaos.faults.failpoints.CrashWatcher.restart_times), whichever
+    linearizable read among ops invoked EVERY_NODE_GRACE_S after the heal, or
+    RESTART_GRACE_S after its last failpoint restart (chaos.faults.failpoints.CrashWatcher.restart_times), whichever
     is later; clients send a share of their ops to each node. None if the run left too
     little time after the heal to judge."""
-    grace, window = int(EVERY_NODE_GRACE_S * NS), int(2 * NS)
+    grace, window = int(EVERY_NODE_GRACE_S * NS), int(EVERY_NODE_WINDOW_S * NS)
     if end - (heal + grace) < window:
         return None
-    since, unjudged = judged_since(node_ids, heal + grace, end, restarts, grace, window)
+    since, unjudged = judged_since(
+        node_ids, heal + grace, end, restarts, int(RESTART_GRACE_S * NS), window
+    )
     idle = idle_nodes(ops, list(since), since, exclude_processes=skip)
     notes = [
         f"{n} answered no ok {' or '.join(k)} for ops invoked {EVERY_NODE_GRACE_S:g} s or "
-        "more after the heal (or after its last restart)"
+        f"more after the heal ({RESTART_GRACE_S:g} s after its last restart)"
         for n, k in idle.items()
     ] + [
         f"{n} not judged: restarted at a failpoint {(end - t) / NS:.1f} s before the end"

@@ -1,6 +1,8 @@
-"""Crash points: failpoints (node/failpoints.py) armed on every node for the whole run
-make nodes exit at named steps of compaction, replication and snapshot installs; the
-runner's :class:`~chaos.faults.failpoints.CrashWatcher` restarts them."""
+"""Crash points: failpoints (node/failpoints.py) armed on every node from the start make
+nodes exit at named steps of compaction, replication and snapshot installs; the runner's
+:class:`~chaos.faults.failpoints.CrashWatcher` restarts them, with the failpoints armed
+until the heal and switched off after it (a node still armed at the heal may crash once
+more; it comes back clean)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ __all__ = ["CrashFollowerFsync", "CrashInstall", "CrashSnapshot"]
 
 
 class _FailpointFault(Fault):
-    """Failpoints armed on every node for the whole run (warmup and recovery included),
-    tiny snapshot thresholds so compaction runs about once a second on every node; the
-    runner's CrashWatcher restarts a node within ~0.1 s of exiting at a failpoint."""
+    """Failpoints armed on every node from its start (the warmup included), tiny snapshot
+    thresholds so compaction runs about once a second on every node; the runner's
+    CrashWatcher restarts a node within ~0.1 s of exiting at a failpoint, without the
+    failpoints once the fault is healed."""
 
     kind = "failpoint"
     raft_settings = TINY_SNAPSHOTS
@@ -26,6 +29,10 @@ class _FailpointFault(Fault):
         w = ctx.watcher
         so_far = f"; {sum(w.crashes.values())} crashes so far" if w is not None else ""
         return f"failpoints armed on every node since start: {failpoint_spec(self.failpoints)}{so_far}"
+
+    def stop(self, ctx: FaultContext) -> None:
+        if ctx.watcher is not None:
+            ctx.watcher.disarm()
 
     def verify(self, ctx: FaultContext) -> list[Verdict]:
         restores = {
@@ -112,6 +119,7 @@ class CrashInstall(_FailpointFault):
         return f"{self.rounds} rounds of kill / wipe or keep down / restart of {self.victim} (follower)"
 
     def stop(self, ctx: FaultContext) -> None:
+        super().stop(ctx)
         if self.victim is None:
             return
         if ctx.watcher is not None:

@@ -56,7 +56,8 @@ def last_failpoint(log_text: str) -> str | None:
 
 
 class CrashWatcher:
-    """Restarts nodes that exited at a failpoint (status 86), counting the crashes.
+    """Restarts nodes that exited at a failpoint (status 86), counting the crashes;
+    after :meth:`disarm` (the heal) without their failpoints.
 
     Polls every ``interval`` seconds (a crashed node is started again within about that
     long; it then catches up on its own). Only status 86 is restarted: a node killed by a
@@ -77,6 +78,8 @@ class CrashWatcher:
         self.restarts = 0
         # node -> time.monotonic_ns() of each restart (the history's clock)
         self.restart_times: dict[str, list[int]] = {}
+        # Extra environment of a restart: after disarm(), the failpoints switched off.
+        self._restart_env: dict[str, str] | None = None
         self._handled: set[int] = set()
         self._pending: set[str] = set()  # crashed at a failpoint, not yet started again
         self._stop = threading.Event()
@@ -123,13 +126,22 @@ class CrashWatcher:
                         self.log(f"{nid} exited with status {code} (pid {pid}): not a failpoint")
                 if nid in self._pending:
                     try:
-                        lc.start_node(nid)
+                        lc.start_node(nid, env=self._restart_env)
                     except SupervisorError as e:  # e.g. its port not free yet: next round
                         self.log(f"crash watcher: restarting {nid} failed, will retry: {e}")
                         continue
                     self._pending.discard(nid)
                     self.restarts += 1
                     self.restart_times.setdefault(nid, []).append(time.monotonic_ns())
+
+    def disarm(self) -> None:
+        """From now on, restart crashed nodes with every failpoint off: the fault ends at
+        the heal for each node as it next crashes, so the recovery can be judged (a node
+        that kept crashing about once a second never would be)."""
+        from node import failpoints
+
+        with self._lock:
+            self._restart_env = {failpoints.ENV: ""}
 
     def settle(self, timeout: float = 10.0) -> bool:
         """Wait until no failpoint crash awaits its restart; False on timeout."""

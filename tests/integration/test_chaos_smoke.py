@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -95,9 +96,11 @@ def test_scenario_passes(fault: str, tmp_path: Path) -> None:
 
 
 def test_failpoint_crashes_are_restarted_counted_and_checked(tmp_path: Path) -> None:
-    """crash-snapshot: nodes exit at the compaction failpoints all run long (status 86),
-    the watcher restarts them, the report counts the crashes per failpoint, and every
-    check (replicas converge, reads agree with the acknowledged writes) still passes."""
+    """crash-snapshot: nodes exit at the compaction failpoints (status 86) until the heal,
+    the watcher restarts them (without failpoints after the heal, so each node crashes at
+    most once more), the report counts the crashes per failpoint, and every check
+    (replicas converge, reads agree with the acknowledged writes, every node serves again)
+    still passes."""
     report = tmp_path / "crash-snapshot"
     opts = RunOptions(
         fault="crash-snapshot", duration=DURATION, clients=12, seed=7, report_dir=report
@@ -112,6 +115,11 @@ def test_failpoint_crashes_are_restarted_counted_and_checked(tmp_path: Path) -> 
     assert verdicts["reads agree with acknowledged writes"].status == "PASS"
     assert verdicts["every node serves after the heal"].status == "PASS"
     assert "## Failpoint crashes" in (report / "report.md").read_text()
+    healed = next(t for t, msg in result.events if msg == "healed")
+    after = Counter(
+        msg.split()[0] for t, msg in result.events if t > healed and "exited at failpoint" in msg
+    )
+    assert max(after.values(), default=0) <= 1, after  # restarted clean after the heal
 
 
 def _leader(cluster) -> str:

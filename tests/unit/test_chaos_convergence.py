@@ -155,14 +155,14 @@ def test_served_by_and_idle_nodes() -> None:
 
 
 def test_judged_since_moves_past_a_restart_after_the_heal() -> None:
-    """Failpoint faults stay armed through the recovery: a node that restarts after the
-    heal is judged only from `grace` after its last restart, and not at all when that
+    """A node still armed with failpoints at the heal may crash once more after it: it is
+    judged only from `restart_grace` after its last restart, and not at all when that
     leaves less than the minimum window (CI: a node crashing every ~1 s after the heal
     failed "every node serves after the heal" though nothing was wrong)."""
     since, unjudged = judged_since(
         ["n0", "n1", "n2"], since_ns=100, end_ns=200,
         restarts={"n0": [10, 60, 250], "n1": [50, 90, 120], "n2": [170]},
-        grace_ns=30, min_window_ns=40,
+        restart_grace_ns=30, min_window_ns=40,
     )
     # n0: its restarts are before since - grace = 70 or after the end: judged from since;
     # n1: its last restart (120) + grace = 150; n2: 170 + 30 = 200 leaves no window
