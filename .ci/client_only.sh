@@ -22,6 +22,15 @@ from client.agent import Agent, AsyncAgent, Projection  # the agent layer: no se
 from client.agent.envelope import decode, encode
 
 assert decode(encode({"step": 3, "blob": b"x" * 4096})) == {"step": 3, "blob": b"x" * 4096}
+import client.langgraph  # without the langgraph extra: importable, and says what is missing
+
+assert importlib.util.find_spec("langgraph") is None, "langgraph came with the client-only install"
+try:
+    client.langgraph.StatekeeperSaver
+except ImportError as e:
+    assert "statekeeper[langgraph]" in str(e), e
+else:
+    raise AssertionError("StatekeeperSaver imported without LangGraph installed")
 print("client-only install: ok (no rocksdict, pysyncobj, cryptography, aiohttp, msgspec)")
 PY
 rm -rf "$(dirname "$venv")"

@@ -34,7 +34,6 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -44,8 +43,7 @@ from typing import Any
 
 from benchmarks.compare import make_bar
 from benchmarks.harness import compact_samples
-from benchmarks.load import append_section, fs_type, markdown_table
-from benchmarks.systems import get_system_class
+from benchmarks.load import append_section, markdown_table, statekeeper_target
 from chaos.stats import percentile
 from client import AsyncClient, Client
 
@@ -256,16 +254,7 @@ def plot(kinds: list[Kind], s: Staleness, path: Path) -> Path | None:
 async def run(args: argparse.Namespace) -> tuple[list[Kind], Staleness, str]:
     keys = _keys(args.keys)
     async with AsyncExitStack() as stack:
-        if args.endpoints:
-            endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
-            target = "running cluster at " + ", ".join(endpoints)
-        else:
-            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="sk-cache-"))
-            cls = get_system_class("statekeeper")
-            endpoints = await stack.enter_async_context(
-                cls.local_cluster(Path(workdir), fsync="always")
-            )
-            target = f"fresh local 3-node cluster (fsync=always, data on {fs_type(workdir)})"
+        endpoints, target = await statekeeper_target(stack, args.endpoints, "sk-cache-")
         bar = make_bar(2 * args.rounds + int(args.load_seconds) + 1, not args.no_progress)
         bar.set_description("populating")
         with Client(endpoints, ns=NS) as c:

@@ -29,7 +29,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -38,8 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.compare import make_bar
-from benchmarks.load import append_section, fs_type, markdown_table, parse_size
-from benchmarks.systems import get_system_class
+from benchmarks.load import append_section, markdown_table, parse_size, statekeeper_target
 from chaos.stats import percentile
 from client import AsyncClient
 from client.agent import AsyncAgent
@@ -203,18 +201,9 @@ async def run(args: argparse.Namespace) -> tuple[list[Case], str]:
     if (1 << 20) in args.sizes and 100 in args.tails and args.age:
         cases.append(Case(1 << 20, 100, 0))
     async with AsyncExitStack() as stack:
-        if args.endpoints:
-            endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
-            target = "running cluster at " + ", ".join(endpoints)
-        else:
-            workdir = stack.enter_context(
-                tempfile.TemporaryDirectory(prefix="sk-hydrate-", dir=args.data_dir)
-            )
-            cls = get_system_class("statekeeper")
-            endpoints = await stack.enter_async_context(
-                cls.local_cluster(Path(workdir), fsync="always")
-            )
-            target = f"fresh local 3-node cluster (fsync=always, data on {fs_type(workdir)})"
+        endpoints, target = await statekeeper_target(
+            stack, args.endpoints, "sk-hydrate-", args.data_dir
+        )
         client = await stack.enter_async_context(AsyncClient(endpoints, ns="bench-hydrate"))
         bar = make_bar(len(cases) * (args.rounds + 1), not args.no_progress)
         for case in cases:

@@ -242,6 +242,22 @@ def fs_type(path: str | os.PathLike[str]) -> str:
     return kind
 
 
+async def statekeeper_target(
+    stack: AsyncExitStack, endpoints: str | None, prefix: str, data_dir: str | None = None
+) -> tuple[list[str], str]:
+    """The cluster a small benchmark measures, and how its report names it: the comma-
+    separated ``endpoints`` of a running one, or (None) a fresh local 3-node cluster with
+    fsync=always in a temporary directory under ``data_dir``, stopped and removed when
+    ``stack`` closes."""
+    if endpoints:
+        urls = [e.strip() for e in endpoints.split(",") if e.strip()]
+        return urls, "running cluster at " + ", ".join(urls)
+    workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix, dir=data_dir))
+    cls = get_system_class("statekeeper")
+    urls = await stack.enter_async_context(cls.local_cluster(Path(workdir), fsync="always"))
+    return urls, f"fresh local 3-node cluster (fsync=always, data on {fs_type(workdir)})"
+
+
 def command_line(argv: Sequence[str]) -> str:
     return "python -m benchmarks.load " + shlex.join(argv) if argv else "python -m benchmarks.load"
 

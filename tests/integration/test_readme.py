@@ -69,3 +69,22 @@ def test_the_readme_coordination_example_works(cluster: LocalCluster) -> None:
         assert out.getvalue() == (
             "put invoice-42/status sending\nput invoice-42/status sent\n"
         )
+
+
+def test_the_readme_langgraph_example_works(cluster: LocalCluster) -> None:
+    text = README.read_text()
+    code = re.search(r"## A LangGraph graph that survives crashes\n\n```python\n(.*?)```", text, re.S).group(1)
+    urls = [cluster.url(n) for n in cluster.node_ids]
+    code = code.replace(
+        '["http://127.0.0.1:7000", "http://127.0.0.1:7001", "http://127.0.0.1:7002"]', repr(urls)
+    )
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    assert out.getvalue() == "1\n"
+    # The thread's checkpoints are in the cluster: a new saver (a new process) finds them.
+    from client.langgraph import StatekeeperSaver
+
+    with StatekeeperSaver.from_endpoints(urls) as saver:
+        latest = saver.get_tuple({"configurable": {"thread_id": "agent-42"}})
+    assert latest is not None and latest.checkpoint["channel_values"]["steps"] == 1

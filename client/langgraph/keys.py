@@ -1,0 +1,219 @@
+"""Key layout helpers for client/langgraph (the saver's keys; the store keeps its own).
+
+Every free-form component (thread id, checkpoint namespace, channel, task id, version,
+run id) goes through :func:`part`, which percent-encodes ``%``, ``/`` and NUL, so a key's
+``/`` always separates segments and ``ckpt/{thread}/`` never matches another thread's keys.
+
+The saver's keys, inside its statekeeper namespace (``"langgraph"`` by default)::
+
+    ckpt/{thread}/{cns}/{inv(checkpoint_id)}        checkpoint record (msgpack)
+    blob/{thread}/{cns}/{channel}/{version}         one channel value at one version
+    writes/{thread}/{cns}/{checkpoint_id}/{task_id}/{idx:08d}   one pending write
+    run/{run_id}/{thread}/{cns}/{checkpoint_id}     "" (run index, for delete_for_runs)
+    trun/{thread}/{run_id}                          "" (the runs a thread has checkpoints of)
+    last/{thread}/{cns}                             id of the checkpoint put last (a change
+                                                    marker that prune/delete_for_runs compare on)
+
+A value too large for one key continues in ``{key}/c0``, ``{key}/c1``, ... (blobs and
+writes only; see saver_codec.py). ``idx`` is ``%08d``, so the special writes of
+``WRITES_IDX_MAP`` (negative indexes) read ``-0000001`` .. ``-0000004``.
+
+``inv`` makes ascending key order DESCENDING checkpoint id order, so "newest first",
+``before`` and ``limit`` are forward range scans: a canonical lowercase UUID (what LangGraph
+uses: uuid6, time ordered) has each hex digit complemented (``0``<->``f``, ``1``<->``e``, ...;
+dashes kept), so it still reads like a UUID; any other id becomes ``~`` + the hex of each
+UTF-8 byte complemented (255 - b) + ``~``, which reverses byte order too. Non-UUID ids
+sort after (as if older than) every UUID id of the same namespace.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = [
+    "BLOB",
+    "CKPT",
+    "LAST",
+    "RUN",
+    "TRUN",
+    "WRITES",
+    "blob_key",
+    "blob_prefix",
+    "chunk_key",
+    "ckpt_key",
+    "ckpt_prefix",
+    "inv",
+    "last_key",
+    "last_prefix",
+    "main_key",
+    "parse_ckpt_key",
+    "parse_run_key",
+    "part",
+    "prefix_end",
+    "retarget",
+    "run_key",
+    "run_prefix",
+    "trun_key",
+    "trun_prefix",
+    "uninv",
+    "unpart",
+    "version_part",
+    "writes_key",
+    "writes_prefix",
+]
+
+CKPT, BLOB, WRITES, RUN, TRUN, LAST = "ckpt/", "blob/", "writes/", "run/", "trun/", "last/"
+
+_ESCAPES = {"%": "%25", "/": "%2F", "\x00": "%00"}
+_UNESCAPE = re.compile(r"%(25|2F|00)")
+_UNESCAPES = {"25": "%", "2F": "/", "00": "\x00"}
+
+
+def part(value: Any) -> str:
+    """One key segment: ``str(value)`` with ``%``, ``/`` and NUL percent-encoded."""
+    s = value if isinstance(value, str) else str(value)
+    if "%" in s or "/" in s or "\x00" in s:
+        return "".join(_ESCAPES.get(ch, ch) for ch in s)
+    return s
+
+
+def unpart(segment: str) -> str:
+    """The inverse of :func:`part`."""
+    if "%" not in segment:
+        return segment
+    return _UNESCAPE.sub(lambda m: _UNESCAPES[m.group(1)], segment)
+
+
+# -- checkpoint id <-> descending key order ------------------------------------------------
+
+_HEX = "0123456789abcdef"
+_COMPLEMENT = str.maketrans(_HEX, _HEX[::-1])
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
+
+def inv(checkpoint_id: str) -> str:
+    """The key segment of ``checkpoint_id``: ascending segments = descending ids (see the
+    module docstring)."""
+    if _UUID.match(checkpoint_id):
+        return checkpoint_id.translate(_COMPLEMENT)
+    return "~" + bytes(255 - b for b in checkpoint_id.encode("utf-8")).hex() + "~"
+
+
+def uninv(segment: str) -> str:
+    """The checkpoint id whose :func:`inv` is ``segment``."""
+    if segment.startswith("~"):
+        return bytes(255 - b for b in bytes.fromhex(segment[1:-1])).decode("utf-8")
+    return segment.translate(_COMPLEMENT)
+
+
+def prefix_end(prefix: str) -> str:
+    """The smallest string above every string starting with ``prefix`` (a range's end)."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def version_part(version: Any) -> str:
+    """The key segment of a channel version (int, float or str; ``1`` and ``"1"`` are the
+    same version)."""
+    return part(version if isinstance(version, str) else repr(version))
+
+
+# -- the saver's keys ----------------------------------------------------------------------
+
+
+def ckpt_prefix(thread_id: str | None = None, checkpoint_ns: str | None = None) -> str:
+    """``ckpt/``, ``ckpt/{thread}/`` or ``ckpt/{thread}/{cns}/``."""
+    if thread_id is None:
+        return CKPT
+    if checkpoint_ns is None:
+        return f"{CKPT}{part(thread_id)}/"
+    return f"{CKPT}{part(thread_id)}/{part(checkpoint_ns)}/"
+
+
+def ckpt_key(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
+    return ckpt_prefix(thread_id, checkpoint_ns) + inv(checkpoint_id)
+
+
+def parse_ckpt_key(key: str) -> tuple[str, str, str]:
+    """(thread_id, checkpoint_ns, checkpoint_id) of a ``ckpt/`` key."""
+    _, thread, cns, seg = key.split("/")
+    return unpart(thread), unpart(cns), uninv(seg)
+
+
+def blob_prefix(thread_id: str, checkpoint_ns: str | None = None) -> str:
+    if checkpoint_ns is None:
+        return f"{BLOB}{part(thread_id)}/"
+    return f"{BLOB}{part(thread_id)}/{part(checkpoint_ns)}/"
+
+
+def blob_key(thread_id: str, checkpoint_ns: str, channel: str, version_segment: str) -> str:
+    """The key of one channel value; ``version_segment`` is :func:`version_part`'s."""
+    return f"{blob_prefix(thread_id, checkpoint_ns)}{part(channel)}/{version_segment}"
+
+
+def writes_prefix(
+    thread_id: str, checkpoint_ns: str | None = None, checkpoint_id: str | None = None
+) -> str:
+    """``writes/{thread}/``, ``.../{cns}/`` or ``.../{cns}/{checkpoint_id}/``."""
+    if checkpoint_ns is None:
+        return f"{WRITES}{part(thread_id)}/"
+    p = f"{WRITES}{part(thread_id)}/{part(checkpoint_ns)}/"
+    return p if checkpoint_id is None else f"{p}{part(checkpoint_id)}/"
+
+
+def writes_key(
+    thread_id: str, checkpoint_ns: str, checkpoint_id: str, task_id: str, idx: int
+) -> str:
+    return f"{writes_prefix(thread_id, checkpoint_ns, checkpoint_id)}{part(task_id)}/{idx:08d}"
+
+
+def run_prefix(run_id: str, thread_id: str | None = None) -> str:
+    if thread_id is None:
+        return f"{RUN}{part(run_id)}/"
+    return f"{RUN}{part(run_id)}/{part(thread_id)}/"
+
+
+def run_key(run_id: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
+    return f"{run_prefix(run_id, thread_id)}{part(checkpoint_ns)}/{part(checkpoint_id)}"
+
+
+def parse_run_key(key: str) -> tuple[str, str, str, str]:
+    """(run_id, thread_id, checkpoint_ns, checkpoint_id) of a ``run/`` key."""
+    _, run, thread, cns, cid = key.split("/")
+    return unpart(run), unpart(thread), unpart(cns), unpart(cid)
+
+
+def trun_prefix(thread_id: str) -> str:
+    return f"{TRUN}{part(thread_id)}/"
+
+
+def trun_key(thread_id: str, run_id: str) -> str:
+    return trun_prefix(thread_id) + part(run_id)
+
+
+def last_prefix(thread_id: str) -> str:
+    return f"{LAST}{part(thread_id)}/"
+
+
+def last_key(thread_id: str, checkpoint_ns: str) -> str:
+    return last_prefix(thread_id) + part(checkpoint_ns)
+
+
+def chunk_key(key: str, i: int) -> str:
+    """Where chunk ``i`` of the value of ``key`` lives."""
+    return f"{key}/c{i}"
+
+
+def main_key(key: str, slashes: int) -> tuple[str, int | None]:
+    """(the key a value belongs to, its chunk number or None): a main key has ``slashes``
+    "/", a chunk ``{main}/c{i}`` one more."""
+    if key.count("/") <= slashes:
+        return key, None
+    head, _, tail = key.rpartition("/")
+    return head, int(tail[1:])
+
+
+def retarget(key: str, thread_id: str) -> str:
+    """``key`` (ckpt/, blob/, writes/, trun/ or last/: thread second) moved to ``thread_id``."""
+    top, _, rest = key.split("/", 2)
+    return f"{top}/{part(thread_id)}/{rest}"
