@@ -93,6 +93,14 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         help="clients contending for one lock through the whole run, doing fenced writes "
         "checked by chaos.checker.locks; 0 turns the lock check off (default: %(default)s)",
     )
+    p.add_argument(
+        "--crdt-clients",
+        type=int,
+        default=2,
+        metavar="N",
+        help="agents sharing a counter through local CRDT replicas synced through the whole "
+        "run, checked by chaos.checker.crdt; 0 turns the CRDT check off (default: %(default)s)",
+    )
 
 
 def _output_args(p: argparse.ArgumentParser, *, check_time_limit: float | None) -> None:
@@ -118,6 +126,12 @@ def _output_args(p: argparse.ArgumentParser, *, check_time_limit: float | None) 
         action="store_true",
         help="MUTATION: the lockers write without their fence; a stale holder's write then "
         "lands after its successor's and the lock check must fail",
+    )
+    p.add_argument(
+        "--debug-crdt-reuse-id",
+        action="store_true",
+        help="MUTATION: each CRDT client's replica restarts without its state under its old "
+        "replica id; its later increments are lost and the CRDT check must fail",
     )
     p.add_argument(
         "--check-time-limit",
@@ -272,9 +286,11 @@ def _options(args: argparse.Namespace, fault: str, **phases: Any):
         stream_share=args.stream_share,
         watchers=args.watchers,
         lockers=args.lockers,
+        crdt_clients=args.crdt_clients,
         debug_unsafe_reads=args.debug_unsafe_reads,
         debug_watch_drop=args.debug_watch_drop,
         debug_lock_unfenced=args.debug_lock_unfenced,
+        debug_crdt_reuse_id=args.debug_crdt_reuse_id,
         op_deadline=args.op_deadline,
         think_time=args.think_time,
         keep_data=args.keep_data,

@@ -73,6 +73,10 @@ Locks (``lock_acquire`` / ``fenced_put`` / ``lock_release``, the lockers of
 - lock_release invoke: ``name``, ``fence``; ok: ``revision``, ``held``; fail:
   ``lock_not_held``.
 
+CRDTs (``crdt_add`` / ``crdt_sync`` / ``crdt_read``, the replicas of ``chaos.crdt_workload``;
+checked by ``chaos.checker.crdt``, ignored by the kv checks; fields: see
+``chaos.crdt_workload``).
+
 Values should be strings (JSON); ``bytes`` are written as ``{"$b64": ...}`` and read back as
 ``bytes``. Write values should be unique per op (e.g. ``f"{process}-{id}"``): the checks
 are much stronger with them (see ``chaos.checker``).
@@ -116,7 +120,7 @@ __all__ = [
 EVENT_TYPES = ("invoke", "ok", "fail", "info")
 OP_NAMES = (
     "put", "get", "delete", "cas", "txn", "range", "compact", "append", "read_stream",
-    "lock_acquire", "lock_release", "fenced_put",
+    "lock_acquire", "lock_release", "fenced_put", "crdt_add", "crdt_sync", "crdt_read",
 )  # fmt: skip
 Outcome = Literal["ok", "fail", "info"]
 

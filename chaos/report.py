@@ -270,6 +270,9 @@ class RunResult:
     # chaos.checker.locks: its violations and counts (acquisitions, fenced writes ...).
     locks: list[str] = field(default_factory=list)
     lock_stats: dict[str, Any] = field(default_factory=dict)
+    # chaos.checker.crdt: its violations and counts (adds, syncs, the store's value ...).
+    crdt: list[str] = field(default_factory=list)
+    crdt_stats: dict[str, Any] = field(default_factory=dict)
     error_codes: dict[str, int] = field(default_factory=dict)
     report_dir: str | None = None
     files: dict[str, str] = field(default_factory=dict)  # label -> path relative to report_dir
@@ -395,6 +398,7 @@ def render_markdown(result: RunResult) -> str:
         ("Event streams", r.streams),
         ("Watch", r.watch),
         ("Locks", r.locks),
+        ("CRDTs", r.crdt),
         ("Failpoint crashes", [f"{k}: {v}" for k, v in r.crashes.items()]),
     ):
         if items:

@@ -2,7 +2,8 @@
 converge, then, with the cluster down, the history's checks (linearizability, lost and
 duplicated writes, revisions, reads against acknowledged writes, event streams, the
 watchers against the prefix's change history: ``chaos.checker.watch``, the lockers'
-fenced writes: ``chaos.checker.locks``) and its metrics."""
+fenced writes: ``chaos.checker.locks``, the CRDT replicas: ``chaos.checker.crdt``) and its
+metrics."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from chaos import checker
 from chaos.checker import watch as watch_checker
+from chaos.checker.crdt import LOSS_RULES as CRDT_LOSS_RULES
+from chaos.checker.crdt import check_crdt
 from chaos.checker.locks import LOSS_RULES as LOCK_LOSS_RULES
 from chaos.checker.locks import check_locks
 from chaos.checker.streams import LOSS_RULES, check_streams
@@ -23,6 +26,7 @@ from chaos.convergence import (
     revision_conflicts,
     served_by,
 )
+from chaos.crdt_workload import CrdtRun
 from chaos.faults import Fault
 from chaos.history import read_history
 from chaos.lock_workload import LockRun
@@ -107,6 +111,7 @@ def check_run(
     streams: StreamReads | None = None,
     watch: WatchRun | None = None,
     locks: LockRun | None = None,
+    crdt: CrdtRun | None = None,
     restarts: Mapping[str, Sequence[int]] | None = None,
 ) -> None:
     """Every verdict of the run onto ``result``. ``restarts``: node -> monotonic_ns of
@@ -183,8 +188,13 @@ def check_run(
     if locks is not None:
         at = 5 + (streams is not None) + (watch is not None)
         result.verdicts.insert(at, lock_verdict(ops, locks, result, allowed))
-    # The final reads' process and the lockers' (checked by the lock verdict alone).
+    if crdt is not None:
+        at = 5 + (streams is not None) + (watch is not None) + (locks is not None)
+        result.verdicts.insert(at, crdt_verdict(ops, crdt, result, allowed))
+    # The final reads' process, the lockers' and the CRDT clients' (checked by the lock
+    # and CRDT verdicts alone).
     skip = [opts.clients, *range(opts.clients + 1, opts.clients + 1 + opts.lockers)]
+    skip += crdt.processes if crdt is not None else []
     per_node = served_by(ops, exclude_processes=skip)
     result.verdicts.append(
         Verdict(
@@ -356,6 +366,34 @@ def lock_verdict(ops: Sequence[Any], locks: LockRun, result: RunResult, allowed:
     if result.locks:
         detail = f"{result.locks[0]}; " + detail
     return Verdict("locks", status, value, detail)
+
+
+def crdt_verdict(ops: Sequence[Any], crdt: CrdtRun, result: RunResult, allowed: bool) -> Verdict:
+    """The "crdt" verdict (chaos.checker.crdt): the shared counter's store value between
+    the acknowledged and the acknowledged + unknown increments before the final syncs,
+    exactly their total after them, on every replica too, and a repeated merge changes
+    nothing; keeps the violations and the counts on ``result``. With ``allowed`` (power
+    loss, fsync=never) a broken bound is ALLOWED; the rest still FAILs."""
+    res = check_crdt(ops, crdt.key)
+    result.crdt_stats = dict(res.stats)
+    bad = res.violations
+    result.crdt = [v.describe() for v in bad[:50]] + (
+        [f"... and {len(bad) - 50} more"] if len(bad) > 50 else []
+    )
+    fatal = [v for v in bad if not (allowed and v.rule in CRDT_LOSS_RULES)]
+    status = FAIL if fatal else (ALLOWED if bad else PASS)
+    st = res.stats
+    value = (
+        violation_counts(bad) + f"; {st['adds']} adds (total {st['total']}) on "
+        f"{st['replicas']} replicas, syncs {st['syncs_ok']} ok / {st['syncs_fail']} refused / "
+        f"{st['syncs_unknown']} unknown; store {st.get('before', '-')} in "
+        f"[{st.get('lower', '-')}, {st.get('upper', '-')}] before the final syncs, "
+        f"{st.get('after', '-')} after"
+    )
+    detail = res.summary()
+    if bad:
+        detail = f"{bad[0].describe()}; " + detail
+    return Verdict("crdt", status, value, detail)
 
 
 def _s(x: float | None) -> str:

@@ -4,11 +4,13 @@ One run::
 
     fresh cluster (temp dir; per-link addresses / proxies / LazyFS as the fault needs)
     -> watchers start on the kv keys' prefix (chaos.watch_workload; watch.jsonl), and the
-       lockers (chaos.lock_workload: fenced writes to one key under one lock)
+       lockers (chaos.lock_workload: fenced writes to one key under one lock), and the
+       CRDT clients (chaos.crdt_workload: counter replicas synced through the fault)
     -> workload starts (history.jsonl in the report dir)
     -> warmup -> fault start ... fault window ... heal -> recovery
     -> workload stops -> every node running and ready -> final linearizable read of
-       every key and of every event stream (recorded in the history too) -> replicas
+       every key and of every event stream, the CRDT replicas' final syncs (recorded in
+       the history too) -> replicas
        converge: once every node reports the same applied index, each node's
        serializable read of the whole namespace must be identical (chaos.convergence);
        each node's copy of the streams is read -> the prefix's change history is read
@@ -16,7 +18,8 @@ One run::
        -> the fault's own checks
     -> cluster torn down -> checks (linearizability, lost acknowledged writes, duplicate
        applications, reads that contradict the acknowledged writes, event streams:
-       chaos.checker.streams, watch: chaos.checker.watch, locks: chaos.checker.locks),
+       chaos.checker.streams, watch: chaos.checker.watch, locks: chaos.checker.locks,
+       CRDTs: chaos.checker.crdt),
        metrics (RTO, throughput, errors, latency, ops per node) -> report.md + PNG
 
 A fault may ask for more nodes, other raft / retention settings (tiny snapshot
@@ -43,6 +46,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from chaos.crdt_workload import finish_crdt, start_crdt
 from chaos.faults import (
     SMOKE,
     CrashWatcher,
@@ -108,12 +112,14 @@ class RunOptions:
     stream_share: float = 0.15  # share of the ops that are stream ops (0: no streams)
     watchers: int = 2  # watchers on the kv keys through the run (0: no watch check)
     lockers: int = 3  # lockers doing fenced writes through the run (0: no lock check)
+    crdt_clients: int = 2  # counter replicas synced through the run (0: no CRDT check)
     warmup: float | None = None  # default: 20% of duration, at least 2 s
     fault_window: float | None = None  # default: 35% of duration, at least 3 s
     report_dir: Path | None = None
     debug_unsafe_reads: bool = False
     debug_watch_drop: bool = False  # MUTATION: watcher w0 loses one delivered event
     debug_lock_unfenced: bool = False  # MUTATION: the lockers' writes carry no fence
+    debug_crdt_reuse_id: bool = False  # MUTATION: a CRDT replica restarts without its state
     check_time_limit: float = 120.0
     # Seconds one op may keep retrying (same idempotency key) before its outcome is
     # recorded; 0: one attempt per op, so the error rate shows every failed attempt.
@@ -158,6 +164,8 @@ class RunOptions:
             raise ValueError("--watchers must be >= 0 (and >= 1 with --debug-watch-drop)")
         if self.lockers < 0 or (self.debug_lock_unfenced and self.lockers < 2):
             raise ValueError("--lockers must be >= 0 (and >= 2 with --debug-lock-unfenced)")
+        if self.crdt_clients < 0 or (self.debug_crdt_reuse_id and not self.crdt_clients):
+            raise ValueError("--crdt-clients must be >= 0 (and >= 1 with --debug-crdt-reuse-id)")
         self.phases()
 
 
@@ -187,6 +195,7 @@ def run_scenario(opts: RunOptions, say: Say = _say) -> RunResult:
             "stream_share": opts.stream_share,
             "watchers": opts.watchers,
             "lockers": opts.lockers,
+            "crdt_clients": opts.crdt_clients,
             "warmup": warmup,
             "fault_window": window,
             "op_deadline": opts.op_deadline,
@@ -194,6 +203,7 @@ def run_scenario(opts: RunOptions, say: Say = _say) -> RunResult:
             "debug_unsafe_reads": opts.debug_unsafe_reads,
             **({"debug_watch_drop": True} if opts.debug_watch_drop else {}),
             **({"debug_lock_unfenced": True} if opts.debug_lock_unfenced else {}),
+            **({"debug_crdt_reuse_id": True} if opts.debug_crdt_reuse_id else {}),
             **({"failpoints": failpoint_spec(fault.failpoints)} if fault.failpoints else {}),
             **({"raft": fault.raft_settings} if fault.raft_settings else {}),
             **({"retention": fault.retention_settings} if fault.retention_settings else {}),
@@ -215,6 +225,7 @@ def run_scenario(opts: RunOptions, say: Say = _say) -> RunResult:
         + (", UNSAFE READS (mutation)" if opts.debug_unsafe_reads else "")
         + (", WATCHER DROPS AN EVENT (mutation)" if opts.debug_watch_drop else "")
         + (", UNFENCED LOCK WRITES (mutation)" if opts.debug_lock_unfenced else "")
+        + (", CRDT REPLICA ID REUSED (mutation)" if opts.debug_crdt_reuse_id else "")
         + f"\n   report: {report_dir}"
     )
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -328,6 +339,8 @@ def _run(
                 "watch_drop": 50 if opts.debug_watch_drop else 0,
                 "lockers": opts.lockers,
                 "lock_unfenced": opts.debug_lock_unfenced,
+                "crdt_clients": opts.crdt_clients,
+                "crdt_reuse_id": opts.debug_crdt_reuse_id,
                 **fault.workload_settings,
             },
         )
@@ -350,6 +363,9 @@ def _run(
         lockers = start_lockers(endpoints, history, wcfg, opts.clients + 1, say)
         if lockers is not None:
             stack.callback(lockers.stop)
+        crdt = start_crdt(endpoints, history, wcfg, opts.clients + 1 + opts.lockers, say, run_id)
+        if crdt is not None:
+            stack.callback(crdt.stop)
         t0 = time.monotonic_ns()
         workload.start()
         progress = Progress(workload, t0, opts.progress_interval, say, watchers)
@@ -390,6 +406,8 @@ def _run(
             workload.stop()
             if lockers is not None:
                 lockers.stop()
+            if crdt is not None:
+                crdt.halt()
             end = time.monotonic_ns()
             progress.stop()
         result.error_codes = dict(workload.errors)
@@ -430,6 +448,7 @@ def _run(
             cfg.http_urls(), wcfg.key_names(), history=history, process=opts.clients, ns=wcfg.ns
         )
         streams = run_final_streams(cfg, wcfg, history, opts.clients)
+        crdt_run = finish_crdt(crdt, wcfg, event)
         history.close()
         event(f"final reads: {len(values)}/{len(wcfg.key_names())} keys")
         result.verdicts.append(
@@ -456,7 +475,7 @@ def _run(
     check_run(
         opts, fault, result, history_path, values, revisions, t0, end, fault_start, heal, say,
         replica_reads, [n.id for n in cfg.nodes], streams=streams, watch=watch, locks=locks,
-        restarts=watcher.restart_times if watcher is not None else None,
+        crdt=crdt_run, restarts=watcher.restart_times if watcher is not None else None,
     )
 
 

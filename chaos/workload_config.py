@@ -1,7 +1,7 @@
 """What a chaos workload does (``chaos.workload``): its clients, keys, op mix, deadlines,
 idempotency probes, event streams (``chaos.stream_workload``), the watchers on its keys
-(``chaos.watch_workload``), the lockers (``chaos.lock_workload``), and which node serves
-each op (``op_node``, ``pinned_nodes``)."""
+(``chaos.watch_workload``), the lockers (``chaos.lock_workload``), the CRDT clients
+(``chaos.crdt_workload``), and which node serves each op (``op_node``, ``pinned_nodes``)."""
 
 from __future__ import annotations
 
@@ -96,6 +96,20 @@ class WorkloadConfig:
     lock_pause_share: float = 0.2
     lock_pause_extra: float = 1.5
     lock_unfenced: bool = False
+    # CRDT clients (chaos.crdt_workload), on by default: how many share a counter through
+    # replicas of ``crdt_key`` (0 turns the CRDT check off); each adds ``crdt_add`` (min,
+    # max) per local increment, ``crdt_think`` s apart, and syncs after ``crdt_sync_every``
+    # increments (a ``crdt_sync_full_share`` of the syncs ship the whole state); one call
+    # may retry for ``crdt_op_deadline`` s; ``crdt_reuse_id`` (a MUTATION): a client's
+    # replica restarts without its state under its old replica id.
+    crdt_clients: int = 2
+    crdt_key: str = "crdt/visits"
+    crdt_add: tuple[int, int] = (1, 5)
+    crdt_think: tuple[float, float] = (0.02, 0.15)
+    crdt_sync_every: tuple[int, int] = (1, 4)
+    crdt_sync_full_share: float = 0.1
+    crdt_op_deadline: float = 1.0
+    crdt_reuse_id: bool = False
 
     def key_names(self) -> list[str]:
         return [f"k{i}" for i in range(self.keys)]

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .base import Pages, ScanPages, command, paged
 from .cache_commands import CacheCommands
+from .crdt_commands import CrdtCommands
 from .effects import EffectCommands
 from .kv_requests import (
     MISSING,
@@ -63,6 +64,7 @@ class Commands(
     WatchCommands,
     CacheCommands,
     EffectCommands,
+    CrdtCommands,
     Generic[BatchT],
 ):
     """The operations of both clients (the stream ones come from
@@ -71,7 +73,8 @@ class Commands(
     :class:`lock_commands.LockCommands`, ``watch`` from
     :class:`watch_commands.WatchCommands`, ``cache`` from
     :class:`cache_commands.CacheCommands`, the ``effects`` ledger from
-    :class:`effects.EffectCommands`). Each builds its request and returns
+    :class:`effects.EffectCommands`, ``crdt_merge``, ``crdt_get`` and ``crdt`` from
+    :class:`crdt_commands.CrdtCommands`). Each builds its request and returns
     ``self._execute(request)`` (see :class:`base.BaseClient`). A transport subclass
     implements what BaseClient asks for, ``_iterate(pages)`` (run a :class:`base.Pages`,
     yielding the items of its pages) and sets ``_batch_type`` (what :meth:`batch`

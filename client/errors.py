@@ -28,6 +28,7 @@ __all__ = [
     "CacheStale",
     "Compacted",
     "Conflict",
+    "CrdtTypeMismatch",
     "EffectClaimLost",
     "EffectInProgress",
     "EffectResultLost",
@@ -146,6 +147,21 @@ class ExpectationFailed(Conflict):
     @property
     def exists(self) -> bool:
         return bool(self.details.get("exists", False))
+
+
+class CrdtTypeMismatch(Conflict):
+    """A CRDT merge or read found another kind of value at the key
+    (``crdt_type_mismatch``, 409): a CRDT of another type, or a plain (non-CRDT) value;
+    nothing was merged. ``current`` is None; the message says what is there.
+
+    Attributes:
+        found: the CRDT type the key holds (None: a plain value, or unreadable).
+    """
+
+    @property
+    def found(self) -> str | None:
+        value = self.details.get("found")
+        return value if isinstance(value, str) else None
 
 
 class StreamNotFound(NotFound):
@@ -364,6 +380,7 @@ _BY_CODE: dict[str, type[StatekeeperError]] = {
     "lock_not_held": LockNotHeld,
     "fence_mismatch": FenceMismatch,
     "lock_held": LockHeld,
+    "crdt_type_mismatch": CrdtTypeMismatch,
     "too_many_events": InvalidRequest,
     "unavailable": Unavailable,
     "watch_overflow": WatchOverflow,

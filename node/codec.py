@@ -65,9 +65,10 @@ def _json_value(d: dict, name: str = "value") -> None:
 
 
 def _json_values_in(obj: dict) -> None:
-    """JSON has no bytes: turn value / value_b64 of ops and compares, and data / data_b64
-    of stream events, into bytes."""
+    """JSON has no bytes: turn value / value_b64 of ops and compares, state / state_b64 of
+    CRDT merges, and data / data_b64 of stream events, into bytes."""
     _json_value(obj)
+    _json_value(obj, "state")  # crdt_get's `state` is a bool: only a str is touched
     events = obj.get("events")
     if isinstance(events, list):
         for event in events:
@@ -94,8 +95,19 @@ def _json_ready(obj: Any) -> Any:
                 out[k] = _json_ready(v)
         return out
     if isinstance(obj, list | tuple):
-        return [_json_ready(v) for v in obj]
+        return [_json_item(v) for v in obj]
     return obj
+
+
+def _json_item(v: Any) -> Any:
+    """A list item: bytes (CRDT values: set members, register values) as UTF-8 text, or
+    {"b64": base64} when they are not UTF-8."""
+    if isinstance(v, bytes | bytearray):
+        try:
+            return v.decode()
+        except UnicodeDecodeError:
+            return {"b64": base64.b64encode(v).decode()}
+    return _json_ready(v)
 
 
 def encode(obj: Any, fmt: str) -> bytes:

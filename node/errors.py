@@ -33,6 +33,7 @@ STATUS: dict[str, int] = {
     "lock_held": 409,  # lock_acquire with wait=false of a lock someone holds
     "compare_failed": 409,
     "expectation_failed": 409,  # a stream append's `expect` did not hold
+    "crdt_type_mismatch": 409,  # a merge/crdt_get of a key holding a plain value or another type
     "idempotency_key_reused": 422,  # the key came with another request before
     "compacted": 410,
     "unavailable": 503,

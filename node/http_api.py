@@ -23,7 +23,8 @@ from node.watch_ops import WATCH_PATH
 log = logging.getLogger("statekeeper.http")
 
 KV_OPS = ("put", "get", "delete", "range", "cas", "txn", "compact")
-# Ops with a route of their own (POST path -> op): /v1/streams/*, /v1/leases/*.
+# Ops with a route of their own (POST path -> op): /v1/streams/*, /v1/leases/*,
+# /v1/locks/*, /v1/crdt/*.
 OWN_ROUTES = {spec.path: name for name, spec in OPS.items() if name not in KV_OPS}
 
 
@@ -183,7 +184,8 @@ class Api:
 
     async def handle_own_route(self, request: Request) -> Response:
         """POST /v1/streams/{append,read,info,list}, /v1/leases/{grant,keepalive,revoke,
-        info,list}: the op its path names. (The node-internal lease_expire has no route.)"""
+        info,list}, /v1/locks/{acquire,release,list}, /v1/crdt/{merge,get}: the op its path
+        names. (The node-internal lease_expire has no route.)"""
         return await self._handle_op(OWN_ROUTES[request.path], request)
 
     async def _handle_op(self, name: str, request: Request) -> Response:

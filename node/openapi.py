@@ -19,6 +19,7 @@ from node.config import Limits
 from node.errors import STATUS
 from node.lock_ops import FENCED_OPS
 from node.op_fields import Schema, ref, wire_name
+from node.openapi_crdt import crdt_examples, crdt_op_docs
 from node.openapi_examples import cas_examples, get_examples, put_examples
 from node.openapi_leases import lease_examples, lease_op_docs
 from node.openapi_locks import FENCE_NOTE, lock_examples, lock_op_docs
@@ -52,9 +53,10 @@ ERROR_WHEN: dict[str, str] = {
     "request_too_large": "the body exceeds max_request_bytes",
     "too_many_ops": "more ops (txn: compares + ops) than max_ops_per_request",
     "key_not_found": "get of a missing key (the body still has `revision`)",
-    "not_found": "unknown path",
+    "not_found": "unknown path; crdt_get of a missing key (`error.revision`: the revision read)",
     "method_not_allowed": "the path exists but not for this method",
     "compare_failed": "the cas expectation was not met (the body has the current `kv` and `revision`)",
+    "crdt_type_mismatch": "merge or crdt_get of a key that holds a plain value or another CRDT type (`error.found`: its type, or null); nothing changed",
     "expectation_failed": "a stream append's `expect` did not hold (`error` has the stream's `last_seq` and `exists`); nothing appended",
     "stream_not_found": "stream_info of a stream that does not exist",
     "lease_not_found": "the lease does not exist: never granted, revoked, or expired (lease_revoke, lease_info, put with `lease`)",
@@ -107,6 +109,7 @@ _ERROR_BODIES = {
     "compare_failed": "CompareFailed",
     "not_ready": "NotReady",
     "expectation_failed": "ExpectationFailed",
+    "crdt_type_mismatch": "CrdtTypeMismatch",
 }
 
 _WRITE_NOTE = (
@@ -162,6 +165,7 @@ _OP_DOCS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     **stream_op_docs(_WRITE_ERRORS, _READ_ERRORS),
     **lease_op_docs(_WRITE_ERRORS, _READ_ERRORS),
     **lock_op_docs(_WRITE_ERRORS, _READ_ERRORS),
+    **crdt_op_docs(_WRITE_ERRORS, _READ_ERRORS),
 }
 for _name in FENCED_OPS:  # every write that takes a `fence` (node/lock_ops.py)
     _summary, _description, _ok, _errors = _OP_DOCS[_name]
@@ -306,12 +310,13 @@ class _Builder:
             **stream_examples(),
             **lease_examples(),
             **lock_examples(),
+            **crdt_examples(),
         }
         paths = {}
         for name, spec in OPS.items():
             summary, description, ok, errors = _OP_DOCS[name]
             request, result = request_name(spec, "json"), f"{spec.title}Result"
-            tag = spec.path.split("/")[2]  # /v1/<tag>/...: kv, streams, leases, locks
+            tag = spec.path.split("/")[2]  # /v1/<tag>/...: kv, streams, leases, locks, crdt
             paths[spec.path] = self.post(
                 name,
                 summary,
@@ -456,6 +461,7 @@ def _document(limits: Limits) -> dict:
             {"name": "streams", "description": "Append-only event streams."},
             {"name": "leases", "description": "Leases: TTLs that delete their keys."},
             {"name": "locks", "description": "Fair locks on leases, and fencing tokens."},
+            {"name": "crdt", "description": "CRDTs: counters, sets, registers, maps."},
             {"name": "watch", "description": "Streams of changes from a revision on."},
             {"name": "batch", "description": "Many ops in one request."},
             {"name": "ops", "description": "Node status."},

@@ -24,6 +24,7 @@ from node.op_fields import (
     wire_name,
     wired_ref,
 )
+from node.openapi_crdt import CRDT_RESULTS, CRDT_WIRE_SCHEMAS, crdt_schemas
 from node.openapi_leases import LEASE_RESULTS, lease_schemas
 from node.openapi_locks import LOCK_RESULTS, lock_schemas
 from node.openapi_streams import STREAM_RESULTS, STREAM_WIRE_SCHEMAS, stream_schemas
@@ -99,6 +100,7 @@ def common_schemas(error_codes: Iterable[str]) -> dict[str, Schema]:
         **stream_schemas(),
         **lease_schemas(),
         **lock_schemas(),
+        **crdt_schemas(),
         "Status": _status_schema(),
         "Live": obj(
             {"ok": {"const": True}, "node_id": str_schema("Id of this node.")}, ("ok", "node_id")
@@ -261,7 +263,7 @@ def _txn_result(w: str) -> Schema:
 def _txn_op_result(w: str) -> Schema:
     ops = ("Put", "Delete", "Get", "Range", "Append")
     # anyOf: results are not tagged and PutResult's shape ({revision}) fits every result.
-    return {"anyOf": [wired_ref(f"{op}Result", w) for op in ops]}
+    return {"anyOf": [*(wired_ref(f"{op}Result", w) for op in ops), ref("MergeResult")]}
 
 
 def _batch_result(w: str) -> Schema:
@@ -272,10 +274,21 @@ def _batch_result(w: str) -> Schema:
     shared = [ref(name) for name in STREAM_RESULTS if name not in STREAM_WIRE_SCHEMAS]
     shared += [ref(name) for name in LEASE_RESULTS]
     shared += [ref(name) for name in LOCK_RESULTS]
+    crdt = [wired_ref(name, w) for name in CRDT_WIRE_SCHEMAS]
+    shared += [ref(name) for name in CRDT_RESULTS if name not in CRDT_WIRE_SCHEMAS]
     return obj(
         {
             "results": _array(
-                {"anyOf": [*results, *streams, ref("CompactResult"), *shared, ref("Error")]},
+                {
+                    "anyOf": [
+                        *results,
+                        *streams,
+                        *crdt,
+                        ref("CompactResult"),
+                        *shared,
+                        ref("Error"),
+                    ]
+                },
                 "One per op, in order: its result, or `{error}` if that op failed.",
             )
         },
@@ -295,6 +308,7 @@ WIRE_SCHEMAS = {
     "TxnOpResult": _txn_op_result,
     "BatchResult": _batch_result,
     **STREAM_WIRE_SCHEMAS,
+    **CRDT_WIRE_SCHEMAS,
 }
 
 

@@ -29,6 +29,7 @@ their msgpack bytes (key order included) must not change:
     get     {op, ns, key, revision}
     range   {op, ns, prefix, start, end, limit, continuation, revision, keys_only}
     append, read_stream, stream_info, list_streams: node/stream_ops.py
+    merge, crdt_get: node/crdt_ops.py
     lease_*, and put's `lease` / `ttl_ms` (present only when given): node/lease_ops.py
     lock_*, and the `fence` of put, delete, cas, txn, append (present only when given):
             node/lock_ops.py
@@ -63,6 +64,7 @@ from collections.abc import Callable
 from typing import Any
 
 from node.config import Limits
+from node.crdt_ops import crdt_specs
 from node.errors import OpError
 from node.lease_ops import (
     INTERNAL_SPECS,
@@ -258,11 +260,12 @@ class Branch(OpList):
 
 
 def _check_disjoint_writes(ops: list[dict], name: str) -> None:
-    """One txn may not write a key twice (that includes overlapping prefix deletes)."""
+    """One txn may not write a key twice (that includes overlapping prefix deletes; a merge
+    writes its key like a put)."""
     keys: set[tuple[str, str]] = set()
     prefixes: list[tuple[str, str]] = []
     for op in ops:
-        if op["op"] == "put" or (op["op"] == "delete" and not op["prefix"]):
+        if op["op"] in _KEY_WRITES or (op["op"] == "delete" and not op["prefix"]):
             k = (op["ns"], op["key"])
             if k in keys:
                 raise invalid(f"txn {name} writes key {op['key']!r} twice")
@@ -276,6 +279,9 @@ def _check_disjoint_writes(ops: list[dict], name: str) -> None:
         for ns2, k in keys:
             if ns == ns2 and k.startswith(p):
                 raise invalid(f"txn {name} writes {k!r}, also deleted by prefix {p!r}")
+
+
+_KEY_WRITES = frozenset({"put", "merge"})
 
 
 def _check_exclusive(spec: OpSpec) -> Callable[[dict, Limits], None]:
@@ -460,6 +466,7 @@ _SPECS = (
     *stream_specs(NS, IDEMPOTENCY_KEY),
     *lease_specs(NS, IDEMPOTENCY_KEY),
     *lock_specs(NS, IDEMPOTENCY_KEY),
+    *crdt_specs(NS, KEY, IDEMPOTENCY_KEY),
 )
 _SPECS = fenced(_SPECS)  # put, delete, cas, txn and append take a `fence` (node/lock_ops.py)
 OPS: dict[str, OpSpec] = {s.name: s for s in _SPECS}

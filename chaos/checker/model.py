@@ -47,9 +47,10 @@ from chaos.checker.values import _freeze
 from chaos.history import HistoryError, Op
 
 _INVALID = object()  # a model step that is not allowed (None is a legal state: absent)
-# streams: .streams; the lockers' ops: .locks
+# streams: .streams; the lockers' ops: .locks; the CRDT replicas' ops: .crdt
 _IGNORED_FS = frozenset(
     {"range", "compact", "append", "read_stream", "lock_acquire", "lock_release", "fenced_put"}
+    | {"crdt_add", "crdt_sync", "crdt_read"}
 )
 
 

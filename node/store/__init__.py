@@ -22,6 +22,8 @@ Modules, one job each (the shape of etcd's mvcc + backend):
                    lease_info, lease_list (lease_state.py: records, key attachment)
     locks.py       ops lock_acquire, lock_release; read lock_list; the fence check every
                    fenced write passes before its handler (apply.BEFORE_HANDLER)
+    crdt.py        op merge; read crdt_get (CRDT envelopes in kv values; the types are
+                   client/crdt/model.py's)
     txn.py         op txn (compares, then one branch of the ops above)
     compaction.py  op compact; history, change-log and idempotency pruning after every entry
     changes.py     the change log read for watches (node/watch.py), in bounded pages
@@ -41,7 +43,7 @@ validation, like every op's, lives in node/ops.py (`validate_op` refuses names i
 not know), and its HTTP route and schema in node/http_api.py and node/openapi.py.
 """
 
-from node.store import compaction, kv, leases, locks, streams, txn  # noqa: F401  (each registers its ops)
+from node.store import compaction, crdt, kv, leases, locks, streams, txn  # noqa: F401  (each registers its ops)
 from node.store.backend import StorageError
 from node.store.machine import StateMachine
 

@@ -44,6 +44,9 @@ contain no NUL, so NUL works as separator and byte order of the composite keys e
                                          which). Written by every put/delete, pruned with
                                          the history up to compact_revision.
 
+CRDTs (node/store/crdt.py) have no records of their own: a CRDT is a kv key whose value
+is the envelope msgpack [b"skcrdt", 1, type, state].
+
 The value of a key is stored once (in its "h" record); "c" holds only metadata so
 writes stay cheap and reads of the latest state need no history scan. Stream records are
 not versioned: an event's `revision` says when it appeared, so a read at a past revision

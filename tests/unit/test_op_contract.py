@@ -4,6 +4,7 @@ The document a node serves for its cluster.toml: tests/loopback/test_openapi_lim
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -11,9 +12,11 @@ from jsonschema import Draft202012Validator
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
+from client.crdt import model
 from node import codec, openapi
 from node.config import Limits
 from node.errors import OpError
+from node.op_fields import Bytes
 from node.ops import OPS, validate_op, validate_ops
 
 SMALL = Limits(
@@ -112,9 +115,9 @@ def test_request_properties_are_the_declared_fields():
     for spec in OPS.values():
         declared = {f.name for f in spec.fields}
         json_props = set(s[f"{spec.title}Request"]["properties"])
-        extra = (set() if spec.write else read_options) | (
-            {"value_b64"} if "value" in declared else set()
-        )
+        # JSON carries each bytes field (put's value, merge's state) also as base64.
+        b64 = {f"{f.name}_b64" for f in spec.fields if isinstance(f, Bytes)}
+        extra = (set() if spec.write else read_options) | b64
         assert json_props == declared | extra, spec.name
     txn_ops = {
         v["allOf"][1]["properties"]["op"]["const"]: v["allOf"][0] for v in s["TxnOp"]["oneOf"]
@@ -122,7 +125,8 @@ def test_request_properties_are_the_declared_fields():
     assert set(txn_ops) == {name for name, spec in OPS.items() if spec.in_txn}
     for name, schema in txn_ops.items():
         allowed = {f.name for f in OPS[name].fields if not f.txn_error}
-        assert set(schema["properties"]) - {"value_b64"} == allowed, name
+        props = {p for p in schema["properties"] if not p.endswith("_b64")}
+        assert props == allowed, name
     batch_ops = {v["allOf"][1]["properties"]["op"]["const"] for v in s["BatchOp"]["oneOf"]}
     assert batch_ops == set(OPS)
 
@@ -143,6 +147,8 @@ def test_stream_bounds_in_schema_and_validation_agree():
         assert batch.is_valid({"ops": ops}) is (_code(validate_ops, ops, limits) is None), wait_ms
 
 
+# A gcounter state {"a": 2}, as merge carries it in JSON.
+GCOUNTER_B64 = base64.b64encode(model.encode("gcounter", {"a": 2})).decode()
 VALID = [
     ("put", {"key": "a", "value": "v", "ns": "n", "prev_kv": True, "idempotency_key": "i"}),
     ("put", {"key": "a", "value_b64": "AAE="}),
@@ -180,6 +186,9 @@ VALID = [
     ("stream_info", {"stream": "s"}),
     ("list_streams", {"prefix": "a", "limit": 3}),
     ("txn", {"success": [{"op": "append", "stream": "s", "events": [{"data": "x"}]}]}),
+    ("merge", {"key": "c", "type": "gcounter", "state_b64": GCOUNTER_B64, "idempotency_key": "i"}),
+    ("txn", {"success": [{"op": "merge", "key": "c", "type": "gcounter", "state_b64": "gA=="}]}),
+    ("crdt_get", {"key": "c", "state": True, "revision": 3, "consistency": "serializable"}),
 ]
 INVALID = [
     ("put", {"value": "v"}),
@@ -215,6 +224,11 @@ INVALID = [
     ("read_stream", {"stream": "s", "wait_ms": 60001}),
     ("stream_info", {"stream": "a\u0000b"}),
     ("list_streams", {"limit": 0}),
+    ("merge", {"key": "c", "type": "counter", "state_b64": GCOUNTER_B64}),
+    ("merge", {"key": "c", "type": "gcounter"}),
+    ("merge", {"type": "gcounter", "state_b64": GCOUNTER_B64}),
+    ("txn", {"success": [{"op": "crdt_get", "key": "c"}]}),
+    ("crdt_get", {"key": "c", "state": "yes"}),
 ]
 
 

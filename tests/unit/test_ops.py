@@ -227,11 +227,13 @@ def test_continuation_round_trip():
 def test_read_write_sets():
     leases = {"lease_grant", "lease_keepalive", "lease_revoke"}
     locks = {"lock_acquire", "lock_release"}
-    assert WRITE_OPS == {"put", "delete", "cas", "txn", "compact", "append"} | leases | locks
+    crdt = {"merge"}
+    assert WRITE_OPS == {"put", "delete", "cas", "txn", "compact", "append"} | leases | locks | crdt
     assert READ_OPS == {"get", "range", "read_stream", "stream_info", "list_streams"} | {
         "lease_info",
         "lease_list",
         "lock_list",
+        "crdt_get",
     }
     assert "lease_expire" not in WRITE_OPS  # node-internal: no route, not in a batch
     assert is_write({"op": "txn"}) and not is_write({"op": "get"}) and not is_write({})
