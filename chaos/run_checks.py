@@ -252,10 +252,14 @@ def every_node_verdict(
 ) -> Verdict | None:
     """"every node serves after the heal": each node answered an ok write and an ok
     linearizable read among ops invoked EVERY_NODE_GRACE_S after the heal, or
-    RESTART_GRACE_S after its last failpoint restart (chaos.faults.failpoints.CrashWatcher.restart_times), whichever
-    is later; clients send a share of their ops to each node. None if the run left too
-    little time after the heal to judge."""
+    RESTART_GRACE_S after its last failpoint restart (CrashWatcher.restart_times),
+    whichever is later; clients send a share of their ops to each node. None if the run
+    left too little time after the heal to judge."""
     grace, window = int(EVERY_NODE_GRACE_S * NS), int(EVERY_NODE_WINDOW_S * NS)
+    # The window ends with the last op the clients invoked, not when the workload was
+    # stopped (that waits for the ops in flight): a short run has no ops in between.
+    skipped = set(skip)
+    end = min(end, max((op.invoke_time for op in ops if op.process not in skipped), default=end))
     if end - (heal + grace) < window:
         return None
     since, unjudged = judged_since(

@@ -177,3 +177,27 @@ def test_idle_nodes_per_node_since() -> None:
     ops = h.ops()
     assert idle_nodes(ops, ["n0"], {"n0": 0}) == {}
     assert idle_nodes(ops, ["n0"], {"n0": 15}) == {"n0": ["write"]}
+
+
+def test_every_node_verdict_ends_its_window_at_the_last_invoked_op() -> None:
+    """The workload's `end` comes after it drained the ops in flight: a short run whose
+    clients stopped invoking 3 s after the heal has no window to judge (CI: a control run
+    got 'every node serves after the heal: FAIL 0/3' from an empty window)."""
+    from chaos.run_checks import every_node_verdict
+
+    s = 1_000_000_000
+    h = H()
+    for node in ("n0", "n1", "n2"):
+        for t in (1, 8):  # seconds: before the heal, and just before the clients stopped
+            h.t = t * s - 10
+            h.op(0, "put", "a", value="1", idempotency_key=f"{node}{t}", result={"revision": 1, "node": node})
+            h.op(0, "get", "a", result={"value": "1", "mod_revision": 1, "node": node})
+    ops = h.ops()
+    assert every_node_verdict(ops, ["n0", "n1", "n2"], heal=5 * s, end=int(9.6 * s), skip=[], restarts={}) is None
+    # A long enough window: judged, and every node served in it.
+    v = every_node_verdict(ops, ["n0", "n1", "n2"], heal=3 * s, end=int(9.6 * s), skip=[], restarts={})
+    assert v is not None and v.status == "PASS" and v.value == "3/3 nodes"
+    # The same window with n2's ops in it gone: n2 is idle.
+    idle = [o for o in ops if not (o.output.get("node") == "n2" and o.invoke_time > 5 * s)]
+    v = every_node_verdict(idle, ["n0", "n1", "n2"], heal=3 * s, end=int(9.6 * s), skip=[], restarts={})
+    assert v.status == "FAIL" and "n2 answered no ok write or linearizable read" in v.detail
