@@ -46,6 +46,7 @@ from .lease_commands import LeaseCommands
 from .lock_commands import LockCommands
 from .ops import Ops, cas_op, compare, ops, txn_op, with_fence
 from .results import CompactResult, DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
+from .retention_commands import RetentionCommands
 from .stream_commands import StreamCommands
 from .watch_commands import WatchCommands
 
@@ -65,6 +66,7 @@ class Commands(
     CacheCommands,
     EffectCommands,
     CrdtCommands,
+    RetentionCommands,
     Generic[BatchT],
 ):
     """The operations of both clients (the stream ones come from
@@ -74,7 +76,8 @@ class Commands(
     :class:`watch_commands.WatchCommands`, ``cache`` from
     :class:`cache_commands.CacheCommands`, the ``effects`` ledger from
     :class:`effects.EffectCommands`, ``crdt_merge``, ``crdt_get`` and ``crdt`` from
-    :class:`crdt_commands.CrdtCommands`). Each builds its request and returns
+    :class:`crdt_commands.CrdtCommands`, the retention ones and ``truncate_stream`` from
+    :class:`retention_commands.RetentionCommands`). Each builds its request and returns
     ``self._execute(request)`` (see :class:`base.BaseClient`). A transport subclass
     implements what BaseClient asks for, ``_iterate(pages)`` (run a :class:`base.Pages`,
     yielding the items of its pages) and sets ``_batch_type`` (what :meth:`batch`

@@ -280,6 +280,7 @@ def stream_page(d: Mapping[str, Any]) -> StreamPage:
         d.get("last_seq", 0),
         bool(d.get("more", False)),
         d.get("continuation"),
+        d.get("first_seq", 1),
     )
 
 

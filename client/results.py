@@ -244,6 +244,8 @@ class StreamPage:
         more: True if events remain in this direction.
         continuation: pass it back (``read_stream(..., continuation=...)``) for the next
             page, or use ``events()``, which does that for you.
+        first_seq: the stream's first stored seq (events below it were truncated; a read
+            from below it starts there).
     """
 
     events: list[StreamEvent]
@@ -251,6 +253,7 @@ class StreamPage:
     last_seq: int = 0
     more: bool = False
     continuation: Any = None
+    first_seq: int = 1
 
     def __iter__(self) -> Iterator[StreamEvent]:
         return iter(self.events)

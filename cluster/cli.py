@@ -588,7 +588,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return chaos_main(args.chaos_args or ["--help"], prog=f"{PROG} chaos")
 
 
-from cluster import agent_cli, crdt_cli, lease_cli, lock_cli, stream_cli, watch_cli  # noqa: E402 (their groups register here)
+from cluster import agent_cli, crdt_cli, gc_cli, lease_cli, lock_cli, stream_cli, watch_cli  # noqa: E402 (their groups register here)
 
 agent_cli.register(command, arg, GROUPS)
 stream_cli.register(command, arg, GROUPS)
@@ -596,6 +596,7 @@ lease_cli.register(command, arg, GROUPS)
 lock_cli.register(command, arg, GROUPS)
 watch_cli.register(command, arg, GROUPS)
 crdt_cli.register(command, arg, GROUPS)
+gc_cli.register(command, arg, GROUPS)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,9 @@ class Retention:
     history_revisions: int = 100_000
     # How long an idempotency key is remembered (leader-stamped time).
     idempotency_seconds: int = 24 * 3600
+    # How often the leader enforces retention policies (node/retention_gc.py); not read
+    # by apply, so nodes may differ.
+    gc_interval_seconds: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,8 @@ def parse(raw: dict, base_dir: str = ".") -> ClusterConfig:
 
 
 def validate(cfg: ClusterConfig) -> None:
+    if not cfg.retention.gc_interval_seconds > 0:
+        raise ConfigError("retention.gc_interval_seconds must be > 0")
     ids = [n.id for n in cfg.nodes]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"node ids must be unique: {ids}")

@@ -24,6 +24,7 @@ STATUS: dict[str, int] = {
     "request_too_large": 413,
     "too_many_ops": 413,
     "too_many_events": 413,  # a stream append with more than max_events_per_append
+    "too_many_policies": 413,  # a namespace holds MAX_POLICIES_PER_NS retention policies
     "key_not_found": 404,
     "not_found": 404,
     "stream_not_found": 404,

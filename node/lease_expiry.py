@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from node.errors import OpError
+from node.leader_task import LeaderTask, raft_leadership
 from node.lease_ops import MAX_LEASES_PER_OP
 
 log = logging.getLogger("statekeeper.leases")
@@ -41,8 +42,11 @@ log = logging.getLogger("statekeeper.leases")
 DEFAULT_INTERVAL = 0.2
 
 
-class LeaseExpiry:
+class LeaseExpiry(LeaderTask):
     """The expiry loop of one node (it does anything only while the node leads)."""
+
+    what = "lease expiry"
+    log = log
 
     def __init__(
         self,
@@ -58,18 +62,12 @@ class LeaseExpiry:
         batch: int = MAX_LEASES_PER_OP,
         max_batches: int = 10,
     ) -> None:
-        self._leadership = leadership  # () -> (this node leads, its term)
+        super().__init__(leadership, grace, interval, monotonic, sleep)
         self._due = due  # (now_ms, limit) -> lease ids due by now_ms in the local store
         self._now_ms = now_ms
         self._propose = propose
-        self._grace = grace
-        self._interval = interval
-        self._mono = monotonic
-        self._sleep = sleep
         self._batch = min(batch, MAX_LEASES_PER_OP)
         self._max_batches = max_batches
-        self._term: int | None = None
-        self._since = 0.0
         self.proposals = 0  # lease_expire ops proposed (tests, debugging)
         self.expired = 0  # leases they expired
 
@@ -78,49 +76,23 @@ class LeaseExpiry:
         """The task of a running node: its store, raft, cluster clock and proposer."""
         from node.store.leases import due_leases
 
-        def leadership() -> tuple[bool, int]:
-            st = raft.status()
-            return st.is_leader, st.term
-
         def due(now_ms: int, limit: int) -> list[int]:
             with sm.read_view() as view:
                 return due_leases(view, now_ms, limit)
 
         return cls(
-            leadership=leadership,
+            leadership=raft_leadership(raft),
             due=due,
             now_ms=clock.peek,
             propose=proposer.write,
             grace=grace,
         )
 
-    async def run(self) -> None:
-        """Tick forever (cancel the task to stop it)."""
-        while True:
-            try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a bug or a closed store: log it, keep the node serving
-                log.exception("lease expiry tick failed")
-            await self._sleep(self._interval)
-
-    def _may_expire(self) -> bool:
-        """Leader in this term for at least the grace period."""
-        leads, term = self._leadership()
-        if not leads:
-            self._term = None
-            return False
-        if term != self._term:
-            self._term, self._since = term, self._mono()
-            log.info("leader in term %d: lease expiry starts in %.1f s", term, self._grace)
-        return self._mono() - self._since >= self._grace
-
     async def tick(self) -> int:
         """Propose the leases due now (in batches); returns how many the store expired."""
         expired = 0
         for _ in range(self._max_batches):
-            if not self._may_expire():
+            if not self.may_act():
                 break
             ids = self._due(self._now_ms(), self._batch)
             if not ids:

@@ -18,6 +18,7 @@ from node.http_api import Api
 from node.lease_expiry import LeaseExpiry
 from node.proposer import Proposer
 from node.raft import RaftNode
+from node.retention_gc import RetentionGC
 from node.snapshot_file import fsync_dir
 from node.store import StateMachine
 
@@ -113,6 +114,10 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     lease_expiry = asyncio.create_task(
         LeaseExpiry.for_node(sm, raft, clock, proposer, grace).run()
     )
+    # Only the leader enforces retention policies, after the same grace (node/retention_gc.py).
+    retention_gc = asyncio.create_task(
+        RetentionGC.for_node(sm, raft, clock, proposer, grace, cfg.retention.gc_interval_seconds).run()
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -122,6 +127,7 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     log.info("%s shutting down", node_id)
     ready_logger.cancel()
     lease_expiry.cancel()
+    retention_gc.cancel()
     api.shutting_down = True
     # Hand leadership over first so the cluster does not wait an election timeout.
     if raft.status().is_leader:

@@ -24,6 +24,7 @@ from node.openapi_examples import cas_examples, get_examples, put_examples
 from node.openapi_leases import lease_examples, lease_op_docs
 from node.openapi_locks import FENCE_NOTE, lock_examples, lock_op_docs
 from node.openapi_requests import WIRES, request_name, request_schemas
+from node.openapi_retention import retention_op_docs
 from node.openapi_schemas import common_schemas, result_schemas
 from node.openapi_streams import stream_examples, stream_op_docs
 from node.openapi_watch import watch_paths, watch_schemas
@@ -58,9 +59,10 @@ ERROR_WHEN: dict[str, str] = {
     "compare_failed": "the cas expectation was not met (the body has the current `kv` and `revision`)",
     "crdt_type_mismatch": "merge or crdt_get of a key that holds a plain value or another CRDT type (`error.found`: its type, or null); nothing changed",
     "expectation_failed": "a stream append's `expect` did not hold (`error` has the stream's `last_seq` and `exists`); nothing appended",
-    "stream_not_found": "stream_info of a stream that does not exist",
+    "stream_not_found": "stream_info or truncate_stream of a stream that does not exist",
     "lease_not_found": "the lease does not exist: never granted, revoked, or expired (lease_revoke, lease_info, put with `lease`)",
     "too_many_events": "a stream append carries more events than max_events_per_append",
+    "too_many_policies": "retention_set of a new policy in a namespace that holds 1000",
     "fence_mismatch": "a fenced write's token is not the fence of the lock's holder (`error` has `name`, `token`, `holder_fence`: the holder's fence or null); nothing applied",
     "lock_held": "lock_acquire with `wait: false` of a lock someone holds (`error` has `holder_fence`); nothing written",
     "lock_not_held": "lock_release of a waiter that is gone (released, or its lease expired or was revoked)",
@@ -166,6 +168,7 @@ _OP_DOCS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     **lease_op_docs(_WRITE_ERRORS, _READ_ERRORS),
     **lock_op_docs(_WRITE_ERRORS, _READ_ERRORS),
     **crdt_op_docs(_WRITE_ERRORS, _READ_ERRORS),
+    **retention_op_docs(_WRITE_ERRORS, _READ_ERRORS),
 }
 for _name in FENCED_OPS:  # every write that takes a `fence` (node/lock_ops.py)
     _summary, _description, _ok, _errors = _OP_DOCS[_name]
@@ -462,6 +465,7 @@ def _document(limits: Limits) -> dict:
             {"name": "leases", "description": "Leases: TTLs that delete their keys."},
             {"name": "locks", "description": "Fair locks on leases, and fencing tokens."},
             {"name": "crdt", "description": "CRDTs: counters, sets, registers, maps."},
+            {"name": "retention", "description": "Retention policies the cluster enforces."},
             {"name": "watch", "description": "Streams of changes from a revision on."},
             {"name": "batch", "description": "Many ops in one request."},
             {"name": "ops", "description": "Node status."},

@@ -27,6 +27,7 @@ from node.op_fields import (
 from node.openapi_crdt import CRDT_RESULTS, CRDT_WIRE_SCHEMAS, crdt_schemas
 from node.openapi_leases import LEASE_RESULTS, lease_schemas
 from node.openapi_locks import LOCK_RESULTS, lock_schemas
+from node.openapi_retention import RETENTION_RESULTS, retention_schemas
 from node.openapi_streams import STREAM_RESULTS, STREAM_WIRE_SCHEMAS, stream_schemas
 
 
@@ -101,6 +102,7 @@ def common_schemas(error_codes: Iterable[str]) -> dict[str, Schema]:
         **lease_schemas(),
         **lock_schemas(),
         **crdt_schemas(),
+        **retention_schemas(),
         "Status": _status_schema(),
         "Live": obj(
             {"ok": {"const": True}, "node_id": str_schema("Id of this node.")}, ("ok", "node_id")
@@ -274,6 +276,7 @@ def _batch_result(w: str) -> Schema:
     shared = [ref(name) for name in STREAM_RESULTS if name not in STREAM_WIRE_SCHEMAS]
     shared += [ref(name) for name in LEASE_RESULTS]
     shared += [ref(name) for name in LOCK_RESULTS]
+    shared += [ref(name) for name in RETENTION_RESULTS]
     crdt = [wired_ref(name, w) for name in CRDT_WIRE_SCHEMAS]
     shared += [ref(name) for name in CRDT_RESULTS if name not in CRDT_WIRE_SCHEMAS]
     return obj(

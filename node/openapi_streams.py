@@ -74,6 +74,10 @@ def _read_stream_result(w: str) -> Schema:
             "revision": rev_schema("Revision the read was served at."),
             "stream": str_schema("The stream."),
             "events": {"type": "array", "items": wired_ref("StreamEvent", w)},
+            "first_seq": _seq(
+                "The stream's first stored seq (a read from below it starts there: the "
+                "events before it were truncated)."
+            ),
             "last_seq": _seq("The stream's last seq as of `revision` (0: it did not exist)."),
             "more": bool_schema("More events follow in this direction; send `continuation`."),
             "continuation": str_schema("Opaque token for the next page (same revision)."),

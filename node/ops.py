@@ -30,6 +30,7 @@ their msgpack bytes (key order included) must not change:
     range   {op, ns, prefix, start, end, limit, continuation, revision, keys_only}
     append, read_stream, stream_info, list_streams: node/stream_ops.py
     merge, crdt_get: node/crdt_ops.py
+    retention_*, truncate_stream, and the internal gc: node/retention_ops.py
     lease_*, and put's `lease` / `ttl_ms` (present only when given): node/lease_ops.py
     lock_*, and the `fence` of put, delete, cas, txn, append (present only when given):
             node/lock_ops.py
@@ -100,7 +101,8 @@ from node.op_fields import (
     wire_name,
 )
 from node.op_spec import Checks, OpSpec, bound_checks
-from node.stream_ops import stream_specs
+from node.retention_ops import internal_specs, retention_specs
+from node.stream_ops import STREAM, stream_specs
 
 __all__ = [
     "ALL_OPS",
@@ -150,7 +152,7 @@ def validate_op(
     internal: bool = False,
 ) -> dict:
     """Check one op and return its normalized form, or raise OpError. Node-internal ops
-    (INTERNAL_OPS: lease_expire) are known only with `internal=True` (the state machine
+    (INTERNAL_OPS: lease_expire, gc) are known only with `internal=True` (the state machine
     validating a committed entry); for every request they are `unknown_op`."""
     if not isinstance(op, dict):
         raise invalid("an op must be an object")
@@ -467,10 +469,12 @@ _SPECS = (
     *lease_specs(NS, IDEMPOTENCY_KEY),
     *lock_specs(NS, IDEMPOTENCY_KEY),
     *crdt_specs(NS, KEY, IDEMPOTENCY_KEY),
+    *retention_specs(NS, IDEMPOTENCY_KEY, STREAM),
 )
 _SPECS = fenced(_SPECS)  # put, delete, cas, txn and append take a `fence` (node/lock_ops.py)
 OPS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
-INTERNAL_OPS: dict[str, OpSpec] = {s.name: s for s in INTERNAL_SPECS}
+_INTERNAL_SPECS = (*INTERNAL_SPECS, *internal_specs(NS))
+INTERNAL_OPS: dict[str, OpSpec] = {s.name: s for s in _INTERNAL_SPECS}
 _RANGE_EXCLUSIVE = _check_exclusive(OPS["range"])
 _COMPARE_CHECKS = bound_checks(COMPARE_FIELDS)
 _TXN_LISTS = tuple(f.name for f in OPS["txn"].fields if isinstance(f, OpList))
@@ -483,7 +487,7 @@ CMP_TARGETS = frozenset(CMP_TARGETS_ORDER)
 CMP_OPS = frozenset(CMP_OPS_ORDER)
 # What validate_op runs per op name, unpacked in one go.
 _PLANS = {s.name: (s.in_txn, s.has_ns, s.pre, s.rest, s.post) for s in _SPECS}
-_INTERNAL_PLANS = {s.name: (s.in_txn, s.has_ns, s.pre, s.rest, s.post) for s in INTERNAL_SPECS}
+_INTERNAL_PLANS = {s.name: (s.in_txn, s.has_ns, s.pre, s.rest, s.post) for s in _INTERNAL_SPECS}
 _check_ns = NS.check
 _NOT_IN_TXN = (
     "{} is not allowed inside a txn (only " + ", ".join(s.name for s in _SPECS if s.in_txn) + ")"

@@ -25,6 +25,9 @@ Modules, one job each (the shape of etcd's mvcc + backend):
     crdt.py        op merge; read crdt_get (CRDT envelopes in kv values; the types are
                    client/crdt/model.py's)
     txn.py         op txn (compares, then one branch of the ops above)
+    retention.py   ops retention_set, retention_delete, gc; reads retention_list,
+                   retention_status; the revision-time index (retention_select.py: what
+                   a policy selects, for the leader's GC task and the status)
     compaction.py  op compact; history, change-log and idempotency pruning after every entry
     changes.py     the change log read for watches (node/watch.py), in bounded pages
     snapshot.py    checkpoint, pack a checkpoint, restore, the swap-directory recovery
@@ -43,7 +46,16 @@ validation, like every op's, lives in node/ops.py (`validate_op` refuses names i
 not know), and its HTTP route and schema in node/http_api.py and node/openapi.py.
 """
 
-from node.store import compaction, crdt, kv, leases, locks, streams, txn  # noqa: F401  (each registers its ops)
+from node.store import (  # noqa: F401  (each registers its ops)
+    compaction,
+    crdt,
+    kv,
+    leases,
+    locks,
+    retention,
+    streams,
+    txn,
+)
 from node.store.backend import StorageError
 from node.store.machine import StateMachine
 

@@ -108,6 +108,9 @@ class EntryTx:
         # skip a seek when nothing can be due; the pruning itself does not depend on it.
         self.idem_next = idem_next
         self.stored_min_exp = INF  # smallest expiry stored by this entry
+        # clock_ms of the newest revision-time index record, None = unknown (read from the
+        # DB then; node/store/retention.py). A cache only: the record written is the same.
+        self.time_indexed: int | None = None
         self.hist_written = 0
         self.idem_written = 0
         self.wrote = False  # the current op wrote keys (takes revision + 1)

@@ -43,6 +43,19 @@ contain no NUL, so NUL works as separator and byte order of the composite keys e
                                          put or deleted at rev (its "h" record at rev says
                                          which). Written by every put/delete, pruned with
                                          the history up to compact_revision.
+    b"P" ns 0x00 target 0x00 prefix      retention policy (node/store/retention.py):
+                                         [keep_last, keep_every, max_age_s,
+                                         create_revision, mod_revision] (nil = rule unset);
+                                         target is "keys" or "streams"
+    b"g" ns                              the namespace's last applied gc op:
+                                         [revision, clock_ms, keys_deleted, events_removed]
+    b"t" desc8                           revision-time index: desc8 = 2**64-1 - clock_ms,
+                                         value = the revision after the entry at clock_ms
+                                         (every revision <= it was applied at <= clock_ms).
+                                         One record whenever the clock moved >= 60 s past
+                                         the newest one (descending, so the newest record
+                                         at or before a time is one seek away). Kept
+                                         (about 1440 tiny records a day).
 
 CRDTs (node/store/crdt.py) have no records of their own: a CRDT is a kv key whose value
 is the envelope msgpack [b"skcrdt", 1, type, state].
@@ -79,6 +92,9 @@ LEASE_EXP = b"x"
 LEASE_KEY = b"k"
 KEY_LEASE = b"K"
 CHANGE = b"r"
+RETENTION = b"P"
+RETENTION_GC = b"g"
+TIME_INDEX = b"t"
 SEP = b"\x00"
 NS_END = b"\x01"  # ns + NS_END sorts after every ns + SEP + key
 
@@ -148,6 +164,16 @@ def stream_dedup_key(ns_b: bytes, stream_b: bytes, event_id: str) -> bytes:
 def change_key(rev: int, ck: bytes) -> bytes:
     """b"r" rev8 ns 0x00 key: the change-log record of the key whose cur_key() is `ck`."""
     return CHANGE + p64(rev) + ck[1:]
+
+
+def retention_key(ns_b: bytes, target: str, prefix: str) -> bytes:
+    """b"P" ns 0x00 target 0x00 prefix: a retention policy."""
+    return RETENTION + ns_b + SEP + target.encode() + SEP + prefix.encode()
+
+
+def time_index_key(clock_ms: int) -> bytes:
+    """b"t" desc8: the revision-time index record at clock_ms (newest first)."""
+    return TIME_INDEX + p64(INF - clock_ms)
 
 
 def lease_key(lease: int) -> bytes:

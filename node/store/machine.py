@@ -57,6 +57,8 @@ class StateMachine:
         self._meta = Meta.decode(self._db.get(META))
         # Smallest expiry pending in the "e" index, None = unknown (see EntryTx).
         self._idem_next: int | None = None
+        # clock_ms of the newest revision-time index record, None = unknown (see EntryTx).
+        self._time_indexed: int | None = None
 
     def _close_db(self) -> None:
         if self._db is not None:
@@ -97,6 +99,7 @@ class StateMachine:
         tx = EntryTx(
             self._db, self.limits, self.retention, self._packer.pack, self._meta, self._idem_next
         )
+        tx.time_indexed = self._time_indexed
         results = tx.apply(entry)
         wb, meta = tx.write_batch(index)
         try:
@@ -104,6 +107,7 @@ class StateMachine:
         except Exception as e:
             raise StorageError(f"RocksDB write failed: {e}") from e
         self._idem_next = tx.idem_next
+        self._time_indexed = tx.time_indexed
         self._meta = meta  # last: readers of applied_index see the rest done
         return results
 
@@ -118,6 +122,7 @@ class StateMachine:
             if self._db is None:
                 raise OpError("unavailable", "the state machine is closed")
             view = reads.ReadView(self._db)
+            view.retention = self.retention  # retention_status shows the settings
             try:
                 yield view
             finally:

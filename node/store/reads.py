@@ -247,6 +247,7 @@ class ReadView:
         self.revision = self.meta.revision
         self.compact_revision = self.meta.compact_revision
         self.clock = self.meta.clock  # the replicated clock (lease_info's remaining_ms)
+        self.retention: Any = None  # the node's Retention settings (StateMachine.read_view)
 
     def point(self, k: bytes) -> bytes | None:
         it = self.it

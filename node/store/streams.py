@@ -1,5 +1,5 @@
-"""Event streams: op `append` (a write, also inside a txn branch) and the reads
-read_stream, stream_info, list_streams (docs/protocol.md, "Streams").
+"""Event streams: op `append` (a write, also inside a txn branch), op truncate_stream,
+and the reads read_stream, stream_info, list_streams (docs/protocol.md, "Streams").
 
 A stream is an append-only sequence of events in a namespace, named like a kv key. Each
 event gets the next `seq` (1, 2, ... consecutive, assigned here in apply), the entry's
@@ -33,12 +33,17 @@ The five things (docs/protocol.md has them for users):
 4. Key layout (node/store/keys.py has the rows): b"Q" ns 0x00 stream -> meta [first_seq,
    last_seq, count, bytes, create_revision, mod_revision]; b"q" ns 0x00 stream 0x00 seq8
    -> event [data, type, time_ms, revision, id, meta]; b"d" ns 0x00 stream 0x00 id ->
-   dedup [seq, digest16]. first_seq is 1 (truncation comes with stream lifecycle);
-   `compact` never prunes events.
+   dedup [seq, digest16]. first_seq starts at 1 and only moves forward, by
+   truncate_stream or a retention policy's gc (node/store/retention.py): both remove the
+   events below the new first_seq with their dedup records (an id truncated away can be
+   appended again as new). `compact` never prunes events. A read_stream from a seq below
+   first_seq starts at first_seq (the answer carries `first_seq`); a read at a past
+   revision sees only the events still stored.
 5. Chaos coverage: chaos/stream_workload.py in every scenario, checked by
    chaos/checker/streams.py (docs/protocol.md lists the rules).
 
-Invariants: events first_seq..last_seq all exist; event revisions never decrease with
+Invariants: events first_seq..last_seq all exist (none when first_seq = last_seq + 1,
+after a truncation of everything; count = last_seq - first_seq + 1); event revisions never decrease with
 seq (so the events visible at revision R are a prefix, found by binary search); an id's
 dedup record names the seq of the event that carries that id.
 """
@@ -218,6 +223,65 @@ def append(tx: EntryTx, op: dict) -> dict:
     }
 
 
+# -- truncation ----------------------------------------------------------------------------
+
+
+def truncate(tx: EntryTx, ns_b: bytes, stream_b: bytes, before_seq: int, budget: int) -> tuple:
+    """Remove events first_seq..before_seq-1 (at most `budget`, never past last_seq) and
+    their id dedup records; moves first_seq. Returns (meta after or None if the stream does
+    not exist, events removed). Only forward: a before_seq <= first_seq removes nothing."""
+    meta_key = stream_meta_key(ns_b, stream_b)
+    meta = StreamMeta.load(tx, meta_key)
+    if meta is None:
+        return None, 0
+    stop = min(before_seq, meta.last_seq + 1, meta.first_seq + max(0, budget))
+    if stop <= meta.first_seq:
+        return meta, 0
+    prefix = stream_event_prefix(ns_b, stream_b)
+    items = list(tx.scan(prefix + p64(meta.first_seq), prefix + p64(stop)))
+    freed = 0
+    for k, raw in items:
+        data, _, _, _, event_id, _ = unpack(raw)
+        freed += len(data)
+        tx.stage(k, None)
+        if event_id is not None:
+            tx.stage(stream_dedup_key(ns_b, stream_b, event_id), None)
+    removed = stop - meta.first_seq
+    new = StreamMeta(
+        stop,
+        meta.last_seq,
+        meta.count - removed,
+        meta.bytes - freed,
+        meta.create_revision,
+        meta.mod_revision,  # the last append's: truncation adds no event
+    )
+    tx.stage(meta_key, new.encode(tx.pack))
+    tx.wrote = True
+    return new, removed
+
+
+@handles("truncate_stream")
+def truncate_stream(tx: EntryTx, op: dict) -> dict:
+    """{revision, stream, first_seq, last_seq, removed, more}: one revision if it removed
+    anything; 404 `stream_not_found` for a stream that does not exist."""
+    from node.retention_ops import MAX_TRUNCATE_EVENTS
+
+    stream, before = op["stream"], op["before_seq"]
+    meta, removed = truncate(tx, op["ns"].encode(), stream.encode(), before, MAX_TRUNCATE_EVENTS)
+    if meta is None:
+        raise OpError(
+            "stream_not_found", f"stream {stream!r} does not exist in namespace {op['ns']!r}"
+        )
+    return {
+        "revision": tx.revision + 1 if removed else tx.revision,
+        "stream": stream,
+        "first_seq": meta.first_seq,
+        "last_seq": meta.last_seq,
+        "removed": removed,
+        "more": meta.first_seq < min(before, meta.last_seq + 1),
+    }
+
+
 # -- reads ---------------------------------------------------------------------------------
 
 
@@ -251,6 +315,11 @@ def last_seq_at(src: Source, prefix: bytes, meta: StreamMeta | None, revision: i
     # Event revisions never decrease with seq: find the last event at or below `revision`.
     # Invariant: event `lo` is visible (create_revision <= revision), event `hi` is not.
     lo, hi = meta.first_seq, meta.last_seq
+    if lo > hi:  # truncated to nothing: no event is left to read at any revision
+        return meta.last_seq
+    raw = src.point(prefix + p64(lo))
+    if raw is None or _event_revision(raw) > revision:
+        return lo - 1  # the events visible at `revision` were all truncated
     while hi - lo > 1:
         mid = (lo + hi) // 2
         raw = src.point(prefix + p64(mid))
@@ -325,6 +394,7 @@ def read_stream(src: Source, limits: Limits, op: dict) -> dict:
         "revision": r,
         "stream": stream,
         "events": events,
+        "first_seq": first,
         "last_seq": last,
         "more": next_start is not None,
     }

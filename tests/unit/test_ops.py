@@ -228,13 +228,19 @@ def test_read_write_sets():
     leases = {"lease_grant", "lease_keepalive", "lease_revoke"}
     locks = {"lock_acquire", "lock_release"}
     crdt = {"merge"}
-    assert WRITE_OPS == {"put", "delete", "cas", "txn", "compact", "append"} | leases | locks | crdt
+    retention = {"retention_set", "retention_delete", "truncate_stream"}
+    assert WRITE_OPS == (
+        {"put", "delete", "cas", "txn", "compact", "append"} | leases | locks | crdt | retention
+    )
     assert READ_OPS == {"get", "range", "read_stream", "stream_info", "list_streams"} | {
         "lease_info",
         "lease_list",
         "lock_list",
         "crdt_get",
+        "retention_list",
+        "retention_status",
     }
+    assert "gc" not in WRITE_OPS  # node-internal like lease_expire
     assert "lease_expire" not in WRITE_OPS  # node-internal: no route, not in a batch
     assert is_write({"op": "txn"}) and not is_write({"op": "get"}) and not is_write({})
 

@@ -266,6 +266,7 @@ def test_read_at_a_past_revision(ten):
         "revision": 0,
         "stream": "s",
         "events": [],
+        "first_seq": 1,
         "last_seq": 0,
         "more": False,
     }
@@ -293,6 +294,7 @@ def test_a_missing_stream_reads_as_empty(node):
         "revision": 0,
         "stream": "nope",
         "events": [],
+        "first_seq": 1,
         "last_seq": 0,
         "more": False,
     }

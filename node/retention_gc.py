@@ -1,0 +1,111 @@
+"""The leader's retention GC task: it decides what retention policies drop; apply only
+re-checks (node/store/retention.py `gc`).
+
+Runs on the node's asyncio loop, never on the raft thread, like node/lease_expiry.py:
+while this node leads, and has led for at least `grace` seconds in this term (the lease
+expiry grace), every `interval` ([retention] gc_interval_seconds, default 10) it computes
+the gc ops from a read view of the local store and the leader's clock (`now_ms`, the
+ClusterClock's stamp-to-be) in a worker thread (a scan of every key a policy covers must
+not stall the loop), then proposes them one by one through the proposer (each at most
+500 items; at most `max_ops` per tick, the rest at the next one).
+
+The five things: 1. consistency: a stale plan (a key rewritten since, a stream already
+truncated) costs an entry, never a wrong delete: apply deletes a key only at the
+mod_revision named and truncates only forward. 2. ok/failed/unknown: a proposal that
+fails or times out is simply planned again at the next tick. 3. limits: 500 items and
+10000 stream events per gc op, `max_ops` ops per tick. 4. key layout: none of its own
+(reads b"P", b"t", b"c", b"Q", b"q"). 5. chaos: none yet.
+
+Clock, monotonic time and sleep are injected (tests drive `tick()` directly).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from node.errors import OpError
+from node.leader_task import LeaderTask, raft_leadership
+
+log = logging.getLogger("statekeeper.retention")
+
+DEFAULT_INTERVAL = 10.0
+
+
+class RetentionGC(LeaderTask):
+    """The GC loop of one node (it does anything only while the node leads)."""
+
+    what = "retention gc"
+    log = log
+
+    def __init__(
+        self,
+        *,
+        leadership: Callable[[], tuple[bool, int]],
+        plan: Callable[[int], Awaitable[list[dict]]],
+        now_ms: Callable[[], int],
+        propose: Callable[[dict], Awaitable[dict]],
+        grace: float,
+        interval: float = DEFAULT_INTERVAL,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        max_ops: int = 20,
+    ) -> None:
+        super().__init__(leadership, grace, interval, monotonic, sleep)
+        self._plan = plan  # now_ms -> gc ops computed from the local store
+        self._now_ms = now_ms
+        self._propose = propose
+        self._max_ops = max_ops
+        self.proposals = 0  # gc ops proposed (tests, debugging)
+        self.deleted = 0  # keys they deleted
+        self.removed = 0  # stream events they removed
+
+    @classmethod
+    def for_node(
+        cls, sm: Any, raft: Any, clock: Any, proposer: Any, grace: float, interval: float
+    ) -> RetentionGC:
+        """The task of a running node: its store, raft, cluster clock and proposer."""
+        from node.store.retention_select import plan_gc
+
+        def plan_now(now_ms: int) -> list[dict]:
+            with sm.read_view() as view:
+                return plan_gc(view, now_ms)
+
+        async def plan(now_ms: int) -> list[dict]:
+            return await asyncio.get_running_loop().run_in_executor(None, plan_now, now_ms)
+
+        return cls(
+            leadership=raft_leadership(raft),
+            plan=plan,
+            now_ms=clock.peek,
+            propose=proposer.write,
+            grace=grace,
+            interval=interval,
+        )
+
+    async def tick(self) -> int:
+        """Plan and propose the gc ops due now; returns how many ops applied something."""
+        if not self.may_act():
+            return 0
+        ops = await self._plan(self._now_ms())
+        applied = 0
+        for op in ops[: self._max_ops]:
+            if not self.may_act():
+                break
+            try:
+                result = await self._propose(op)
+            except OpError as e:  # lost leadership, timeout: the next tick plans again
+                log.info("gc of %s not confirmed (%s)", op["ns"], e.code)
+                break
+            self.proposals += 1
+            if "error" in result:
+                log.warning("gc failed: %s", result["error"])
+                break
+            self.deleted += result.get("deleted", 0)
+            self.removed += result.get("removed", 0)
+            if result.get("deleted") or result.get("removed"):
+                applied += 1
+        return applied

@@ -1,0 +1,90 @@
+"""The client's retention operations and truncate_stream, sans-IO: request paths and
+bodies (through a Client whose _execute records the Request), age parsing, and the
+`statekeeper gc` argument parsing. No network."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import msgpack
+import pytest
+
+from client import Client, InvalidRequest
+from client.retention_commands import parse_age
+from cluster.cli import build_parser
+
+
+class Recording(Client):
+    """A Client that records requests instead of sending them."""
+
+    def __init__(self) -> None:
+        super().__init__(["http://127.0.0.1:1"], ns="agents")
+        self.sent: list[Any] = []
+
+    def _execute(self, request, endpoint=None):  # type: ignore[override]
+        self.sent.append(request)
+        return {"ok": True}
+
+
+def body(req) -> dict:
+    return msgpack.unpackb(req.body, raw=False)
+
+
+def test_requests():
+    c = Recording()
+    try:
+        c.retention_set("agent/", keep_last=10, keep_every=100, max_age="30d")
+        c.retention_delete("log/", target="streams")
+        c.retention_list(all_namespaces=True, limit=5)
+        c.retention_status()
+        c.truncate_stream("log/x", 7)
+        paths = [r.path for r in c.sent]
+        assert paths == [
+            "/v1/retention/set",
+            "/v1/retention/delete",
+            "/v1/retention/list",
+            "/v1/retention/status",
+            "/v1/streams/truncate",
+        ]
+        b = body(c.sent[0])
+        assert {k: b[k] for k in ("ns", "prefix", "target", "keep_last", "keep_every")} == {
+            "ns": "agents",
+            "prefix": "agent/",
+            "target": "keys",
+            "keep_last": 10,
+            "keep_every": 100,
+        }
+        assert b["max_age_s"] == 30 * 86_400 and b["idempotency_key"]
+        assert body(c.sent[1])["target"] == "streams"
+        assert "ns" not in body(c.sent[2]) and body(c.sent[2])["limit"] == 5
+        assert body(c.sent[3])["ns"] == "agents"
+        t = body(c.sent[4])
+        assert (t["stream"], t["before_seq"], t["ns"]) == ("log/x", 7, "agents")
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize(
+    "age, seconds",
+    [(90, 90), (1.5, 1), ("45s", 45), ("90m", 5400), ("12h", 43_200), ("2d", 172_800),
+     ("1w", 604_800), ("30", 30), (datetime.timedelta(hours=1), 3600)],
+)
+def test_parse_age(age, seconds):
+    assert parse_age(age) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "3y", "-1d", 0, 0.5, True, None])
+def test_parse_age_refuses(bad):
+    with pytest.raises(InvalidRequest):
+        parse_age(bad)
+
+
+def test_gc_cli_parses():
+    p = build_parser()
+    a = p.parse_args(["gc", "policy", "set", "--ns", "x", "--prefix", "agent/",
+                      "--keep-last", "10", "--keep-every", "100", "--max-age", "30d"])
+    assert (a.action, a.ns, a.prefix, a.keep_last, a.keep_every, a.max_age) == (
+        "set", "x", "agent/", 10, 100, "30d")
+    s = p.parse_args(["gc", "status", "--json"])
+    assert s.json and s.ns == "default"
