@@ -43,6 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from chaos.checker.locks import LockViolation
 from chaos.history import Op
 
 __all__ = ["LOSS_RULES", "RULES", "CrdtResult", "CrdtViolation", "check_crdt"]
@@ -55,14 +56,8 @@ LOSS_RULES = frozenset({"bounds"})
 CRDT_FS = frozenset({"crdt_add", "crdt_sync", "crdt_read"})
 
 
-@dataclass(frozen=True)
-class CrdtViolation:
-    rule: str
-    message: str
-    ops: tuple[int | str, ...] = ()
-
-    def describe(self) -> str:
-        return f"[{self.rule}] {self.message}"
+# A rule broken, by which ops: the same record as the lock checker's.
+CrdtViolation = LockViolation
 
 
 @dataclass
