@@ -63,6 +63,7 @@ class RetentionCommands(BaseClient):
         keep_last: int | None = None,
         keep_every: int | None = None,
         max_age: Any = None,
+        within: str | None = None,
         ns: str | None = None,
         idempotency_key: str | None = None,
     ) -> dict[str, Any]:
@@ -70,7 +71,11 @@ class RetentionCommands(BaseClient):
         newest keys of each group (keys grouped by their last "/") or events of each
         stream, also every ``keep_every``-th older key (those whose key ends in a
         multiple of it: checkpoint numbers), and drop what is older than ``max_age``
-        (keep_last still protects the newest N). Returns {revision, policy, created}."""
+        (keep_last still protects the newest N). ``within`` (target "keys" only): a
+        directory name; the rules then apply only to the groups whose directory's last
+        segment is it and leave every other key under the prefix alone (agents:
+        ``retention_set("agent/", within="ckpt", ...)`` trims checkpoint manifests, never
+        their chunks or heads). Returns {revision, policy, created}."""
         ns = self._ns(ns)
         ik = idempotency_key or new_idempotency_key()
         body: dict[str, Any] = {"ns": ns, "prefix": prefix, "target": target}
@@ -80,6 +85,8 @@ class RetentionCommands(BaseClient):
             body["keep_every"] = keep_every
         if max_age is not None:
             body["max_age_s"] = parse_age(max_age)
+        if within is not None:
+            body["within"] = within
         body["idempotency_key"] = ik
         return self._execute(_request("/v1/retention/set", body, "retention_set", ns, ik))
 

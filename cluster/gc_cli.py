@@ -42,8 +42,8 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
             epilog="  statekeeper gc status\n  statekeeper gc status --ns agents --json",
             args=[*common, arg("--all", action="store_true", help="every namespace")])(cmd_status)
     command("gc", "policy", help="set, list or delete retention policies",
-            epilog="  statekeeper gc policy set --ns agents --prefix agent/ --keep-last 10 "
-            "--keep-every 100 --max-age 30d\n"
+            epilog="  statekeeper gc policy set --ns agents --prefix agent/ --within ckpt "
+            "--keep-last 10 --keep-every 100 --max-age 30d\n"
             "  statekeeper gc policy set --prefix sessions/s1/ --max-age 7d\n"
             "  statekeeper gc policy set --prefix log/ --target streams --keep-last 1000\n"
             "  statekeeper gc policy list --all\n"
@@ -58,6 +58,9 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
                 arg("--keep-every", type=int, metavar="K",
                     help="also keep every Kth older key (with --keep-last)"),
                 arg("--max-age", metavar="AGE", help="drop what is older: 30d, 12h, 90m, 45s"),
+                arg("--within", metavar="DIR",
+                    help="keys: only groups whose directory's last segment is DIR "
+                    "(agents: ckpt)"),
                 arg("--all", action="store_true", help="list: every namespace"),
             ])(cmd_policy)
 
@@ -70,6 +73,8 @@ def _rules(p: dict) -> str:
         parts.append(f"keep_every={p['keep_every']}")
     if p.get("max_age_s") is not None:
         parts.append(f"max_age={_age(p['max_age_s'])}")
+    if p.get("within") is not None:
+        parts.append(f"within={p['within']}")
     return " ".join(parts)
 
 
@@ -117,7 +122,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_policy(args: argparse.Namespace) -> int:
     """set: create or replace the policy of (ns, target, prefix); list: the policies;
     delete: remove one. Keys are grouped by their last "/" and the newest N of each group
-    kept; a finished session's state: --max-age alone on its prefix."""
+    kept (--within DIR: only the groups in directories named DIR, e.g. agents' ckpt); a
+    finished session's state: --max-age alone on its prefix."""
     if args.action != "list" and args.prefix is None:
         print(
             "statekeeper: error: --prefix is required (use '' for the whole namespace)",
@@ -127,7 +133,8 @@ def cmd_policy(args: argparse.Namespace) -> int:
     with open_client(args) as c:
         if args.action == "set":
             r = c.retention_set(args.prefix, target=args.target, keep_last=args.keep_last,
-                                keep_every=args.keep_every, max_age=args.max_age)
+                                keep_every=args.keep_every, max_age=args.max_age,
+                                within=args.within)
             if not args.json:
                 what = "created" if r["created"] else "replaced"
                 print(f"policy {what} at revision {r['revision']}: {_rules(r['policy'])}")

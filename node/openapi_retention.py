@@ -29,6 +29,10 @@ def _policy() -> Schema:
         "max_age_s": _rule("Drop what is older than this (keep_last protects the newest N)."),
         "create_revision": rev_schema("Revision that created the policy."),
         "mod_revision": rev_schema("Revision that last set it."),
+        "within": {
+            "type": ["string", "null"],
+            "description": "Only key groups whose directory's last segment is this (null: all).",
+        },
     }
     return obj(props, tuple(props), "A retention policy.")
 

@@ -8,8 +8,10 @@ field kinds below check a field with the protocol's codes and describe it in Ope
 
 Normalized shapes (raft entries carry the writes', so their msgpack bytes must not change):
 
-    retention_set     {op, ns, prefix, target, keep_last, keep_every, max_age_s,
-                       idempotency_key}   target "keys" | "streams"; rules None when absent
+    retention_set     {op, ns, prefix, target, keep_last, keep_every, max_age_s, within,
+                       idempotency_key}   target "keys" | "streams"; rules and within
+                       None when absent (entries logged before `within` existed lack
+                       the key: apply reads op.get("within"))
     retention_delete  {op, ns, prefix, target, idempotency_key}
     retention_list    {op, ns, limit, continuation}        ns None: every namespace
     retention_status  {op, ns}                             ns None: every namespace
@@ -19,7 +21,10 @@ Normalized shapes (raft entries carry the writes', so their msgpack bytes must n
                        MAX_GC_ITEMS items in all
 
 Rules: at least one of keep_last (>= 1), keep_every (>= 2, only with keep_last, only for
-target "keys"), max_age_s (>= 1); otherwise 400 `invalid_argument`. `gc` is refused on
+target "keys"), max_age_s (>= 1); otherwise 400 `invalid_argument`. `within` (only for
+target "keys"): a directory name (non-empty, no "/" or NUL, at most MAX_WITHIN_BYTES UTF-8
+bytes); the policy then applies only to the key groups whose directory's last segment is
+it (agent/{id}/ckpt/ for "ckpt"), and leaves every other key under its prefix alone. `gc` is refused on
 every route (`unknown_op`): validate_op knows it only with internal=True, and apply
 re-checks every item (a key is deleted only at the mod_revision named; a stream is only
 truncated forward), so even a forged gc could only drop what it names exactly.
@@ -49,6 +54,7 @@ MAX_POLICIES_PER_NS = 1000  # more: 413 `too_many_policies`
 MAX_GC_ITEMS = 500  # deletes + truncates of one gc op
 MAX_TRUNCATE_EVENTS = 10_000  # events one truncate_stream / gc op removes at most
 MAX_AGE_S = 100 * 365 * 86_400
+MAX_WITHIN_BYTES = 256
 TARGETS = ("keys", "streams")
 
 
@@ -68,6 +74,35 @@ class Rule(Field):
 
     def schema(self, limits, wire):
         return int_schema(self.doc, minimum=self.minimum, maximum=self.maximum)
+
+
+class Within(Field):
+    """retention_set's `within`: one directory name (a key segment), None when absent;
+    only for target "keys" (the schema says so too)."""
+
+    def check(self, v, limits, in_txn, out):
+        if v is None:
+            return None
+        if type(v) is not str or not v:
+            raise invalid(f"{self.name} must be a non-empty string (a directory name)")
+        if "/" in v or "\x00" in v:
+            raise invalid(f"{self.name} must be one directory name: no '/' or NUL")
+        try:
+            n = len(v.encode())
+        except UnicodeEncodeError:
+            raise invalid(f"{self.name} is not valid unicode (lone surrogate?)") from None
+        if n > MAX_WITHIN_BYTES:
+            raise invalid(f"{self.name} is longer than {MAX_WITHIN_BYTES} UTF-8 bytes")
+        return v
+
+    def schema(self, limits, wire):
+        return str_schema(
+            self.doc, minLength=1, maxLength=MAX_WITHIN_BYTES, pattern="^[^/\\u0000]+$"
+        )
+
+    def conditions(self, limits, wire):
+        streams = {"properties": {"target": {"const": "streams"}}, "required": ["target"]}
+        return [{"if": streams, "then": {"not": {"required": [self.name]}}}]
 
 
 class OptionalNamespace(Field):
@@ -135,6 +170,8 @@ def _set_post(out: dict, limits: Any) -> None:
             raise invalid("keep_every is only allowed together with keep_last")
         if out["target"] == "streams":
             raise invalid("keep_every is only for target 'keys' (a stream is truncated)")
+    if out["within"] is not None and out["target"] != "keys":
+        raise invalid("within is only for target 'keys' (it names a key directory)")
 
 
 def _gc_post(out: dict, limits: Any) -> None:
@@ -186,6 +223,12 @@ def retention_specs(ns: Field, idempotency_key: Field, stream: Field) -> tuple[O
                     "newest N).",
                     minimum=1,
                     maximum=MAX_AGE_S,
+                ),
+                Within(
+                    "within",
+                    "Only the key groups whose directory's last segment is this name "
+                    "(e.g. 'ckpt': agent/{id}/ckpt/ and nothing else under the prefix): "
+                    f"no '/' or NUL, at most {MAX_WITHIN_BYTES} UTF-8 bytes; only target keys.",
                 ),
                 idempotency_key,
             ),

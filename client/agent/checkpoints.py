@@ -289,14 +289,17 @@ def scan_plan(
 
 
 def gc_plan(ctx: Ctx, attempts: int = 5) -> AgentPlan[int]:
-    """Delete chunk sets no manifest references; returns the chunk keys deleted."""
+    """Delete chunk sets neither the head nor any checkpoint manifest references; returns
+    the chunk keys deleted."""
     lay = ctx.layout
     for _ in range(attempts):
         rr = yield head_call(ctx)
-        _, head_kv = head_of(ctx, rr)
+        head, head_kv = head_of(ctx, rr)
         head_rev = head_kv.mod_revision if head_kv is not None else 0
         manifests = yield from scan_plan(ctx, lay.ckpt_prefix, rr.revision)
         used = {unpack_manifest(kv.value, kv.key).get("sha256") for kv in manifests}
+        # The head's own: its ckpt/ manifest may be gone (a retention policy, rollback).
+        used.add(head.get("sha256") if head is not None else None)
         chunks = yield from scan_plan(ctx, lay.chunk_prefix, rr.revision, keys_only=True)
         orphans = sorted({lay.chunk_sha(kv.key) for kv in chunks} - used)
         if not orphans:

@@ -45,8 +45,10 @@ contain no NUL, so NUL works as separator and byte order of the composite keys e
                                          the history up to compact_revision.
     b"P" ns 0x00 target 0x00 prefix      retention policy (node/store/retention.py):
                                          [keep_last, keep_every, max_age_s,
-                                         create_revision, mod_revision] (nil = rule unset);
-                                         target is "keys" or "streams"
+                                         create_revision, mod_revision] (nil = rule unset)
+                                         or the same + [within] (str, target "keys" only;
+                                         written only when set, so a 5-item record is a
+                                         policy without it); target is "keys" or "streams"
     b"g" ns                              the namespace's last applied gc op:
                                          [revision, clock_ms, keys_deleted, events_removed]
     b"t" desc8                           revision-time index: desc8 = 2**64-1 - clock_ms,

@@ -30,7 +30,11 @@ The five things:
    node/retention_ops.py (400 `invalid_argument`); a gc op: <= 500 items, <= 10000 stream
    events removed (the rest at the next tick).
 4. Key layout: b"P" policies, b"g" last gc per ns, b"t" the revision-time index
-   (node/store/keys.py has the rows).
+   (node/store/keys.py has the rows). A b"P" record is the msgpack array [keep_last,
+   keep_every, max_age_s, create_revision, mod_revision] plus, only when the policy has
+   one, a 6th item `within` (a str): a record without it (every policy set before
+   `within` existed, and every policy without it) decodes as within None, and a policy
+   without `within` is written byte for byte as before.
 5. Chaos: none yet (no chaos scenario sets a policy; chaos/checker/streams.py holds
    because nothing truncates without one).
 """
@@ -103,6 +107,9 @@ def retention_set(tx: EntryTx, op: dict) -> dict:
             )
     created = rev if old is None else unpack(old)[3]
     record = [op["keep_last"], op["keep_every"], op["max_age_s"], created, rev]
+    within = op.get("within")  # absent from entries logged before it existed
+    if within is not None:
+        record.append(within)  # a 6th item only when set: 5-item records stay as they were
     tx.stage(k, tx.pack(record))
     tx.wrote = True
     policy = Policy(op["ns"], op["target"], op["prefix"], *record)

@@ -14,7 +14,11 @@ MAX_GC_ITEMS items. 4. key layout: reads b"P", b"t", b"c", b"h", b"Q", b"q"
 Which policy governs a key or stream: among the namespace's policies of that target, the
 one with the LONGEST prefix it starts with (a more specific policy overrides a broader
 one). Keys are grouped by everything up to and including their last "/" and ordered by
-key within a group (zero-padded step numbers sort by step).
+key within a group (zero-padded step numbers sort by step). A keys policy with `within`
+covers only the groups whose directory's last segment is that name (within "ckpt":
+agent/{id}/ckpt/); the other keys under its prefix are still ITS keys for the longest-
+prefix rule (a broader policy does not take them over) but nothing touches them, nor
+counts them in `holds`.
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ from node.store.keys import (
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """One b"P" record."""
+    """One b"P" record: [keep_last, keep_every, max_age_s, create_revision, mod_revision]
+    and, only when set, [within] (records without it decode as within None)."""
 
     ns: str
     target: str
@@ -54,6 +59,7 @@ class Policy:
     max_age_s: int | None
     create_revision: int
     mod_revision: int
+    within: str | None = None
 
     @classmethod
     def decode(cls, k: bytes, v: bytes) -> Policy:
@@ -70,7 +76,16 @@ class Policy:
             "max_age_s": self.max_age_s,
             "create_revision": self.create_revision,
             "mod_revision": self.mod_revision,
+            "within": self.within,
         }
+
+    def covers_group(self, group: str) -> bool:
+        """The policy applies to the key group `group` (everything up to and including a
+        key's last "/"): always without `within`, else when the group's directory's last
+        segment is `within` (agent/a/ckpt/ for "ckpt"; "" has no directory)."""
+        if self.within is None:
+            return True
+        return group[:-1].rpartition("/")[2] == self.within if group else False
 
 
 def policy_range(ns: str | None) -> tuple[bytes, bytes]:
@@ -170,6 +185,8 @@ def select_keys(
         if not _governs(p, others, key):
             continue
         group = key[: key.rfind("/") + 1]
+        if not p.covers_group(group):
+            continue  # within: another directory (chunks, head, ...): left alone
         groups.setdefault(group, []).append((key, unpack(v)[2]))
     old_rev = 0
     if p.max_age_s is not None:

@@ -1,11 +1,14 @@
 """Retention policies enforced by a real 3-node cluster (docs/protocol.md, "Retention"):
-keep_last 3 on agent checkpoints written by the agent layer leaves the 3 newest of each
-agent within a few gc intervals; a stream keep_last policy truncates; truncate_stream
-through both clients; `statekeeper gc status` and `gc policy` on the command line."""
+keep_last 3 within "ckpt" on agent checkpoints written by the agent layer leaves the 3
+newest of each agent within a few gc intervals, and never touches heads or the chunks of
+a chunked state (kept checkpoints stay readable); a stream keep_last policy truncates;
+truncate_stream through both clients; `statekeeper gc status` and `gc policy` on the
+command line."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -55,19 +58,39 @@ def test_the_cluster_enforces_retention_policies(cluster: LocalCluster) -> None:
     ns = f"ret-{uuid.uuid4().hex[:8]}"
     with Client(_urls(cluster), ns=ns) as c:
         set_ = _gc_cli(cluster, "policy", "set", "--ns", ns, "--prefix", "agent/",
-                       "--keep-last", "3")
-        assert set_.returncode == 0 and "keep_last=3" in set_.stdout, set_.stderr
+                       "--within", "ckpt", "--keep-last", "3")
+        assert set_.returncode == 0 and "keep_last=3 within=ckpt" in set_.stdout, set_.stderr
         agents = ("a1", "a2")
         for agent_id in agents:
             a = Agent(c, agent_id, reducer=lambda s, e: s, initial={})
             for step in range(1, 11):
                 a.checkpoint({"step": step}, step=step)
+        # a chunked state over 3 chunks (chunk size 512 KiB, client/agent/checkpoints.py):
+        # without `within` keep_last 3 would trim its chunk dir. Checkpoints 1, 4 and 5
+        # share it (content-addressed: stored once); 1 is dropped, 4 and 5 need it.
+        big = {"blob": os.urandom(1800 * 1024), "note": "big"}
+        b = Agent(c, "big", reducer=lambda s, e: s, initial={})
+        for step, state in enumerate((big, {"s": 2}, {"s": 3}, big, big), start=1):
+            ck = b.checkpoint(state, step=step)
+        assert ck.chunks == 4
+        chunk_keys = [kv.key for kv in c.range(prefix="agent/big/chunk/", keys_only=True).kvs]
+        assert len(chunk_keys) == 4
         # keys policy: the 3 newest checkpoints of each agent stay, the head too
         for agent_id in agents:
             want = [f"agent/{agent_id}/ckpt/{n:012d}" for n in (8, 9, 10)]
             assert _until(lambda a=agent_id, w=want: _ckpt_keys(c, a) == w), _ckpt_keys(c, a)
             latest = Agent(c, agent_id, reducer=lambda s, e: s, initial={}).latest()
             assert (latest.n, latest.state) == (10, {"step": 10})
+        want = [f"agent/big/ckpt/{n:012d}" for n in (3, 4, 5)]
+        assert _until(lambda: _ckpt_keys(c, "big") == want), _ckpt_keys(c, "big")
+        # the chunks and the head are untouched, and the kept checkpoints read back
+        after = [kv.key for kv in c.range(prefix="agent/big/chunk/", keys_only=True).kvs]
+        assert after == chunk_keys
+        reader = Agent(c, "big", reducer=lambda s, e: s, initial={})
+        h = reader.hydrate()
+        assert h.checkpoint.n == 5 and h.state == big
+        assert reader.state_at(step=4) == big and reader.state_at(step=3) == {"s": 3}
+        assert reader.gc() == 0  # kept checkpoints still reference the chunk set
 
         # streams policy: keep the last 5 events of log/*
         c.retention_set("log/", target="streams", keep_last=5)
@@ -88,15 +111,21 @@ def test_the_cluster_enforces_retention_policies(cluster: LocalCluster) -> None:
         status = _gc_cli(cluster, "status", "--ns", ns)
         assert status.returncode == 0, status.stderr
         assert "agent/" in status.stdout and "log/" in status.stdout
+        assert "within=ckpt" in status.stdout
         assert "last gc in " + ns + ": revision" in status.stdout
         assert "mvcc history: compact_revision" in status.stdout
         as_json = json.loads(_gc_cli(cluster, "status", "--ns", ns, "--json").stdout)
         keys_policy = next(p for p in as_json["policies"] if p["prefix"] == "agent/")
         assert keys_policy["frees"]["keys"] == 0
-        assert keys_policy["holds"]["groups"] == 4  # two ckpt/ groups, two head groups
+        assert keys_policy["within"] == "ckpt"
+        # the three agents' ckpt/ groups (3 keys each); heads and chunk dirs not counted
+        assert keys_policy["holds"]["groups"] == 3 and keys_policy["holds"]["keys"] == 9
 
         listed = _gc_cli(cluster, "policy", "list", "--ns", ns, "--json")
-        assert [p["prefix"] for p in json.loads(listed.stdout)["policies"]] == ["agent/", "log/"]
+        policies = json.loads(listed.stdout)["policies"]
+        assert [(p["prefix"], p["within"]) for p in policies] == [("agent/", "ckpt"), ("log/", None)]
+        table = _gc_cli(cluster, "policy", "list", "--ns", ns)
+        assert "within=ckpt" in table.stdout, table.stderr
         deleted = _gc_cli(cluster, "policy", "delete", "--ns", ns, "--prefix", "log/",
                           "--target", "streams")
         assert deleted.returncode == 0 and "1 policy deleted" in deleted.stdout

@@ -200,6 +200,18 @@ def test_crash_between_chunks_and_manifest_keeps_previous_and_gc_collects() -> N
     assert b.latest().step == 1 and b.gc() == 0
 
 
+def test_gc_keeps_the_heads_chunks_when_its_manifest_is_gone() -> None:
+    """A retention policy may drop the head's ckpt/ manifest (max_age_s without
+    keep_last): gc must not then delete the chunks the head still reads."""
+    c = MemoryClient()
+    a = chunky(c)
+    state = big_state(3000)
+    ck = a.checkpoint(state, step=1)
+    c.delete(a.ctx.layout.ckpt(ck.n))  # what the retention GC would do
+    assert chunky(c).gc() == 0
+    assert chunky(c).latest().state == state
+
+
 def test_gc_racing_a_writer_makes_the_writer_upload_again() -> None:
     c = MemoryClient()
     a = chunky(c)

@@ -1,18 +1,22 @@
 """The client's retention operations and truncate_stream, sans-IO: request paths and
 bodies (through a Client whose _execute records the Request), age parsing, and the
-`statekeeper gc` argument parsing. No network."""
+`statekeeper gc` argument parsing and `within` display. No network."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
 from typing import Any
 
 import msgpack
 import pytest
 
-from client import Client, InvalidRequest
+from client import AsyncClient, Client, InvalidRequest
 from client.retention_commands import parse_age
+from cluster import gc_cli
 from cluster.cli import build_parser
+from cluster.gc_cli import _rules
 
 
 class Recording(Client):
@@ -78,6 +82,71 @@ def test_parse_age(age, seconds):
 def test_parse_age_refuses(bad):
     with pytest.raises(InvalidRequest):
         parse_age(bad)
+
+
+def test_within_request_shape():
+    c = Recording()
+    try:
+        c.retention_set("agent/", keep_last=10, within="ckpt")
+        c.retention_set("agent/", keep_last=10)
+        assert body(c.sent[0])["within"] == "ckpt"
+        assert "within" not in body(c.sent[1])  # absent, not null: the default
+    finally:
+        c.close()
+
+
+def test_within_request_shape_async():
+    sent = []
+
+    class AsyncRecording(AsyncClient):
+        async def _execute(self, request, endpoint=None):  # type: ignore[override]
+            sent.append(request)
+            return {"ok": True}
+
+    async def go():
+        c = AsyncRecording(["http://127.0.0.1:1"], ns="agents")
+        try:
+            await c.retention_set("agent/", keep_last=3, max_age="1d", within="ckpt")
+        finally:
+            await c.close()
+
+    asyncio.run(go())
+    b = body(sent[0])
+    assert (b["ns"], b["prefix"], b["within"], b["keep_last"]) == ("agents", "agent/", "ckpt", 3)
+
+
+def test_gc_cli_parses_within():
+    p = build_parser()
+    a = p.parse_args(["gc", "policy", "set", "--prefix", "agent/", "--within", "ckpt",
+                      "--keep-last", "10"])
+    assert (a.prefix, a.within, a.keep_last) == ("agent/", "ckpt", 10)
+    assert p.parse_args(["gc", "policy", "set", "--prefix", "x/", "--keep-last", "1"]).within is None
+
+
+def test_gc_cli_shows_within():
+    p = {"keep_last": 10, "keep_every": None, "max_age_s": 86_400, "within": "ckpt"}
+    assert _rules(p) == "keep_last=10 max_age=1d within=ckpt"
+    assert _rules({**p, "within": None}) == "keep_last=10 max_age=1d"
+
+
+def test_gc_cli_passes_within(monkeypatch, capsys):
+    c = Recording()
+    monkeypatch.setattr(gc_cli, "open_client", lambda args: contextlib.nullcontext(c))
+    calls = []
+    monkeypatch.setattr(
+        c, "retention_set",
+        lambda prefix, **kw: calls.append((prefix, kw)) or {
+            "created": True, "revision": 3,
+            "policy": {"keep_last": 2, "within": kw["within"]},
+        },
+    )
+    args = build_parser().parse_args(
+        ["gc", "policy", "set", "--prefix", "agent/", "--within", "ckpt", "--keep-last", "2"]
+    )
+    assert gc_cli.cmd_policy(args) == 0
+    assert calls[0][0] == "agent/" and calls[0][1]["within"] == "ckpt"
+    assert "keep_last=2 within=ckpt" in capsys.readouterr().out
+    c.close()
 
 
 def test_gc_cli_parses():

@@ -189,6 +189,9 @@ VALID = [
     ("merge", {"key": "c", "type": "gcounter", "state_b64": GCOUNTER_B64, "idempotency_key": "i"}),
     ("txn", {"success": [{"op": "merge", "key": "c", "type": "gcounter", "state_b64": "gA=="}]}),
     ("crdt_get", {"key": "c", "state": True, "revision": 3, "consistency": "serializable"}),
+    ("retention_set", {"prefix": "agent/", "keep_last": 3, "within": "ckpt"}),
+    ("retention_set", {"prefix": "a/", "target": "keys", "max_age_s": 60, "within": "é" * 128}),
+    ("retention_set", {"prefix": "log/", "target": "streams", "keep_last": 3}),
 ]
 INVALID = [
     ("put", {"value": "v"}),
@@ -229,6 +232,12 @@ INVALID = [
     ("merge", {"type": "gcounter", "state_b64": GCOUNTER_B64}),
     ("txn", {"success": [{"op": "crdt_get", "key": "c"}]}),
     ("crdt_get", {"key": "c", "state": "yes"}),
+    ("retention_set", {"prefix": "a/", "keep_last": 3, "within": ""}),
+    ("retention_set", {"prefix": "a/", "keep_last": 3, "within": "ckpt/x"}),
+    ("retention_set", {"prefix": "a/", "keep_last": 3, "within": "a\u0000b"}),
+    ("retention_set", {"prefix": "a/", "keep_last": 3, "within": "c" * 257}),
+    ("retention_set", {"prefix": "a/", "keep_last": 3, "within": 7}),
+    ("retention_set", {"prefix": "a/", "target": "streams", "keep_last": 3, "within": "ckpt"}),
 ]
 
 

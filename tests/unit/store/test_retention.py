@@ -10,7 +10,7 @@ from node.config import Limits
 from node.errors import OpError
 from node.ops import validate_op
 from node.store import keys
-from node.store.retention_select import doomed, plan_gc, revision_at
+from node.store.retention_select import Policy, doomed, plan_gc, revision_at
 from tests.unit.store.util import Node, put, raw_items
 
 MIN = 60_000
@@ -56,6 +56,13 @@ def apply_plan(node: Node, now_ms: int) -> list[dict]:
         (policy("a/", keep_last=0), "keep_last must be an integer"),
         (policy("a/", keep_last=2, keep_every=1), "keep_every must be"),
         (policy("a/", "blobs", keep_last=2), "target must be one of"),
+        (policy("a/", "streams", keep_last=2, within="ckpt"), "within is only for target"),
+        (policy("a/", keep_last=2, within=""), "within must be a non-empty string"),
+        (policy("a/", keep_last=2, within=3), "within must be a non-empty string"),
+        (policy("a/", keep_last=2, within="a/b"), "no '/' or NUL"),
+        (policy("a/", keep_last=2, within="ck\x00pt"), "no '/' or NUL"),
+        (policy("a/", keep_last=2, within="é" * 129), "longer than 256 UTF-8 bytes"),
+        (policy("a/", keep_last=2, within="\ud800"), "not valid unicode"),
         ({"op": "truncate_stream", "stream": "s", "before_seq": 0}, "before_seq"),
     ],
 )
@@ -63,6 +70,12 @@ def test_bad_policies_are_refused_with_a_code(op, message):
     with pytest.raises(OpError) as ei:
         validate_op(op, Limits())
     assert ei.value.code == "invalid_argument" and message in ei.value.message
+
+
+def test_within_is_validated_and_normalized():
+    ok = validate_op(policy("agent/", keep_last=2, within="é" * 128), Limits())
+    assert ok["within"] == "é" * 128  # 256 UTF-8 bytes: the most allowed
+    assert validate_op(policy("agent/", keep_last=2), Limits())["within"] is None
 
 
 def test_gc_is_refused_from_clients():
@@ -93,6 +106,7 @@ def test_set_replace_list_delete(node):
         "max_age_s": None,
         "create_revision": 1,
         "mod_revision": 1,
+        "within": None,
     }
     r2 = node.one(policy("agent/", keep_last=5, keep_every=10))
     assert not r2["created"] and r2["policy"]["create_revision"] == 1
@@ -108,6 +122,47 @@ def test_set_replace_list_delete(node):
     assert node.one({"op": "retention_delete", "prefix": "agent/", "target": "keys"})["deleted"]
     d = node.one({"op": "retention_delete", "prefix": "agent/", "target": "keys"})
     assert d == {"revision": 4, "deleted": 0}
+
+
+def test_within_round_trips_and_old_records_still_decode(node):
+    r = node.one(policy("agent/", keep_last=3, within="ckpt"))
+    assert r["policy"]["within"] == "ckpt"
+    k = keys.retention_key(b"default", "keys", "agent/")
+    assert keys.unpack(dict(raw_items(node.sm))[k]) == [3, None, None, 1, 1, "ckpt"]
+    listed = read(node, {"op": "retention_list", "ns": "default"})["policies"]
+    assert [(p["prefix"], p["within"]) for p in listed] == [("agent/", "ckpt")]
+    status = read(node, {"op": "retention_status", "ns": "default"})
+    assert status["policies"][0]["within"] == "ckpt"
+    # replacing without within clears it, and writes the 5-item record of before
+    r2 = node.one(policy("agent/", keep_last=3))
+    assert r2["policy"]["within"] is None and r2["policy"]["create_revision"] == 1
+    assert keys.unpack(dict(raw_items(node.sm))[k]) == [3, None, None, 1, 2]
+
+
+def test_a_record_written_before_within_decodes():
+    k = keys.retention_key(b"ns", "keys", "agent/")
+    old = keys.msgpack.packb([3, 10, 60, 4, 7])  # the 5-item shape of before
+    p = Policy.decode(k, old)
+    assert (p.prefix, p.keep_last, p.keep_every, p.max_age_s, p.within) == (
+        "agent/",
+        3,
+        10,
+        60,
+        None,
+    )
+    assert p.info()["within"] is None and p.covers_group("agent/a/chunk/x/")
+    new = Policy.decode(k, keys.msgpack.packb([3, None, None, 4, 7, "ckpt"]))
+    assert new.within == "ckpt"
+    assert new.covers_group("agent/a/ckpt/") and not new.covers_group("agent/a/")
+    assert not new.covers_group("agent/a/chunk/ab/") and not new.covers_group("")
+    assert Policy.decode(k, keys.msgpack.packb([1, None, None, 1, 1, "a"])).covers_group("a/")
+
+
+def test_an_old_entry_without_within_still_applies(node):
+    op = validate_op(policy("agent/", keep_last=2), Limits())
+    del op["within"]  # a retention_set logged before the field existed
+    r = node.one(op)
+    assert r["policy"]["within"] is None and r["policy"]["keep_last"] == 2
 
 
 def test_at_most_1000_policies_per_namespace(node, monkeypatch):
@@ -171,6 +226,74 @@ def test_keep_last_per_group(node):
     left = [k for k in live(node) if "/ckpt/" in k]
     assert left == [f"agent/{a}/ckpt/{n:012d}" for a in ("a", "b") for n in (3, 4, 5)]
     assert plan(node, 1_000) == []
+
+
+def _agent_layout(node, agents=("a", "b"), n=5) -> None:
+    """Per agent: n chunks in one chunk dir, ckpt/1..n manifests and a head."""
+    for a in agents:
+        for i in range(n):
+            node.put(f"agent/{a}/chunk/{'ab' * 32}/{i:06d}", b"c")
+        for i in range(1, n + 1):
+            node.put(f"agent/{a}/ckpt/{i:012d}", b"m")
+        node.put(f"agent/{a}/head", b"m")
+
+
+def test_within_keep_last_trims_only_ckpt_groups(node):
+    node.one(policy("agent/", keep_last=2, within="ckpt"))
+    _agent_layout(node)
+    node.put("agent/x/ckpt", b"a key named ckpt: its group is agent/x/, not covered")
+    before = [k for k in live(node) if "/ckpt/" not in k]
+    (op,) = plan(node, 1_000)
+    assert [k for k, _ in op["deletes"]] == [
+        f"agent/{a}/ckpt/{n:012d}" for a in ("a", "b") for n in (1, 2, 3)
+    ]
+    apply_plan(node, 1_000)
+    assert [k for k in live(node) if "/ckpt/" in k] == [
+        f"agent/{a}/ckpt/{n:012d}" for a in ("a", "b") for n in (4, 5)
+    ]
+    assert [k for k in live(node) if "/ckpt/" not in k] == before  # chunks, heads: all kept
+    assert plan(node, 1_000) == []
+    status = read(node, {"op": "retention_status", "ns": "default"})["policies"][0]
+    assert status["within"] == "ckpt"
+    assert status["holds"]["groups"] == 2 and status["holds"]["keys"] == 4
+
+
+def test_without_within_the_same_policy_trims_chunks(node):
+    """The footgun `within` avoids: chunk dirs are groups too."""
+    node.one(policy("agent/", keep_last=2))
+    _agent_layout(node, agents=("a",))
+    (op,) = plan(node, 1_000)
+    assert any("/chunk/" in k for k, _ in op["deletes"])
+
+
+def test_within_max_age_leaves_chunks_alone(node):
+    node.one(policy("agent/", max_age_s=60, within="ckpt"), t=MIN)  # index (MIN -> 1)
+    _agent_layout(node, agents=("a",), n=3)  # revs 2..8, clock stays MIN
+    node.one(put("x", b""), t=2 * MIN)  # rev 9, index (2 MIN -> 9)
+    node.one(put("agent/a/ckpt/000000000009", b"new"), t=3 * MIN)  # rev 10
+    (op,) = plan(node, 3 * MIN)  # cutoff 2 MIN -> rev 9: the layout's keys are old
+    assert [k for k, _ in op["deletes"]] == [f"agent/a/ckpt/{n:012d}" for n in (1, 2, 3)]
+    apply_plan(node, 3 * MIN)
+    assert [k for k in live(node) if "/ckpt/" in k] == ["agent/a/ckpt/000000000009"]
+    assert len([k for k in live(node) if "/chunk/" in k]) == 3
+    assert "agent/a/head" in live(node)
+
+
+def test_within_keeps_the_longest_prefix_rule(node):
+    """Keys outside `within` under its prefix stay its own: a broader policy does not
+    take them over."""
+    node.one(policy("", keep_last=1))
+    node.one(policy("agent/", keep_last=1, within="ckpt"))
+    _agent_layout(node, agents=("a",), n=3)
+    for n in range(3):
+        node.put(f"other/{n}", b"")
+    (op,) = plan(node, 1_000)
+    assert sorted(k for k, _ in op["deletes"]) == [
+        "agent/a/ckpt/000000000001",
+        "agent/a/ckpt/000000000002",
+        "other/0",
+        "other/1",
+    ]
 
 
 def test_longest_prefix_wins(node):
