@@ -51,7 +51,7 @@ from node.store.keys import (
     p64,
     unpack,
 )
-from node.store.reads import hist_get, kv
+from node.store.reads import Reader, hist_get, kv, serves
 
 Handler = Callable[["EntryTx", dict], dict]
 HANDLERS: dict[str, Handler] = {}
@@ -70,6 +70,18 @@ def handles(name: str) -> Callable[[Handler], Handler]:
             raise ValueError(f"op {name!r} already has a handler")
         HANDLERS[name] = handler
         return handler
+
+    return register
+
+
+def read_op(name: str) -> Callable[[Reader], Reader]:
+    """Decorator: register `reader(src, limits, op)` for StateMachine.read (reads.serves)
+    and, over the EntryTx, as the apply handler of the op (every op validation accepts
+    has a handler, so an entry carrying a read fails nothing)."""
+
+    def register(reader: Reader) -> Reader:
+        handles(name)(lambda tx, op: reader(tx, tx.limits, op))
+        return serves(name)(reader)
 
     return register
 

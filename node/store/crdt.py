@@ -50,10 +50,10 @@ from client.crdt import model
 from node.config import Limits
 from node.crdt_ops import decode_state
 from node.errors import OpError
-from node.store.apply import EntryTx, handles
+from node.store.apply import EntryTx, handles, read_op
 from node.store.keys import cur_key, key_lease_key, unpack
 from node.store.kv import write_put
-from node.store.reads import Reader, Source, check_revision, serves
+from node.store.reads import Source, check_revision
 
 MAGIC = b"skcrdt"
 VERSION = 1
@@ -160,18 +160,9 @@ def merge(tx: EntryTx, op: dict) -> dict:
 # -- crdt_get -------------------------------------------------------------------------------
 
 
-def _read_op(name: str):
-    """Register `reader` for StateMachine.read and, over the EntryTx, for apply (every op
-    validation accepts has a handler, so an entry carrying a read fails nothing)."""
-
-    def register(reader: Reader) -> Reader:
-        handles(name)(lambda tx, op: reader(tx, tx.limits, op))
-        return serves(name)(reader)
-
-    return register
 
 
-@_read_op("crdt_get")
+@read_op("crdt_get")
 def crdt_get(src: Source, limits: Limits, op: dict) -> dict:
     """{revision, type, value, state?, mod_revision, version} of the key's CRDT."""
     r = check_revision(op.get("revision"), src.revision, src.compact_revision)

@@ -47,7 +47,7 @@ from typing import Any
 from node.config import Limits
 from node.lease_ops import MAX_LEASE_KEYS_SHOWN
 from node.store import lease_state
-from node.store.apply import EntryTx, handles
+from node.store.apply import EntryTx, handles, read_op
 from node.store.keys import (
     CUR,
     LEASE,
@@ -62,7 +62,7 @@ from node.store.keys import (
 )
 from node.store.kv import write_delete
 from node.store.lease_state import LeaseRecord
-from node.store.reads import Reader, Source, serves
+from node.store.reads import Source
 
 # hook(tx, lease, record) -> entries deleted, run by every revoke and expiry, in order.
 REVOKE_HOOKS: list[Callable[[EntryTx, int, LeaseRecord], int]] = []
@@ -152,17 +152,9 @@ def lease_expire(tx: EntryTx, op: dict) -> dict:
 # -- reads ---------------------------------------------------------------------------------
 
 
-def _read_op(name: str) -> Callable[[Reader], Reader]:
-    """Register `reader` for StateMachine.read and, over the EntryTx, for apply."""
-
-    def register(reader: Reader) -> Reader:
-        handles(name)(lambda tx, op: reader(tx, tx.limits, op))
-        return serves(name)(reader)
-
-    return register
 
 
-@_read_op("lease_info")
+@read_op("lease_info")
 def lease_info(src: Source, limits: Limits, op: dict) -> dict:
     """{revision, lease, ns, ttl_ms, expires_ms, remaining_ms, keys, more_keys}."""
     lease = op["lease"]
@@ -178,7 +170,7 @@ def lease_info(src: Source, limits: Limits, op: dict) -> dict:
     }
 
 
-@_read_op("lease_list")
+@read_op("lease_list")
 def lease_list(src: Source, limits: Limits, op: dict) -> dict:
     """{revision, leases: [{lease, ns, ttl_ms, expires_ms}], more}: id order, after `after`."""
     start = (op.get("after") or 0) + 1

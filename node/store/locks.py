@@ -52,17 +52,17 @@ lock as surely as deleting someone's etcd lock key does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from node.config import Limits
 from node.errors import OpError
 from node.lock_ops import FENCED_OPS, LOCK_PREFIX, TOKEN_DIGITS, waiter_key, waiter_prefix
 from node.store import apply, lease_state
-from node.store.apply import EntryTx, handles
+from node.store.apply import EntryTx, handles, read_op
 from node.store.keys import cur_key, hist_prefix_of, inc, key_lease_key, p64, unpack
 from node.store.kv import write_delete, write_put
-from node.store.reads import Reader, Source, serves
+from node.store.reads import Source
 
 MAX_WAITERS_SHOWN = 100  # per lock, in lock_list
 _SUFFIX = TOKEN_DIGITS + 1  # "/" and the digits
@@ -175,14 +175,6 @@ def lock_release(tx: EntryTx, op: dict) -> dict:
 # -- reads ---------------------------------------------------------------------------------
 
 
-def _read_op(name: str) -> Callable[[Reader], Reader]:
-    """Register `reader` for StateMachine.read and, over the EntryTx, for apply."""
-
-    def register(reader: Reader) -> Reader:
-        handles(name)(lambda tx, op: reader(tx, tx.limits, op))
-        return serves(name)(reader)
-
-    return register
 
 
 def _collect(
@@ -234,7 +226,7 @@ def _waiter(src: Source, ns_b: bytes, ck: bytes, raw: bytes) -> dict:
     }
 
 
-@_read_op("lock_list")
+@read_op("lock_list")
 def lock_list(src: Source, limits: Limits, op: dict) -> dict:
     """{revision, locks: [{name, holder_fence, holder_lease, count, waiters}], more}: the
     locks whose name starts with `prefix`, after lock `after`, in the byte order of their

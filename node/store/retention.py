@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
@@ -51,7 +50,7 @@ from node.config import Limits
 from node.errors import OpError
 from node.op_fields import invalid
 from node.retention_ops import MAX_POLICIES_PER_NS, MAX_TRUNCATE_EVENTS
-from node.store.apply import AFTER_ENTRY, EntryTx, handles
+from node.store.apply import AFTER_ENTRY, EntryTx, handles, read_op
 from node.store.keys import (
     RETENTION,
     RETENTION_GC,
@@ -63,7 +62,7 @@ from node.store.keys import (
     unpack,
 )
 from node.store.kv import write_delete
-from node.store.reads import Reader, Source, serves
+from node.store.reads import Source
 from node.store.retention_select import (
     Policy,
     load_policies,
@@ -76,14 +75,6 @@ from node.store.streams import truncate
 TIME_INDEX_STEP_MS = 60_000
 
 
-def _read_op(name: str) -> Callable[[Reader], Reader]:
-    """Register `reader` for StateMachine.read and, over the EntryTx, for apply."""
-
-    def register(reader: Reader) -> Reader:
-        handles(name)(lambda tx, op: reader(tx, tx.limits, op))
-        return serves(name)(reader)
-
-    return register
 
 
 # -- policies ------------------------------------------------------------------------------
@@ -188,7 +179,7 @@ def _untoken(token: str) -> bytes:
         raise invalid("continuation is not a valid retention_list token") from None
 
 
-@_read_op("retention_list")
+@read_op("retention_list")
 def retention_list(src: Source, limits: Limits, op: dict) -> dict:
     """{revision, policies: [policy], more, continuation?} in (ns, target, prefix) order."""
     lo, hi = policy_range(op.get("ns"))
@@ -226,7 +217,7 @@ def policy_status(src: Source, p: Policy, policies: list[Policy], now_ms: int) -
     }
 
 
-@_read_op("retention_status")
+@read_op("retention_status")
 def retention_status(src: Source, limits: Limits, op: dict) -> dict:
     """{revision, clock, policies: [...], last_gc: {ns: ...}, history, idempotency}."""
     policies = load_policies(src, op.get("ns"))

@@ -51,7 +51,6 @@ dedup record names the seq of the event that carries that id.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -61,7 +60,7 @@ import msgpack
 from node.config import Limits
 from node.errors import OpError
 from node.op_fields import decode_continuation, encode_continuation, invalid
-from node.store.apply import EntryTx, handles
+from node.store.apply import EntryTx, handles, read_op
 from node.store.keys import (
     STREAM_META,
     bounds,
@@ -72,7 +71,7 @@ from node.store.keys import (
     u64,
     unpack,
 )
-from node.store.reads import Reader, Source, check_revision, serves
+from node.store.reads import Source, check_revision
 from node.stream_ops import decode_stream_continuation, encode_stream_continuation
 
 
@@ -285,15 +284,6 @@ def truncate_stream(tx: EntryTx, op: dict) -> dict:
 # -- reads ---------------------------------------------------------------------------------
 
 
-def _read_op(name: str) -> Callable[[Reader], Reader]:
-    """Register `reader` for StateMachine.read and, over the EntryTx, for apply (every op
-    validation accepts has a handler, so an entry carrying a read fails nothing)."""
-
-    def register(reader: Reader) -> Reader:
-        handles(name)(lambda tx, op: reader(tx, tx.limits, op))
-        return serves(name)(reader)
-
-    return register
 
 
 def _event_revision(raw: bytes) -> int:
@@ -368,7 +358,7 @@ def _page_bounds(
     return lo, hi, (lo - 1 if first < lo <= hi else None)
 
 
-@_read_op("read_stream")
+@read_op("read_stream")
 def read_stream(src: Source, limits: Limits, op: dict) -> dict:
     """{revision, stream, events, last_seq, more, continuation?} (see the module docstring)."""
     start, direction, revision = op.get("start"), op.get("direction", "forward"), op.get("revision")
@@ -403,7 +393,7 @@ def read_stream(src: Source, limits: Limits, op: dict) -> dict:
     return result
 
 
-@_read_op("stream_info")
+@read_op("stream_info")
 def stream_info(src: Source, limits: Limits, op: dict) -> dict:
     """{revision, stream, first_seq, last_seq, count, bytes, create_revision, mod_revision}."""
     stream = op["stream"]
@@ -415,7 +405,7 @@ def stream_info(src: Source, limits: Limits, op: dict) -> dict:
     return {"revision": src.revision, **meta.info(stream)}
 
 
-@_read_op("list_streams")
+@read_op("list_streams")
 def list_streams(src: Source, limits: Limits, op: dict) -> dict:
     """{revision, streams: [info], more, continuation?}: names in byte order. Every page is
     served at the current revision (stream meta is not versioned); streams are never

@@ -11,7 +11,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 from client.langgraph import StatekeeperSaver
 from cluster.supervisor import LocalCluster
+from tests.integration.raft_harness import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -32,16 +32,6 @@ def _run(mode: str, endpoints: list[str], thread: str, work: Path, timeout: floa
     )
     assert p.returncode == 0, f"{mode} failed ({p.returncode}):\n{p.stdout}\n{p.stderr[-3000:]}"
     return json.loads(p.stdout.strip().splitlines()[-1])
-
-
-def _wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _tool_lines(work: Path) -> list[str]:
@@ -59,13 +49,13 @@ def test_graph_resumes_after_agent_and_leader_are_killed(cluster: LocalCluster, 
     )
     with StatekeeperSaver.from_endpoints(endpoints) as saver:
         try:
-            _wait_for(lambda: _tool_lines(tmp_path), 60, "the tool to run")
+            wait_for(lambda: _tool_lines(tmp_path), 60, "the tool to run")
 
             def tool_write_saved():
                 t = saver.get_tuple(config)
                 return t is not None and any(ch == "messages" for _, ch, _ in t.pending_writes)
 
-            _wait_for(tool_write_saved, 30, "the tool's pending write to be saved")
+            wait_for(tool_write_saved, 30, "the tool's pending write to be saved")
             assert first.poll() is None, first.communicate()[1][-3000:]
         finally:
             first.send_signal(signal.SIGKILL)
