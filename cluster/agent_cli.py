@@ -1,5 +1,6 @@
-"""`statekeeper agent list | show AGENT | history AGENT | rollback AGENT --to STEP`: the
-agent layer (client/agent/) for people, with readable tables or --json.
+"""`statekeeper agent list | show AGENT | history AGENT | rollback AGENT --to STEP |
+checkpoints AGENT [--filter k=v] | gc AGENT`: the agent layer (client/agent/) for people,
+with readable tables or --json.
 
 cluster/cli.py calls :func:`register` with its registry (so this module never imports
 cli.py, which may be running as __main__); the client is imported only when a command
@@ -56,6 +57,18 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
                   arg("--to", type=int, metavar="STEP", help="the newest checkpoint with step <= STEP"),
                   arg("--ckpt", type=int, metavar="N", help="checkpoint number N")],
             )(cmd_rollback)
+    command("agent", "checkpoints", help="list an agent's checkpoints, newest first",
+            epilog="  statekeeper agent checkpoints agent-7 --limit 5\n"
+                   "  statekeeper agent checkpoints agent-7 --filter run=r1",
+            args=[*common, agent_id,
+                  arg("--filter", action="append", default=[], metavar="KEY=VALUE",
+                      help="only checkpoints whose metadata has KEY equal to VALUE (JSON, "
+                           "else a string); repeat for several"),
+                  arg("--limit", type=int, default=20, metavar="N",
+                      help="at most N checkpoints (default 20; 0: all)")])(cmd_checkpoints)
+    command("agent", "gc", help="delete chunk sets no checkpoint references (orphans)",
+            epilog="  statekeeper agent gc agent-7",
+            args=[*common, agent_id])(cmd_gc)
 
 
 # -- list --------------------------------------------------------------------------------
@@ -231,4 +244,73 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         print(f"agent {args.agent_id}: checkpoint #{ck.parent} (step {ck.step}) is current again "
               f"as checkpoint #{ck.n} (revision {ck.revision}, rolled back from "
               f"#{ck.metadata.get('rollback_from')})")
+    return EXIT_OK
+
+
+# -- checkpoints / gc ----------------------------------------------------------------------
+
+
+def parse_filters(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as metadata filters: VALUE as JSON when it parses (1, true,
+    null, "x"), else as the string it is."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--filter takes KEY=VALUE, not {pair!r}")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out
+
+
+@guarded
+def cmd_checkpoints(args: argparse.Namespace) -> int:
+    """The agent's checkpoints newest first (states not loaded): number, kind, step,
+    position, revision, size, time, parent and metadata; --filter k=v keeps those whose
+    metadata has k == v."""
+    from client.agent import Agent
+
+    try:
+        filters = parse_filters(args.filter)
+        if clash := sorted({"limit", "before"} & filters.keys()):
+            raise ValueError(f"cannot filter on metadata key {clash[0]!r} (use the API)")
+    except ValueError as exc:
+        print(f"statekeeper: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    limit = None if args.limit == 0 else args.limit
+    with open_client(args) as c:
+        agent = Agent(c, args.agent_id, ns=args.ns)
+        cks = agent.checkpoints(limit=limit, **filters)
+    if args.json:
+        dump([_describe(ck) for ck in cks])
+        return EXIT_OK
+    if not cks:
+        print(f"agent {args.agent_id!r} has no checkpoints"
+              f"{' matching ' + ' '.join(args.filter) if args.filter else ''} in {args.ns!r}")
+        return EXIT_OK
+    print(table(("CKPT", "KIND", "STEP", "POSITION", "REV", "SIZE", "WRITTEN", "PARENT",
+                 "METADATA"), [
+        (f"#{ck.n}", ck.kind, ck.step, ck.position, ck.revision,
+         size(ck.size) + ("" if not ck.chunks else f" ({ck.chunks} chunks)"), when(ck.time_ms),
+         ck.parent and f"#{ck.parent}", json.dumps(ck.metadata, sort_keys=True, default=str))
+        for ck in cks]))
+    return EXIT_OK
+
+
+@guarded
+def cmd_gc(args: argparse.Namespace) -> int:
+    """Delete the agent's chunk sets that neither its head nor any checkpoint manifest
+    references (left by a crash between chunks and manifest, or by retention dropping
+    manifests); guarded by the head, so it never deletes what a new checkpoint uses."""
+    from client.agent import Agent
+
+    with open_client(args) as c:
+        deleted = Agent(c, args.agent_id, ns=args.ns).gc()
+    if args.json:
+        dump({"agent": args.agent_id, "deleted": deleted})
+    else:
+        print(f"agent {args.agent_id}: deleted {deleted} orphan chunk key"
+              f"{'' if deleted == 1 else 's'}")
     return EXIT_OK

@@ -19,7 +19,8 @@ streams (both clients; one implementation, sans-IO plans in client/agent/plan.py
 - :class:`Projection` / :class:`AsyncProjection`: read models folded from a stream,
   resuming from their saved position;
 - envelopes (client/agent/envelope.py): typed state <-> bytes, schemas and upcasters;
-- key layout: client/agent/layout.py; CLI: ``statekeeper agent list|show|history|rollback``.
+- key layout: client/agent/layout.py; CLI: ``statekeeper agent list|show|history|rollback|
+  checkpoints|gc``; error codes: docs/agent-state.md, "Errors".
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ from .errors import (
     CheckpointConflict,
     CheckpointCorrupt,
     CheckpointNotFound,
+    EventsMissing,
     InvalidAgentId,
+    PositionNotFound,
     ProjectionConflict,
 )
 from .layout import Layout
@@ -68,6 +71,7 @@ __all__ = [
     "CheckpointCorrupt",
     "CheckpointNotFound",
     "EnvelopeError",
+    "EventsMissing",
     "EveryNSteps",
     "EveryTSeconds",
     "Header",
@@ -79,6 +83,7 @@ __all__ = [
     "OnEvent",
     "PickleRefused",
     "Policy",
+    "PositionNotFound",
     "Projection",
     "ProjectionConflict",
     "SchemaRegistry",

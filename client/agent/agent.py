@@ -8,7 +8,7 @@ a sans-IO plan, plan.py) run by a blocking or an asyncio driver.
     agent.checkpoint(state, step=12, metadata={"run_id": "r1"})
     agent.rollback(to=10); agent.state_at(step=11); agent.history()
 
-The five things (/work/shared/AGENT-STATE.md):
+The five things (docs/agent-state.md, "The five things"):
 
 1. Consistency: linearizable. A checkpoint is one txn (manifest, head, position and its
    events in one raft entry) guarded by a compare on the head's mod_revision, so two
@@ -22,19 +22,14 @@ The five things (/work/shared/AGENT-STATE.md):
    a retried txn applies once; whether it committed, ``latest()`` tells (pass your own
    ``idempotency_key=`` to retry the same checkpoint later and get its first result).
    Chunks written before an unknown outcome are harmless (gc() collects orphans).
-3. Limits: the server's value limit (1 MiB; larger states are chunked, so no size limit
-   but the txn's max_ops_per_request of 1024 compares: ~1 GiB), request limit (4 MiB:
-   chunk batches stay under it; a checkpoint's own events must fit in one txn -> 413
-   request_too_large), events per append (1000 -> 413 too_many_events). Codes: see
-   docs/protocol.md.
+3. Limits: value 1 MiB (larger states are chunked; the txn's 1024 compares on 512 KiB
+   chunks bound a state at ~500 MiB), request 4 MiB (chunk batches stay under it; a
+   checkpoint's own events must fit one txn, else 413 request_too_large), 1000 events per
+   append (413 too_many_events). Codes: docs/agent-state.md, "Errors".
 4. Key layout: client/agent/layout.py (agent/{id}/head, ckpt/{n}, chunk/{sha}/{i},
    stream agent/{id}).
-5. Chaos: the primitives are covered by the kv workload (chaos/workload.py: txn with
-   compares, put/get linearizability) and the stream workload (chaos/stream_workload.py:
-   append with expect and event ids, paged read_stream). NOT covered yet: a txn mixing kv
-   puts with a stream append (the checkpoint txn), batches of reads at one revision, and
-   the agent layer as a whole (tests/integration/test_agent.py simulates the crash between
-   chunks and manifest; a chaos workload for checkpoints is still to write).
+5. Chaos: the kv/txn and stream workloads cover the primitives; the agent layer itself
+   (the checkpoint txn mixing puts and an append) has no chaos workload yet.
 """
 
 from __future__ import annotations
@@ -60,7 +55,7 @@ from .checkpoints import (
 )
 from .codec import Codec, unpack_event
 from .envelope import SchemaRegistry
-from .errors import CheckpointConflict, CheckpointNotFound
+from .errors import CheckpointConflict, CheckpointNotFound, PositionNotFound
 from .layout import Layout
 from .plan import AgentPlan, arun, call, driven, planned, run
 from .policies import Never, Policy
@@ -160,7 +155,8 @@ class AgentCore:
         """The current checkpoint as this writer last saw it."""
         self._head_rev = 0  # the head's mod_revision as last seen (0: missing)
         self._head_seen = False  # head read (or written) by this writer
-        self._last_seq: int | None = None  # the stream's last seq as last seen
+        self._last_seq: int | None = None  # the seq the next checkpoint builds on
+        self._origin: int | None = None  # first seq this writer logged before reading
         self._key_time: tuple[str | None, int] = (None, 0)
 
     @property
@@ -173,7 +169,9 @@ class AgentCore:
 
     @property
     def last_seq(self) -> int | None:
-        """The stream's last seq as this writer last saw it (None: not read yet)."""
+        """The last seq of the stream this writer accounts for, which its next checkpoint's
+        position builds on: the stream's last seq as hydrate(), log() or a checkpoint saw
+        it, the head's position after latest() (None: not read yet)."""
         return self._last_seq
 
     def __repr__(self) -> str:
@@ -187,11 +185,25 @@ class AgentCore:
         self.head = checkpoint_from(manifest, self._head_rev) if manifest else None
         return self.head
 
+    def _check_position(self, view: Any) -> None:
+        """Refuse a head whose position names events its stream lacks (never build on it)."""
+        if view.manifest is not None and view.position > view.last_seq:
+            raise PositionNotFound(
+                agent=self.agent_id, stream=self.stream, position=view.position,
+                last_seq=view.last_seq, ns=self.ns, ckpt=view.manifest.get("ckpt"),
+            )
+
     def _ensure_view(self) -> AgentPlan[None]:
-        """Read the head and the stream's last seq if this writer has not (one batch)."""
+        """Read the head and the stream's last seq if this writer has not (one batch).
+
+        A writer that has not read the agent may only checkpoint what it knows all of:
+        nothing (no head, no stream: position 0) or a stream it started itself (its first
+        log() got seq 1). A head it has not loaded, or events it never saw, need a
+        hydrate() first (CheckpointConflict), else the new checkpoint would claim them."""
         if self._head_seen and self._last_seq is not None:
             return
         view = yield from view_plan(self.ctx, tail=1, need_tail=False)
+        self._check_position(view)
         if not self._head_seen:
             if view.manifest is not None:
                 raise CheckpointConflict(
@@ -199,6 +211,14 @@ class AgentCore:
                     f"(step {view.manifest['step']}) that this Agent has not loaded: call "
                     "hydrate() or latest() first",
                     current=checkpoint_from(view.manifest, view.head_kv.mod_revision),
+                )
+            if view.last_seq > 0 and self._origin != 1:
+                raise CheckpointConflict(
+                    f"agent {self.agent_id!r} has no checkpoint but its stream {self.stream!r} "
+                    f"holds {view.last_seq} events this Agent has not folded: call hydrate() "
+                    "first (a checkpoint now would claim them and every later hydrate would "
+                    "skip them)",
+                    details={"last_seq": view.last_seq},
                 )
             self._saw_head(None, None)
         if self._last_seq is None:
@@ -228,6 +248,8 @@ class AgentCore:
         r = yield call(
             "append", self.stream, [ev], expect=expect, ns=self.ns, idempotency_key=idempotency_key
         )
+        if self._last_seq is None and not self._head_seen and r.seqs:
+            self._origin = min(r.seqs)  # 1: this writer started the stream
         self._last_seq = max(self._last_seq or 0, r.last_seq)
         return r
 
@@ -379,6 +401,7 @@ class AgentCore:
 
     def _load_plan(self, revision: int | None) -> AgentPlan[Hydrated]:
         view = yield from view_plan(self.ctx, revision=revision, tail=self.tail)
+        self._check_position(view)
         reqs = view.requests
         ckpt = None
         state = initial_state(self.initial)
@@ -393,7 +416,13 @@ class AgentCore:
     def hydrate(self) -> AgentPlan[Hydrated]:
         """Cold start: the latest checkpoint plus the events after it folded through the
         reducer (one batch request when the state is inline and the tail short). This
-        writer then continues from there (its step, position and head)."""
+        writer then continues from there (its step, position and head).
+
+        Raises:
+            EventsMissing: events after the checkpoint's position are gone (the stream's
+                first_seq is past it + 1: truncated, or archived), never folded across.
+            PositionNotFound: the head names events its stream does not hold.
+        """
         view_h = yield from self._load_plan(None)
         self._head_seen = True
         self.head = view_h.checkpoint
@@ -407,7 +436,13 @@ class AgentCore:
         """The state as it was: at ``step`` (the newest checkpoint with step <= it, then the
         events after its position up to that step, stopping at a rollback), or at store
         ``revision`` (the head and the stream as of it). Without a reducer, the
-        checkpoint's state alone."""
+        checkpoint's state alone.
+
+        Raises:
+            EventsMissing: events the state needs were truncated or archived.
+            client.Compacted: ``revision`` is older than the history the cluster keeps
+                (retention.history_revisions).
+        """
         if (step is None) == (revision is None):
             raise ValueError("state_at needs exactly one of step= or revision=")
         if revision is not None:
@@ -425,7 +460,9 @@ class AgentCore:
             start, from_step = ck.position + 1, ck.step
         if self.reducer is None:
             return state
-        raw, _, _ = yield from read_forward_plan(self.ctx, start, rr.revision, stops_after(step))
+        raw, _, _ = yield from read_forward_plan(
+            self.ctx, start, rr.revision, stops_after(step), whole=True
+        )
         events = [agent_event(self.ctx.codec, e) for e in raw]
         return fold(self.reducer, state, events, from_step)[0]
 
@@ -463,13 +500,16 @@ class AgentCore:
     @planned
     def latest(self) -> AgentPlan[Checkpoint | None]:
         """The current checkpoint with its state, or None; this writer now knows the head
-        (its next checkpoint is checked against it)."""
-        rr = yield head_call(self.ctx)
-        m, kv = head_of(self.ctx, rr)
-        ck = self._saw_head(m, kv)
-        if m is None or ck is None:
+        (its next checkpoint is checked against it) and builds on its position, not on
+        events after it it has not folded (they stay after the next checkpoint, for
+        hydrate to fold). PositionNotFound if the head names events its stream lacks."""
+        view = yield from view_plan(self.ctx, tail=1, need_tail=False)
+        self._check_position(view)
+        ck = self._saw_head(view.manifest, view.head_kv)
+        self._last_seq = view.position
+        if view.manifest is None or ck is None:
             return None
-        state = yield from load_state_plan(self.ctx, m)
+        state = yield from load_state_plan(self.ctx, view.manifest)
         return with_state(ck, state)
 
     @planned

@@ -13,8 +13,10 @@ __all__ = [
     "CheckpointConflict",
     "CheckpointCorrupt",
     "CheckpointNotFound",
-    "ProjectionConflict",
+    "EventsMissing",
     "InvalidAgentId",
+    "PositionNotFound",
+    "ProjectionConflict",
 ]
 
 
@@ -49,6 +51,94 @@ class CheckpointCorrupt(AgentError):
     def __init__(self, message: str, **kw: Any) -> None:
         kw.setdefault("code", "checkpoint_corrupt")
         super().__init__(message, **kw)
+
+
+class PositionNotFound(NotFound):
+    """A checkpoint's stream position names events the agent's stream does not hold: the
+    stream does not exist (code ``stream_not_found``) or ends before that seq (code
+    ``position_not_found``); 404, nothing written. A checkpoint that includes no event
+    (position 0, a brand-new agent) names no stream and is always allowed; this is a head
+    copied or restored without its stream, or a namespace mix-up.
+
+    Attributes: agent, stream, position (the checkpoint's), last_seq (the stream's; 0:
+    it does not exist)."""
+
+    def __init__(
+        self,
+        *,
+        agent: str,
+        stream: str,
+        position: int,
+        last_seq: int,
+        ns: str | None,
+        ckpt: int | None = None,
+        **kw: Any,
+    ) -> None:
+        missing = last_seq == 0
+        kw.setdefault("code", "stream_not_found" if missing else "position_not_found")
+        kw.setdefault("status", 404)
+        what = f"checkpoint #{ckpt}" if ckpt is not None else "a checkpoint"
+        where = (
+            f"stream {stream!r}, which does not exist in namespace {ns!r}"
+            if missing
+            else f"stream {stream!r}, whose last seq is {last_seq}"
+        )
+        message = (
+            f"agent {agent!r}: {what} at position {position} names events of {where}; "
+            "refusing it (nothing written). Was the head copied without its stream, or is "
+            "the namespace wrong?"
+        )
+        details = {"agent": agent, "stream": stream, "position": position, "last_seq": last_seq}
+        super().__init__(message, details={**details, **kw.pop("details", {})}, **kw)
+        self.agent, self.stream, self.position, self.last_seq = agent, stream, position, last_seq
+
+
+class EventsMissing(AgentError):
+    """hydrate()/state_at() needs events that are no longer in the agent's stream: its
+    ``first_seq`` is past the checkpoint's ``position`` + 1 (truncated by retention or
+    ``truncate_stream``, or archived: the read answered 410 ``archived``). Code
+    ``events_missing``, 410; never a silently wrong state. Checkpoint more often than the
+    stream is trimmed (or restore the archived range).
+
+    Attributes: agent, position (the checkpoint's, 0 without one), first_seq (the
+    stream's first stored seq, or None if unknown), last_seq."""
+
+    def __init__(
+        self,
+        *,
+        agent: str,
+        position: int,
+        first_seq: int | None,
+        last_seq: int | None = None,
+        **kw: Any,
+    ) -> None:
+        kw.setdefault("code", "events_missing")
+        kw.setdefault("status", 410)
+        start = "the checkpoint" if position else "the start of the stream (no checkpoint)"
+        gone = (
+            f"the stream's first stored seq is {first_seq}"
+            if first_seq is not None
+            else "they were archived"
+        )
+        message = (
+            f"agent {agent!r}: the state needs events from seq {position + 1} on (after "
+            f"{start}, position {position}) but {gone}: events {position + 1}.."
+            f"{(first_seq - 1) if first_seq is not None else '?'} are gone (truncated or "
+            "archived). Refusing to fold across the hole"
+        )
+        details = {
+            "agent": agent,
+            "position": position,
+            "first_seq": first_seq,
+            "last_seq": last_seq,
+        }
+        super().__init__(message, details={**details, **kw.pop("details", {})}, **kw)
+        self.agent, self.position, self.first_seq, self.last_seq = (
+            agent,
+            position,
+            first_seq,
+            last_seq,
+        )
 
 
 class ProjectionConflict(Conflict):

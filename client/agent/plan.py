@@ -11,8 +11,9 @@ A plan yields
   failed, not raised) is sent back.
 
 and returns the operation's result. :func:`run` drives a plan over a blocking
-:class:`client.Client` and :func:`arun` over an :class:`client.AsyncClient`; a test drives
-one over :class:`client.agent.memory.MemoryClient` (or by hand), with no network. The
+:class:`client.Client` and :func:`arun` over an :class:`client.AsyncClient`; the unit tests
+drive them over an in-memory client (``MemoryClient`` in tests/unit/test_agent_fake.py) or
+by hand, with no network. The
 client below does the retries (each call keeps its idempotency key across them), so a plan
 only decides what to call next.
 """

@@ -7,7 +7,7 @@
 ``due(step, event, now)`` only asks; ``reset(step, now)`` is called after a checkpoint
 was written (by whatever policy), so a failed write does not count as one. "Every T
 seconds" uses the local monotonic clock (client-side, so not the leader's clock; see
-/work/shared/AGENT-STATE.md, Time); tests inject ``clock``.
+docs/agent-state.md, "Checkpoints"); tests inject ``clock``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ replaying from zero.
     p.catch_up()                      # fold what is there, save, return the model
     p.run(stop=stop_event)            # then live: long polls, folding as events arrive
 
-The five things (/work/shared/AGENT-STATE.md):
+The five things (docs/agent-state.md, "The five things"):
 
 1. Consistency: the saved record ``proj/{name}`` = {stream, position, model} and the kv
    ops ``outputs(model, event)`` returns commit in ONE txn guarded by the record's

@@ -7,6 +7,11 @@ among those ``tail``, that is the whole hydrate. A second request only for chunk
 longer tail (read forward at the same revision), or when the two reads of the batch were
 served at different revisions (then the stream is re-read at the head's revision, so the
 state is always "the checkpoint and the events after it, as of one revision").
+
+Never across a hole: when the events after the checkpoint's position are gone (the
+stream's ``first_seq`` is past position + 1 after a truncation, or the read answered 410
+``archived``), the read raises :class:`EventsMissing` naming the agent, the position and
+``first_seq`` instead of folding what is left.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import StatekeeperError
 from .checkpoints import Ctx, head_call, head_of, newest_plan
 from .codec import Codec
+from .errors import EventsMissing
 from .plan import AgentPlan, batch, call, raise_errors
 from .records import ROLLBACK_EVENT, AgentEvent, Checkpoint, TimelineRow
 
@@ -37,6 +44,7 @@ class View:
     tail: list[Any] = field(default_factory=list)
     last_seq: int = 0
     requests: int = 1
+    first_seq: int = 1
 
     @property
     def position(self) -> int:
@@ -84,23 +92,57 @@ def fold(
 TAIL_PAGE = 10_000
 
 
+def check_gap(ctx: Ctx, position: int, first_seq: int, last_seq: int) -> None:
+    """Raise EventsMissing if events after ``position`` are needed (the stream's last seq
+    is past it) but the stream no longer holds position + 1 (its first_seq is later)."""
+    if last_seq > position and first_seq > position + 1:
+        raise EventsMissing(
+            agent=ctx.layout.agent_id, position=position, first_seq=first_seq, last_seq=last_seq
+        )
+
+
+def is_archived(exc: BaseException) -> bool:
+    return isinstance(exc, StatekeeperError) and exc.code == "archived"
+
+
+def archived_gap(ctx: Ctx, position: int, exc: StatekeeperError) -> EventsMissing:
+    """The EventsMissing for a read of the events after ``position`` answered 410."""
+    before = exc.details.get("before_seq")
+    first = before if isinstance(before, int) and not isinstance(before, bool) else None
+    return EventsMissing(
+        agent=ctx.layout.agent_id, position=position, first_seq=first,
+        details={"archived": dict(exc.details)},
+    )
+
+
 def read_forward_plan(
     ctx: Ctx,
     start: int,
     revision: int | None,
     stop: Callable[[Any], bool] | None = None,
     page_size: int = TAIL_PAGE,
+    *,
+    whole: bool = False,
 ) -> AgentPlan[tuple[list[Any], int, int]]:
     """Events from seq ``start`` on, at ``revision`` (pinned to the first page's), up to
-    (excluding) the first one ``stop`` accepts: (events, last_seq, requests)."""
+    (excluding) the first one ``stop`` accepts: (events, last_seq, requests). ``whole``:
+    every event from ``start`` is needed, so a hole (truncated or archived events) raises
+    EventsMissing instead of starting at the first event still stored."""
     out: list[Any] = []
     cont = None
     requests = 0
     while True:
-        page = yield call(
-            "read_stream", ctx.layout.stream, start=None if cont else start, limit=page_size,
-            revision=revision, continuation=cont, ns=ctx.ns,
-        )
+        try:
+            page = yield call(
+                "read_stream", ctx.layout.stream, start=None if cont else start,
+                limit=page_size, revision=revision, continuation=cont, ns=ctx.ns,
+            )
+        except StatekeeperError as exc:
+            if whole and is_archived(exc):
+                raise archived_gap(ctx, start - 1, exc) from exc
+            raise
+        if whole and cont is None:
+            check_gap(ctx, start - 1, page.first_seq, page.last_seq)
         requests += 1
         for e in page.events:
             if stop is not None and stop(e):
@@ -119,32 +161,42 @@ def view_plan(
     """The head and the events after its position in as few requests as possible (see
     the module docstring). ``need_tail=False``: only the head and the stream's last seq
     (one request, whatever the tail)."""
-    rr, page = raise_errors(
-        (
-            yield batch(
-                head_call(ctx, revision),
-                call("read_stream", ctx.layout.stream, direction="backward", limit=tail,
-                     revision=revision, ns=ctx.ns),
-                ns=ctx.ns,
-            )
+    rr, page = (
+        yield batch(
+            head_call(ctx, revision),
+            call("read_stream", ctx.layout.stream, direction="backward", limit=tail,
+                 revision=revision, ns=ctx.ns),
+            ns=ctx.ns,
         )
     )
+    if need_tail and is_archived(page) and not isinstance(rr, BaseException):
+        # The newest ``tail`` events reach into an archived range: read forward from the
+        # head's position instead (a 410 there too is a hole, EventsMissing).
+        manifest, kv = head_of(ctx, rr)
+        view = View(rr.revision, manifest, kv)
+        view.tail, view.last_seq, n = yield from read_forward_plan(
+            ctx, view.position + 1, rr.revision, whole=True
+        )
+        view.requests += n
+        return view
+    rr, page = raise_errors([rr, page])
     manifest, kv = head_of(ctx, rr)
     view = View(rr.revision, manifest, kv)
-    events = page.events  # newest first
     if not need_tail:
-        view.last_seq = page.last_seq
+        view.last_seq, view.first_seq = page.last_seq, page.first_seq
         return view
+    events = page.events  # newest first
     covered = (
         page.revision == rr.revision
         and (not page.more or not events or events[-1].seq <= view.position + 1)
     )
     if covered:
+        check_gap(ctx, view.position, page.first_seq, page.last_seq)
         view.tail = [e for e in reversed(events) if e.seq > view.position]
-        view.last_seq = page.last_seq
+        view.last_seq, view.first_seq = page.last_seq, page.first_seq
     else:
         view.tail, view.last_seq, n = yield from read_forward_plan(
-            ctx, view.position + 1, rr.revision
+            ctx, view.position + 1, rr.revision, whole=True
         )
         view.requests += n
     return view

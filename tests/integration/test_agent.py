@@ -276,6 +276,7 @@ def test_bad_input_gets_coded_errors_and_changes_nothing(client: Client) -> None
     from client.agent import (
         CheckpointCorrupt,
         PickleRefused,
+        PositionNotFound,
         SchemaRegistry,
         SchemaTooNew,
         decode,
@@ -295,12 +296,28 @@ def test_bad_input_gets_coded_errors_and_changes_nothing(client: Client) -> None
         turns: list
 
     a = make(client, agent_id="bad", registry=v3, state_type=Chat3, reducer=None)
-    a.hydrate()  # a stream that does not exist yet: a checkpoint of it starts at position 0
+    a.hydrate()  # a brand-new agent: its first checkpoint includes no event, position 0
     ck = a.checkpoint(Chat3(["hi"]), step=1)
     assert ck.position == 0
     a.log("note", b"x")
+    a.checkpoint(Chat3(["hi", "x"]), step=2)  # position 1 of stream agent/bad
     head = client.get("agent/bad/head")
     last = client.stream_info("agent/bad").last_seq
+
+    # A checkpoint for a missing stream: a head naming seq 1 of agent/ghost, which does
+    # not exist (copied without its stream). Refused with a coded 404, nothing written.
+    client.put("agent/ghost/head", head.value)
+    ghost_rev = client.get("agent/ghost/head").mod_revision
+    for op in ("checkpoint", "hydrate", "latest"):
+        ghost = make(client, agent_id="ghost", registry=v3, state_type=Chat3, reducer=None)
+        with pytest.raises(PositionNotFound) as e:
+            if op == "checkpoint":
+                ghost.checkpoint(Chat3(["ghost"]), step=3)
+            else:
+                getattr(ghost, op)()
+        assert (e.value.code, e.value.status, e.value.position) == ("stream_not_found", 404, 1)
+    assert client.get("agent/ghost/head").mod_revision == ghost_rev
+    assert client.read_stream("agent/ghost").last_seq == 0
 
     with pytest.raises(ExpectationFailed) as e:
         a.log("note", b"y", expect=5)

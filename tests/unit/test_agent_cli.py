@@ -4,6 +4,7 @@ errors as one line."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -34,7 +35,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, out, err
 
 
-@pytest.mark.parametrize("sub", ["list", "show", "history", "rollback"])
+@pytest.mark.parametrize("sub", ["list", "show", "history", "rollback", "checkpoints", "gc"])
 def test_help(sub: str, capsys) -> None:
     code, out, _ = run(["agent", sub, "--help"], capsys)
     assert code == 0 and out.startswith(f"usage: statekeeper agent {sub}")
@@ -70,6 +71,42 @@ def test_history_and_rollback(store, capsys) -> None:
     assert [ln.split()[3] for ln in lines[1:]] == ["event", "checkpoint", "event", "checkpoint", "rollback"]
     code, out, _ = run(["agent", "history", "agent-7", "--json", "--limit", "1"], capsys)
     assert json.loads(out)[0]["kind"] == "rollback"
+
+
+def test_checkpoints_newest_first_with_filters(store, capsys) -> None:
+    a = Agent(store, "agent-7")  # a third checkpoint, with a number in its metadata
+    a.latest()
+    a.checkpoint({"plan": []}, step=3, metadata={"run": "r2", "n": 3})
+    code, out, _ = run(["agent", "checkpoints", "agent-7"], capsys)
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split()[:4] == ["CKPT", "KIND", "STEP", "POSITION"]
+    assert [ln.split()[0] for ln in lines[1:]] == ["#3", "#2", "#1"]
+    code, out, _ = run(["agent", "checkpoints", "agent-7", "--filter", "run=r1"], capsys)
+    assert [ln.split()[0] for ln in out.splitlines()[1:]] == ["#1"] and '"run": "r1"' in out
+    code, out, _ = run(["agent", "checkpoints", "agent-7", "--filter", "n=3", "--filter",
+                        "run=r2", "--json"], capsys)
+    assert [c["ckpt"] for c in json.loads(out)] == [3]
+    code, out, _ = run(["agent", "checkpoints", "agent-7", "--limit", "2", "--json"], capsys)
+    assert [c["ckpt"] for c in json.loads(out)] == [3, 2]
+    code, out, _ = run(["agent", "checkpoints", "agent-7", "--filter", "run=none"], capsys)
+    assert code == 0 and "no checkpoints matching run=none" in out
+    code, _, err = run(["agent", "checkpoints", "agent-7", "--filter", "run"], capsys)
+    assert code == 2 and "KEY=VALUE" in err
+
+
+def test_gc_deletes_orphan_chunks(store, capsys) -> None:
+    a = Agent(store, "agent-7", inline_limit=64, chunk_size=256)
+    a.latest()
+    store.fail["txn"] = RuntimeError("crash before the manifest txn")
+    with pytest.raises(RuntimeError):
+        a.checkpoint({"blob": os.urandom(1000)}, step=3)
+    del store.fail["txn"]
+    orphans = len(store.range("agent/agent-7/chunk/").kvs)
+    assert orphans == 5  # 1000 bytes + the msgpack map and the envelope header: 5 chunks
+    code, out, _ = run(["agent", "gc", "agent-7"], capsys)
+    assert code == 0 and out.strip() == "agent agent-7: deleted 5 orphan chunk keys"
+    code, out, _ = run(["agent", "gc", "agent-7", "--json"], capsys)
+    assert json.loads(out) == {"agent": "agent-7", "deleted": 0}
 
 
 def test_errors_are_one_line(store, capsys) -> None:

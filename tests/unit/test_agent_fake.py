@@ -48,6 +48,7 @@ class MemoryClient:
         self.time_ms = 1_000
         self.kv: dict[tuple[str, str], list[tuple[int, bytes | None, int, int]]] = {}
         self.streams: dict[tuple[str, str], list[FakeEvent]] = {}
+        self.first: dict[tuple[str, str], int] = {}  # first stored seq after a truncation
         self.calls: list[tuple[str, tuple, dict]] = []
         self.fail: dict[str, BaseException] = {}
         self.requests = 0
@@ -200,7 +201,9 @@ class MemoryClient:
         out = []
         first = None
         for e in events:
-            dup = next((x for x in evs if e.get("id") and x.id == e.get("id")), None)
+            lo = self.first.get((ns, stream), 1)
+            dup = next((x for x in evs if e.get("id") and x.id == e.get("id") and x.seq >= lo),
+                       None)
             if dup is not None:
                 out.append(AppendedEvent(dup.seq, True))
                 continue
@@ -228,8 +231,10 @@ class MemoryClient:
 
     def _read(self, ns, stream, start, direction, limit, revision, continuation):
         rev = self.rev if revision is None else revision
-        evs = [e for e in self.streams.get((ns, stream), []) if e.revision <= rev]
-        last = evs[-1].seq if evs else 0
+        first_seq = self.first.get((ns, stream), 1)
+        stored = self.streams.get((ns, stream), [])
+        last = max((e.seq for e in stored if e.revision <= rev), default=0)
+        evs = [e for e in stored if e.revision <= rev and e.seq >= first_seq]
         if continuation is not None:
             direction, start = continuation
         limit = limit or 1000
@@ -242,7 +247,22 @@ class MemoryClient:
         if more:
             nxt = page[-1].seq + 1 if direction == "forward" else page[-1].seq - 1
             cont = (direction, nxt)
-        return FakePage(page, rev, last, more, cont)
+        return FakePage(page, rev, last, more, cont, first_seq)
+
+    def truncate_stream(self, stream, before_seq, *, ns=None, idempotency_key=None):
+        """Like the server's: events below ``before_seq`` (and their ids) are gone."""
+        self._record("truncate_stream", (stream,), {"before_seq": before_seq})
+        key = (self._ns(ns), stream)
+        if key not in self.streams:
+            raise NotFound(f"stream {stream!r} not found", code="stream_not_found", status=404)
+        evs = self.streams[key]
+        last = evs[-1].seq if evs else 0
+        old = self.first.get(key, 1)
+        new = max(old, min(before_seq, last + 1))
+        self.first[key] = new
+        self.rev += 1 if new > old else 0
+        return {"revision": self.rev, "stream": stream, "first_seq": new, "last_seq": last,
+                "removed": new - old, "more": False}
 
     def list_streams(self, prefix=None, *, ns=None, limit=None, continuation=None, consistency=None):
         self._record("list_streams", (prefix,), {})
