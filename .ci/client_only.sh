@@ -31,6 +31,21 @@ except ImportError as e:
     assert "statekeeper[langgraph]" in str(e), e
 else:
     raise AssertionError("StatekeeperSaver imported without LangGraph installed")
+import client.archive  # without the archive extra: importable, and says what is missing
+
+assert importlib.util.find_spec("fsspec") is None, "fsspec came with the client-only install"
+try:
+    client.archive.ArchiveStore("file:///tmp/sk-archive")
+except ImportError as e:
+    assert "statekeeper[archive]" in str(e), e
+else:
+    raise AssertionError("an ArchiveStore was made without fsspec installed")
+try:
+    Client("http://127.0.0.1:9", timeout=1).archive_run("p/", to="file:///tmp/a", keep_last=1)
+except ImportError as e:
+    assert "statekeeper[archive]" in str(e), e
+else:
+    raise AssertionError("archive_run ran without fsspec installed")
 print("client-only install: ok (no rocksdict, pysyncobj, cryptography, aiohttp, msgspec)")
 PY
 rm -rf "$(dirname "$venv")"

@@ -26,6 +26,8 @@ from .cache_core import CacheLag
 from .effect_plan import EffectContext, EffectRecord
 from .effects import AsyncEffects, Effects
 from .errors import (
+    ArchiveCorrupt,
+    Archived,
     CacheStale,
     Compacted,
     Conflict,
@@ -85,6 +87,8 @@ if TYPE_CHECKING:
 __all__ = [
     "AppendResult",
     "AppendedEvent",
+    "ArchiveCorrupt",
+    "Archived",
     "AsyncBatch",
     "AsyncCache",
     "AsyncClient",

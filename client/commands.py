@@ -30,6 +30,7 @@ import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .archive_commands import ArchiveCommands, check_archived_mode
 from .base import Pages, ScanPages, command, paged
 from .cache_commands import CacheCommands
 from .crdt_commands import CrdtCommands
@@ -67,6 +68,7 @@ class Commands(
     EffectCommands,
     CrdtCommands,
     RetentionCommands,
+    ArchiveCommands,
     Generic[BatchT],
 ):
     """The operations of both clients (the stream ones come from
@@ -77,7 +79,8 @@ class Commands(
     :class:`cache_commands.CacheCommands`, the ``effects`` ledger from
     :class:`effects.EffectCommands`, ``crdt_merge``, ``crdt_get`` and ``crdt`` from
     :class:`crdt_commands.CrdtCommands`, the retention ones and ``truncate_stream`` from
-    :class:`retention_commands.RetentionCommands`). Each builds its request and returns
+    :class:`retention_commands.RetentionCommands`, the archival ones from
+    :class:`archive_commands.ArchiveCommands`). Each builds its request and returns
     ``self._execute(request)`` (see :class:`base.BaseClient`). A transport subclass
     implements what BaseClient asks for, ``_iterate(pages)`` (run a :class:`base.Pages`,
     yielding the items of its pages) and sets ``_batch_type`` (what :meth:`batch`
@@ -92,6 +95,15 @@ class Commands(
 
     def _iterate(self, pages: Pages) -> Any:
         raise NotImplementedError
+
+    def _drive_archive(
+        self, plan: Any, store: Any = None, progress: Callable[..., Any] | None = None
+    ) -> Any:
+        """Run an archiver plan (client/archive/archiver.py) over this client."""
+        from .agent.plan import run
+        from .archive.archiver import Driver
+
+        return run(Driver(self, store, progress), plan)
 
     def _write(self, op: dict[str, Any], ns: str | None, idempotency_key: str | None) -> Any:
         """Send the write ``op`` (the result, or an awaitable of it on an AsyncClient)."""
@@ -152,6 +164,7 @@ class Commands(
         consistency: str | None = None,
         min_revision: int | None = None,
         default: Any = MISSING,
+        archived: str = "error",
     ) -> KeyValue | Any:
         """Read ``key``.
 
@@ -163,7 +176,14 @@ class Commands(
                 client's.
             min_revision: serve only once the node has applied at least this revision
                 (read-your-writes on a serializable read: pass a write's ``revision``).
-            default: returned instead of raising NotFound when the key does not exist.
+            default: returned instead of raising NotFound when the key does not exist
+                (not for an archived key: see ``archived``).
+            archived: what a key moved to the archive (docs/archive.md) gives:
+                ``"error"`` raises Archived (with ``.segment``, ``.url``, ``.sha256``);
+                ``"fetch"`` reads its value from the archive segment (the result is an
+                ArchivedKeyValue: ``.archived`` True, the version and revisions it had);
+                ``"restore"`` restores it into the store (a new revision, version 1) and
+                returns the live KeyValue. Fetch and restore need the ``archive`` extra.
 
         Returns:
             The KeyValue (``.value`` bytes, ``.text`` str, ``.version``,
@@ -171,9 +191,23 @@ class Commands(
 
         Raises:
             NotFound: the key does not exist (and no ``default`` was given).
+            Archived: the key was archived (a NotFound; ``archived="error"``).
+            ArchiveCorrupt: ``archived="fetch"``/``"restore"`` found the segment file
+                damaged (its sha256 is not the recorded one).
             Compacted: ``revision`` is older than the compaction point.
             InvalidRequest: ``future_revision`` and other bad arguments.
         """
+        if check_archived_mode(archived) != "error":
+            from .archive.restore import fetch_key
+
+            read = {
+                "revision": revision,
+                "consistency": consistency,
+                "min_revision": min_revision,
+                "default": default,
+            }
+            read = {k: v for k, v in read.items() if v is not None and v is not MISSING}
+            return self._drive_archive(fetch_key(key, self._ns(ns), archived, read))
         return self._execute(
             get_request(
                 self._ns(ns),
@@ -426,3 +460,12 @@ class AsyncCommands(Commands[BatchT]):
     coroutine function and every ``@paged`` one an async generator function (see the
     module docstring); ``_execute`` returns an awaitable and ``_iterate`` an async
     iterator."""
+
+    def _drive_archive(
+        self, plan: Any, store: Any = None, progress: Callable[..., Any] | None = None
+    ) -> Any:
+        """Run an archiver plan over this AsyncClient (an awaitable of its result)."""
+        from .agent.plan import arun
+        from .archive.archiver import AsyncDriver
+
+        return arun(AsyncDriver(self, store, progress), plan)

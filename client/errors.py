@@ -25,6 +25,8 @@ from typing import Any
 
 __all__ = [
     "CLIENT_CODES",
+    "ArchiveCorrupt",
+    "Archived",
     "CacheStale",
     "Compacted",
     "Conflict",
@@ -317,6 +319,71 @@ class EffectResultLost(StatekeeperError):
         return str(self.details.get("reason", ""))
 
 
+class Archived(NotFound):
+    """The key, or the stream events asked for, were moved to the archive (``archived``,
+    410): a ``get`` of a key sealed by ``statekeeper archive run``, or a ``read_stream``
+    from a seq inside an archived range. A NotFound (the data is not live in the store),
+    but a ``get(..., default=...)`` still raises it: pass ``archived="fetch"`` to read the
+    value from the archive or ``archived="restore"`` to make it live again (docs/archive.md).
+
+    Attributes:
+        segment: the archive segment id holding the data; url: where its file is;
+        sha256: the file's checksum.
+        key (a get) / stream, from_seq, before_seq (a read_stream); archived_revision.
+    """
+
+    def _str(self, name: str) -> str | None:
+        value = self.details.get(name)
+        return value if isinstance(value, str) else None
+
+    def _int(self, name: str) -> int | None:
+        value = self.details.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def segment(self) -> str | None:
+        return self._str("segment")
+
+    @property
+    def url(self) -> str | None:
+        return self._str("url")
+
+    @property
+    def sha256(self) -> str | None:
+        return self._str("sha256")
+
+    @property
+    def key(self) -> str | None:
+        return self._str("key")
+
+    @property
+    def stream(self) -> str | None:
+        return self._str("stream")
+
+    @property
+    def from_seq(self) -> int | None:
+        return self._int("from_seq")
+
+    @property
+    def before_seq(self) -> int | None:
+        return self._int("before_seq")
+
+    @property
+    def archived_revision(self) -> int | None:
+        return self._int("archived_revision")
+
+
+class ArchiveCorrupt(StatekeeperError):
+    """An archive segment file failed verification (client code ``archive_corrupt``):
+    its sha256 is not the one the cluster (or the manifest) recorded, or it does not
+    decode as a segment. Nothing was restored from it. ``segment``: its id."""
+
+    @property
+    def segment(self) -> str | None:
+        value = self.details.get("segment")
+        return value if isinstance(value, str) else None
+
+
 class Unavailable(StatekeeperError):
     """No node could serve the request: no leader, not ready, shutting down, or every
     connection attempt failed (after retries)."""
@@ -390,6 +457,8 @@ _BY_CODE: dict[str, type[StatekeeperError]] = {
     "timeout": Timeout,
     "client_timeout": Timeout,
     "compacted": Compacted,
+    "archived": Archived,
+    "archive_corrupt": ArchiveCorrupt,
     "malformed_body": InvalidRequest,
     "unsupported_media_type": InvalidRequest,
     "unknown_op": InvalidRequest,

@@ -294,6 +294,7 @@ def stream_info(d: Mapping[str, Any], revision: int | None = None) -> StreamInfo
         d.get("create_revision", 0),
         d.get("mod_revision", 0),
         d.get("revision", 0) if revision is None else revision,
+        d.get("archived_before"),
     )
 
 

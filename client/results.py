@@ -6,7 +6,7 @@ from __future__ import annotations
 import json as _json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "AppendResult",
@@ -47,6 +47,8 @@ class KeyValue:
     mod_revision: int
     ns: str = "default"
     revision: int = field(default=0, compare=False)
+    archived: ClassVar[bool] = False
+    """True only on a value read from the archive (``get(..., archived="fetch")``)."""
 
     @property
     def text(self) -> str:
@@ -254,6 +256,8 @@ class StreamPage:
     more: bool = False
     continuation: Any = None
     first_seq: int = 1
+    archived: ClassVar[bool] = False
+    """True only on a page read from the archive (``read_stream(..., archived="fetch")``)."""
 
     def __iter__(self) -> Iterator[StreamEvent]:
         return iter(self.events)
@@ -273,6 +277,8 @@ class StreamInfo:
         bytes: sum of the events' data sizes.
         create_revision / mod_revision: revisions of its first and last append.
         revision: store revision the read was served at (0 inside a StreamList).
+        archived_before: the smallest seq of the stream's events held by the archive
+            (docs/archive.md; None: none archived).
     """
 
     stream: str
@@ -283,6 +289,7 @@ class StreamInfo:
     create_revision: int
     mod_revision: int
     revision: int = field(default=0, compare=False)
+    archived_before: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,8 @@ class StreamCommands(BaseClient):
 
         def _iterate(self, pages: Pages) -> Any: ...
 
+        def _drive_archive(self, plan: Any) -> Any: ...
+
     @command
     def append(
         self,
@@ -89,6 +91,7 @@ class StreamCommands(BaseClient):
         min_revision: int | None = None,
         continuation: Any = None,
         wait: float | None = None,
+        archived: str = "error",
     ) -> StreamPage:
         """Read one page of ``stream``'s events. A missing stream reads as empty.
 
@@ -105,11 +108,33 @@ class StreamCommands(BaseClient):
                 direction win).
             wait: long poll, in seconds (at most 60): a forward read at the current
                 revision that finds nothing waits up to this long for events.
+            archived: a forward read from a seq whose events were moved to the archive
+                (docs/archive.md): ``"error"`` raises Archived (``.segment``,
+                ``.from_seq``, ``.before_seq``); ``"fetch"`` reads them from the archive
+                segment: an ArchivedStreamPage (``.archived`` True, no continuation:
+                go on from ``page.events[-1].seq + 1``). Needs the ``archive`` extra.
 
         Returns:
             StreamPage(events, revision, last_seq, more, continuation). Use
             :meth:`events` to iterate over all pages, :meth:`subscribe` to follow.
+
+        Raises:
+            Archived: see ``archived``.
         """
+        if archived != "error":
+            from .archive.restore import fetch_stream
+            from .archive_commands import check_archived_mode
+
+            check_archived_mode(archived, ("error", "fetch"))
+            read = {
+                "direction": direction,
+                "revision": revision,
+                "consistency": consistency,
+                "min_revision": min_revision,
+                "continuation": continuation,
+            }
+            read = {k: v for k, v in read.items() if v is not None}
+            return self._drive_archive(fetch_stream(stream, self._ns(ns), start, limit, read))
         return self._execute(
             read_stream_request(
                 self._ns(ns),

@@ -588,7 +588,16 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return chaos_main(args.chaos_args or ["--help"], prog=f"{PROG} chaos")
 
 
-from cluster import agent_cli, crdt_cli, gc_cli, lease_cli, lock_cli, stream_cli, watch_cli  # noqa: E402 (their groups register here)
+from cluster import (  # noqa: E402 (their groups register here)
+    agent_cli,
+    archive_cli,
+    crdt_cli,
+    gc_cli,
+    lease_cli,
+    lock_cli,
+    stream_cli,
+    watch_cli,
+)
 
 agent_cli.register(command, arg, GROUPS)
 stream_cli.register(command, arg, GROUPS)
@@ -597,6 +606,7 @@ lock_cli.register(command, arg, GROUPS)
 watch_cli.register(command, arg, GROUPS)
 crdt_cli.register(command, arg, GROUPS)
 gc_cli.register(command, arg, GROUPS)
+archive_cli.register(command, arg, GROUPS)
 
 
 if __name__ == "__main__":

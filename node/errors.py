@@ -37,6 +37,7 @@ STATUS: dict[str, int] = {
     "crdt_type_mismatch": 409,  # a merge/crdt_get of a key holding a plain value or another type
     "idempotency_key_reused": 422,  # the key came with another request before
     "compacted": 410,
+    "archived": 410,  # get / read_stream of data archived to a cold-tier segment
     "unavailable": 503,
     "not_ready": 503,  # GET /v1/health/ready
     "method_not_allowed": 405,

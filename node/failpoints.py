@@ -49,6 +49,11 @@ Names (each is documented where it is hit):
                                  served from local state without ReadIndex or barrier.
                                  For the chaos suite's mutation test only: it must then
                                  report stale reads. `node --unsafe-reads` turns it on.
+    archive-segment-written      cluster/archive_cli.py (the archiver, not a node): the
+                                 segment file is durable, its manifest not yet written
+    archive-manifest-written     cluster/archive_cli.py: the manifest is durable, the
+                                 archive_seal not yet proposed
+    archive-sealed               cluster/archive_cli.py: the archive_seal was answered
 """
 
 from __future__ import annotations
@@ -78,6 +83,9 @@ NAMES = (
     "snapshot-pack",
     "journal-fsync",
     "read-barrier-skip",
+    "archive-segment-written",
+    "archive-manifest-written",
+    "archive-sealed",
 )
 
 _ACTION = re.compile(

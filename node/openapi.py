@@ -19,6 +19,7 @@ from node.config import Limits
 from node.errors import STATUS
 from node.lock_ops import FENCED_OPS
 from node.op_fields import Schema, ref, wire_name
+from node.openapi_archive import archive_op_docs
 from node.openapi_crdt import crdt_examples, crdt_op_docs
 from node.openapi_examples import cas_examples, get_examples, put_examples
 from node.openapi_leases import lease_examples, lease_op_docs
@@ -68,6 +69,7 @@ ERROR_WHEN: dict[str, str] = {
     "lock_not_held": "lock_release of a waiter that is gone (released, or its lease expired or was revoked)",
     "idempotency_key_reused": "the idempotency_key was already used in this namespace for a different request (nothing applied)",
     "compacted": "the read revision is below compact_revision (history dropped)",
+    "archived": "get of a key / read_stream from a seq that was archived to a cold-tier segment (`error` has `segment`, `url`, `sha256`, and `key` + `archived_revision` or `stream` + `from_seq` + `before_seq`)",
     "unavailable": "no leader / no quorum / shutting down: retry, possibly on another node",
     "not_ready": "no leader known, or this node lags behind the leader's commit index",
     "timeout": "the write's outcome is unknown (it may still commit): retry with the same idempotency_key",
@@ -137,7 +139,7 @@ _OP_DOCS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
         "Read a key",
         _READ_NOTE,
         "Found (`kv` is never null here).",
-        (*_READ_ERRORS, "key_not_found"),
+        (*_READ_ERRORS, "key_not_found", "archived"),
     ),
     "delete": (
         "Delete a key or a prefix",
@@ -169,6 +171,7 @@ _OP_DOCS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     **lock_op_docs(_WRITE_ERRORS, _READ_ERRORS),
     **crdt_op_docs(_WRITE_ERRORS, _READ_ERRORS),
     **retention_op_docs(_WRITE_ERRORS, _READ_ERRORS),
+    **archive_op_docs(_WRITE_ERRORS, _READ_ERRORS),
 }
 for _name in FENCED_OPS:  # every write that takes a `fence` (node/lock_ops.py)
     _summary, _description, _ok, _errors = _OP_DOCS[_name]
@@ -466,6 +469,7 @@ def _document(limits: Limits) -> dict:
             {"name": "locks", "description": "Fair locks on leases, and fencing tokens."},
             {"name": "crdt", "description": "CRDTs: counters, sets, registers, maps."},
             {"name": "retention", "description": "Retention policies the cluster enforces."},
+            {"name": "archive", "description": "Archival to a cold tier: plan, seal, restore."},
             {"name": "watch", "description": "Streams of changes from a revision on."},
             {"name": "batch", "description": "Many ops in one request."},
             {"name": "ops", "description": "Node status."},

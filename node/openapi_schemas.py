@@ -24,6 +24,7 @@ from node.op_fields import (
     wire_name,
     wired_ref,
 )
+from node.openapi_archive import ARCHIVE_RESULTS, archive_schemas
 from node.openapi_crdt import CRDT_RESULTS, CRDT_WIRE_SCHEMAS, crdt_schemas
 from node.openapi_leases import LEASE_RESULTS, lease_schemas
 from node.openapi_locks import LOCK_RESULTS, lock_schemas
@@ -103,6 +104,7 @@ def common_schemas(error_codes: Iterable[str]) -> dict[str, Schema]:
         **lock_schemas(),
         **crdt_schemas(),
         **retention_schemas(),
+        **archive_schemas(),
         "Status": _status_schema(),
         "Live": obj(
             {"ok": {"const": True}, "node_id": str_schema("Id of this node.")}, ("ok", "node_id")
@@ -277,6 +279,7 @@ def _batch_result(w: str) -> Schema:
     shared += [ref(name) for name in LEASE_RESULTS]
     shared += [ref(name) for name in LOCK_RESULTS]
     shared += [ref(name) for name in RETENTION_RESULTS]
+    shared += [ref(name) for name in ARCHIVE_RESULTS]
     crdt = [wired_ref(name, w) for name in CRDT_WIRE_SCHEMAS]
     shared += [ref(name) for name in CRDT_RESULTS if name not in CRDT_WIRE_SCHEMAS]
     return obj(

@@ -104,8 +104,17 @@ def stream_schemas() -> dict[str, Schema]:
     return {
         "StreamInfo": obj(info, tuple(info), "A stream's counters."),
         "StreamInfoResult": obj(
-            {"revision": rev_schema("Revision the read was served at."), **info},
-            ("revision", *info),
+            {
+                "revision": rev_schema("Revision the read was served at."),
+                **info,
+                "archived_before": {
+                    "type": ["integer", "null"],
+                    "description": "Smallest seq archived to a cold-tier segment (null: none); "
+                    "events [archived_before, first_seq) that a tombstone covers read as 410 "
+                    "`archived`.",
+                },
+            },
+            ("revision", *info, "archived_before"),
         ),
         "ListStreamsResult": obj(
             {
@@ -169,9 +178,10 @@ def stream_op_docs(write_errors: tuple[str, ...], read_errors: tuple[str, ...]) 
         ),
         "read_stream": (
             "Read a page of a stream's events (long poll with wait_ms)",
-            _READ_NOTE + " A missing stream reads as empty (last_seq 0).",
+            _READ_NOTE + " A missing stream reads as empty (last_seq 0). A forward read from "
+            "a seq below first_seq that was archived answers 410 `archived`.",
             "One page.",
-            read_errors,
+            (*read_errors, "archived"),
         ),
         "stream_info": (
             "A stream's counters",

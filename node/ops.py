@@ -31,6 +31,7 @@ their msgpack bytes (key order included) must not change:
     append, read_stream, stream_info, list_streams: node/stream_ops.py
     merge, crdt_get: node/crdt_ops.py
     retention_*, truncate_stream, and the internal gc: node/retention_ops.py
+    archive_plan, archive_seal, archive_restore, archive_list: node/archive_ops.py
     lease_*, and put's `lease` / `ttl_ms` (present only when given): node/lease_ops.py
     lock_*, and the `fence` of put, delete, cas, txn, append (present only when given):
             node/lock_ops.py
@@ -64,6 +65,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from node.archive_ops import archive_specs
 from node.config import Limits
 from node.crdt_ops import crdt_specs
 from node.errors import OpError
@@ -470,6 +472,7 @@ _SPECS = (
     *lock_specs(NS, IDEMPOTENCY_KEY),
     *crdt_specs(NS, KEY, IDEMPOTENCY_KEY),
     *retention_specs(NS, IDEMPOTENCY_KEY, STREAM),
+    *archive_specs(NS, IDEMPOTENCY_KEY),
 )
 _SPECS = fenced(_SPECS)  # put, delete, cas, txn and append take a `fence` (node/lock_ops.py)
 OPS: dict[str, OpSpec] = {s.name: s for s in _SPECS}

@@ -28,6 +28,8 @@ Modules, one job each (the shape of etcd's mvcc + backend):
     retention.py   ops retention_set, retention_delete, gc; reads retention_list,
                    retention_status; the revision-time index (retention_select.py: what
                    a policy selects, for the leader's GC task and the status)
+    archive.py     ops archive_seal, archive_restore; reads archive_plan, archive_list;
+                   the archive tombstones get and read_stream check
     compaction.py  op compact; history, change-log and idempotency pruning after every entry
     changes.py     the change log read for watches (node/watch.py), in bounded pages
     snapshot.py    checkpoint, pack a checkpoint, restore, the swap-directory recovery
@@ -47,6 +49,7 @@ not know), and its HTTP route and schema in node/http_api.py and node/openapi.py
 """
 
 from node.store import (  # noqa: F401  (each registers its ops)
+    archive,
     compaction,
     crdt,
     kv,

@@ -58,6 +58,19 @@ contain no NUL, so NUL works as separator and byte order of the composite keys e
                                          the newest one (descending, so the newest record
                                          at or before a time is one seek away). Kept
                                          (about 1440 tiny records a day).
+    b"A" ns 0x00 key                     archived-key tombstone (node/store/archive.py):
+                                         [segment_id, archived_revision,
+                                         mod_revision_archived]; the key was archived to
+                                         that segment by the seal at archived_revision.
+                                         Removed by a put that creates the key, or by its
+                                         restore.
+    b"B" ns 0x00 stream 0x00 from8       archived-events tombstone: [before_seq,
+                                         segment_id, archived_revision]; the stream's events
+                                         [from_seq, before_seq) are in that segment.
+    b"S" ns 0x00 segment_id              a sealed archive segment: [url, sha256, bytes,
+                                         sealed_revision, keys, events, restored_keys,
+                                         restored_events] (counts summed over its seals
+                                         and restores)
 
 CRDTs (node/store/crdt.py) have no records of their own: a CRDT is a kv key whose value
 is the envelope msgpack [b"skcrdt", 1, type, state].
@@ -97,6 +110,9 @@ CHANGE = b"r"
 RETENTION = b"P"
 RETENTION_GC = b"g"
 TIME_INDEX = b"t"
+ARCHIVED_KEY = b"A"
+ARCHIVED_EVENTS = b"B"
+SEGMENT = b"S"
 SEP = b"\x00"
 NS_END = b"\x01"  # ns + NS_END sorts after every ns + SEP + key
 
@@ -171,6 +187,21 @@ def change_key(rev: int, ck: bytes) -> bytes:
 def retention_key(ns_b: bytes, target: str, prefix: str) -> bytes:
     """b"P" ns 0x00 target 0x00 prefix: a retention policy."""
     return RETENTION + ns_b + SEP + target.encode() + SEP + prefix.encode()
+
+
+def archived_key(ns_b: bytes, key_b: bytes) -> bytes:
+    """b"A" ns 0x00 key: the key's archive tombstone."""
+    return ARCHIVED_KEY + ns_b + SEP + key_b
+
+
+def archived_events_prefix(ns_b: bytes, stream_b: bytes) -> bytes:
+    """b"B" ns 0x00 stream 0x00: append from8 for an archived-events tombstone."""
+    return ARCHIVED_EVENTS + ns_b + SEP + stream_b + SEP
+
+
+def segment_key(ns_b: bytes, segment_id: str) -> bytes:
+    """b"S" ns 0x00 segment_id: a sealed segment's record."""
+    return SEGMENT + ns_b + SEP + segment_id.encode()
 
 
 def time_index_key(clock_ms: int) -> bytes:

@@ -4,6 +4,12 @@ as reads of StateMachine.read (`reads.serves`).
 A write at revision rev stages the key's new "c" record, its "h" record at rev, an
 "s" entry marking the record it replaces as superseded at rev, and its change-log record
 "r" rev key (read by node/watch.py) (node/store/keys.py).
+
+Archival (node/store/archive.py): a put that creates a key (it is not live) also removes
+the key's archive tombstone b"A" if there is one: one point lookup, paid only by puts that
+create a key. A get of the latest revision of a key that is not live but archived fails
+410 `archived` (read path only: gets inside an entry or txn, and range, see the key as
+absent).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from node.store.keys import (
     CUR,
     SEP,
     TOMBSTONE,
+    archived_key,
     change_key,
     cur_key,
     hist_prefix,
@@ -47,6 +54,9 @@ def write_put(
         version += 1
     else:
         version, create = 1, rev
+        ak = archived_key(ns_b, key_b)
+        if tx.point(ak) is not None:  # an archived key written again: no longer archived
+            tx.stage(ak, None)
     tx.stage(ck, tx.pack([version, create, rev]))
     tx.stage(hb + p64(rev), tx.pack([value, version, create]))
     lease_state.set_key_lease(tx, ns_b, key_b, lease, cur is not None)
@@ -146,7 +156,12 @@ def range_(tx: EntryTx, op: dict) -> dict:
 
 @reads.serves("get")
 def read_get(src: reads.Source, limits: Limits, op: dict) -> dict:
-    return reads.get(src, op["ns"], op["key"], op.get("revision"))
+    result = reads.get(src, op["ns"], op["key"], op.get("revision"))
+    if result["kv"] is None and result["revision"] == src.revision:
+        from node.store.archive import check_key  # archive.py imports this module
+
+        check_key(src, op["ns"], op["key"])
+    return result
 
 
 @reads.serves("range")

@@ -33,12 +33,15 @@ The five things (docs/protocol.md has them for users):
 4. Key layout (node/store/keys.py has the rows): b"Q" ns 0x00 stream -> meta [first_seq,
    last_seq, count, bytes, create_revision, mod_revision]; b"q" ns 0x00 stream 0x00 seq8
    -> event [data, type, time_ms, revision, id, meta]; b"d" ns 0x00 stream 0x00 id ->
-   dedup [seq, digest16]. first_seq starts at 1 and only moves forward, by
-   truncate_stream or a retention policy's gc (node/store/retention.py): both remove the
+   dedup [seq, digest16]. first_seq starts at 1 and moves forward by truncate_stream, a
+   retention policy's gc (node/store/retention.py) or an archive_seal, and back only by an
+   archive_restore of archived events (node/store/archive.py); the first three remove the
    events below the new first_seq with their dedup records (an id truncated away can be
    appended again as new). `compact` never prunes events. A read_stream from a seq below
-   first_seq starts at first_seq (the answer carries `first_seq`); a read at a past
-   revision sees only the events still stored.
+   first_seq starts at first_seq (the answer carries `first_seq`), unless an archive
+   tombstone covers that seq (node/store/archive.py): then 410 `archived`; a read at a
+   past revision sees only the events still stored. stream_info's `archived_before` is
+   the smallest archived from_seq (null: none).
 5. Chaos coverage: chaos/stream_workload.py in every scenario, checked by
    chaos/checker/streams.py (docs/protocol.md lists the rules).
 
@@ -284,8 +287,6 @@ def truncate_stream(tx: EntryTx, op: dict) -> dict:
 # -- reads ---------------------------------------------------------------------------------
 
 
-
-
 def _event_revision(raw: bytes) -> int:
     """The revision field of a packed event, without copying its data."""
     unpacker = msgpack.Unpacker(raw=False)
@@ -376,6 +377,10 @@ def read_stream(src: Source, limits: Limits, op: dict) -> dict:
     prefix = stream_event_prefix(ns_b, stream_b)
     last = last_seq_at(src, prefix, meta, r)
     first = meta.first_seq if meta is not None else 1
+    if start is not None and start < first and direction == "forward" and meta is not None:
+        from node.store.archive import check_events  # archive.py imports this module
+
+        check_events(src, op["ns"], stream, start)  # 410 `archived` if a tombstone holds it
     lo, hi, next_start = _page_bounds(direction, start, first, last, limit)
     events = _events(src, prefix, lo, hi)
     if direction == "backward":
@@ -402,7 +407,10 @@ def stream_info(src: Source, limits: Limits, op: dict) -> dict:
         raise OpError(
             "stream_not_found", f"stream {stream!r} does not exist in namespace {op['ns']!r}"
         )
-    return {"revision": src.revision, **meta.info(stream)}
+    from node.store.archive import archived_before  # archive.py imports this module
+
+    before = archived_before(src, op["ns"].encode(), stream.encode())
+    return {"revision": src.revision, **meta.info(stream), "archived_before": before}
 
 
 @read_op("list_streams")

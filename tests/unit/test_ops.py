@@ -229,8 +229,14 @@ def test_read_write_sets():
     locks = {"lock_acquire", "lock_release"}
     crdt = {"merge"}
     retention = {"retention_set", "retention_delete", "truncate_stream"}
+    archive = {"archive_seal", "archive_restore"}
     assert WRITE_OPS == (
-        {"put", "delete", "cas", "txn", "compact", "append"} | leases | locks | crdt | retention
+        {"put", "delete", "cas", "txn", "compact", "append"}
+        | leases
+        | locks
+        | crdt
+        | retention
+        | archive
     )
     assert READ_OPS == {"get", "range", "read_stream", "stream_info", "list_streams"} | {
         "lease_info",
@@ -239,6 +245,8 @@ def test_read_write_sets():
         "crdt_get",
         "retention_list",
         "retention_status",
+        "archive_plan",
+        "archive_list",
     }
     assert "gc" not in WRITE_OPS  # node-internal like lease_expire
     assert "lease_expire" not in WRITE_OPS  # node-internal: no route, not in a batch
@@ -253,6 +261,7 @@ def test_op_error_shape_and_statuses():
     assert e.status == 409
     assert e.to_dict() == {"code": "compare_failed", "message": "nope", "kv": None, "revision": 3}
     assert OpError("compacted").status == 410
+    assert OpError("archived").status == 410
     assert OpError("future_revision").status == 400
     assert OpError("value_too_large").status == 413
     assert OpError("unsupported_media_type").status == 415

@@ -323,6 +323,7 @@ def test_stream_info(node):
         "bytes": 7,
         "create_revision": 1,
         "mod_revision": 3,
+        "archived_before": None,
     }
 
 
