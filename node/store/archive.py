@@ -46,8 +46,6 @@ The five things:
 
 from __future__ import annotations
 
-import base64
-import binascii
 from itertools import islice
 from typing import Any
 
@@ -72,7 +70,7 @@ from node.store.keys import (
     unpack,
 )
 from node.store.kv import write_delete, write_put
-from node.store.reads import Source
+from node.store.reads import Source, page_key, page_token
 from node.store.retention_select import Policy, _value_len, select
 from node.store.streams import StreamMeta, event_digest, truncate
 
@@ -365,17 +363,6 @@ def archive_plan(src: Source, limits: Limits, op: dict) -> dict:
     return {"revision": src.revision, "keys": keys, "streams": streams, "more": more}
 
 
-def _token(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _untoken(token: str) -> bytes:
-    try:
-        return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-    except (binascii.Error, ValueError):
-        raise invalid("continuation is not a valid archive_list token") from None
-
-
 def _segment_info(k: bytes, v: bytes) -> dict:
     ns_b, seg_id = k[1:].split(SEP, 1)
     url, sha, size, rev, keys, events, r_keys, r_events = unpack(v)
@@ -401,7 +388,7 @@ def archive_list(src: Source, limits: Limits, op: dict) -> dict:
     hi = inc(lo)
     token = op.get("continuation")
     if token is not None:
-        lo = max(lo, SEGMENT + _untoken(token) + b"\x00")
+        lo = max(lo, SEGMENT + page_key(token, "archive_list") + b"\x00")
     limit = max(1, min(op.get("limit", 1000), limits.max_range_limit))
     items = list(islice(src.scan(lo, hi), limit + 1))
     out: dict[str, Any] = {
@@ -410,5 +397,5 @@ def archive_list(src: Source, limits: Limits, op: dict) -> dict:
         "more": len(items) > limit,
     }
     if len(items) > limit:
-        out["continuation"] = _token(items[limit - 1][0][1:])
+        out["continuation"] = page_token(items[limit - 1][0][1:])
     return out

@@ -20,6 +20,8 @@ stream_info, list_streams) and StateMachine.read dispatches through it.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any, Protocol
@@ -84,6 +86,20 @@ def kv(key: str, value: bytes | None, version: int, create: int, mod: int) -> di
     out["create_revision"] = create
     out["mod_revision"] = mod
     return out
+
+
+def page_token(raw: bytes) -> str:
+    """An opaque continuation for a page of raw store keys (retention_list, archive_list):
+    the last key served, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def page_key(token: str, op: str) -> bytes:
+    """Inverse of page_token; 400 invalid_argument naming `op` for anything else."""
+    try:
+        return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    except (binascii.Error, ValueError):
+        raise OpError("invalid_argument", f"continuation is not a valid {op} token") from None
 
 
 def check_revision(revision: int | None, current: int, compact: int) -> int:

@@ -41,14 +41,11 @@ The five things:
 
 from __future__ import annotations
 
-import base64
-import binascii
 from itertools import islice
 from typing import Any
 
 from node.config import Limits
 from node.errors import OpError
-from node.op_fields import invalid
 from node.retention_ops import MAX_POLICIES_PER_NS, MAX_TRUNCATE_EVENTS
 from node.store.apply import AFTER_ENTRY, EntryTx, handles, read_op
 from node.store.keys import (
@@ -62,7 +59,7 @@ from node.store.keys import (
     unpack,
 )
 from node.store.kv import write_delete
-from node.store.reads import Source
+from node.store.reads import Source, page_key, page_token
 from node.store.retention_select import (
     Policy,
     load_policies,
@@ -73,8 +70,6 @@ from node.store.retention_select import (
 from node.store.streams import truncate
 
 TIME_INDEX_STEP_MS = 60_000
-
-
 
 
 # -- policies ------------------------------------------------------------------------------
@@ -168,24 +163,13 @@ AFTER_ENTRY.append(index_time)
 # -- reads ----------------------------------------------------------------------------------
 
 
-def _token(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _untoken(token: str) -> bytes:
-    try:
-        return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-    except (binascii.Error, ValueError):
-        raise invalid("continuation is not a valid retention_list token") from None
-
-
 @read_op("retention_list")
 def retention_list(src: Source, limits: Limits, op: dict) -> dict:
     """{revision, policies: [policy], more, continuation?} in (ns, target, prefix) order."""
     lo, hi = policy_range(op.get("ns"))
     token = op.get("continuation")
     if token is not None:
-        lo = max(lo, RETENTION + _untoken(token) + b"\x00")
+        lo = max(lo, RETENTION + page_key(token, "retention_list") + b"\x00")
     limit = max(1, min(op.get("limit", 1000), limits.max_range_limit))
     items = list(islice(src.scan(lo, hi), limit + 1))
     out: dict[str, Any] = {
@@ -194,7 +178,7 @@ def retention_list(src: Source, limits: Limits, op: dict) -> dict:
         "more": len(items) > limit,
     }
     if len(items) > limit:
-        out["continuation"] = _token(items[limit - 1][0][1:])
+        out["continuation"] = page_token(items[limit - 1][0][1:])
     return out
 
 
