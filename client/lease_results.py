@@ -24,8 +24,11 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class LeaseGrant:
-    """Result of ``lease_grant``: the new lease's id, TTL and expiry (leader time, ms since
-    the epoch), and the revision of the grant (``replayed``: an idempotent retry)."""
+    """Result of ``lease_grant``: the new lease's id, TTL and expiry (cluster time in ms
+    since the epoch: the first leader's wall clock, advanced by monotonic time since, so it
+    runs behind the wall clock by the cluster's election gaps and outages), and the store's
+    revision when it was granted: a grant changes no key and takes no revision of its own
+    (``replayed``: an idempotent retry)."""
 
     lease: int
     ttl_ms: int
@@ -51,7 +54,8 @@ class LeaseState:
 @dataclass(frozen=True, slots=True)
 class KeepaliveResult:
     """Result of ``lease_keepalive``: the renewed leases, and the ids that were not
-    renewed because they no longer exist (revoked or expired, their keys deleted)."""
+    renewed because they no longer exist (revoked or expired, their keys deleted).
+    ``revision`` is the store's current revision: a keepalive takes none."""
 
     revision: int
     leases: list[LeaseState]

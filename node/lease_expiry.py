@@ -2,25 +2,43 @@
 
 Runs on the node's asyncio loop, never on the raft thread. Every `interval` (0.2 s) it
 asks raft whether this node leads; when it does, and has led for at least `grace`
-seconds in this term, it reads the leases due by the leader's clock (`now_ms`, the
-ClusterClock's stamp-to-be, node/cluster_clock.py) from the local store's expiry index
+seconds in this term, it reads the leases due by the leader's time (`now_ms`:
+ClusterClock.now, node/cluster_clock.py: the replicated clock at the election plus the
+leader's MONOTONIC time since, never its wall clock) from the local store's expiry index
 and proposes ONE `lease_expire` op naming them (at most `batch` ids; up to `max_batches`
 proposals per tick when more are due) through the proposer, like any write. Apply
 revokes those whose expires_ms <= the entry's time and ignores the rest (renewed since,
-or already gone), so a stale read here costs an entry, never a wrong expiry.
+or already gone), so a stale read here costs an entry, never a wrong expiry. The entry's
+time is a stamp of the same clock taken later, so it is >= the time the leader decided
+by: apply agrees.
+
+Nothing expires early, whatever the nodes' wall clocks say, across any number of leader
+changes. A renewal appended at real time r with entry clock c sets expires_ms = c + ttl;
+every leader's time, at any later real time τ, is <= c + (τ - r) (node/cluster_clock.py
+proves it: stamps and leader time are anchor + monotonic time, anchors are earlier
+stamps, so the clock's offset from real time only ever decreases). So a leader finds the
+lease due only once ttl of real time has passed since the renewal. Before this, the
+leader's time was its wall clock bounded to 60 s ahead: a new leader whose wall clock
+was ahead expired every lease with less than that left, live ones included (audit gap
+10; tests/unit/test_lease_expiry.py has the skewed-leader and the simulated-cluster
+tests, tests/integration/test_leases.py the faked +50 s wall clock).
 
 Why the grace (default: max election timeout + 1 s) after every election: a keepalive
 sent to the old leader just before it died, or lost in the election, gets its retry in
-before the new leader expires anything, so nothing expires early because a leader died.
+before the new leader expires anything, so nothing expires early because a leader died
+before it could append a renewal the client sent in time.
 Why nothing lives forever under repeated elections: expires_ms is replicated state
-(every keepalive writes it through raft), and the cluster clock only moves forward, so a
-new leader resumes each lease's remaining TTL instead of granting a fresh one (etcd's
-original behaviour, fixed there by lease checkpointing). With elections more frequent
-than the grace nothing expires until one leader lasts that long. After a total outage
-the cluster clock resumes from the last replicated time (at most 60 s ahead of it), so a
-lease nobody renewed expires at restart once a leader has led for the grace if less than
-~60 s of its TTL was left, else when the rest of its TTL has run: never early, possibly
-late by the outage.
+(every keepalive writes it through raft), and a new leader's time starts at the
+replicated clock, so it resumes each lease's remaining TTL instead of granting a fresh
+one (etcd's original behaviour, fixed there by lease checkpointing). With elections more
+frequent than the grace nothing expires until one leader lasts that long.
+
+How late: a lease expires when its TTL has run in the cluster's time, which loses, at
+each leader change, the gap between the newest entry the new leader had applied and its
+election (about the election timeout), and a total outage's length (the clock resumes
+from the last replicated time). Add the grace after the last election and one tick: a
+lease nobody renews is gone within ttl + (leader changes since its renewal) x (election
+gap) + grace + interval of real time, and within ttl + interval without an election.
 
 Clock, monotonic time and sleep are injected (tests drive `tick()` directly).
 """
@@ -83,7 +101,7 @@ class LeaseExpiry(LeaderTask):
         return cls(
             leadership=raft_leadership(raft),
             due=due,
-            now_ms=clock.peek,
+            now_ms=clock.now,
             propose=proposer.write,
             grace=grace,
         )

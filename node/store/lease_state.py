@@ -80,12 +80,13 @@ def load_existing(tx: Source, lease: int) -> LeaseRecord:
 
 
 def save(tx: EntryTx, lease: int, rec: LeaseRecord, old: LeaseRecord | None) -> None:
-    """Stage the lease's record and its expiry index entry (replacing `old`'s)."""
+    """Stage the lease's record and its expiry index entry (replacing `old`'s). Takes no
+    revision: lease records are not keys (nothing in the change log, nothing to watch),
+    so a grant or keepalive that changes no key leaves the revision alone (etcd's rule)."""
     if old is not None and old.expires_ms != rec.expires_ms:
         tx.stage(lease_exp_key(old.expires_ms, lease), None)
     tx.stage(lease_key(lease), rec.encode(tx.pack))
     tx.stage(lease_exp_key(rec.expires_ms, lease), b"")
-    tx.wrote = True
 
 
 def remove(tx: EntryTx, lease: int, rec: LeaseRecord) -> None:
@@ -95,12 +96,14 @@ def remove(tx: EntryTx, lease: int, rec: LeaseRecord) -> None:
     tx.wrote = True
 
 
-def grant(tx: EntryTx, ns: str, ttl_ms: int) -> tuple[int, LeaseRecord]:
-    """A new lease in `ns`, expiring ttl_ms after the entry's time; takes a revision."""
+def grant(tx: EntryTx, ns: str, ttl_ms: int, revision: int) -> tuple[int, LeaseRecord]:
+    """A new lease in `ns`, expiring ttl_ms after the entry's time. Takes no revision by
+    itself; `revision` (recorded as granted_revision) is the store's revision once the op
+    is applied: the current one for lease_grant, the put's for a put's `ttl_ms`."""
     raw = tx.point(COUNTER)
     lease = unpack(raw) if raw is not None else 1
     tx.stage(COUNTER, tx.pack(lease + 1))
-    rec = LeaseRecord(ns, ttl_ms, tx.clock + ttl_ms, tx.revision + 1)
+    rec = LeaseRecord(ns, ttl_ms, tx.clock + ttl_ms, revision)
     save(tx, lease, rec, None)
     return lease, rec
 
@@ -119,7 +122,7 @@ def for_put(tx: EntryTx, op: dict) -> tuple[int, bool]:
         return lease, False
     ttl = op.get("ttl_ms")
     if ttl is not None:
-        return grant(tx, op["ns"], ttl)[0], True
+        return grant(tx, op["ns"], ttl, tx.revision + 1)[0], True  # the put's revision
     return 0, False
 
 

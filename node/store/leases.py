@@ -14,11 +14,16 @@ arrives late (after expires_ms, before the leader expired it) still renews it.
 
 The five things (docs/protocol.md has them for users):
 
-1. Consistency. Every lease op is one raft write, linearizable, and takes a revision
-   (grant, revoke; keepalive when it renewed one; expire when it expired one) so
-   `min_revision` gives read-your-writes on lease_info/lease_list, which are served like
-   get (linearizable by default, serializable on request) and answer the current state.
-   Expiry time is replicated state: a new leader resumes every lease's remaining TTL.
+1. Consistency. Every lease op is one raft write, linearizable. Revisions count key
+   changes only (etcd's rule): revoke and expire take one (all the keys they delete go
+   at it; they take it even when the lease had no key), a grant or keepalive changes no
+   key and takes none, answering the current revision, so keepalives from thousands of
+   clients do not eat the history window, and watchers see nothing of them. Lease
+   records are replicated state all the same (every node applies every renewal).
+   lease_info/lease_list are served like get (linearizable by default: read-your-writes
+   after a grant or keepalive; a serializable read with `min_revision` is not enough for
+   those two, as they do not move the revision) and answer the current state. Expiry
+   time is replicated state: a new leader resumes every lease's remaining TTL.
 2. ok / failed / unknown. grant: ok, the lease exists; unknown: retry with the same
    idempotency_key (replays the same lease id) or let the unknown lease expire.
    keepalive: per lease, renewed or `lease_not_found`; unknown: just send it again (no
@@ -105,9 +110,10 @@ def _revision(tx: EntryTx) -> int:
 
 @handles("lease_grant")
 def lease_grant(tx: EntryTx, op: dict) -> dict:
-    lease, rec = lease_state.grant(tx, op["ns"], op["ttl_ms"])
+    """A new lease; changes no key, so it takes no revision (`revision`: the current one)."""
+    lease, rec = lease_state.grant(tx, op["ns"], op["ttl_ms"], tx.revision)
     return {
-        "revision": tx.revision + 1,
+        "revision": tx.revision,
         "lease": lease,
         "ttl_ms": rec.ttl_ms,
         "expires_ms": rec.expires_ms,
@@ -116,7 +122,9 @@ def lease_grant(tx: EntryTx, op: dict) -> dict:
 
 @handles("lease_keepalive")
 def lease_keepalive(tx: EntryTx, op: dict) -> dict:
-    """Renew each lease that exists (expires = clock + ttl); report the others."""
+    """Renew each lease that exists (expires = clock + ttl); report the others. Changes
+    no key: takes no revision (`revision`: the current one), so thousands of clients
+    renewing do not eat the history window (retention.history_revisions)."""
     out: list[dict[str, Any]] = []
     for lease in op["leases"]:
         rec = LeaseRecord.load(tx, lease)
@@ -126,7 +134,7 @@ def lease_keepalive(tx: EntryTx, op: dict) -> dict:
         new = replace(rec, expires_ms=tx.clock + rec.ttl_ms)
         lease_state.save(tx, lease, new, rec)
         out.append({"lease": lease, "ttl_ms": new.ttl_ms, "expires_ms": new.expires_ms})
-    return {"revision": _revision(tx), "leases": out}
+    return {"revision": tx.revision, "leases": out}
 
 
 @handles("lease_revoke")
@@ -150,8 +158,6 @@ def lease_expire(tx: EntryTx, op: dict) -> dict:
 
 
 # -- reads ---------------------------------------------------------------------------------
-
-
 
 
 @read_op("lease_info")

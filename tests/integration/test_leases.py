@@ -11,11 +11,14 @@ import subprocess
 import sys
 import time
 import uuid
+from typing import Any
 
 import pytest
 
-from client import AsyncClient, Client, LeaseNotFound, NotFound
+from chaos.faults import faketime_env, find_libfaketime
+from client import AsyncClient, Client, LeaseNotFound, NotFound, WatchEvent, WatchProgress
 from cluster.supervisor import LocalCluster
+from tests.integration.cluster_fixture import WrittenConfig
 
 pytestmark = pytest.mark.integration
 
@@ -138,7 +141,9 @@ def test_keepalives_carry_a_lease_through_leader_kills(cluster: LocalCluster) ->
 @pytest.mark.cluster_options(size=5)
 def test_an_unrenewed_lease_expires_while_leaders_keep_changing(cluster: LocalCluster) -> None:
     """Nothing lives forever: each new leader resumes the replicated expiry instead of
-    granting the lease its full TTL again (etcd's bug before lease checkpointing)."""
+    granting the lease its full TTL again (etcd's bug before lease checkpointing); and
+    nothing expires early. The cluster's time (node/cluster_clock.py) loses each election
+    gap, so the bound allows the two elections (about 1.5 s each) on top of the grace."""
     ttl = 4.0
     with Client(_urls(cluster), ns=_ns()) as c:
         t0 = time.monotonic()
@@ -151,8 +156,119 @@ def test_an_unrenewed_lease_expires_while_leaders_keep_changing(cluster: LocalCl
             _new_leader(cluster, old)
         assert time.monotonic() < t0 + ttl, "the elections took longer than the TTL"
         assert _exists(c, "orphan")  # and nothing expired early
-        gone = _gone_within(c, "orphan", t0 + ttl + GRACE + 1)
+        gone = _gone_within(c, "orphan", t0 + ttl + 2 * 1.5 + GRACE + 1)
         print(f"expired {gone - t0:.2f} s after the grant (ttl {ttl} s)")
+        # Not early (audit gap 2: this was only printed). t0 is before the grant, and
+        # `gone` is when a poll (every 0.05 s) first saw the key missing.
+        assert gone - t0 >= ttl, f"expired {ttl - (gone - t0):.2f} s early"
+
+
+def test_keepalives_and_grants_take_no_revision_and_a_watch_sees_nothing(
+    cluster: LocalCluster,
+) -> None:
+    """Audit gap 9: a grant or a keepalive changes no key, so it takes no revision (etcd's
+    rule): 1,000 clients renewing every ttl/3 no longer eat the history window. A fresh
+    cluster, so that nothing else moves the revision meanwhile."""
+    with Client(_urls(cluster), ns=_ns()) as c:
+        rev = c.put("mark", "x").revision
+        watch = c.watch(start_revision=rev + 1, progress=0.2, progress_events=True)
+        g = c.lease_grant(5)
+        assert g.revision == rev
+        for _ in range(5):
+            r = c.lease_keepalive(g.lease)
+            assert r.revision == rev and r.missing == []
+        kept = c.lease(2)  # renewed by the client's thread every 0.67 s
+        time.sleep(2.5)
+        assert kept.alive
+        assert c.range("probe").revision == rev  # linearizable: the current revision
+        progress = 0
+        for item in watch:
+            assert not isinstance(item, WatchEvent), f"a watch saw {item}"
+            if isinstance(item, WatchProgress):
+                assert item.revision == rev
+                progress += 1
+                if progress == 3:
+                    break
+        watch.close()
+        c.put("after", "y", lease=g.lease)  # keys still take revisions, with a lease or not
+        assert c.range("probe").revision == rev + 1
+
+
+@pytest.fixture
+def skewable(cluster_config: WrittenConfig, tmp_path) -> Any:
+    """A 3-node cluster whose nodes run under libfaketime, each wall clock offset by its
+    own file (chaos/faults/clock.py's environment); monotonic clocks untouched."""
+    lib = find_libfaketime()
+    if lib is None:
+        pytest.skip("libfaketime is not installed (apt-get install faketime)")
+    files, node_env = {}, {}
+    for n in cluster_config.config.nodes:
+        files[n.id] = tmp_path / f"clock-{n.id}"
+        files[n.id].write_text("+0\n")
+        node_env[n.id] = faketime_env(lib, files[n.id])
+    lc = LocalCluster(cluster_config.config, cluster_config.path, node_env=node_env)
+    try:
+        lc.up(timeout=60.0)
+        yield lc, files
+    finally:
+        lc.kill_all()
+        lc.close()
+
+
+def _skew(path, offset: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(offset + "\n")
+    tmp.replace(path)
+
+
+def test_a_leader_whose_wall_clock_is_50_s_ahead_expires_nothing_early(skewable) -> None:
+    """Audit gap 10. The chaos clock-jump on a leader: its wall clock jumps +50 s. Before
+    the fix its time for expiry was its wall clock (bounded to 60 s ahead), so within a
+    second every lease with less than 50 s left expired, the kept-alive one included.
+    Then that node, its clock still +50 s, is made leader again by an election (it
+    anchors with a wall clock ahead), and then an honest node takes over from it.
+    Throughout: a 5 s lease kept alive by a client lives on, and a 5 s lease nobody renews
+    expires no earlier than 5 s after its grant (and not much later)."""
+    lc, files = skewable
+    ttl = 5.0
+    with Client(_urls(lc), ns=_ns()) as c:
+        kept = c.lease(ttl)
+        c.put("alive", "yes", lease=kept)
+
+        def orphan_not_early(label: str, slack: float) -> None:
+            t0 = time.monotonic()
+            g = c.lease_grant(ttl)
+            name = f"orphan-{label}"
+            c.put(name, "x", lease=g.lease)
+            gone = _gone_within(c, name, t0 + ttl + slack)
+            assert gone - t0 >= ttl, f"{label}: expired {ttl - (gone - t0):.2f} s early"
+            print(f"{label}: orphan gone {gone - t0:.2f} s after its grant (ttl {ttl})")
+            assert _exists(c, "alive") and kept.alive, f"{label}: the kept-alive lease expired"
+
+        skewed = lc.leader_id()
+        assert skewed is not None
+        _skew(files[skewed], "+50")
+        time.sleep(2.0)  # libfaketime re-reads the file within a second
+        orphan_not_early("leader jumped +50 s", slack=1.5)
+
+        # Elections until the skewed node wins one (each round kills the leader).
+        for _ in range(8):
+            leader = lc.leader_id()
+            if leader == skewed:
+                break
+            if leader is not None:
+                lc.kill_node(leader)
+                _new_leader(lc, leader)
+                lc.start_and_wait(leader)
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"{skewed} never won an election")
+        orphan_not_early("elected +50 s", slack=GRACE + 2)
+
+        lc.kill_node(skewed)  # an honest node takes over from the skewed one
+        _new_leader(lc, skewed)
+        orphan_not_early("after the skewed leader", slack=GRACE + 2)
+        assert c.lease_info(kept).keys == ["alive"]
 
 
 # -- the async client and the CLI ------------------------------------------------------------

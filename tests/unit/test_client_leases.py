@@ -312,8 +312,47 @@ async def test_task_keeper_renews_and_stops() -> None:
     assert len(c.keepalives) == sent
 
 
+def _fake_lease_ops(c: Any) -> FakeClient:
+    """Point a real client's lease ops at a FakeClient (sync or async methods alike):
+    its keeper and close() are the real ones."""
+    fake = AsyncFake() if isinstance(c, AsyncClient) else SyncFake()
+    c.lease_grant = fake.lease_grant
+    c.lease_keepalive = fake.lease_keepalive
+    c.lease_revoke = fake.lease_revoke
+    return fake
+
+
 async def test_async_client_lease_is_plain_and_close_stops_keepalives() -> None:
+    """AsyncClient.close() stops the task that renews its leases (audit gap 3: this test
+    used to close a client whose lease was never granted, so it could not fail)."""
     c = AsyncClient("http://127.0.0.1:1")
+    fake = _fake_lease_ops(c)
     pending = c.lease(5)  # nothing sent yet: granted when awaited or entered
     assert isinstance(pending, AsyncLease) and pending.id is None
+    lease = await AsyncLease(c, 0.3, c.ns)  # renewed every 0.1 s by the client's task
+    assert lease.id == 1
+    while len(fake.keepalives) < 2:
+        await asyncio.sleep(0.02)
+    task = c._lease_keeper._task
     await c.close()
+    sent = len(fake.keepalives)
+    await asyncio.sleep(0.35)  # 3 renewal periods
+    assert len(fake.keepalives) == sent, "keepalives went on after close()"
+    assert task is None or task.done()
+    assert fake.revoked == []  # close() does not revoke: the lease just expires
+
+
+def test_sync_client_close_stops_keepalives() -> None:
+    """Client.close() stops the thread that renews its leases."""
+    c = Client("http://127.0.0.1:1")
+    fake = _fake_lease_ops(c)
+    lease = Lease(c, 0.3, c.ns)  # granted now, renewed every 0.1 s by the client's thread
+    assert lease.id == 1
+    _wait_for(lambda: len(fake.keepalives) >= 2)
+    thread = c._lease_keeper._thread
+    c.close()
+    sent = len(fake.keepalives)
+    time.sleep(0.35)
+    assert len(fake.keepalives) == sent, "keepalives went on after close()"
+    assert not thread.is_alive()
+    assert fake.revoked == []

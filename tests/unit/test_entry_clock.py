@@ -35,7 +35,9 @@ def test_entries_of_the_old_layout_still_decode() -> None:
     assert entry.restamp(old, 9) == old  # not this layout: left alone
 
 
-@pytest.mark.parametrize("bad", [b"", b"\xc1", msgpack.packb([1, 2]), msgpack.packb({"t": -1, "ops": []})])
+@pytest.mark.parametrize(
+    "bad", [b"", b"\xc1", msgpack.packb([1, 2]), msgpack.packb({"t": -1, "ops": []})]
+)
 def test_not_an_entry(bad: bytes) -> None:
     with pytest.raises(entry.EntryError):
         entry.decode(bad)
@@ -52,34 +54,67 @@ class Clocks:
 
 
 def _clock(c: Clocks, replicated: int) -> ClusterClock:
-    return ClusterClock(lambda: replicated, wall=lambda: c.wall_ms / 1000, monotonic=lambda: c.mono, max_lead_ms=60_000)
+    return ClusterClock(lambda: replicated, wall=lambda: c.wall_ms / 1000, monotonic=lambda: c.mono)
 
 
-def test_a_wall_clock_a_day_ahead_moves_the_cluster_clock_by_at_most_the_lead() -> None:
+def test_a_wall_clock_a_day_ahead_does_not_move_the_cluster_clock() -> None:
+    """(Was: moves it by at most the 60 s lead. Any lead lets a later leader anchor ahead
+    of real time and expire leases early; node/cluster_clock.py has the argument.)"""
     c = Clocks(wall_ms=1_000_000 + DAY_MS)
     clock = _clock(c, replicated=1_000_000)
     clock.anchor()
-    assert clock.stamp() == 1_000_000 + 60_000
+    assert clock.stamp() == 1_000_000
     c.advance(10)
-    assert clock.stamp() == 1_000_000 + 10_000 + 60_000
+    assert clock.stamp() == 1_000_000 + 10_000
 
 
-def test_a_wall_clock_behind_holds_the_cluster_clock() -> None:
+def test_a_wall_clock_behind_advances_the_cluster_clock_at_the_monotonic_rate() -> None:
+    """(Was: holds the cluster clock still. The wall clock is ignored either way.)"""
     c = Clocks(wall_ms=500_000)
     clock = _clock(c, replicated=1_000_000)
     clock.anchor()
     assert clock.stamp() == 1_000_000
     c.advance(5)
-    assert clock.stamp() == 1_000_000  # never backwards, never past the replicated clock's lead
+    assert clock.stamp() == 1_005_000
 
 
-def test_a_correct_wall_clock_is_used_as_is() -> None:
+def test_a_correct_wall_clock_is_not_followed_either() -> None:
+    """(Was: used as is. The cluster clock resumes from the replicated one and runs at the
+    monotonic rate: it lags the wall clock by the election gap, here 1 s.)"""
     c = Clocks(wall_ms=1_000_000)
     clock = _clock(c, replicated=999_000)
     clock.anchor()
-    assert clock.stamp() == 1_000_000
+    assert clock.stamp() == 999_000
     c.advance(2)
+    assert clock.stamp() == 1_001_000
+
+
+def test_a_wall_clock_jump_mid_term_changes_nothing() -> None:
+    c = Clocks(wall_ms=1_000_000)
+    clock = _clock(c, replicated=1_000_000)
+    clock.anchor()
+    c.wall_ms += 25 * 3600 * 1000
+    c.advance(1)
+    assert clock.stamp() == clock.peek() == 1_001_000
+    c.wall_ms -= 28 * 3600 * 1000
+    c.advance(1)
     assert clock.stamp() == 1_002_000
+
+
+def test_the_replicated_clock_is_a_floor_and_a_new_term_starts_from_it() -> None:
+    """Entries of an earlier term applied after the anchor may carry later times; the
+    stamps and peek never go below the replicated clock."""
+    c = Clocks(wall_ms=0)
+    replicated = [1_000_000]
+    clock = ClusterClock(
+        lambda: replicated[0], wall=lambda: c.wall_ms / 1000, monotonic=lambda: c.mono
+    )
+    clock.anchor()
+    replicated[0] = 1_003_000
+    c.advance(1)
+    assert clock.peek() == clock.stamp() == 1_003_000
+    c.advance(3)
+    assert clock.stamp() == 1_004_000
 
 
 def test_a_fresh_cluster_anchors_at_the_wall_clock() -> None:

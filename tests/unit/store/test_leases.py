@@ -52,10 +52,14 @@ def live_keys(node: Node, ns="default") -> list[str]:
 
 
 def test_grant_assigns_ids_in_apply_and_expires_from_the_entry_time(node):
+    # A grant changes no key: it takes no revision and answers the current one (it took
+    # one each before issue 12's gap 9: revision 1, then 2).
     r1 = node.one(grant(5_000), t=10_000)
-    assert r1 == {"revision": 1, "lease": 1, "ttl_ms": 5_000, "expires_ms": 15_000}
+    assert r1 == {"revision": 0, "lease": 1, "ttl_ms": 5_000, "expires_ms": 15_000}
+    node.put("k", b"v")
     r2 = node.one(grant(3_000, ns="other"), t=11_000)
-    assert (r2["lease"], r2["revision"], r2["expires_ms"]) == (2, 2, 14_000)
+    assert (r2["lease"], r2["revision"], r2["expires_ms"]) == (2, 1, 14_000)
+    assert node.sm.revision == 1
     again = node.one(grant(3_000, ns="other", idempotency_key="g"), t=12_000)
     assert node.one(grant(3_000, ns="other", idempotency_key="g"), t=13_000) == {
         **again,
@@ -165,9 +169,10 @@ def test_validation_of_lease_fields():
 def test_keepalive_renews_many_at_once_and_reports_the_missing(node):
     node.one(grant(5_000), t=1_000)
     node.one(grant(2_000), t=1_000)
+    node.put("k", b"v")
     r = node.one(keepalive(1, 9, 2), t=4_000)
     assert r == {
-        "revision": 3,
+        "revision": 1,  # no revision taken (was 4 before gap 9: one per renewal)
         "leases": [
             {"lease": 1, "ttl_ms": 5_000, "expires_ms": 9_000},
             {"lease": 9, "error": "lease_not_found"},
@@ -178,7 +183,7 @@ def test_keepalive_renews_many_at_once_and_reports_the_missing(node):
     late = node.one(keepalive(2), t=7_000)
     assert late["leases"][0]["expires_ms"] == 9_000
     nothing = node.one(keepalive(9), t=7_000)
-    assert nothing["revision"] == late["revision"]  # renewed nothing: no revision
+    assert nothing["revision"] == late["revision"] == node.sm.revision == 1
     # One index entry per lease, at its current expiry.
     with node.sm.read_view() as view:
         assert due_leases(view, 9_000, 10) == [1, 2]
@@ -219,7 +224,7 @@ def test_expire_rechecks_the_entry_time_and_expires_due_leases_at_one_revision(n
     assert early == {"revision": rev, "expired": [], "deleted": 0}
     node.one(keepalive(2), t=2_999)  # the keepalive wins the race for lease 2
     r = node.one(expire(1, 2, 3, 42), t=3_000)
-    assert r == {"revision": rev + 2, "expired": [1], "deleted": 1}
+    assert r == {"revision": rev + 1, "expired": [1], "deleted": 1}  # the keepalive took none
     assert live_keys(node) == ["b", "c"]
     r2 = node.one(expire(2, 3), t=5_000)
     assert r2["expired"] == [2] and live_keys(node) == ["c"]
@@ -323,3 +328,28 @@ def _check_invariants(sm: StateMachine) -> None:
         assert lease in leases
         assert keys.CUR + member in items  # only live keys are attached
         assert member.split(keys.SEP)[0].decode() == leases[lease][0]  # same namespace
+
+
+def test_keepalives_and_grants_take_no_revision_and_leave_no_change(node):
+    """Audit gap 9: renewing must not eat the history window. A keepalive or a grant
+    changes no key: the store revision stays, the change log gets nothing (a watch sees
+    nothing), the records are still replicated state (every node applies them alike), and
+    an idempotent grant's replay is the same answer."""
+    node.put("w", b"0")
+    rev = node.sm.revision
+    changes_before = [kv for kv in raw_items(node.sm) if kv[0][:1] == keys.CHANGE]
+    assert changes_before  # the put of "w" is there
+    g = node.one(grant(5_000, idempotency_key="g1"), t=1_000)
+    assert g["revision"] == rev and node.sm.revision == rev
+    assert node.one(grant(5_000, idempotency_key="g1"), t=1_500) == {**g, "replayed": True}
+    for t in range(2_000, 12_000, 1_000):
+        r = node.one(keepalive(g["lease"]), t=t)
+        assert r["revision"] == rev and r["leases"][0]["expires_ms"] == t + 5_000
+    assert node.sm.revision == rev
+    assert [kv for kv in raw_items(node.sm) if kv[0][:1] == keys.CHANGE] == changes_before
+    assert info(node, g["lease"])["expires_ms"] == 16_000
+    # Keys still take revisions as before, lease or not, and expiry deletes at one.
+    node.put("a", b"1", lease=g["lease"])
+    assert node.sm.revision == rev + 1
+    r = node.one(expire(g["lease"]), t=16_000)
+    assert r == {"revision": rev + 2, "expired": [g["lease"]], "deleted": 1}
