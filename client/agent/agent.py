@@ -30,6 +30,11 @@ The five things (docs/agent-state.md, "The five things"):
    stream agent/{id}).
 5. Chaos: the kv/txn and stream workloads cover the primitives; the agent layer itself
    (the checkpoint txn mixing puts and an append) has no chaos workload yet.
+
+Why one module of ~540 lines: AgentCore is one object whose view of the agent (head,
+position, step, the last seq it accounts for) every plan reads and updates; the plans'
+building blocks already live in checkpoints.py and timeline.py, and splitting the methods
+across modules would split that state.
 """
 
 from __future__ import annotations
