@@ -28,7 +28,7 @@ irreversible fn must be idempotent by key: pass ``ctx.idempotency_key`` as the e
 API's idempotency key, or, when ``maybe_happened``, look the effect up there first. Then the
 effect happens exactly once and DONE holds its result.
 
-The five things (/work/shared/AGENT-STATE.md):
+The five things (docs/agent-state.md, "The five things"):
 
 1. Consistency: linearizable. Records are read linearizably; the claim, DONE and the
    release are fenced writes (the server applies them only while this run's claim holds

@@ -40,7 +40,9 @@ def lease_schemas() -> dict[str, Schema]:
     return {
         "LeaseGrantResult": obj(
             {
-                "revision": rev_schema("Revision of the grant."),
+                "revision": rev_schema(
+                    "The current revision: a grant changes no key and takes no revision."
+                ),
                 **state,
                 "replayed": replayed_schema(),
             },
@@ -48,7 +50,7 @@ def lease_schemas() -> dict[str, Schema]:
         ),
         "LeaseKeepaliveResult": obj(
             {
-                "revision": rev_schema("Revision of the renewals (current one if none renewed)."),
+                "revision": rev_schema("The current revision: a keepalive takes no revision."),
                 "leases": {
                     "type": "array",
                     "description": "One per id sent, in order.",
