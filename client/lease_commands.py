@@ -123,7 +123,8 @@ class LeaseCommands(BaseClient):
     def lease(self, ttl: float = 10.0, *, ns: str | None = None) -> Any:
         """A lease of ``ttl`` seconds that this client keeps alive in the background (every
         ttl/3, one keepalive op for all the client's leases) until it is revoked or the
-        client is closed. Attach keys with ``put(key, value, lease=lease)``.
+        client is closed. Attach keys with ``put(key, value, lease=lease)`` and streams with
+        ``append(stream, events, lease=lease)``.
 
         On a Client the lease is granted now and is a context manager that revokes it on
         exit::

@@ -67,18 +67,19 @@ class KeepaliveResult:
 
 @dataclass(frozen=True, slots=True)
 class RevokeResult:
-    """Result of ``lease_revoke``: the lease and its ``deleted`` keys are gone at
-    ``revision``."""
+    """Result of ``lease_revoke``: the lease, its ``deleted`` keys and its
+    ``deleted_streams`` streams (each with all its events) are gone at ``revision``."""
 
     revision: int
     deleted: int
     replayed: bool = False
+    deleted_streams: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class LeaseInfo:
     """A lease as ``lease_info`` shows it (``lease_list`` leaves out ``remaining_ms``,
-    ``keys`` and ``revision``).
+    ``keys``, ``streams`` and ``revision``).
 
     Attributes:
         lease: its id.
@@ -88,6 +89,8 @@ class LeaseInfo:
         remaining_ms: expires_ms minus the serving node's clock (0: due).
         keys: the first 1000 attached keys; ``more_keys``: there are more.
         revision: the revision the read was served at.
+        streams: the first 1000 attached streams (appended to with this lease);
+            ``more_streams``: there are more.
     """
 
     lease: int
@@ -98,6 +101,8 @@ class LeaseInfo:
     keys: list[str] = field(default_factory=list)
     more_keys: bool = False
     revision: int = field(default=0, compare=False)
+    streams: list[str] = field(default_factory=list)
+    more_streams: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +144,12 @@ def keepalive_result(d: Mapping[str, Any]) -> KeepaliveResult:
 
 
 def revoke_result(d: Mapping[str, Any]) -> RevokeResult:
-    return RevokeResult(d.get("revision", 0), d.get("deleted", 0), bool(d.get("replayed", False)))
+    return RevokeResult(
+        d.get("revision", 0),
+        d.get("deleted", 0),
+        bool(d.get("replayed", False)),
+        d.get("deleted_streams", 0),
+    )
 
 
 def lease_info(d: Mapping[str, Any], revision: int | None = None) -> LeaseInfo:
@@ -152,6 +162,8 @@ def lease_info(d: Mapping[str, Any], revision: int | None = None) -> LeaseInfo:
         list(d.get("keys") or ()),
         bool(d.get("more_keys", False)),
         d.get("revision", 0) if revision is None else revision,
+        list(d.get("streams") or ()),
+        bool(d.get("more_streams", False)),
     )
 
 

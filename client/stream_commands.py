@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .base import BaseClient, Pages, ScanPages, command, paged
-from .ops import append_op, with_fence
+from .ops import append_op, lease_id, with_fence
 from .results import AppendResult, StreamEvent, StreamInfo, StreamList, StreamPage
 from .stream_requests import (
     MAX_WAIT,
@@ -48,6 +48,7 @@ class StreamCommands(BaseClient):
         ns: str | None = None,
         idempotency_key: str | None = None,
         fence: Any = None,
+        lease: Any = None,
     ) -> AppendResult:
         """Append events to ``stream`` (created by its first append), atomically, at one
         revision.
@@ -63,6 +64,11 @@ class StreamCommands(BaseClient):
             ns: namespace; defaults to the client's.
             idempotency_key: see :meth:`put`.
             fence: see :meth:`put` (FenceMismatch: nothing appended).
+            lease: a lease id or a :class:`client.Lease` (same namespace): attach the
+                stream to it, so revoking it or its expiry deletes the whole stream (all
+                its events; an append afterwards starts it anew at seq 1). Moves the
+                stream from any other lease; an append without ``lease`` leaves the
+                attachment as it is (unlike a put, it does not detach).
 
         Returns:
             AppendResult(revision, stream, first_seq, last_seq, events) with ``.seqs``
@@ -73,9 +79,12 @@ class StreamCommands(BaseClient):
                 nothing was appended.
             InvalidRequest: bad events, too many (``too_many_events``), too large, or an
                 event id already stored with another payload (``idempotency_key_reused``).
+            LeaseNotFound: ``lease`` does not exist (revoked or expired); nothing appended.
         """
-        op = with_fence(append_op(stream, events, expect), fence)
-        return self._write(op, ns, idempotency_key)
+        op = append_op(stream, events, expect)
+        if lease is not None:
+            op["lease"] = lease_id(lease)
+        return self._write(with_fence(op, fence), ns, idempotency_key)
 
     @command
     def read_stream(

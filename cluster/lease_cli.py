@@ -17,7 +17,8 @@ from cluster.client_cli import EXIT_OK, client_args, dump, guarded, open_client,
 
 GROUP_HELP = (
     "list, inspect and revoke leases",
-    "Leases: TTLs that delete the keys attached to them when they expire or are revoked\n"
+    "Leases: TTLs that delete the keys and streams attached to them when they expire or\n"
+    "are revoked "
     '(docs/protocol.md, "Leases"). Clients grant and keep them alive; this is for looking.',
 )
 
@@ -30,9 +31,10 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
     command("lease", "list", help="every lease: id, namespace, TTL, expiry",
             epilog="  statekeeper lease list\n  statekeeper lease list --json",
             args=common)(cmd_list)
-    command("lease", "info", help="one lease: TTL, time left and its keys",
+    command("lease", "info", help="one lease: TTL, time left, its keys and streams",
             epilog="  statekeeper lease info 7", args=[*common, lease_id])(cmd_info)
-    command("lease", "revoke", help="revoke a lease now: its keys are deleted at one revision",
+    command("lease", "revoke",
+            help="revoke a lease now: its keys and streams are deleted at one revision",
             epilog="  statekeeper lease revoke 7", args=[*common, lease_id])(cmd_revoke)
 
 
@@ -64,32 +66,41 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 @guarded
 def cmd_info(args: argparse.Namespace) -> int:
-    """A lease's namespace, TTL, expiry, time left and attached keys (first 1000)."""
+    """A lease's namespace, TTL, expiry, time left, attached keys and streams (first 1000
+    of each)."""
     with open_client(args) as c:
         info = c.lease_info(args.lease)
     if args.json:
         dump({"lease": info.lease, "ns": info.ns, "ttl_ms": info.ttl_ms,
               "expires_ms": info.expires_ms, "remaining_ms": info.remaining_ms,
-              "keys": info.keys, "more_keys": info.more_keys, "revision": info.revision})
+              "keys": info.keys, "more_keys": info.more_keys, "streams": info.streams,
+              "more_streams": info.more_streams, "revision": info.revision})
         return EXIT_OK
     more = " (and more)" if info.more_keys else ""
+    more_streams = " (and more)" if info.more_streams else ""
     print(table(("FIELD", "VALUE"), [
         ("lease", info.lease), ("ns", info.ns), ("ttl", _ttl(info.ttl_ms)),
         ("expires", when(info.expires_ms)), ("remaining", _ttl(info.remaining_ms or 0)),
         ("keys", f"{len(info.keys)}{more}"),
+        ("streams", f"{len(info.streams)}{more_streams}"),
     ]))
     for key in info.keys:
         print(f"  {key}")
+    for stream in info.streams:
+        print(f"  stream {stream}")
     return EXIT_OK
 
 
 @guarded
 def cmd_revoke(args: argparse.Namespace) -> int:
-    """Revoke the lease: it and every attached key are deleted at one revision."""
+    """Revoke the lease: it, every attached key and every attached stream are deleted at
+    one revision."""
     with open_client(args) as c:
         r = c.lease_revoke(args.lease)
     if args.json:
-        dump({"lease": args.lease, "revision": r.revision, "deleted": r.deleted})
+        dump({"lease": args.lease, "revision": r.revision, "deleted": r.deleted,
+              "deleted_streams": r.deleted_streams})
     else:
-        print(f"lease {args.lease} revoked: {r.deleted} keys deleted at revision {r.revision}")
+        print(f"lease {args.lease} revoked: {r.deleted} keys and {r.deleted_streams} streams "
+              f"deleted at revision {r.revision}")
     return EXIT_OK

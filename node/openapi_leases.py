@@ -70,11 +70,17 @@ def lease_schemas() -> dict[str, Schema]:
         ),
         "LeaseRevokeResult": obj(
             {
-                "revision": rev_schema("Revision at which the lease and its keys were deleted."),
+                "revision": rev_schema(
+                    "Revision at which the lease, its keys and its streams were deleted."
+                ),
                 "deleted": int_schema("Keys deleted with it."),
+                "deleted_streams": int_schema(
+                    "Streams deleted with it (each with all its events, dedup records and "
+                    "archive tombstones)."
+                ),
                 "replayed": replayed_schema(),
             },
-            ("revision", "deleted"),
+            ("revision", "deleted", "deleted_streams"),
         ),
         "LeaseInfoResult": obj(
             {
@@ -89,8 +95,22 @@ def lease_schemas() -> dict[str, Schema]:
                     "description": "The first 1000 attached keys, in byte order.",
                 },
                 "more_keys": bool_schema("More than 1000 keys are attached."),
+                "streams": {
+                    "type": "array",
+                    "items": str_schema("An attached stream (appended to with this lease)."),
+                    "description": "The first 1000 attached streams, in byte order.",
+                },
+                "more_streams": bool_schema("More than 1000 streams are attached."),
             },
-            ("revision", *listed, "remaining_ms", "keys", "more_keys"),
+            (
+                "revision",
+                *listed,
+                "remaining_ms",
+                "keys",
+                "more_keys",
+                "streams",
+                "more_streams",
+            ),
         ),
         "LeaseListResult": obj(
             {
@@ -113,7 +133,8 @@ LEASE_RESULTS = (
 
 _WRITE_NOTE = (
     "Goes through raft like put and takes a revision. A lease expires `ttl_ms` after the "
-    "grant or its last keepalive (leader time); the leader then deletes its keys."
+    "grant or its last keepalive (leader time); the leader then deletes its keys and "
+    "streams."
 )
 _READ_NOTE = "Served from local RocksDB after the consistency step, like get."
 
@@ -136,13 +157,14 @@ def lease_op_docs(write_errors: tuple[str, ...], read_errors: tuple[str, ...]) -
             write_errors,
         ),
         "lease_revoke": (
-            "Revoke a lease and delete its keys",
-            _WRITE_NOTE + " Every attached key is deleted at one revision.",
+            "Revoke a lease and delete its keys and streams",
+            _WRITE_NOTE + " Every attached key and every attached stream (with all its "
+            "events) is deleted at one revision.",
             "Revoked.",
             (*write_errors, "lease_not_found", "idempotency_key_reused"),
         ),
         "lease_info": (
-            "A lease's TTL, expiry and keys",
+            "A lease's TTL, expiry, keys and streams",
             _READ_NOTE,
             "The lease exists.",
             (*read_errors, "lease_not_found"),
@@ -179,7 +201,12 @@ def lease_examples() -> dict[str, dict]:
         },
         "lease_revoke": {
             "request": {"revoke": _ex("Revoke lease 7", {"lease": 7})},
-            200: {"revoked": _ex("Its 3 keys deleted", {"revision": 44, "deleted": 3})},
+            200: {
+                "revoked": _ex(
+                    "Its 3 keys and 1 stream deleted",
+                    {"revision": 44, "deleted": 3, "deleted_streams": 1},
+                )
+            },
             404: {
                 "lease_not_found": _ex(
                     "Already gone",

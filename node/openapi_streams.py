@@ -166,7 +166,10 @@ def stream_op_docs(write_errors: tuple[str, ...], read_errors: tuple[str, ...]) 
     return {
         "append": (
             "Append events to a stream",
-            _WRITE_NOTE + " Every event of one append shares one revision.",
+            _WRITE_NOTE + " Every event of one append shares one revision. With `lease` the "
+            "stream is attached to that lease (moved from any other): the lease's revoke or "
+            "expiry deletes the whole stream, after which an append starts it anew at seq 1; "
+            "an append without `lease` leaves the attachment as it is.",
             "Appended (or every event was a duplicate).",
             (
                 *write_errors,
@@ -174,6 +177,7 @@ def stream_op_docs(write_errors: tuple[str, ...], read_errors: tuple[str, ...]) 
                 "too_many_events",
                 "expectation_failed",
                 "idempotency_key_reused",
+                "lease_not_found",
             ),
         ),
         "read_stream": (

@@ -6,7 +6,8 @@ field kinds below check a field with the protocol's codes and describe it in Ope
 
 Normalized shapes (raft entries carry `append`'s, so its msgpack bytes must not change):
 
-    append        {op, ns, stream, events: [event], expect, idempotency_key}
+    append        {op, ns, stream, events: [event], expect, idempotency_key} plus `lease`
+                  only when given (an append without it keeps its old bytes)
                   event = {data: bytes, type: str, id: str | None, meta: {str: scalar}}
                   (meta's keys sorted); expect = "any" | "no_stream" | "exists" | int >= 0
     read_stream   {op, ns, stream, start, direction, limit, revision, continuation, wait_ms}
@@ -27,6 +28,7 @@ import msgpack
 
 from node.config import Limits
 from node.errors import OpError
+from node.lease_ops import LeaseId
 from node.op_fields import (
     MAX_REVISION,
     NO_NUL,
@@ -335,6 +337,23 @@ READ_STREAM_FIELDS: tuple[Field, ...] = (
         batch_error="wait_ms is not allowed in a batch (use POST /v1/streams/read)",
     ),
 )
+APPEND_LEASE = LeaseId(
+    "lease",
+    "Attach the stream to this lease (same namespace): revoking it, or its expiry, deletes "
+    "the stream with all its events. Moves the stream from any other lease; an append "
+    "without `lease` leaves the attachment as it is (streams are append-only: no detach). "
+    "404 `lease_not_found` if the lease does not exist (nothing appended).",
+)
+
+
+def _append_post(out: dict, limits: Limits) -> None:
+    """append: `lease` is left out of the op when absent (an append without it is the same
+    op, byte for byte, as before streams could be attached to leases)."""
+    lease = out.pop("lease")
+    if lease is not None:
+        out["lease"] = lease
+
+
 LIST_STREAMS_FIELDS: tuple[Field, ...] = (
     Key("prefix", "Only streams whose name starts with this.", allow_empty=True),
     PageLimit("limit", "At most this many streams per page"),
@@ -350,10 +369,11 @@ def stream_specs(ns: Field, idempotency_key: Field) -> tuple[OpSpec, ...]:
     return (
         OpSpec(
             "append",
-            (ns, *APPEND_FIELDS, idempotency_key),
+            (ns, *APPEND_FIELDS, APPEND_LEASE, idempotency_key),
             "append op: add events to a stream (created by its first append), one revision.",
             write=True,
             in_txn=True,
+            post=_append_post,
             path="/v1/streams/append",
         ),
         OpSpec(

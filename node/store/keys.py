@@ -39,6 +39,12 @@ contain no NUL, so NUL works as separator and byte order of the composite keys e
                                          (ms8 = the lease's expires_ms)
     b"k" lease8 ns 0x00 key              empty; the live key is attached to the lease
     b"K" ns 0x00 key                     the lease the live key is attached to (int)
+    b"j" lease8 ns 0x00 stream           empty; the stream is attached to the lease
+                                         (node/store/stream_leases.py): revoking or
+                                         expiring the lease deletes the stream
+    b"J" ns 0x00 stream                  the lease the stream is attached to (int); "J"
+                                         exists iff "j" does, iff the stream exists (its
+                                         "Q") and was last appended to with that lease
     b"r" rev8 ns 0x00 key                empty; the change log (node/watch.py): key was
                                          put or deleted at rev (its "h" record at rev says
                                          which). Written by every put/delete, pruned with
@@ -80,7 +86,9 @@ writes stay cheap and reads of the latest state need no history scan. Stream rec
 not versioned: an event's `revision` says when it appeared, so a read at a past revision
 keeps the events at or below it; `compact` never prunes them. Lease records are not
 versioned either: they hold the current state only ("K"/"k" exist exactly while the key
-is live and attached; a delete or a put without a lease removes both). Records written
+is live and attached; a delete or a put without a lease removes both; "J"/"j" exist
+exactly while the stream exists and is attached: an append with `lease` sets them, one
+without leaves them, the lease's revoke/expiry deletes the stream and them). Records written
 before idempotency keys were scoped to a namespace (b"i" idempotency_key, 3 fields) are
 never matched again and expire as before.
 """
@@ -106,6 +114,8 @@ LEASE = b"l"
 LEASE_EXP = b"x"
 LEASE_KEY = b"k"
 KEY_LEASE = b"K"
+LEASE_STREAM = b"j"
+STREAM_LEASE = b"J"
 CHANGE = b"r"
 RETENTION = b"P"
 RETENTION_GC = b"g"
@@ -227,6 +237,16 @@ def lease_keys_prefix(lease: int) -> bytes:
 def key_lease_key(ns_b: bytes, key_b: bytes) -> bytes:
     """b"K" ns 0x00 key: the lease the live key is attached to."""
     return KEY_LEASE + ns_b + SEP + key_b
+
+
+def lease_streams_prefix(lease: int) -> bytes:
+    """b"j" lease8: append ns 0x00 stream for a stream attached to the lease."""
+    return LEASE_STREAM + p64(lease)
+
+
+def stream_lease_key(ns_b: bytes, stream_b: bytes) -> bytes:
+    """b"J" ns 0x00 stream: the lease the stream is attached to."""
+    return STREAM_LEASE + ns_b + SEP + stream_b
 
 
 def inc(prefix: bytes) -> bytes:

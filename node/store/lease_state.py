@@ -7,6 +7,8 @@ Records (node/store/keys.py has the rows):
     b"x" expires_ms8 lease8  empty: the expiry index, one entry per lease
     b"k" lease8 ns 0x00 key  empty: the key is attached to the lease
     b"K" ns 0x00 key         the lease id the key is attached to
+    b"j" lease8 ns 0x00 stream   empty: the stream is attached to the lease
+    b"J" ns 0x00 stream      the lease id the stream is attached to
 
 Invariants: every lease has exactly one "x" entry, at its expires_ms; "K" ns/key -> L
 exists iff "k" L ns/key exists, iff the key is live and attached to L, and then L has an
@@ -15,9 +17,13 @@ put attaches the key to the put's lease, or detaches it: etcd's semantics) and
 `write_delete` calls `detach`, so no path that writes or deletes a key can leave a stale
 attachment behind. Lease ids are never reused (the counter only grows).
 
-Attachment is generic: a later module with entries of its own attaches them with a tag
-of its own (e.g. b"j" lease8 ns 0x00 stream) and appends a hook to leases.REVOKE_HOOKS;
-locks are keys, so key attachment already covers them. Streams are not attachable yet.
+Attachment is generic: a module with entries of its own attaches them with a tag of its
+own and appends a (result field, hook) to leases.REVOKE_HOOKS; locks are keys, so key
+attachment already covers them. Streams do so (node/store/stream_leases.py): "J"
+ns/stream -> L exists iff "j" L ns/stream exists, iff the stream exists and is attached
+to L (and L has an "l" record; same namespace). An append with `lease` attaches or moves
+the stream; one without leaves it (streams are append-only: no detach); the revoke hook
+deletes the stream with all its records and both attachment rows.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ attachment (put's `lease` / `ttl_ms`) are in node/store/lease_state.py.
 
 A lease is a TTL in a namespace: granted with `ttl_ms`, it expires at `expires_ms` = the
 entry's leader time (`tx.clock`) + ttl_ms, moved to clock + ttl_ms by every keepalive.
-Keys put with `lease` are attached to it; revoking it, or its expiry, deletes every
-attached key at ONE revision (like a prefix delete). Apply never reads a clock: expiry is
+Keys put with `lease`, and streams appended to with `lease`, are attached to it;
+revoking it, or its expiry, deletes every attached key and stream at ONE revision (like a
+prefix delete). Apply never reads a clock: expiry is
 decided by the leader (node/lease_expiry.py), which proposes `lease_expire` with the
 leases its local store shows due, and apply re-checks each one against the entry's time
 (`expires_ms <= tx.clock`; a keepalive may have won the race): a lease not due is left
@@ -34,12 +35,16 @@ The five things (docs/protocol.md has them for users):
    `invalid_argument`); 1..1000 ids per keepalive (400); an unknown, revoked or expired
    lease: 404 `lease_not_found` (revoke, info, put with `lease`; per id in keepalive); a
    put with `lease` in another namespace than the lease's, or with `lease` and `ttl_ms`:
-   400 `invalid_argument`. lease_info lists the first 1000 keys (`more_keys`).
-4. Key layout: node/store/lease_state.py (b"l", b"x", b"k", b"K").
+   400 `invalid_argument` (an append with `lease` likewise). lease_info lists the first
+   1000 keys (`more_keys`) and the first 1000 streams (`more_streams`).
+4. Key layout: node/store/lease_state.py (b"l", b"x", b"k", b"K"), and
+   node/store/stream_leases.py (b"j", b"J").
 5. Chaos: none yet (weak point; see docs/protocol.md).
 
-Streams cannot be attached yet (a stream module would stage its own attachment records
-and append a hook to REVOKE_HOOKS); locks are keys, so key attachment covers them.
+Streams attach too (an append's `lease`; node/store/stream_leases.py stages its own
+records and its hook in REVOKE_HOOKS deletes them, each stream with all its records, at
+the same revision as the keys): revoke/expire answer `deleted` (keys) and
+`deleted_streams`. Locks are keys, so key attachment covers them.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ from typing import Any
 
 from node.config import Limits
 from node.lease_ops import MAX_LEASE_KEYS_SHOWN
-from node.store import lease_state
+from node.store import lease_state, stream_leases
 from node.store.apply import EntryTx, handles, read_op
 from node.store.keys import (
     CUR,
@@ -69,8 +74,9 @@ from node.store.kv import write_delete
 from node.store.lease_state import LeaseRecord
 from node.store.reads import Source
 
-# hook(tx, lease, record) -> entries deleted, run by every revoke and expiry, in order.
-REVOKE_HOOKS: list[Callable[[EntryTx, int, LeaseRecord], int]] = []
+# (result field, hook(tx, lease, record) -> how many deleted), run by every revoke and
+# expiry in order: attached keys ("deleted"), then attached streams ("deleted_streams").
+REVOKE_HOOKS: list[tuple[str, Callable[[EntryTx, int, LeaseRecord], int]]] = []
 
 
 def _attached(src: Source, lease: int) -> Any:
@@ -94,14 +100,16 @@ def _delete_keys(tx: EntryTx, lease: int, rec: LeaseRecord) -> int:
     return deleted
 
 
-REVOKE_HOOKS.append(_delete_keys)
+REVOKE_HOOKS.append(("deleted", _delete_keys))
+REVOKE_HOOKS.append(("deleted_streams", stream_leases.delete_streams))
 
 
-def revoke(tx: EntryTx, lease: int, rec: LeaseRecord) -> int:
-    """Delete the lease and everything attached to it (at revision + 1); how many."""
-    deleted = sum(hook(tx, lease, rec) for hook in REVOKE_HOOKS)
+def revoke(tx: EntryTx, lease: int, rec: LeaseRecord) -> dict[str, int]:
+    """Delete the lease and everything attached to it (at revision + 1); how many of
+    each kind ({"deleted": keys, "deleted_streams": streams})."""
+    counts = {name: hook(tx, lease, rec) for name, hook in REVOKE_HOOKS}
     lease_state.remove(tx, lease, rec)
-    return deleted
+    return counts
 
 
 def _revision(tx: EntryTx) -> int:
@@ -140,21 +148,23 @@ def lease_keepalive(tx: EntryTx, op: dict) -> dict:
 @handles("lease_revoke")
 def lease_revoke(tx: EntryTx, op: dict) -> dict:
     lease = op["lease"]
-    deleted = revoke(tx, lease, lease_state.load_existing(tx, lease))
-    return {"revision": tx.revision + 1, "deleted": deleted}
+    counts = revoke(tx, lease, lease_state.load_existing(tx, lease))
+    return {"revision": tx.revision + 1, **counts}
 
 
 @handles("lease_expire")
 def lease_expire(tx: EntryTx, op: dict) -> dict:
     """Revoke those of the named leases that are due at the entry's time, one revision."""
-    expired, deleted = [], 0
+    expired: list[int] = []
+    totals = dict.fromkeys((name for name, _ in REVOKE_HOOKS), 0)
     for lease in op["leases"]:
         rec = LeaseRecord.load(tx, lease)
         if rec is None or rec.expires_ms > tx.clock:
             continue  # gone already, or renewed since the leader looked
-        deleted += revoke(tx, lease, rec)
+        for name, n in revoke(tx, lease, rec).items():
+            totals[name] += n
         expired.append(lease)
-    return {"revision": _revision(tx), "expired": expired, "deleted": deleted}
+    return {"revision": _revision(tx), "expired": expired, **totals}
 
 
 # -- reads ---------------------------------------------------------------------------------
@@ -162,10 +172,12 @@ def lease_expire(tx: EntryTx, op: dict) -> dict:
 
 @read_op("lease_info")
 def lease_info(src: Source, limits: Limits, op: dict) -> dict:
-    """{revision, lease, ns, ttl_ms, expires_ms, remaining_ms, keys, more_keys}."""
+    """{revision, lease, ns, ttl_ms, expires_ms, remaining_ms, keys, more_keys, streams,
+    more_streams}."""
     lease = op["lease"]
     rec = lease_state.load_existing(src, lease)
     members = list(islice(_attached(src, lease), MAX_LEASE_KEYS_SHOWN + 1))
+    streams = list(islice(stream_leases.attached_streams(src, lease), MAX_LEASE_KEYS_SHOWN + 1))
     clock = src.clock  # type: ignore[attr-defined]  # ReadView and EntryTx have it
     return {
         "revision": src.revision,
@@ -173,6 +185,8 @@ def lease_info(src: Source, limits: Limits, op: dict) -> dict:
         "remaining_ms": max(0, rec.expires_ms - clock),
         "keys": [m.split(SEP, 1)[1].decode() for m in members[:MAX_LEASE_KEYS_SHOWN]],
         "more_keys": len(members) > MAX_LEASE_KEYS_SHOWN,
+        "streams": [m.split(SEP, 1)[1].decode() for m in streams[:MAX_LEASE_KEYS_SHOWN]],
+        "more_streams": len(streams) > MAX_LEASE_KEYS_SHOWN,
     }
 
 

@@ -42,6 +42,9 @@ The five things (docs/protocol.md has them for users):
    tombstone covers that seq (node/store/archive.py): then 410 `archived`; a read at a
    past revision sees only the events still stored. stream_info's `archived_before` is
    the smallest archived from_seq (null: none).
+   Leases: an append with `lease` attaches the stream to it (b"j"/b"J",
+   node/store/stream_leases.py); the lease's revoke or expiry deletes the stream with all
+   its records ("Q", "q", "d", "B"), after which an append creates it anew from seq 1.
 5. Chaos coverage: chaos/stream_workload.py in every scenario, checked by
    chaos/checker/streams.py (docs/protocol.md lists the rules).
 
@@ -63,6 +66,7 @@ import msgpack
 from node.config import Limits
 from node.errors import OpError
 from node.op_fields import decode_continuation, encode_continuation, invalid
+from node.store import stream_leases
 from node.store.apply import EntryTx, handles, read_op
 from node.store.keys import (
     STREAM_META,
@@ -182,11 +186,14 @@ def append(tx: EntryTx, op: dict) -> dict:
     """Append the op's events that are not duplicates at last_seq + 1, ..., one revision."""
     ns_b, stream = op["ns"].encode(), op["stream"]
     stream_b = stream.encode()
+    lease = stream_leases.lease_for_append(tx, op)  # 404 before anything is appended
     meta_key = stream_meta_key(ns_b, stream_b)
     meta = StreamMeta.load(tx, meta_key)
     last = meta.last_seq if meta is not None else 0
     dups = _duplicates(tx, ns_b, stream_b, op)
     if all(seq is not None for seq, _ in dups):  # a replay: nothing to store, no revision
+        if lease and meta is not None:
+            stream_leases.attach(tx, ns_b, stream_b, lease)  # not versioned: no revision
         events = [{"seq": seq, "duplicate": True} for seq, _ in dups]
         return {
             "revision": tx.revision,
@@ -215,6 +222,8 @@ def append(tx: EntryTx, op: dict) -> dict:
     total = (meta.bytes if meta is not None else 0) + added_bytes
     new_meta = StreamMeta(first, seq, seq - first + 1, total, created, rev)
     tx.stage(meta_key, new_meta.encode(tx.pack))
+    if lease:
+        stream_leases.attach(tx, ns_b, stream_b, lease)
     tx.wrote = True
     return {
         "revision": rev,
@@ -416,8 +425,9 @@ def stream_info(src: Source, limits: Limits, op: dict) -> dict:
 @read_op("list_streams")
 def list_streams(src: Source, limits: Limits, op: dict) -> dict:
     """{revision, streams: [info], more, continuation?}: names in byte order. Every page is
-    served at the current revision (stream meta is not versioned); streams are never
-    removed, so paging misses none that existed when the first page was read."""
+    served at the current revision (stream meta is not versioned); only a lease's revoke
+    or expiry removes a stream, so paging misses none that existed when the first page
+    was read and still exists."""
     after = None
     token = op.get("continuation")
     if token is not None:

@@ -16,7 +16,15 @@ from typing import Any
 import pytest
 
 from chaos.faults import faketime_env, find_libfaketime
-from client import AsyncClient, Client, LeaseNotFound, NotFound, WatchEvent, WatchProgress
+from client import (
+    AsyncClient,
+    Client,
+    LeaseNotFound,
+    NotFound,
+    StreamNotFound,
+    WatchEvent,
+    WatchProgress,
+)
 from cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import WrittenConfig
 
@@ -114,6 +122,64 @@ def test_revoke_deletes_every_attached_key_at_one_revision(shared_cluster: Local
                 c.get(f"k{i}", revision=r.revision)
         assert c.get("other").text == "stays"
         assert lease.revoke() is None  # already gone: nothing to do
+
+
+def _stream_exists(c: Client, stream: str) -> bool:
+    try:
+        c.stream_info(stream)
+    except StreamNotFound:
+        return False
+    return True
+
+
+def test_streams_on_leases_go_with_them_within_ttl_plus_one_second(
+    shared_cluster: LocalCluster,
+) -> None:
+    """A stream appended with a 2 s lease nobody renews is gone within TTL + 1 s (all its
+    events: it starts anew at seq 1); one on a kept-alive lease survives."""
+    with Client(_urls(shared_cluster), ns=_ns()) as c, c.lease(2) as kept:
+        t0 = time.monotonic()
+        g = c.lease_grant(2)
+        c.append("brief", ["a", "b"], lease=g.lease)
+        c.append("brief", "c")  # no lease: it stays attached
+        c.append("kept", "x", lease=kept)
+        assert c.lease_info(g.lease).streams == ["brief"]
+        time.sleep(1.5)
+        assert _stream_exists(c, "brief")  # not early
+        while _stream_exists(c, "brief"):
+            assert time.monotonic() < t0 + 2 + 1, "the stream outlived its lease"
+            time.sleep(0.05)
+        assert c.read_stream("brief").events == []
+        time.sleep(max(0.0, t0 + 4 - time.monotonic()))  # two TTLs: `kept` was renewed
+        assert kept.alive and c.stream_info("kept").last_seq == 1
+        assert c.lease_info(kept).streams == ["kept"]
+        again = c.append("brief", "new")
+        assert again.first_seq == 1 and c.stream_info("brief").count == 1
+
+
+def test_revoke_deletes_keys_and_streams_at_the_same_revision(
+    shared_cluster: LocalCluster,
+) -> None:
+    with Client(_urls(shared_cluster), ns=_ns()) as c:
+        g = c.lease_grant(30)
+        c.put("k", "v", lease=g.lease)
+        a = c.append("s", ["1", "2", "3"], lease=g.lease)
+        c.append("other", "stays")
+        with pytest.raises(LeaseNotFound):
+            c.append("s", "4", lease=10**12)  # unknown lease: nothing appended
+        assert c.stream_info("s").last_seq == 3
+        info = c.lease_info(g.lease)
+        assert info.keys == ["k"] and info.streams == ["s"] and not info.more_streams
+        r = c.lease_revoke(g.lease)
+        assert (r.deleted, r.deleted_streams) == (1, 1)
+        assert c.get("k", revision=r.revision - 1).text == "v"
+        with pytest.raises(NotFound):
+            c.get("k", revision=r.revision)
+        # Stream records are not versioned: not even a read at a past revision sees them.
+        assert c.read_stream("s", revision=a.revision).events == []
+        assert not _stream_exists(c, "s") and c.read_stream("s").events == []
+        assert c.stream_info("other").last_seq == 1
+        assert c.stream_info("other").revision >= r.revision
 
 
 # -- leader changes --------------------------------------------------------------------------
@@ -307,13 +373,19 @@ def test_the_lease_cli_lists_shows_and_revokes(shared_cluster: LocalCluster) -> 
     with Client(_urls(shared_cluster), ns=_ns()) as c:
         g = c.lease_grant(60)
         c.put("cli/a", "1", lease=g.lease)
+        c.append("cli/log", "e", lease=g.lease)
         listed = _lease_cli(shared_cluster, "list", "--json")
         assert listed.returncode == 0, listed.stderr
         assert g.lease in [x["lease"] for x in json.loads(listed.stdout)]
         shown = _lease_cli(shared_cluster, "info", str(g.lease))
         assert shown.returncode == 0 and "cli/a" in shown.stdout and c.ns in shown.stdout
+        assert "stream cli/log" in shown.stdout
+        as_json = json.loads(_lease_cli(shared_cluster, "info", str(g.lease), "--json").stdout)
+        assert as_json["streams"] == ["cli/log"] and as_json["keys"] == ["cli/a"]
         revoked = _lease_cli(shared_cluster, "revoke", str(g.lease))
-        assert revoked.returncode == 0 and "1 keys deleted" in revoked.stdout, revoked.stderr
+        assert revoked.returncode == 0, revoked.stderr
+        assert "1 keys and 1 streams deleted" in revoked.stdout
+        assert not _stream_exists(c, "cli/log")
         assert not _exists(c, "cli/a")
         missing = _lease_cli(shared_cluster, "info", str(g.lease))
         assert missing.returncode == 2 and "does not exist" in missing.stderr

@@ -121,6 +121,8 @@ def test_put_ttl_grants_a_lease_of_its_own_also_in_a_txn(node):
         "remaining_ms": 3_000,
         "keys": ["k"],
         "more_keys": False,
+        "streams": [],
+        "more_streams": False,
     }
     t = node.one(
         {
@@ -199,7 +201,7 @@ def test_revoke_deletes_every_attached_key_at_one_revision(node):
     node.put("e", b"v")
     rev_before = node.sm.revision
     r = node.one(revoke(1))
-    assert r == {"revision": rev_before + 1, "deleted": 3}
+    assert r == {"revision": rev_before + 1, "deleted": 3, "deleted_streams": 0}
     assert live_keys(node) == ["d", "e"]
     for k in ("a", "b", "c"):  # all three tombstones at the one revision
         assert node.sm.get("default", k, rev_before)["kv"] is not None
@@ -221,10 +223,15 @@ def test_expire_rechecks_the_entry_time_and_expires_due_leases_at_one_revision(n
     node.put("c", b"3", lease=3)
     rev = node.sm.revision
     early = node.one(expire(1, 2), t=2_999)  # the leader's clock ran ahead: nothing due
-    assert early == {"revision": rev, "expired": [], "deleted": 0}
+    assert early == {"revision": rev, "expired": [], "deleted": 0, "deleted_streams": 0}
     node.one(keepalive(2), t=2_999)  # the keepalive wins the race for lease 2
     r = node.one(expire(1, 2, 3, 42), t=3_000)
-    assert r == {"revision": rev + 1, "expired": [1], "deleted": 1}  # the keepalive took none
+    assert r == {
+        "revision": rev + 1,
+        "expired": [1],
+        "deleted": 1,
+        "deleted_streams": 0,
+    }  # keepalive: none
     assert live_keys(node) == ["b", "c"]
     r2 = node.one(expire(2, 3), t=5_000)
     assert r2["expired"] == [2] and live_keys(node) == ["c"]
@@ -352,4 +359,4 @@ def test_keepalives_and_grants_take_no_revision_and_leave_no_change(node):
     node.put("a", b"1", lease=g["lease"])
     assert node.sm.revision == rev + 1
     r = node.one(expire(g["lease"]), t=16_000)
-    assert r == {"revision": rev + 2, "expired": [g["lease"]], "deleted": 1}
+    assert r == {"revision": rev + 2, "expired": [g["lease"]], "deleted": 1, "deleted_streams": 0}
