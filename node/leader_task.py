@@ -1,8 +1,10 @@
 """What the leader's periodic tasks share (node/lease_expiry.py, node/retention_gc.py):
 act only while this node leads, and only after it has led for `grace` seconds in its
 current term; tick every `interval` on the node's asyncio loop (never the raft thread),
-logging a failed tick and going on. Monotonic time and sleep are injected (tests drive
-`tick()` directly)."""
+logging a failed tick and going on. A tick that left work it can do at once (`again()`,
+e.g. it hit its per-tick cap and made progress) is followed by the next one without the
+interval (after yielding to the loop). Monotonic time and sleep are injected (tests drive
+`tick()` and `run()` directly)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,10 @@ class LeaderTask:
     async def tick(self) -> int:
         raise NotImplementedError
 
+    def again(self) -> bool:
+        """The last tick left work it could do at once (default: never)."""
+        return False
+
     async def run(self) -> None:
         """Tick forever (cancel the task to stop it)."""
         while True:
@@ -47,7 +53,10 @@ class LeaderTask:
                 raise
             except Exception:  # a bug or a closed store: log it, keep the node serving
                 self.log.exception("%s tick failed", self.what)
-            await self._sleep(self._interval)
+                await self._sleep(self._interval)
+                continue
+            # again: yield to the loop only, then the next tick (a backlog is not a wait)
+            await self._sleep(0 if self.again() else self._interval)
 
     def may_act(self) -> bool:
         """Leader in this term for at least the grace period."""

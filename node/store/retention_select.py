@@ -23,8 +23,10 @@ counts them in `holds`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from node.retention_ops import MAX_GC_ITEMS
@@ -125,30 +127,33 @@ def key_number(key: str) -> int | None:
     return int(key[start:end]) if start < end else None
 
 
+def drops_older(p: Policy, i: int, mod: int, number: int | None, old_rev: int) -> bool:
+    """Whether the policy drops the key at position i (0 = oldest) of its group, given
+    that it is NOT among the group's newest keep_last keys (those are always kept).
+
+    keep_every K keeps, among the older keys, those whose number (the decimal digits the
+    key ends with) is a multiple of K, so repeated gcs keep the same ones; a key without a
+    number falls back to its position from the oldest (i % K), which a later gc counts
+    again on fewer keys: use numbered keys with keep_every."""
+    if p.keep_last is not None:
+        if p.keep_every is None:
+            return True
+        if (number if number is not None else i) % p.keep_every != 0:
+            return True
+    return p.max_age_s is not None and mod <= old_rev
+
+
 def doomed(
     n: int, mods: list[int], p: Policy, old_rev: int, numbers: list[int | None] | None = None
 ) -> list[int]:
-    """Positions (0 = oldest) of a group of n keys that the policy drops.
-
-    keep_every K keeps, among the older keys, those whose number (`numbers[i]`, the
-    decimal digits the key ends with) is a multiple of K, so repeated gcs keep the same
-    ones; a key without a number falls back to its position from the oldest (i % K),
-    which a later gc counts again on fewer keys: use numbered keys with keep_every."""
-    out = []
-    for i in range(n):
-        if p.keep_last is not None:
-            if i >= n - p.keep_last:
-                continue  # the newest N: always kept
-            if p.keep_every is None:
-                out.append(i)
-                continue
-            number = numbers[i] if numbers is not None else None
-            if (number if number is not None else i) % p.keep_every != 0:
-                out.append(i)
-                continue
-        if p.max_age_s is not None and mods[i] <= old_rev:
-            out.append(i)
-    return out
+    """Positions (0 = oldest) of a group of n keys that the policy drops (`numbers[i]`:
+    key_number of the i-th key, needed only with keep_every)."""
+    newest = n - p.keep_last if p.keep_last is not None else n
+    return [
+        i
+        for i in range(newest)
+        if drops_older(p, i, mods[i], numbers[i] if numbers is not None else None, old_rev)
+    ]
 
 
 @dataclass
@@ -204,6 +209,53 @@ def select_keys(
     if with_bytes:
         sel.free_bytes = sum(_value_len(src, ns_b, k, m) for k, m in sel.deletes)
     return sel
+
+
+class _OpenGroup:
+    """One key group while the scan is inside it: its position counter and its newest
+    keep_last keys so far (the only ones still undecided)."""
+
+    __slots__ = ("name", "n", "newest")
+
+    def __init__(self, name: str) -> None:
+        self.name, self.n = name, 0
+        self.newest: deque[tuple[int, str, int]] = deque()
+
+
+def iter_key_deletes(src: Any, p: Policy, others: list[Policy], now_ms: int) -> Iterator[list]:
+    """[key, mod_revision] of each key policy `p` drops now, as ONE scan goes: the same
+    set as select_keys' `deletes`, but a caller that needs only the first N stops the scan
+    there (the leader's GC task, whatever the backlog). A key is decided once keep_last
+    newer keys of its group have been seen; the group's keys are contiguous in the scan
+    (they all start with the group), so the open groups form a stack of prefixes of the
+    current key: memory is O(depth x keep_last), not O(keys)."""
+    ns_b = p.ns.encode()
+    lo, hi = bounds(CUR, ns_b, p.prefix or None, None, None, None)
+    skip = len(ns_b) + 2
+    old_rev = 0
+    if p.max_age_s is not None:  # before the scan: a ReadView has one iterator
+        old_rev = revision_at(src, now_ms - p.max_age_s * 1000)
+    keep = p.keep_last or 0
+    stack: list[_OpenGroup] = []
+    for k, v in src.scan(lo, hi):
+        key = k[skip:].decode()
+        if not _governs(p, others, key):
+            continue
+        group = key[: key.rfind("/") + 1]
+        if not p.covers_group(group):
+            continue
+        while stack and not key.startswith(stack[-1].name):
+            stack.pop()  # its scan range is over; its undecided keys are its newest: kept
+        if not stack or stack[-1].name != group:
+            stack.append(_OpenGroup(group))
+        g = stack[-1]
+        g.newest.append((g.n, key, unpack(v)[2]))
+        g.n += 1
+        if len(g.newest) > keep:
+            i, old_key, mod = g.newest.popleft()
+            number = key_number(old_key) if p.keep_every else None
+            if drops_older(p, i, mod, number, old_rev):
+                yield [old_key, mod]
 
 
 def _event_time(src: Any, prefix: bytes, seq: int) -> int:
@@ -280,19 +332,39 @@ def _chunks(ns: str, deletes: list, truncates: list, size: int) -> Iterable[dict
         }
 
 
-def plan_gc(src: Any, now_ms: int, max_items: int = MAX_GC_ITEMS) -> list[dict]:
+def _policy_items(src: Any, p: Policy, policies: list[Policy], now_ms: int) -> Iterator:
+    """The items of one policy, lazily: ("d", [key, mod]) or ("t", [stream, before])."""
+    others = [o for o in policies if o.ns == p.ns and o.target == p.target and o is not p]
+    if p.target == "keys":
+        return (("d", x) for x in iter_key_deletes(src, p, others, now_ms))
+    return (("t", x) for x in select_streams(src, p, others, now_ms).truncates)
+
+
+def plan_gc(
+    src: Any, now_ms: int, max_items: int = MAX_GC_ITEMS, max_ops: int | None = None
+) -> list[dict]:
     """The gc ops enforcing every policy at now_ms (each at most max_items items, one
-    namespace each), in (ns, target, prefix) order; [] when nothing is due."""
+    namespace each), in (ns, target, prefix) order; [] when nothing is due. With max_ops,
+    at most that many ops: planning stops (mid-scan) once it has max_ops x max_items
+    items, so what a plan costs does not grow with the backlog (the leader's GC task;
+    retention_status counts everything through `select`)."""
+    size = max(1, min(max_items, MAX_GC_ITEMS))
+    budget = None if max_ops is None else max(1, max_ops) * size
     policies = load_policies(src)
     per_ns: dict[str, tuple[list, list]] = {}
     for p in policies:
-        sel = select(src, p, policies, now_ms)
+        if budget is not None and budget <= 0:
+            break
+        items = _policy_items(src, p, policies, now_ms)
+        taken = list(items if budget is None else islice(items, budget))
         deletes, truncates = per_ns.setdefault(p.ns, ([], []))
-        deletes.extend(sel.deletes)
-        truncates.extend(sel.truncates)
+        for tag, x in taken:
+            (deletes if tag == "d" else truncates).append(x)
+        if budget is not None:
+            budget -= len(taken)
     ops: list[dict] = []
     for ns, (deletes, truncates) in per_ns.items():
-        ops.extend(_chunks(ns, deletes, truncates, max(1, min(max_items, MAX_GC_ITEMS))))
+        ops.extend(_chunks(ns, deletes, truncates, size))
     return ops
 
 
