@@ -52,6 +52,7 @@ from chaos.faults import (
     CrashWatcher,
     Fault,
     FaultContext,
+    FaultError,
     ProxyNet,
     exit_failpoints,
     failpoint_spec,
@@ -357,7 +358,14 @@ def _run(
             lazyfs=lazyfs,
             watcher=watcher,
         )
-        watchers = start_watchers(endpoints, [n.id for n in cfg.nodes], wcfg, say)
+        # The node the fault will hit, chosen now (kept by ctx for the fault's own pick) so
+        # that a watcher starts on it and the fault exercises its resume.
+        try:
+            target = ctx.plan(type(fault).watch_target) if opts.watchers else None
+        except FaultError as e:
+            say(f"   no fault target planned for the watchers: {e}")
+            target = None
+        watchers = start_watchers(endpoints, [n.id for n in cfg.nodes], wcfg, say, target)
         if watchers is not None:
             stack.callback(watchers.stop)
         lockers = start_lockers(endpoints, history, wcfg, opts.clients + 1, say)

@@ -5,7 +5,8 @@ prefix, running through the whole run (every fault included), checked afterwards
 
 Each watcher is an ``AsyncClient`` over every endpoint the workload uses (through the
 proxies under the proxy topology, so proxy faults hit it too), starting on a different
-node each (``prefer_leader=False``), with a patient RetryPolicy (:data:`PATIENT`): on a
+node each (``prefer_leader=False``): w0 on the node the run's fault will hit, when it has
+one (:func:`watcher_nodes`), so that the fault makes it resume, with a patient RetryPolicy (:data:`PATIENT`): on a
 lost connection, a node killed, paused, partitioned away or shutting down, it resumes on
 the next node from the last revision it delivered + 1, the way any application would.
 All watchers start from the revision of a linearizable read of the prefix taken right
@@ -42,7 +43,15 @@ from client import AsyncClient, RetryPolicy, StatekeeperError
 from client.retry import normalize_endpoint
 from client.watch import WatchProgress, WatchSession
 
-__all__ = ["PATIENT", "WatchRun", "Watchers", "finish_watchers", "load_logs", "start_watchers"]
+__all__ = [
+    "PATIENT",
+    "WatchRun",
+    "Watchers",
+    "finish_watchers",
+    "load_logs",
+    "start_watchers",
+    "watcher_nodes",
+]
 
 Say = Callable[[str], None]
 
@@ -108,6 +117,19 @@ def instrument(
     session.attempt, session.retry_after, session._frame = attempt_, retry_after_, frame_
 
 
+def watcher_nodes(node_ids: Sequence[str], target: str | None, count: int) -> list[str]:
+    """The node each of ``count`` watchers starts on. With a ``target`` (the node the
+    run's fault will hit, ``Fault.watch_target`` through ``FaultContext.plan``): w0 on it,
+    so that the fault makes a watcher resume, w1 on the next node after it, then around the
+    ring. Without one (a fault on every node, or none): w_i on node i, as before."""
+    ids = list(node_ids)
+    if not ids:
+        raise ValueError("no nodes")
+    k = ids.index(target) if target is not None else 0
+    order = ids[k:] + ids[:k]
+    return [order[i % len(order)] for i in range(count)]
+
+
 class Watchers(BackgroundLoop):
     """Runs the watchers in a background thread with its own event loop.
 
@@ -127,9 +149,14 @@ class Watchers(BackgroundLoop):
         *,
         clock: Callable[[], int] = time.monotonic_ns,
         policy: RetryPolicy = PATIENT,
+        target: str | None = None,
     ) -> None:
         if config.watchers < 1:
             raise ValueError("no watchers configured")
+        self.target = target
+        # Where each watcher connects first (then the next endpoints in ring order).
+        self.first = watcher_nodes(node_ids, target, config.watchers)
+        self._start_at = [list(node_ids).index(n) for n in self.first]
         self.endpoints, self.config, self.clock, self.policy = (
             list(endpoints),
             config,
@@ -172,7 +199,6 @@ class Watchers(BackgroundLoop):
         read = RetryPolicy(max_attempts=1000, deadline=30.0)
         async with AsyncClient(self.endpoints, ns=cfg.ns, timeout=3.0, retry=read) as c:
             self.start_revision = (await c.range(cfg.watch_prefix, limit=1)).revision + 1
-        n = len(self.endpoints)
         self.logs = [WatcherLog(f"w{i}", self.start_revision) for i in range(cfg.watchers)]
         self.reach = [self.start_revision - 1] * cfg.watchers
         self.progressed = [0] * cfg.watchers
@@ -180,7 +206,7 @@ class Watchers(BackgroundLoop):
         self.ended = [None] * cfg.watchers
         clients = [
             _WatchClient(
-                self.endpoints[i % n :] + self.endpoints[: i % n],
+                self.endpoints[self._start_at[i] :] + self.endpoints[: self._start_at[i]],
                 ns=cfg.ns,
                 timeout=3.0,
                 retry=self.policy,
@@ -274,15 +300,22 @@ class _WatchClient(AsyncClient):
 
 
 def start_watchers(
-    endpoints: Sequence[str], node_ids: Sequence[str], config: WorkloadConfig, say: Say
+    endpoints: Sequence[str],
+    node_ids: Sequence[str],
+    config: WorkloadConfig,
+    say: Say,
+    target: str | None = None,
 ) -> Watchers | None:
-    """Start the run's watchers (None: ``config.watchers`` is 0)."""
+    """Start the run's watchers (None: ``config.watchers`` is 0); w0 on ``target`` (the
+    node the fault will hit), if any: see :func:`watcher_nodes`."""
     if config.watchers < 1:
         return None
-    watchers = Watchers(endpoints, node_ids, config)
+    watchers = Watchers(endpoints, node_ids, config, target=target)
     rev = watchers.start()
+    on = ", ".join(f"w{i} on {n}" for i, n in enumerate(watchers.first))
     say(
         f"   {config.watchers} watchers on prefix {config.watch_prefix!r} from revision {rev}"
+        f" ({on}{'; ' + target + ' is the fault' + chr(39) + 's target' if target else ''})"
         + (f" (MUTATION: w0 drops its event #{config.watch_drop})" if config.watch_drop else "")
     )
     return watchers

@@ -75,6 +75,8 @@ class FaultContext:
     notes: dict[str, Any] = field(default_factory=dict)
     # Set by the runner for faults with failpoints: restarts nodes that exit at one.
     watcher: CrashWatcher | None = None
+    # Victims chosen ahead by plan(): "follower" / "random" -> node id.
+    planned: dict[str, str] = field(default_factory=dict)
 
     def mark(self) -> None:
         """The fault is in effect now (called once by start(), right after injecting)."""
@@ -101,8 +103,36 @@ class FaultContext:
             time.sleep(0.1)
 
     def follower(self, leader: str | None = None) -> str:
+        """A follower (seeded); the one :meth:`plan` chose, if it still is one."""
         leader = leader or self.leader()
+        planned = self.planned.get("follower")
+        if planned in self.node_ids and planned != leader:
+            return planned
         return self.rng.choice([n for n in self.node_ids if n != leader])
+
+    def any_node(self) -> str:
+        """A node at random (seeded); the one :meth:`plan` chose, if any."""
+        planned = self.planned.get("random")
+        return planned if planned in self.node_ids else self.rng.choice(self.node_ids)
+
+    def plan(self, target: str | None) -> str | None:
+        """The node a fault whose ``watch_target`` is ``target`` will hit, chosen before
+        the run starts so that a watcher can sit on it: "leader" (the leader now: nothing
+        else faults the cluster before the fault starts), "follower" / "random" (drawn now
+        and kept: :meth:`follower` and :meth:`any_node` return it later); None for a fault
+        without one victim (every node, every link)."""
+        if target == "leader":
+            return self.leader()
+        if target == "follower":
+            leader = self.leader()
+            self.planned["follower"] = self.rng.choice([n for n in self.node_ids if n != leader])
+            return self.planned["follower"]
+        if target == "random":
+            self.planned["random"] = self.rng.choice(self.node_ids)
+            return self.planned["random"]
+        if target is not None:
+            raise ValueError(f"unknown watch_target {target!r}")
+        return None
 
     def restart(self, node_id: str, wait: str = "live") -> None:
         """Start a stopped node; wait until it is live (or ready)."""
@@ -129,6 +159,10 @@ class Fault:
     failpoints: ClassVar[dict[str, str]] = {}
     # chaos.workload_config.WorkloadConfig fields this fault wants (e.g. more serializable reads)
     workload_settings: ClassVar[dict[str, Any]] = {}
+    # The node the fault hits, for the watchers (chaos.watch_workload.watcher_nodes: one
+    # starts on it, so the fault makes it resume): "leader", "follower" (ctx.follower()),
+    # "random" (ctx.any_node()), or None when there is no single victim.
+    watch_target: ClassVar[str | None] = None
 
     def configure(self, cfg: ClusterConfig) -> ClusterConfig:
         """The cluster config with this fault's raft / retention overrides."""

@@ -73,6 +73,7 @@ def faketime_env(lib: str, timestamp_file: str | os.PathLike[str]) -> dict[str, 
 
 class ClockJump(Fault):
     name = "clock-jump"
+    watch_target = "leader"
     kind = "clock"
     description = (
         "wall clock jumps (libfaketime) of +25h then -3h on a follower, then on the "

@@ -6,13 +6,29 @@ more; it comes back clean)."""
 
 from __future__ import annotations
 
+import re
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
-from chaos.faults.base import RESTORED, Fault, FaultContext, log_since, log_size
+from chaos.faults.base import (
+    RESTORED,
+    Fault,
+    FaultContext,
+    log_since,
+    log_size,
+    snapshot_last_index,
+)
 from chaos.faults.failpoints import TINY_SNAPSHOTS, failpoint_spec
 from chaos.report import INFO, PASS, UNKNOWN, Verdict
 
-__all__ = ["CrashFollowerFsync", "CrashInstall", "CrashSnapshot"]
+__all__ = [
+    "CrashFollowerFsync",
+    "CrashInstall",
+    "CrashSnapshot",
+    "InstallRound",
+    "read_install_round",
+]
 
 
 class _FailpointFault(Fault):
@@ -28,7 +44,9 @@ class _FailpointFault(Fault):
         ctx.mark()
         w = ctx.watcher
         so_far = f"; {sum(w.crashes.values())} crashes so far" if w is not None else ""
-        return f"failpoints armed on every node since start: {failpoint_spec(self.failpoints)}{so_far}"
+        return (
+            f"failpoints armed on every node since start: {failpoint_spec(self.failpoints)}{so_far}"
+        )
 
     def stop(self, ctx: FaultContext) -> None:
         if ctx.watcher is not None:
@@ -40,7 +58,8 @@ class _FailpointFault(Fault):
         }
         return [
             Verdict(
-                "snapshots installed from the leader",
+                # The log line is the same for both: see read_install_round.
+                "snapshots restored (installed from the leader, or the node's own at start)",
                 INFO,
                 str(sum(restores.values())),
                 ", ".join(f"{n} {c}" for n, c in restores.items()),
@@ -72,8 +91,65 @@ class CrashFollowerFsync(_FailpointFault):
     failpoints = {"follower-after-fsync": "0.4%exit"}
 
 
+_STARTING = re.compile(r"^--- .* starting ", re.M)
+_INSTALL_CRASH = "failpoint snapshot-install: exiting"
+_READY = re.compile(r"ready [\d.]+ s after start")
+
+
+@dataclass
+class InstallRound:
+    """What one restart of the victim (and the CrashWatcher's restarts after a failpoint
+    exit) did, read from the victim's log: see :func:`read_install_round`."""
+
+    installs: list[int] = field(default_factory=list)  # snapshots from the leader, restored
+    crashes: int = 0  # installs that exited at the failpoint (on disk, not restored)
+    local: list[int] = field(default_factory=list)  # the node's own snapshot, restored at start
+    ready: bool = False  # the last process of the round got ready (caught up)
+    # Restarts after a crash at the failpoint that restored the snapshot the crash left on
+    # disk: the node came back from the crashed install.
+    recovered: int = 0
+
+    @property
+    def received(self) -> int:
+        """Snapshots received from the leader: each one drew the 60% (crashed or not)."""
+        return len(self.installs) + self.crashes
+
+
+def read_install_round(text: str, local_snapshot: int | None) -> InstallRound:
+    """Classify the victim's log since the fault restarted it. ``local_snapshot`` is the
+    last index of the snapshot on its disk at that restart (None: wiped).
+
+    "restoring state machine from snapshot at index N" is logged for two different things:
+    a snapshot installed from the leader (which hit the failpoint first and survived the
+    draw), and, at start, the node's own snapshot file when RocksDB is behind it. The
+    second is no install and draws nothing: the node's own snapshot after a SIGKILL, and
+    always after a crash at the failpoint (the received snapshot is on disk, the state
+    machine was never restored from it), which is what the CrashWatcher's restart loads
+    first. Counting those as installs is what made crash-install look like a failpoint
+    firing on 2 of ~9 installs. Only whole lines are read (the log is being written)."""
+    text = text[: text.rfind("\n") + 1]
+    out = InstallRound()
+    ends = [m.start() for m in _STARTING.finditer(text)]
+    if not ends or ends[0] != 0:
+        ends.insert(0, 0)
+    segments = [text[a:b] for a, b in zip(ends, [*ends[1:], len(text)], strict=True)]
+    after_crash = False
+    for seg in segments:
+        restores = [int(m.group(1)) for m in RESTORED.finditer(seg)]
+        own = local_snapshot if not after_crash else None
+        if restores and (after_crash or (own is not None and restores[0] == own)):
+            out.local.append(restores.pop(0))
+            out.recovered += int(after_crash)
+        out.installs.extend(restores)
+        after_crash = _INSTALL_CRASH in seg
+        out.crashes += seg.count(_INSTALL_CRASH)
+        out.ready = bool(_READY.search(seg))
+    return out
+
+
 class CrashInstall(_FailpointFault):
     name = "crash-install"
+    watch_target = "follower"
     description = (
         "one follower is killed again and again, wiped (every other time kept down instead "
         "while the leader compacts past it), so each restart needs a snapshot; a node "
@@ -83,11 +159,17 @@ class CrashInstall(_FailpointFault):
     failpoints = {"snapshot-install": "60%exit"}
     behind_s = 1.5  # down long enough for the leader to compact past it (~1 s period)
     wiped_s = 0.3  # a wiped node needs a snapshot anyway
-    install_s = 3.0  # wait this long for the install (the watcher restarts crashes)
+    # Per start of the victim (the fault's or the watcher's): a node takes 2-3 s to start
+    # on 2 busy cores before it can even ask for the snapshot.
+    install_s = 6.0
+    # While the failpoint has not fired yet, go on past the window for at most this long
+    # (each round draws once more at 60%): a run that never crashed tested nothing.
+    overtime_s = 10.0
 
     def __init__(self) -> None:
         self.victim: str | None = None
         self.rounds = 0
+        self.seen = InstallRound()  # summed over the rounds
 
     def start(self, ctx: FaultContext) -> str:
         lc = ctx.cluster
@@ -95,7 +177,13 @@ class CrashInstall(_FailpointFault):
         ctx.notes["victim_log_offset"] = log_size(lc, self.victim)
         deadline = time.monotonic() + ctx.window - 0.5
         ctx.mark()
-        while self.rounds == 0 or time.monotonic() + 1.5 < deadline:
+        while (
+            self.rounds == 0
+            or time.monotonic() + 1.5 < deadline
+            or (self.seen.crashes == 0 and time.monotonic() + 1.5 < deadline + self.overtime_s)
+        ):
+            # Past the window: a round only because the failpoint has not fired yet.
+            overtime = self.rounds > 0 and time.monotonic() + 1.5 >= deadline
             self.rounds += 1
             wiped = self.rounds % 2 == 1
             lc.kill_node(self.victim)
@@ -103,20 +191,42 @@ class CrashInstall(_FailpointFault):
                 lc.wipe_node(self.victim)
             time.sleep(self.wiped_s if wiped else self.behind_s)
             offset = log_size(lc, self.victim)
+            own = snapshot_last_index(lc.data_dir(self.victim))
             lc.start_node(self.victim)
-            # Until it installed a snapshot (it may exit at the failpoint first: the
-            # watcher starts it again and it asks for the snapshot again) or gave up.
-            until = min(deadline, time.monotonic() + self.install_s)
-            while time.monotonic() < until:
-                if RESTORED.search(log_since(lc, self.victim, offset)):
-                    break
-                time.sleep(0.1)
+            crashes_before = self.seen.crashes
+            hard = deadline if crashes_before else deadline + self.overtime_s
+            r = self._round(lc, offset, own, hard)
+            self.seen.installs += r.installs
+            self.seen.crashes += r.crashes
+            self.seen.local += r.local
             ctx.log(
                 f"round {self.rounds}: {self.victim} "
                 f"{'wiped' if wiped else f'kept down {self.behind_s:g} s'}, restarted; "
-                f"{'installed a snapshot' if RESTORED.search(log_since(lc, self.victim, offset)) else 'no snapshot installed yet'}"
+                f"{r.received} snapshots received ({r.crashes} crashed at the failpoint, "
+                f"{len(r.installs)} installed), {len(r.local)} own snapshots restored at start"
+                + (" (an extra round: the failpoint had not fired yet)" if overtime else "")
             )
-        return f"{self.rounds} rounds of kill / wipe or keep down / restart of {self.victim} (follower)"
+        return (
+            f"{self.rounds} rounds of kill / wipe or keep down / restart of {self.victim} "
+            f"(follower): {self.seen.received} snapshots received, {self.seen.crashes} crashed"
+        )
+
+    def _round(self, lc: Any, offset: int, own: int | None, hard: float) -> InstallRound:
+        """Wait until the victim installed a snapshot from the leader (it drew "no"), or
+        exited at the failpoint and the watcher's restart of it restored the snapshot the
+        crash left on disk (it drew "exit" and came back), or got ready without needing a
+        snapshot: one draw per round, so that rounds (wiped / kept down) alternate. At most
+        install_s per start, and never past ``hard``."""
+        assert self.victim is not None
+        starts, until = 1, time.monotonic() + self.install_s
+        while True:
+            r = read_install_round(log_since(lc, self.victim, offset), own)
+            now = time.monotonic()
+            if r.installs or r.ready or r.recovered or now >= min(until, hard):
+                return r
+            if r.crashes >= starts:  # the watcher starts it again: give that one its time
+                starts, until = r.crashes + 1, time.monotonic() + self.install_s
+            time.sleep(0.1)
 
     def stop(self, ctx: FaultContext) -> None:
         super().stop(ctx)
@@ -131,14 +241,16 @@ class CrashInstall(_FailpointFault):
         if self.victim is None:
             return []
         text = log_since(ctx.cluster, self.victim, ctx.notes.get("victim_log_offset", 0))
-        restores = len(RESTORED.findall(text))
-        crashed = text.count("failpoint snapshot-install: exiting")
+        crashed = text.count(_INSTALL_CRASH)  # the whole window, the heal's restarts included
+        s = self.seen
         return [
             Verdict(
                 "follower caught up by snapshots",
-                PASS if restores + crashed else UNKNOWN,
-                f"{restores} restored, {crashed} crashed mid-install",
-                f"{self.victim}, {self.rounds} rounds"
-                + ("" if restores + crashed else ": it never needed a snapshot (nothing tested)"),
+                PASS if s.received + crashed else UNKNOWN,
+                f"{s.received} snapshots received from the leader: {len(s.installs)} installed, "
+                f"{s.crashes} crashed mid-install",
+                f"{self.victim}, {self.rounds} rounds; {len(s.local)} own snapshots restored at "
+                f"start (no install); {crashed} failpoint exits in its log"
+                + ("" if s.received + crashed else ": it never needed a snapshot (nothing tested)"),
             )
         ]

@@ -24,6 +24,7 @@ __all__ = ["DeposedLeaderSnapshot"]
 
 class DeposedLeaderSnapshot(Fault):
     name = "deposed-leader-snapshot"
+    watch_target = "leader"
     kind = "partition"
     topology = "links"
     min_nodes = 5

@@ -36,6 +36,7 @@ class _Partition(Fault):
 
 class PartitionLeader(_Partition):
     name = "partition-leader"
+    watch_target = "leader"
     description = "cut every raft link of the leader (iptables DROP, both directions)"
 
     def start(self, ctx: FaultContext) -> str:
@@ -49,6 +50,7 @@ class PartitionLeader(_Partition):
 
 class PartitionFollower(_Partition):
     name = "partition-follower"
+    watch_target = "follower"
     description = "cut every raft link of one follower (iptables DROP, both directions)"
 
     def start(self, ctx: FaultContext) -> str:
@@ -60,6 +62,7 @@ class PartitionFollower(_Partition):
 
 class PartitionMajorityMinority(_Partition):
     name = "partition-majority-minority"
+    watch_target = "random"
     description = (
         "split the nodes at random into a minority and a majority (with 3 nodes: one "
         "random node alone, leader or not)"
@@ -68,6 +71,9 @@ class PartitionMajorityMinority(_Partition):
     def start(self, ctx: FaultContext) -> str:
         nodes = list(ctx.node_ids)
         ctx.rng.shuffle(nodes)
+        if "random" in ctx.planned:  # plan() chose the node the minority starts with
+            nodes.remove(ctx.any_node())
+            nodes.insert(0, ctx.any_node())
         k = max(1, (len(nodes) - 1) // 2)
         minority, majority = nodes[:k], nodes[k:]
         leader = ctx.leader()
@@ -81,6 +87,7 @@ class PartitionMajorityMinority(_Partition):
 
 class PartitionBridge(_Partition):
     name = "partition-bridge"
+    watch_target = "leader"
     description = (
         "two halves that cannot talk, and one bridge node that sees both (with 3 nodes: "
         "the leader and one follower are cut apart, the other follower sees both)"
@@ -99,6 +106,7 @@ class PartitionBridge(_Partition):
 
 class OneWayLoss(_Partition):
     name = "one-way-loss"
+    watch_target = "leader"
     description = (
         "drop every packet FROM the leader to the others (one direction only): it still "
         "hears the followers but they no longer hear it"

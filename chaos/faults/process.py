@@ -54,7 +54,7 @@ class _KillOne(Fault):
             return ctx.leader()
         if self.target == "follower":
             return ctx.follower()
-        return ctx.rng.choice(ctx.node_ids)
+        return ctx.any_node()
 
     def start(self, ctx: FaultContext) -> str:
         was_leader = ctx.leader()
@@ -71,24 +71,28 @@ class _KillOne(Fault):
 
 class KillLeader(_KillOne):
     name = "kill-leader"
+    watch_target = "leader"
     target = "leader"
     description = "SIGKILL the leader; restart it when the fault window ends"
 
 
 class KillFollower(_KillOne):
     name = "kill-follower"
+    watch_target = "follower"
     target = "follower"
     description = "SIGKILL one follower; restart it when the fault window ends"
 
 
 class KillRandom(_KillOne):
     name = "kill-random"
+    watch_target = "random"
     target = "random"
     description = "SIGKILL a random node (seeded); restart it when the fault window ends"
 
 
 class PauseLeader(Fault):
     name = "pause-leader"
+    watch_target = "leader"
     description = (
         "SIGSTOP the leader for the fault window (longer than the election timeout), "
         "then SIGCONT: a frozen old leader wakes up in a new term"
@@ -145,6 +149,7 @@ class KillAll(Fault):
 
 class WipeFollower(Fault):
     name = "wipe-follower"
+    watch_target = "follower"
     description = (
         "SIGKILL a follower, delete its data directory and start it again empty: it "
         "rejoins and must be caught up by the leader"

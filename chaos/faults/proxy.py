@@ -183,6 +183,8 @@ class ProxyLatency(_EveryLinkToxic):
 class _LeaderLinkToxic(_Proxy):
     """One toxic on every raft link of the leader; subclasses only name it."""
 
+    watch_target = "leader"
+
     toxic: str = ""
     attributes: dict[str, int] = {}
     what: str = ""
@@ -212,6 +214,7 @@ class ProxyBlackhole(_LeaderLinkToxic):
 
 class ProxyResetPeer(_Proxy):
     name = "proxy-reset-peer"
+    watch_target = "leader"
     description = (
         "reset_peer toxic on the leader's raft links and its client link: every "
         "connection is reset (RST) as soon as data flows"
@@ -229,6 +232,7 @@ class ProxyResetPeer(_Proxy):
 
 class ProxySlowClose(_Proxy):
     name = "proxy-slow-close"
+    watch_target = "leader"
     description = (
         "slow_close toxic (3 s) on the leader's raft links, then SIGKILL the leader: the "
         "followers see its connections close 3 s late; restart at heal"
@@ -276,6 +280,7 @@ class ProxySlicer(_EveryLinkToxic):
 
 class ProxyDown(_Proxy):
     name = "proxy-down"
+    watch_target = "leader"
     description = (
         "take down the proxies of the leader's raft links and of its client link "
         "(connections dropped, new ones refused)"
