@@ -10,6 +10,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +24,11 @@ from node.raft.peers import _AuthenticatingEncryptor
 from node.raft.syncobj import SERIALIZER_STATE, _DialNode, _SyncObj, build_conf, submit_callback
 
 log = logging.getLogger("statekeeper.raft")
+
+# A follower that has not heard its leader for this many (max) election timeouts no longer
+# counts it as known (leader_known). 2: a heartbeat goes out every ~0.1 s, so only a node
+# cut off (or stalled for over a second) gets there, not one that missed a few.
+LEADER_CONTACT_TIMEOUTS = 2
 
 
 class RaftNode:
@@ -67,7 +73,12 @@ class RaftNode:
         self._journal = _RaftLog(conf.journalFile, fsync=cluster.fsync)
         self._encryptor = _AuthenticatingEncryptor(cluster.secret)
         self._obj = _SyncObj(
-            self._me.raft_address, peers, conf, apply_fn, self._journal, self._encryptor,
+            self._me.raft_address,
+            peers,
+            conf,
+            apply_fn,
+            self._journal,
+            self._encryptor,
             clock=clock or ClusterClock(lambda: fsm.clock_ms),
             max_journal_bytes=r.snapshot_max_journal_bytes,
             flush_state_machine=fsm.flush,
@@ -180,7 +191,21 @@ class RaftNode:
         return self._obj._isLeader()
 
     def leader_known(self) -> bool:
-        return self._obj._getLeader() is not None
+        """Whether this node knows a leader it can reach: it leads, or it heard an
+        AppendEntries of the current term within LEADER_CONTACT_TIMEOUTS election timeouts.
+
+        pysyncobj keeps a follower's leader until an election replaces it, and with
+        pre-vote an isolated follower never starts one: without the contact check a
+        partitioned follower kept "knowing" its old leader, so its watches sent progress
+        frames stuck at its last revision and never ended (the chaos partition-follower
+        run), and writes sent to it waited out their timeout instead of failing fast."""
+        o = self._obj
+        if o._getLeader() is None:
+            return False
+        if o._isLeader():
+            return True
+        silent = time.monotonic() - o._last_leader_contact
+        return silent < LEADER_CONTACT_TIMEOUTS * self._conf.raftMaxTimeout
 
     def on_leadership_lost(self, fn: Callable[[], None]) -> None:
         """fn() runs on the raft thread whenever this node stops being the leader."""

@@ -17,7 +17,9 @@ ok, why = available()
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(not ok, reason=why),
-    pytest.mark.cluster_options(link_addresses=True, election_timeout_min=0.4, election_timeout_max=1.0),
+    pytest.mark.cluster_options(
+        link_addresses=True, election_timeout_min=0.4, election_timeout_max=1.0
+    ),
 ]
 ELECTION_TIMEOUT = 1.0
 
@@ -28,13 +30,16 @@ def _status(lc: LocalCluster, node_id: str) -> dict:
     return st
 
 
-def test_partitioned_leader_steps_down_and_the_majority_keeps_serving(cluster: LocalCluster) -> None:
+def test_partitioned_leader_steps_down_and_the_majority_keeps_serving(
+    cluster: LocalCluster,
+) -> None:
     leader = wait_for(cluster.leader_id, 10, "a leader")
     others = [n for n in cluster.node_ids if n != leader]
     no_retry = RetryPolicy.disabled()
-    with Client(cluster.url(leader), retry=no_retry, timeout=10) as at_old, Client(
-        [cluster.url(n) for n in others], timeout=10
-    ) as at_majority:
+    with (
+        Client(cluster.url(leader), retry=no_retry, timeout=10) as at_old,
+        Client([cluster.url(n) for n in others], timeout=10) as at_majority,
+    ):
         at_old.put("before", b"1")
         with Partitioner(cluster.config) as net:
             net.isolate(leader)
@@ -86,3 +91,30 @@ def test_node_returning_from_a_partition_does_not_depose_the_leader(cluster: Loc
         rev = c.put("after-heal", b"ok").revision
     with Client(cluster.url(follower)) as c:
         assert c.get("after-heal", consistency="serializable", min_revision=rev).value == b"ok"
+
+
+def test_a_partitioned_follower_ends_its_watches_and_refuses_writes(cluster: LocalCluster) -> None:
+    """An isolated follower keeps its old leader in pysyncobj (pre-vote: it never starts an
+    election), so it must judge the leader by recent contact: its watches end (the client
+    resumes elsewhere) and writes sent to it fail fast instead of waiting for a timeout."""
+    leader = wait_for(cluster.leader_id, 10, "a leader")
+    follower = next(n for n in cluster.node_ids if n != leader)
+    no_retry = RetryPolicy.disabled()
+    with Client(cluster.url(follower), retry=no_retry, timeout=15) as at_follower:
+        rev = at_follower.put("w/before", b"1").revision
+        watch = at_follower.watch("w/", start_revision=rev + 1, progress=0.2)
+        with Partitioner(cluster.config) as net:
+            net.isolate(follower)
+            t0 = time.monotonic()
+            with pytest.raises(StatekeeperError) as ended:
+                for _ in watch:
+                    assert time.monotonic() - t0 < 15, "the watch on the isolated node never ended"
+            assert time.monotonic() - t0 < 10, (
+                f"the watch ended only after {time.monotonic() - t0:.1f} s"
+            )
+            assert ended.value.code == "unavailable", ended.value
+            sent = time.monotonic()
+            with pytest.raises(StatekeeperError) as refused:
+                at_follower.put("w/during", b"2")
+            assert refused.value.code == "unavailable", refused.value
+            assert time.monotonic() - sent < 2, "a write to the isolated node was not refused fast"
