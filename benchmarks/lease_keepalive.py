@@ -41,7 +41,6 @@ import contextlib
 import datetime as dt
 import json
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -51,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import compact_samples
-from benchmarks.load import append_section, fs_type, markdown_table
+from benchmarks.load import append_section, markdown_table, monitored_target
 from benchmarks.watch_fanout import CpuMeter, raise_fd_limit
 from chaos.stats import percentile
 from client import AsyncClient, LeaseNotFound, RetryPolicy
@@ -373,24 +372,9 @@ def plot(steps: list[Step], path: Path) -> Path | None:
 async def run(args: argparse.Namespace) -> tuple[list[Step], str]:
     steps: list[Step] = []
     async with AsyncExitStack() as stack:
-        if args.endpoints:
-            endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
-            pids: dict[str, int] = {}
-            target = "running cluster at " + ", ".join(endpoints) + " (node CPU not measured)"
-        else:
-            from benchmarks.systems import StatekeeperSystem
-
-            workdir = stack.enter_context(
-                tempfile.TemporaryDirectory(prefix="sk-leases-", dir=args.data_dir)
-            )
-            control = await stack.enter_async_context(
-                StatekeeperSystem.managed_cluster(
-                    Path(workdir), fsync="always", quiet=args.no_progress
-                )
-            )
-            endpoints = control.endpoints
-            pids = {m: p for m in control.members if (p := control.pid(m)) is not None}
-            target = f"fresh local 3-node cluster (fsync=always, data on {fs_type(workdir)})"
+        endpoints, pids, target = await monitored_target(
+            stack, args.endpoints, "sk-leases-", args.data_dir, args.no_progress
+        )
         for mode in args.mode:
             for n in args.leases:
                 steps.append(await run_step(endpoints, pids, mode, n, args))

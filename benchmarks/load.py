@@ -258,6 +258,28 @@ async def statekeeper_target(
     return urls, f"fresh local 3-node cluster (fsync=always, data on {fs_type(workdir)})"
 
 
+async def monitored_target(
+    stack: AsyncExitStack,
+    endpoints: str | None,
+    prefix: str,
+    data_dir: str | None = None,
+    quiet: bool = False,
+) -> tuple[list[str], dict[str, int], str]:
+    """Like statekeeper_target, plus the member pids of the fresh cluster (member -> pid)
+    so a benchmark can sample node CPU; a running cluster's nodes are not measured."""
+    if endpoints:
+        urls = [e.strip() for e in endpoints.split(",") if e.strip()]
+        return urls, {}, "running cluster at " + ", ".join(urls) + " (node CPU not measured)"
+    workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix, dir=data_dir))
+    cls = get_system_class("statekeeper")
+    control = await stack.enter_async_context(
+        cls.managed_cluster(Path(workdir), fsync="always", quiet=quiet)
+    )
+    pids = {m: p for m in control.members if (p := control.pid(m)) is not None}
+    target = f"fresh local 3-node cluster (fsync=always, data on {fs_type(workdir)})"
+    return control.endpoints, pids, target
+
+
 def command_line(argv: Sequence[str]) -> str:
     return "python -m benchmarks.load " + shlex.join(argv) if argv else "python -m benchmarks.load"
 

@@ -41,7 +41,6 @@ import multiprocessing as mp
 import os
 import resource
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -50,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import compact_samples
-from benchmarks.load import append_section, fs_type, markdown_table
+from benchmarks.load import append_section, markdown_table, monitored_target
 from chaos.stats import percentile
 from client import AsyncClient, RetryPolicy
 from client.watch import WatchEvent
@@ -397,24 +396,9 @@ def plot(steps: list[Step], path: Path) -> Path | None:
 async def run(args: argparse.Namespace) -> tuple[list[Step], str]:
     steps: list[Step] = []
     async with AsyncExitStack() as stack:
-        if args.endpoints:
-            endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
-            pids: dict[str, int] = {}
-            target = "running cluster at " + ", ".join(endpoints) + " (node CPU not measured)"
-        else:
-            from benchmarks.systems import StatekeeperSystem
-
-            workdir = stack.enter_context(
-                tempfile.TemporaryDirectory(prefix="sk-fanout-", dir=args.data_dir)
-            )
-            control = await stack.enter_async_context(
-                StatekeeperSystem.managed_cluster(
-                    Path(workdir), fsync="always", quiet=args.no_progress
-                )
-            )
-            endpoints = control.endpoints
-            pids = {m: control.pid(m) for m in control.members}
-            target = f"fresh local 3-node cluster (fsync=always, data on {fs_type(workdir)})"
+        endpoints, pids, target = await monitored_target(
+            stack, args.endpoints, "sk-fanout-", args.data_dir, args.no_progress
+        )
         for rate in args.rate:
             for n in args.watchers:
                 steps.append(await run_step(endpoints, pids, n, rate, args))
