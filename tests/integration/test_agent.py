@@ -1,3 +1,4 @@
+# ruff: noqa: F811
 """The agent layer (client/agent/) against a real 3-node cluster: checkpoints, lists with
 filters, hydrate with events after the checkpoint, rollback, time travel, chunked states
 over 1 MiB, a crash between chunks and manifest, conflicting writers, a projection that
@@ -11,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -28,27 +28,13 @@ from client.agent import (
 )
 from cluster.supervisor import LocalCluster
 
+# The fixtures `client` and `ns` come from agent_helpers (tests take them as arguments).
+from tests.integration.agent_helpers import client, ns, reducer  # noqa: F401
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
-
-
-def reducer(state: dict, event) -> dict:
-    if event.type == "add":
-        return {**state, "total": state.get("total", 0) + event.data}
-    return state
-
-
-@pytest.fixture
-def ns() -> str:
-    return f"agents-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def client(shared_cluster: LocalCluster, ns: str):
-    with Client([shared_cluster.url(n) for n in shared_cluster.node_ids], ns=ns) as c:
-        yield c
 
 
 def make(c, **kw) -> Agent:
@@ -94,7 +80,13 @@ def test_hydrate_folds_the_events_after_the_checkpoint_in_one_request(client: Cl
             written.append(s)
     assert written == [3, 6]
     h = make(client).hydrate()
-    assert (h.state, h.step, h.position, h.events_folded, h.checkpoint.n) == ({"total": 28}, 7, 7, 1, 2)
+    assert (h.state, h.step, h.position, h.events_folded, h.checkpoint.n) == (
+        {"total": 28},
+        7,
+        7,
+        1,
+        2,
+    )
     assert h.requests == 1
     sent = []
     real = client._execute
@@ -242,7 +234,9 @@ def cli(shared_cluster: LocalCluster, ns: str, *argv: str) -> subprocess.Complet
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
-def test_cli_list_show_history_rollback(shared_cluster: LocalCluster, client: Client, ns: str) -> None:
+def test_cli_list_show_history_rollback(
+    shared_cluster: LocalCluster, client: Client, ns: str
+) -> None:
     a = make(client)
     a.log("add", 1, step=1)
     a.checkpoint({"total": 1, "raw": b"\x00"}, step=1, metadata={"run": "r1"})

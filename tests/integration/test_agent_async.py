@@ -20,16 +20,11 @@ from client.agent import (
     OnEvent,
 )
 from cluster.supervisor import LocalCluster
+from tests.integration.agent_helpers import reducer
 
 pytestmark = pytest.mark.integration
 
 MIB = 1024 * 1024
-
-
-def reducer(state: dict, event) -> dict:
-    if event.type == "add":
-        return {**state, "total": state.get("total", 0) + event.data}
-    return state
 
 
 @pytest.fixture

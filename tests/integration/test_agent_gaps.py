@@ -1,3 +1,4 @@
+# ruff: noqa: F811
 """The agent layer against a real 3-node cluster, for what the issue-11 audit found
 untested or wrong: a blind first checkpoint, hydrate/state_at across truncated events,
 reading an old checkpoint through an upcaster, a JSON-format checkpoint, an append over
@@ -11,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -26,27 +26,13 @@ from client.agent import (
 from client.agent.envelope import peek
 from cluster.supervisor import LocalCluster
 
+# The fixtures `client` and `ns` come from agent_helpers (tests take them as arguments).
+from tests.integration.agent_helpers import client, ns, reducer  # noqa: F401
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
-
-
-def reducer(state: dict, event) -> dict:
-    if event.type == "add":
-        return {**state, "total": state.get("total", 0) + event.data}
-    return state
-
-
-@pytest.fixture
-def ns() -> str:
-    return f"gaps-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def client(shared_cluster: LocalCluster, ns: str):
-    with Client([shared_cluster.url(n) for n in shared_cluster.node_ids], ns=ns) as c:
-        yield c
 
 
 def make(c, agent_id: str = "agent-7", **kw) -> Agent:
