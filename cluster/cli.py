@@ -7,6 +7,7 @@ decorated function taking the parsed arguments and returning an exit code.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import json
 import sys
@@ -28,6 +29,7 @@ from node.config import FSYNC_MODES, ClusterConfig, ConfigError
 
 PROG = "statekeeper"
 DEFAULT_CONFIG = "cluster.toml"
+SECRET_FILE_NAME = "secret"  # `cluster up` writes the cluster secret here, next to the config
 DEFAULT_DATA_DIR = "data"
 DEFAULT_BASE_PORT = 7000
 RAFT_PORT_OFFSET = 100  # raft ports sit 100 above the HTTP ports (7100-7102)
@@ -187,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if (err := node_config.secret_flag_error(argv)) and not _passthrough_args(argv):
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
     args = _passthrough_args(argv) or build_parser().parse_args(argv)
     try:
         return int(args.func(args) or EXIT_OK)
@@ -240,6 +245,12 @@ def create_config_if_missing(
         data_dir=data_dir,
         fsync=fsync,
     )
+    # The secret goes to its own file, `secret` next to the config (0600 from the start);
+    # the config only names it, so it can be shared or shown without the secret.
+    secret_path = p.parent / SECRET_FILE_NAME
+    if not secret_path.exists():
+        node_config.write_secret_file(secret_path, cfg.secret)
+    cfg = dataclasses.replace(cfg, secret="", secret_file=SECRET_FILE_NAME)
     node_config.write(cfg, p)
     return node_config.load(p), True
 
@@ -431,7 +442,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
     if created:
         say(
-            f"wrote {args.config} ({len(cfg.nodes)} nodes, data in {cfg.data_dir}/, fsync={cfg.fsync})"
+            f"wrote {args.config} ({len(cfg.nodes)} nodes, data in {cfg.data_dir}/, fsync={cfg.fsync}; "
+            f"cluster secret in {cfg.secret_source.removeprefix('file ')}, mode 0600)"
         )
     elif args.data_dir or args.base_port is not None or args.fsync:
         say(

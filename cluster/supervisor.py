@@ -327,7 +327,12 @@ class LocalCluster:
                 )
         data_dir = self.data_dir(node_id)
         data_dir.mkdir(parents=True, exist_ok=True)
+        # The node reads the secret from the config, a file or its environment: never its
+        # command line, which any local user can read (/proc/PID/cmdline, ps).
         argv = [*self.node_command, "--config", str(self.config_path), "--id", node_id]
+        secret = self.config.secret
+        if secret and any(secret in a for a in argv):
+            raise NodeStartError(f"{node_id}: refusing to put the cluster secret on a command line")
         with open(self.log_file(node_id), "ab") as log:
             log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {node_id}\n".encode())
             log.flush()

@@ -29,6 +29,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from node.config import secret_flag_error
+
+    if err := secret_flag_error(argv):
+        print(f"python -m node: error: {err}", file=sys.stderr)
+        return 2
     args = parser().parse_args(argv)
     from node.main import run_node
 

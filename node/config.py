@@ -19,6 +19,7 @@ import re
 import secrets
 import tomllib
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,10 @@ class ClusterSection:
     name: str = "statekeeper"
     data_dir: str = "data"
     fsync: str = "always"
+    # The cluster secret inline (discouraged: cluster.toml must then be 0600), or the path
+    # of a file holding it (relative to this file). See `load` for the precedence.
     secret: str = ""
+    secret_file: str = ""
 
 
 @dataclass(frozen=True)
@@ -125,12 +129,18 @@ class ClusterConfig:
     name: str = ClusterSection.name
     data_dir: str = ClusterSection.data_dir
     fsync: str = ClusterSection.fsync
-    secret: str = ClusterSection.secret
+    # repr=False: a config printed in a log line or an error must not carry the secret.
+    secret: str = field(default=ClusterSection.secret, repr=False)
+    secret_file: str = ClusterSection.secret_file
     limits: Limits = field(default_factory=Limits)
     retention: Retention = field(default_factory=Retention)
     raft: RaftSettings = field(default_factory=RaftSettings)
     # Directory the relative paths above are resolved against.
     base_dir: str = "."
+    # Set by `load`: where the secret came from (never the secret itself), and warnings
+    # about how it is stored, for the node to log.
+    secret_source: str = field(default="", compare=False)
+    secret_warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def node(self, node_id: str) -> NodeConfig:
         for n in self.nodes:
@@ -195,6 +205,8 @@ def _config_error(e: msgspec.ValidationError, raw: dict) -> ConfigError:
     expected = _EXPECTED.match(what)
     found, value = _lookup(raw, path)
     if expected and found:
+        if where == "cluster.secret":  # name the type only: the value may be the secret
+            return ConfigError(f"{where}: expected a string, got {type(value).__name__}")
         return _expected(where, expected["want"], value)
     return ConfigError(f"{where}: {what[:1].lower()}{what[1:]}")
 
@@ -252,12 +264,15 @@ def parse(raw: dict, base_dir: str = ".") -> ClusterConfig:
     except msgspec.ValidationError as e:
         raise _config_error(e, shaped) from None
     c = f.cluster
+    if c.secret and c.secret_file:  # in the file; a loaded config holds both
+        raise ConfigError("cluster: set either secret or secret_file, not both")
     cfg = ClusterConfig(
         nodes=f.nodes,
         name=c.name,
         data_dir=c.data_dir,
         fsync=c.fsync,
         secret=c.secret,
+        secret_file=c.secret_file,
         limits=f.limits,
         retention=f.retention,
         raft=f.raft,
@@ -303,10 +318,85 @@ def load(path: str | os.PathLike) -> ClusterConfig:
         cfg = parse(raw, base_dir=str(p.resolve().parent))
     except ConfigError as e:
         raise ConfigError(f"{p}: {e}") from None
-    env_secret = os.environ.get("STATEKEEPER_SECRET")
-    if env_secret:
-        cfg = replace(cfg, secret=env_secret)
-    return cfg
+    return _with_secret(cfg, p)
+
+
+SECRET_ENV = "STATEKEEPER_SECRET"
+SECRET_FILE_ENV = "STATEKEEPER_SECRET_FILE"
+
+
+def _with_secret(cfg: ClusterConfig, config_path: Path) -> ClusterConfig:
+    """The cluster secret, first found of: $STATEKEEPER_SECRET, the file named by
+    $STATEKEEPER_SECRET_FILE, [cluster] secret_file, [cluster] secret. Never a command-line
+    flag (other users can read a process's argv). Errors name the source, never the value."""
+    warnings: list[str] = []
+    if os.environ.get(SECRET_ENV):
+        secret, source = os.environ[SECRET_ENV], f"${SECRET_ENV}"
+    elif os.environ.get(SECRET_FILE_ENV):
+        path = Path(os.environ[SECRET_FILE_ENV])
+        secret, source = read_secret_file(path, f"${SECRET_FILE_ENV}"), f"file {path}"
+        warnings += _exposed(path, "the secret file")
+    elif cfg.secret_file:
+        path = Path(cfg.base_dir) / cfg.secret_file
+        secret = read_secret_file(path, f"{config_path}: cluster.secret_file")
+        source = f"file {path}"
+        warnings += _exposed(path, "the secret file")
+    elif cfg.secret:
+        secret, source = cfg.secret, f"inline in {config_path}"
+        warnings += _exposed(config_path, f"{config_path}, which holds the cluster secret inline,")
+    else:
+        secret, source = "", ""
+    return replace(cfg, secret=secret, secret_source=source, secret_warnings=tuple(warnings))
+
+
+SECRET_ON_COMMAND_LINE = (
+    "the cluster secret is never a command-line argument (any local user can read a "
+    "process's arguments): put it in a file named by [cluster] secret_file or "
+    f"${SECRET_FILE_ENV}, or in ${SECRET_ENV}"
+)
+
+
+def secret_flag_error(argv: Sequence[str]) -> str | None:
+    """The error for an argv that tries to pass a secret as a flag (`--secret ...`,
+    `--secret=...`); None otherwise. Checked before argparse, whose "unrecognized
+    arguments" error would echo the value."""
+    for a in argv:
+        if a.startswith("--") and a[2:].split("=", 1)[0].lower().replace("_", "-") in (
+            "secret",
+            "cluster-secret",
+        ):
+            return SECRET_ON_COMMAND_LINE
+    return None
+
+
+def read_secret_file(path: Path, what: str) -> str:
+    """The secret held by `path` (surrounding whitespace stripped)."""
+    try:
+        secret = path.read_text().strip()
+    except OSError as e:  # the message names the path and the reason, not the content
+        raise ConfigError(f"{what}: cannot read secret file {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what}: secret file {path} is not UTF-8 text") from None
+    if not secret:
+        raise ConfigError(f"{what}: secret file {path} is empty")
+    return secret
+
+
+def _exposed(path: Path, what: str) -> list[str]:
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return []
+    if mode & 0o077:
+        return [f"{what} is readable by group/others (mode {mode:03o}); run: chmod 600 {path}"]
+    return []
+
+
+def write_secret_file(path: str | os.PathLike, secret: str) -> None:
+    """Create `path` holding `secret`, mode 0600 from the start; an existing file is an error."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
 
 
 def local_cluster(
@@ -346,8 +436,13 @@ _HEADER = """\
 
 def dumps(cfg: ClusterConfig) -> str:
     """Render a config as TOML (round-trips through `parse`)."""
+    cluster = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(ClusterSection)}
+    if cfg.secret_file or not cfg.secret:
+        del cluster["secret"]  # from the file (or the environment): never copied inline
+    if not cfg.secret_file:
+        del cluster["secret_file"]
     doc: dict[str, Any] = {
-        "cluster": {f.name: getattr(cfg, f.name) for f in dataclasses.fields(ClusterSection)},
+        "cluster": cluster,
         "limits": dataclasses.asdict(cfg.limits),
         "retention": dataclasses.asdict(cfg.retention),
         "raft": dataclasses.asdict(cfg.raft),
@@ -372,6 +467,15 @@ def _node_table(n: NodeConfig) -> dict[str, Any]:
 
 
 def write(cfg: ClusterConfig, path: str | os.PathLike) -> None:
+    """Write the config atomically, mode 0600 from the start (it may hold the secret): a
+    temporary file created with that mode replaces `path`."""
     p = Path(path)
-    p.write_text(dumps(cfg))
-    os.chmod(p, 0o600)  # it holds the cluster secret
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(dumps(cfg))
+        os.replace(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -160,6 +160,10 @@ def run_node(config_path: str, node_id: str, unsafe_reads: bool = False) -> int:
     except config_mod.ConfigError as e:
         print(f"statekeeper node: {e}", file=sys.stderr)
         return 2
+    # Where the secret came from, never the secret itself.
+    log.info("cluster secret from %s", cfg.secret_source or "nowhere (none is set)")
+    for warning in cfg.secret_warnings:
+        log.warning("%s", warning)
     try:
         import uvloop  # optional: faster event loop
 

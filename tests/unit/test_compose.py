@@ -151,7 +151,11 @@ def test_node_service_runs_statekeeper_node(compose: dict[str, Any], node_id: st
     assert cmd[0] == "node"
     assert cmd[cmd.index("--config") + 1] == CONFIG_IN_CONTAINER
     assert cmd[cmd.index("--id") + 1] == node_id
-    assert "STATEKEEPER_SECRET" in svc["environment"]
+    # The secret comes from a compose secret file, never an environment value.
+    assert "STATEKEEPER_SECRET" not in svc["environment"]
+    assert svc["environment"]["STATEKEEPER_SECRET_FILE"] == "/run/secrets/statekeeper_secret"
+    assert svc["secrets"] == ["statekeeper_secret"]
+    assert compose["secrets"]["statekeeper_secret"] == {"file": "./docker/secret"}
 
 
 def test_ports_are_distinct_and_match_the_config(compose: dict[str, Any]) -> None:
@@ -193,7 +197,8 @@ def test_docker_cluster_config_matches_services() -> None:
     for nid in NODE_IDS:
         assert cfg.node_data_dir(nid).is_relative_to(DATA_IN_CONTAINER)
     raw = tomllib.loads((ROOT / "docker" / "cluster.toml").read_text())
-    assert raw["cluster"]["secret"] == ""  # never committed: it comes from STATEKEEPER_SECRET
+    # Never committed: it comes from the compose secret (STATEKEEPER_SECRET_FILE).
+    assert "secret" not in raw["cluster"] and "secret_file" not in raw["cluster"]
 
 
 def test_dockerfile() -> None:

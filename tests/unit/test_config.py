@@ -39,7 +39,7 @@ def _parse(text: str) -> node_config.ClusterConfig:
             "[retention]\nhistory_revisions = 1.5\n",
             "retention.history_revisions: expected an integer, got float 1.5",
         ),
-        ("[cluster]\nsecret = 5\n", "cluster.secret: expected a string, got int 5"),
+        ("[cluster]\nsecret = 5\n", "cluster.secret: expected a string, got int"),
         ("limits = 5\n", "limits: expected a table, got int 5"),
     ],
 )

@@ -1,0 +1,147 @@
+"""No secret in logs, status or errors: a real 3-node cluster with its secret in a file is
+taken through writes, failed peer authentication (a crafted connection and a node with the
+wrong secret) and config errors; then every node log, every /v1/status answer and all
+CLI output are searched for the secret (and its hex and base64 forms, and the peer key
+derived from it). No node's command line may hold it either."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
+
+from client import Client
+from cluster import cli
+from cluster.supervisor import LocalCluster
+from node import config as node_config
+from node.raft.peers import _KDF_SALT
+
+pytestmark = pytest.mark.integration
+
+
+def _forms(secret: str) -> list[str]:
+    """The secret as it could leak: raw, hex, base64, and the AES key peers derive from it."""
+    raw = secret.encode()
+    kdf = PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=_KDF_SALT, iterations=200_000)
+    key = kdf.derive(raw)
+    out = [secret, raw.hex(), key.hex()]
+    for b in (raw, key):
+        out += [base64.b64encode(b).decode(), base64.urlsafe_b64encode(b).decode()]
+    out += [f.rstrip("=") for f in out]
+    return sorted(set(out))
+
+
+def _leaks(text: str, secret: str) -> list[str]:
+    return [f for f in _forms(secret) if f in text or f.lower() in text.lower()]
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    rc = cli.main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+def test_no_secret_in_logs_status_errors_or_command_lines(
+    cluster_config, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    monkeypatch.delenv("STATEKEEPER_SECRET", raising=False)
+    monkeypatch.delenv("STATEKEEPER_SECRET_FILE", raising=False)
+    path, cfg = cluster_config
+    secret, wrong = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    node_config.write_secret_file(tmp_path / "secret", secret)
+    node_config.write(dataclasses.replace(cfg, secret="", secret_file="secret"), path)
+    assert secret not in path.read_text()
+    lc = LocalCluster(node_config.load(path), path, progress=None)
+    captured: list[str] = []
+    try:
+        rc, out = _cli(capsys, "cluster", "up", "--config", str(path))
+        captured.append(out)
+        assert rc == 0, out
+        # No node's command line holds the secret (anyone can read it in ps).
+        for nid in lc.node_ids:
+            cmdline = Path(f"/proc/{lc.pid(nid)}/cmdline").read_bytes().replace(b"\0", b" ")
+            assert b"--config" in cmdline
+            assert not _leaks(cmdline.decode(), secret), cmdline
+
+        urls = [lc.url(n) for n in lc.node_ids]
+        with Client(urls) as c:
+            for i in range(20):
+                c.put(f"k{i}", f"v{i}".encode())
+
+        # A crafted connection on a raft port fails authentication...
+        target = lc.config.node(lc.node_ids[1])
+        with socket.create_connection((target.host, target.raft_port), timeout=5) as s:
+            s.sendall(os.urandom(64))
+            s.settimeout(10)
+            try:
+                s.recv(4096)
+            except OSError:
+                pass
+        # ...and so does a node holding the wrong secret.
+        victim = lc.node_ids[2]
+        lc.stop_node(victim)
+        lc.start_node(victim, env={"STATEKEEPER_SECRET": wrong})
+        lc.wait_live(victim)
+        with Client(urls[:2]) as c:
+            c.put("while-wrong", b"1")
+        time.sleep(2)
+        statuses = {nid: lc.status(nid) for nid in lc.node_ids}
+        assert statuses[target.id]["rejected_peer_messages"] >= 1
+        captured.append(json.dumps(statuses))
+        rc, out = _cli(capsys, "cluster", "status", "--config", str(path), "--json")
+        captured.append(out)
+        rc, out = _cli(capsys, "cluster", "status", "--config", str(path))
+        captured.append(out)
+
+        # Config errors: from the node itself and from the CLI.
+        bad = tmp_path / "bad"
+        bad.mkdir()
+        good = path.read_text()
+        variants = {
+            "list.toml": good.replace('secret_file = "secret"', f'secret = ["{secret}"]'),
+            "both.toml": good.replace(
+                'secret_file = "secret"', f'secret_file = "secret"\nsecret = "{secret}"'
+            ),
+            "missing.toml": good.replace('secret_file = "secret"', 'secret_file = "nope"'),
+        }
+        for name, text in variants.items():
+            assert text != good
+            (bad / name).write_text(text)
+            res = subprocess.run(
+                [sys.executable, "-m", "node", "--config", str(bad / name), "--id", "node-0"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert res.returncode == 2, res.stderr
+            captured.append(res.stdout + res.stderr)
+            rc, out = _cli(capsys, "cluster", "status", "--config", str(bad / name))
+            assert rc == 2 and "error" in out
+            captured.append(out)
+        rc, out = _cli(capsys, "node", "--config", str(path), "--id", "node-0", "--secret", secret)
+        assert rc == 2
+        captured.append(out)
+    finally:
+        rc, out = _cli(capsys, "cluster", "down", "--config", str(path))
+        captured.append(out)
+        lc.close()
+
+    logs = {nid: lc.log_file(nid).read_text() for nid in lc.node_ids}
+    # The run really happened: the nodes said where the secret came from, and rejected peers.
+    assert all(f"cluster secret from file {tmp_path / 'secret'}" in t for t in logs.values())
+    assert "cluster secret from $STATEKEEPER_SECRET" in logs[victim]
+    assert "failed authentication" in "".join(logs.values())
+    for where, text in [*logs.items(), *enumerate(captured)]:
+        for s in (secret, wrong):
+            assert not _leaks(text, s), f"the secret appears in {where}"
