@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from decimal import Decimal
 from typing import Any
 
 import msgpack
@@ -31,6 +32,18 @@ def pick_format(content_type: str | None, accept: str | None = None) -> str:
     )
 
 
+def _json_number(text: str) -> int | float:
+    """A JSON number with a fraction or exponent: an int when its value is whole.
+
+    JSON (and the OpenAPI document's `integer`, JSON Schema's) does not tell 5 from 5.0:
+    every number in a request is a count, a revision, an id or a duration, so 5.0 is 5.
+    Huge exponents stay floats (and fail validation) instead of becoming huge ints."""
+    d = Decimal(text)
+    if d.is_finite() and d.adjusted() < 40 and d == d.to_integral_value():
+        return int(d)
+    return float(text)
+
+
 def decode(body: bytes, fmt: str) -> dict:
     if not body:
         raise OpError("malformed_body", "the request body is empty; send a JSON or msgpack object")
@@ -38,7 +51,7 @@ def decode(body: bytes, fmt: str) -> dict:
         if fmt == MSGPACK:
             obj = msgpack.unpackb(body, raw=False, strict_map_key=True)
         else:
-            obj = json.loads(body)
+            obj = json.loads(body, parse_float=_json_number)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
         raise OpError("malformed_body", f"the body is not valid {fmt}: {e}") from e
     except Exception as e:  # msgpack raises assorted errors on truncated input

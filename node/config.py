@@ -88,6 +88,23 @@ class RaftSettings:
 
 
 @dataclass(frozen=True)
+class HttpSettings:
+    """The [http] table: the client port's connection limits (node/http_limits.py)."""
+
+    # Client connections served at once; one more gets 503 too_many_connections.
+    max_connections: int = 1024
+    # Seconds a request's head (request line + headers) may take to arrive, from the
+    # connection's opening or the request's first byte; then 408 request_timeout / close.
+    header_timeout: float = 10.0
+    # Seconds a request's body may take to arrive once its head is in.
+    body_timeout: float = 30.0
+    # Seconds an idle keep-alive connection stays open.
+    keepalive_timeout: float = 75.0
+    # Bytes of request line + headers.
+    max_header_bytes: int = 64 * 1024
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     id: str
     host: str
@@ -135,6 +152,7 @@ class ClusterConfig:
     limits: Limits = field(default_factory=Limits)
     retention: Retention = field(default_factory=Retention)
     raft: RaftSettings = field(default_factory=RaftSettings)
+    http: HttpSettings = field(default_factory=HttpSettings)
     # Directory the relative paths above are resolved against.
     base_dir: str = "."
     # Set by `load`: where the secret came from (never the secret itself), and warnings
@@ -170,6 +188,7 @@ class _ConfigFile:
     limits: Limits = field(default_factory=Limits)
     retention: Retention = field(default_factory=Retention)
     raft: RaftSettings = field(default_factory=RaftSettings)
+    http: HttpSettings = field(default_factory=HttpSettings)
 
 
 _TYPE_WORDS = {
@@ -276,6 +295,7 @@ def parse(raw: dict, base_dir: str = ".") -> ClusterConfig:
         limits=f.limits,
         retention=f.retention,
         raft=f.raft,
+        http=f.http,
         base_dir=base_dir,
     )
     validate(cfg)
@@ -302,6 +322,11 @@ def validate(cfg: ClusterConfig) -> None:
         raise ConfigError("raft: need 0 < election_timeout_min < election_timeout_max")
     if r.snapshot_max_journal_bytes < 1024 * 1024:
         raise ConfigError("raft: snapshot_max_journal_bytes must be at least 1 MiB")
+    h = cfg.http
+    if h.max_connections < 1 or min(h.header_timeout, h.body_timeout, h.keepalive_timeout) <= 0:
+        raise ConfigError("http: max_connections must be >= 1 and every timeout > 0")
+    if h.max_header_bytes < 1024:
+        raise ConfigError("http: max_header_bytes must be at least 1024")
     if not 1 <= cfg.limits.min_lease_ttl_ms <= 86_400_000:
         raise ConfigError("limits: min_lease_ttl_ms must be within 1..86400000 (one day)")
 
@@ -446,6 +471,7 @@ def dumps(cfg: ClusterConfig) -> str:
         "limits": dataclasses.asdict(cfg.limits),
         "retention": dataclasses.asdict(cfg.retention),
         "raft": dataclasses.asdict(cfg.raft),
+        "http": dataclasses.asdict(cfg.http),
         "nodes": [_node_table(n) for n in cfg.nodes],
     }
     return _HEADER + tomli_w.dumps(doc)

@@ -39,6 +39,8 @@ STATUS: dict[str, int] = {
     "compacted": 410,
     "archived": 410,  # get / read_stream of data archived to a cold-tier segment
     "unavailable": 503,
+    "too_many_connections": 503,  # the node serves http.max_connections already
+    "request_timeout": 408,  # a request's head or body did not arrive in time (closed)
     "not_ready": 503,  # GET /v1/health/ready
     "method_not_allowed": 405,
     "timeout": 504,

@@ -11,6 +11,7 @@ from typing import Any
 from node import codec
 from node.config import ClusterConfig
 from node.errors import OpError, status_for
+from node.http_limits import fd_budget
 from node.http_server import HttpServer, Request, Response, ServerLimits, StreamedResponse
 from node.ops import OPS, is_write, validate_op, validate_ops
 from node.proposer import Proposer
@@ -70,10 +71,18 @@ class Api:
 
     def server(self) -> HttpServer:
         """The HTTP server that answers every request through dispatch()."""
+        http = self.cluster.http
         return HttpServer(
             self.dispatch,
             self.protocol_error,
-            ServerLimits(max_body_bytes=self.limits.max_request_bytes),
+            ServerLimits(
+                max_body_bytes=self.limits.max_request_bytes,
+                max_header_bytes=http.max_header_bytes,
+                keepalive_timeout=http.keepalive_timeout,
+                max_connections=fd_budget(http.max_connections),
+                header_timeout=http.header_timeout,
+                body_timeout=http.body_timeout,
+            ),
             extra_headers=(("X-Statekeeper-Node", self.node_id),),
         )
 

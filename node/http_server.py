@@ -29,6 +29,7 @@ from http import HTTPStatus
 
 import httptools
 
+from node.http_limits import REFUSAL_LINGER, ReadClock, ServerLimits
 from node.http_stream import LAST_CHUNK, Flow, StreamedResponse, StreamStalled, pump, stream_head
 
 __all__ = ["HttpServer", "Request", "Response", "ServerLimits", "StreamStalled", "StreamedResponse"]
@@ -63,23 +64,6 @@ class Response:
 Handler = Callable[[Request], Awaitable[Response | StreamedResponse]]
 # (status, code, message) -> the error body in the API's own format.
 ErrorResponder = Callable[[int, str, str], Response]
-
-
-@dataclass(frozen=True, slots=True)
-class ServerLimits:
-    max_body_bytes: int
-    max_header_bytes: int = 64 * 1024
-    # Pipelined requests parsed ahead of the one being served before we stop reading.
-    max_pipelined: int = 32
-    # Seconds an idle keep-alive connection stays open (aiohttp's default too).
-    keepalive_timeout: float = 75.0
-    # After rejecting a request mid-body we keep reading (and dropping) what the client
-    # still sends, so it gets to read our answer instead of a reset: at most this long...
-    linger_seconds: float = 5.0
-    # ...and at most this many bytes.
-    linger_bytes: int = 64 * 1024 * 1024
-    # A streamed answer whose client accepts no data for this long is ended (StreamStalled).
-    stream_stall_seconds: float = 30.0
 
 
 class _Reject(Exception):
@@ -168,21 +152,46 @@ class _HttpProtocol(asyncio.Protocol):
         self._stream_task: asyncio.Task | None = None
         self._stream_stop = False
         self._flow = Flow(self.loop)
+        self._clock = ReadClock(self.loop, self._read_expired, lambda: self._busy or self._queue)
+        self._reading = False  # between a request's first byte and its end
 
     # -- connection -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if len(self.server.connections) >= self.limits.max_connections:
+            self._refuse()
+            return
         self.server.connections.add(self)
         if self.server.closing:
             self.abort()
             return
         self._arm_idle_timer()
+        self._clock.start(self.limits.header_timeout)  # the first request's head, from now
+
+    def _refuse(self) -> None:
+        n = self.limits.max_connections
+        resp = self.server.error_response(
+            503, "too_many_connections", f"this node serves at most {n} connections; retry later"
+        )
+        resp.headers = (("Retry-After", "1"),)
+        self._write(resp, "GET", keep_alive=False, linger=REFUSAL_LINGER)
+
+    def _read_expired(self) -> None:
+        if self._closed:
+            return
+        if not self._reading:  # never sent a byte of a request: nothing to answer
+            self.abort()
+            return
+        self._queue_reject(
+            _Reject(408, "request_timeout", "the request did not arrive in time; closing")
+        )
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._queue.clear()
         self.server.connections.discard(self)
+        self._clock.cancel()
         if self._idle_timer is not None:
             self._idle_timer.cancel()
         # A handler still running is not cancelled: a write it proposed may commit, and
@@ -269,6 +278,9 @@ class _HttpProtocol(asyncio.Protocol):
     # -- parser callbacks -------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self._reading = True
+        if not self._clock.deadline:  # a later request: its head's time starts now
+            self._clock.start(self.limits.header_timeout)
         self._url = b""
         self._headers = {}
         self._header_bytes = 0
@@ -295,6 +307,7 @@ class _HttpProtocol(asyncio.Protocol):
         self._headers[key] = text if old is None else f"{old}, {text}"
 
     def on_headers_complete(self) -> None:
+        self._clock.start(self.limits.body_timeout)
         declared = self._headers.get("content-length")
         if (
             declared is not None
@@ -318,6 +331,8 @@ class _HttpProtocol(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self._reading = False
+        self._clock.stop()
         path, _, query = self._url.decode("latin-1").partition("?")
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         req = Request(self.parser.get_method().decode("ascii"), path, query, self._headers, body)
@@ -342,7 +357,7 @@ class _HttpProtocol(asyncio.Protocol):
         item = self._queue.popleft()
         if isinstance(item, _Reject):
             resp = self.server.error_response(item.status, item.code, item.message)
-            self._write(resp, "GET", keep_alive=False, linger=True)
+            self._write(resp, "GET", keep_alive=False, linger=self.limits.linger_seconds)
             return
         self._busy = True
         self.loop.create_task(self._serve(*item))
@@ -380,7 +395,7 @@ class _HttpProtocol(asyncio.Protocol):
         else:
             self._arm_idle_timer()
 
-    def _write(self, resp: Response, method: str, keep_alive: bool, linger: bool = False) -> None:
+    def _write(self, resp: Response, method: str, keep_alive: bool, linger: float = 0.0) -> None:
         transport = self.transport
         if transport is None or self._closed:
             return
@@ -399,7 +414,7 @@ class _HttpProtocol(asyncio.Protocol):
         if not keep_alive:
             self._queue.clear()
             if linger:
-                self._linger()
+                self._linger(linger)
             else:
                 self._closed = True
                 transport.close()
@@ -453,7 +468,7 @@ class _HttpProtocol(asyncio.Protocol):
             transport.close()
             self.loop.call_later(self.limits.linger_seconds, transport.abort)
 
-    def _linger(self) -> None:
+    def _linger(self, seconds: float) -> None:
         """Half-close after a rejection and drain the rest of the client's request.
 
         Closing at once would make the client's unfinished send fail with a reset (EPIPE)
@@ -473,4 +488,4 @@ class _HttpProtocol(asyncio.Protocol):
         if self._paused:
             self._paused = False
             transport.resume_reading()
-        self.loop.call_later(self.limits.linger_seconds, transport.close)
+        self.loop.call_later(seconds, transport.close)

@@ -33,6 +33,8 @@ DEFAULT_RANGE_LIMIT = 1000
 MAX_NS_BYTES = 255
 MAX_IDEMPOTENCY_KEY_CHARS = 256
 MAX_REVISION = 2**63 - 1
+# Standard base64 with its padding, what the server decodes (b64decode(validate=True)).
+BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 NO_NUL = "^[^\\u0000]+$"
 NO_NUL_OR_EMPTY = "^[^\\u0000]*$"
 
@@ -160,7 +162,10 @@ def value_props(wire: str, what: str, max_bytes: int | None = None) -> dict[str,
     if wire == "json":
         b64_max = {} if max_bytes is None else {"maxLength": 4 * -(-max_bytes // 3)}
         props["value_b64"] = str_schema(
-            f"{what}, base64 (for bytes that are not UTF-8)", contentEncoding="base64", **b64_max
+            f"{what}, base64 (for bytes that are not UTF-8)",
+            contentEncoding="base64",
+            pattern=BASE64_PATTERN,
+            **b64_max,
         )
     return props
 

@@ -49,7 +49,7 @@ ERROR_WHEN: dict[str, str] = {
     "unknown_op": "the op name is not known (batch/txn, or /v1/kv/{op} with an unknown op)",
     "invalid_argument": "wrong type, missing field, bad ns/key, bad compare, txn writes a key twice",
     "invalid_request": "a raft entry could not be decoded (per-op result; not expected over HTTP)",
-    "future_revision": "the read revision is above the current revision",
+    "future_revision": "the read revision, or a linearizable read's min_revision, is above the current revision",
     "key_too_large": "a key exceeds max_key_bytes",
     "value_too_large": "a value exceeds max_value_bytes",
     "request_too_large": "the body exceeds max_request_bytes",
@@ -72,7 +72,9 @@ ERROR_WHEN: dict[str, str] = {
     "archived": "get of a key / read_stream from a seq that was archived to a cold-tier segment (`error` has `segment`, `url`, `sha256`, and `key` + `archived_revision` or `stream` + `from_seq` + `before_seq`)",
     "unavailable": "no leader / no quorum / shutting down: retry, possibly on another node",
     "not_ready": "no leader known, or this node lags behind the leader's commit index",
-    "timeout": "the write's outcome is unknown (it may still commit): retry with the same idempotency_key",
+    "timeout": "a write whose outcome is unknown (it may still commit: retry with the same idempotency_key), or a serializable read whose min_revision was not reached within the request timeout",
+    "too_many_connections": "the node already serves [http] max_connections connections (the node answers, then closes the connection; retry later)",
+    "request_timeout": "the request's head or body did not arrive within [http] header_timeout / body_timeout (the node answers, then closes the connection)",
     "internal": "a bug; never expected",
 }
 # Codes raised against a `Limits` attribute: their description names this node's value.
@@ -106,7 +108,14 @@ _BODY_ERRORS = (
     "internal",
 )
 _WRITE_ERRORS = (*_BODY_ERRORS, "key_too_large", "unavailable", "timeout")
-_READ_ERRORS = (*_BODY_ERRORS, "key_too_large", "future_revision", "compacted", "unavailable")
+_READ_ERRORS = (
+    *_BODY_ERRORS,
+    "key_too_large",
+    "future_revision",
+    "compacted",
+    "unavailable",
+    "timeout",
+)
 # Error codes whose body has more than `{error}`.
 _ERROR_BODIES = {
     "key_not_found": "KeyNotFound",

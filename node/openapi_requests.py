@@ -70,7 +70,29 @@ def op_object(
     if forbidden:
         refused = {"not": {"anyOf": [{"required": [name]} for name in forbidden]}}
         s.setdefault("allOf", []).append(refused)
+    s.setdefault("allOf", []).extend(_OP_RULES.get(spec.name, ()))
+    if not s["allOf"]:
+        del s["allOf"]
     return s
+
+
+def _given(name: str) -> Schema:
+    return {"required": [name], "properties": {name: {"type": "integer"}}}
+
+
+# Cross-field rules the op's post-check enforces (node/retention_ops.py _set_post, which
+# archive_plan shares).
+_POLICY_RULES: list[Schema] = [
+    {"anyOf": [_given(k) for k in ("keep_last", "keep_every", "max_age_s")]},
+    {
+        "if": _given("keep_every"),
+        "then": {
+            **_given("keep_last"),
+            "not": {"required": ["target"], "properties": {"target": {"const": "streams"}}},
+        },
+    },
+]
+_OP_RULES: dict[str, list[Schema]] = {"retention_set": _POLICY_RULES, "archive_plan": _POLICY_RULES}
 
 
 def _tagged(name: str, base: Schema) -> Schema:

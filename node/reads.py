@@ -13,7 +13,9 @@
     min_revision=R (with either)
         additionally wait until this node has applied revision R (read-your-writes on a
         follower). Waiters are woken by apply (`RevisionWaiters.applied`, raft thread), not by
-        polling.
+        polling. Linearizable: once the read point is applied, every revision a client can
+        know of is too, so an R still ahead is `future_revision` (400) at once. Serializable:
+        an R not reached within the request timeout is `timeout` (504), saying so.
 
 A read that cannot be made safe within the request timeout fails "unavailable" (a read has
 no side effect, so that is always true).
@@ -37,6 +39,7 @@ from collections.abc import Callable
 
 from node import failpoints
 from node.errors import OpError
+from node.op_fields import MAX_REVISION
 from node.proposer import Proposer
 from node.raft import READ_INDEX_NOT_LEADER, RaftNode
 
@@ -50,8 +53,10 @@ def read_options(body: dict) -> tuple[str, int | None]:
     if consistency not in CONSISTENCY:
         raise OpError("invalid_argument", f"consistency must be one of {CONSISTENCY}")
     min_rev = body.pop("min_revision", None)
-    if min_rev is not None and (type(min_rev) is not int or min_rev < 0):
-        raise OpError("invalid_argument", "min_revision must be a non-negative integer")
+    if min_rev is not None and (type(min_rev) is not int or not 0 <= min_rev <= MAX_REVISION):
+        raise OpError(
+            "invalid_argument", f"min_revision must be an integer within 0..{MAX_REVISION}"
+        )
     return consistency, min_rev
 
 
@@ -134,8 +139,25 @@ class ReadPolicy:
         if consistency == "linearizable" and not failpoints.active("read-barrier-skip"):
             self._check_serving()
             await self._within_timeout(self._linearizable_point())
-        if min_revision is not None and self._revision() < min_revision:
-            await self._within_timeout(self.revisions.wait(min_revision))
+        if min_revision is None or self._revision() >= min_revision:
+            return
+        if consistency == "linearizable":
+            # Everything committed before this read arrived is applied here now, and a client
+            # can only know revisions that were: this one does not exist (yet).
+            raise OpError(
+                "future_revision",
+                f"min_revision {min_revision} is ahead of the cluster (at {self._revision()})",
+                revision=self._revision(),
+            )
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self.revisions.wait(min_revision)
+        except TimeoutError:
+            raise OpError(
+                "timeout",
+                f"min_revision {min_revision} not reached within {self._timeout:g} s "
+                f"(this node is at {self._revision()})",
+            ) from None
 
     async def long_poll(self, read: Callable[[], dict], wait_ms: int) -> dict:
         """`read()`'s answer, read again each time the revision moves while it has no

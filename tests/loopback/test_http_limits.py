@@ -1,0 +1,141 @@
+"""Connection exhaustion and slow clients against node/http_server.py on loopback.
+
+max_connections: one connection more gets a clear `503 too_many_connections` with
+`Connection: close` and is closed; idle connections that never send a request are cut after
+header_timeout, after which new clients are served again. Slowloris (a head dribbled byte
+by byte) and a body that stops short get `408 request_timeout`. File descriptors and the
+server's connection set come back to where they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import pytest
+
+from node.http_server import HttpServer, Request, Response, ServerLimits
+
+MAX = 200
+
+
+def _error(status: int, code: str, message: str) -> Response:
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    return Response(status, body, "application/json")
+
+
+async def _ok(req: Request) -> Response:
+    return Response(200, b'{"ok":true}', "application/json")
+
+
+@pytest.fixture
+async def server():
+    limits = ServerLimits(
+        max_body_bytes=1000,
+        max_connections=MAX,
+        header_timeout=1.0,
+        body_timeout=1.0,
+        linger_seconds=1.0,
+    )
+    srv = HttpServer(_ok, _error, limits)
+    await srv.start("127.0.0.1", 0)
+    yield srv
+    await srv.close(grace=1.0)
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def _read_all(reader: asyncio.StreamReader, timeout: float = 5.0) -> bytes:
+    return await asyncio.wait_for(reader.read(), timeout)  # until EOF
+
+
+async def _get(srv: HttpServer) -> tuple[int, bytes]:
+    r, w = await asyncio.open_connection("127.0.0.1", srv.port)
+    w.write(b"GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = await _read_all(r)
+    w.close()
+    return int(data.split(b" ", 2)[1]), data
+
+
+async def test_connection_limit_refuses_clearly_then_recovers(server):
+    fds0 = _fds()
+    idle = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(MAX + 100)]
+    await asyncio.sleep(0.2)
+    assert len(server.connections) == MAX
+    # The 100 beyond the limit were answered 503 and closed.
+    refused = 0
+    for r, _ in idle[MAX:]:
+        data = await _read_all(r)
+        assert data.startswith(b"HTTP/1.1 503 ")
+        assert b"Connection: close\r\n" in data and b"Retry-After: 1\r\n" in data
+        assert b'"too_many_connections"' in data
+        refused += 1
+    assert refused == 100
+    # A new client while full: refused clearly, not hung.
+    status, data = await _get(server)
+    assert status == 503 and b"too_many_connections" in data
+    # The idle ones never sent a request: cut after header_timeout, silently.
+    for r, _ in idle[:MAX]:
+        assert await _read_all(r, 5.0) == b""
+    for _, w in idle:
+        w.close()
+    await asyncio.sleep(0.1)
+    assert not server.connections
+    status, _ = await _get(server)
+    assert status == 200
+    await asyncio.sleep(1.2)  # refused connections linger at most REFUSAL_LINGER
+    assert _fds() <= fds0 + 5
+
+
+async def test_slowloris_head_gets_408(server):
+    r, w = await asyncio.open_connection("127.0.0.1", server.port)
+    head = b"GET /x HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 100
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    reading = asyncio.create_task(_read_all(r))
+    for b in head:  # one byte every 20 ms: the head would take 2.6 s
+        if reading.done() or loop.time() - t0 > 4:
+            break
+        w.write(bytes([b]))
+        await asyncio.sleep(0.02)
+    data = await reading
+    assert data.startswith(b"HTTP/1.1 408 ")
+    assert b'"request_timeout"' in data and b"Connection: close\r\n" in data
+    assert loop.time() - t0 < 3
+    w.close()
+
+
+async def test_short_body_gets_408(server):
+    r, w = await asyncio.open_connection("127.0.0.1", server.port)
+    w.write(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+    data = await _read_all(r)
+    assert data.startswith(b"HTTP/1.1 408 ")
+    w.close()
+
+
+async def test_keep_alive_request_head_is_timed_from_its_first_byte(server):
+    r, w = await asyncio.open_connection("127.0.0.1", server.port)
+    w.write(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 200 ")
+    await r.readexactly(11)
+    await asyncio.sleep(1.5)  # idle keep-alive: not the header timeout's business
+    w.write(b"GET /x HTTP/1.1\r\nHo")
+    data = await _read_all(r)
+    assert data.startswith(b"HTTP/1.1 408 ")
+    w.close()
+
+
+async def test_slow_but_steady_requests_are_served(server):
+    r, w = await asyncio.open_connection("127.0.0.1", server.port)
+    for _ in range(3):
+        w.write(b"GET /x HTTP/1.1\r\n")
+        await asyncio.sleep(0.4)
+        w.write(b"Host: x\r\n\r\n")
+        head = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 200 ")
+        await r.readexactly(11)
+    w.close()
