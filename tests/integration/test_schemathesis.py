@@ -57,7 +57,7 @@ KNOWN: list[tuple[str, str]] = [
     ("segment must be", "archive segment ids / objects: the schema is looser than the server"),
     ("must be a list of", "tuple-shaped arrays (keys, streams): the schema is looser"),
     ("must be a string", "tuple-shaped arrays (keys, streams): the schema is looser"),
-    ("compare takes an integer value", "txn compare value types per target: looser schema"),
+    ("compare takes", "txn compare value types and ops per target: looser schema"),
     ("became null", "the server reads null as absent for optional fields; the schema says no"),
     ("must not contain NUL", "ns: the schema does not exclude NUL"),
     (
