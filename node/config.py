@@ -105,6 +105,26 @@ class HttpSettings:
 
 
 @dataclass(frozen=True)
+class TlsSettings:
+    """The [tls] table: TLS on the client port and the raft port (node/tls.py says how)."""
+
+    enabled: bool = False
+    # PEM bundle of the CA(s) that signed the nodes' certificates (and client
+    # certificates, with client_auth); paths are relative to this file.
+    ca_file: str = ""
+    # This node's certificate chain and key; "{id}" is replaced by the node id.
+    cert_file: str = ""
+    key_file: str = ""
+    # Client certificates on the client port (mTLS): "none", "optional" or "required".
+    client_auth: str = "none"
+    # TLS on the raft port too (peer certificates from the same CA, always mutual).
+    raft: bool = True
+
+
+CLIENT_AUTH_MODES = ("none", "optional", "required")
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     id: str
     host: str
@@ -153,6 +173,7 @@ class ClusterConfig:
     retention: Retention = field(default_factory=Retention)
     raft: RaftSettings = field(default_factory=RaftSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
+    tls: TlsSettings = field(default_factory=TlsSettings)
     # Directory the relative paths above are resolved against.
     base_dir: str = "."
     # Set by `load`: where the secret came from (never the secret itself), and warnings
@@ -175,8 +196,18 @@ class ClusterConfig:
     def peers_of(self, node_id: str) -> list[NodeConfig]:
         return [n for n in self.nodes if n.id != node_id]
 
+    @property
+    def scheme(self) -> str:
+        """The client port's URL scheme: https when [tls] is enabled."""
+        return "https" if self.tls.enabled else "http"
+
+    def url(self, node_id: str) -> str:
+        """The node's client-port URL."""
+        n = self.node(node_id)
+        return f"{self.scheme}://{n.host}:{n.http_port}"
+
     def http_urls(self) -> list[str]:
-        return [n.http_url for n in self.nodes]
+        return [self.url(n.id) for n in self.nodes]
 
 
 @dataclass(frozen=True)
@@ -189,6 +220,7 @@ class _ConfigFile:
     retention: Retention = field(default_factory=Retention)
     raft: RaftSettings = field(default_factory=RaftSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
+    tls: TlsSettings = field(default_factory=TlsSettings)
 
 
 _TYPE_WORDS = {
@@ -296,6 +328,7 @@ def parse(raw: dict, base_dir: str = ".") -> ClusterConfig:
         retention=f.retention,
         raft=f.raft,
         http=f.http,
+        tls=f.tls,
         base_dir=base_dir,
     )
     validate(cfg)
@@ -327,6 +360,11 @@ def validate(cfg: ClusterConfig) -> None:
         raise ConfigError("http: max_connections must be >= 1 and every timeout > 0")
     if h.max_header_bytes < 1024:
         raise ConfigError("http: max_header_bytes must be at least 1024")
+    t = cfg.tls
+    if t.client_auth not in CLIENT_AUTH_MODES:
+        raise ConfigError(f"tls.client_auth must be one of {CLIENT_AUTH_MODES}, not {t.client_auth!r}")
+    if t.enabled and not (t.ca_file and t.cert_file and t.key_file):
+        raise ConfigError("tls: enabled needs ca_file, cert_file and key_file")
     if not 1 <= cfg.limits.min_lease_ttl_ms <= 86_400_000:
         raise ConfigError("limits: min_lease_ttl_ms must be within 1..86400000 (one day)")
 
@@ -472,6 +510,7 @@ def dumps(cfg: ClusterConfig) -> str:
         "retention": dataclasses.asdict(cfg.retention),
         "raft": dataclasses.asdict(cfg.raft),
         "http": dataclasses.asdict(cfg.http),
+        "tls": dataclasses.asdict(cfg.tls),
         "nodes": [_node_table(n) for n in cfg.nodes],
     }
     return _HEADER + tomli_w.dumps(doc)
