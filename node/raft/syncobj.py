@@ -362,11 +362,9 @@ class _PeerTransport(TCPTransport):
             node_id = getattr(node, "node_id", None)
             if node_id is None or node_id not in conn.tls_peer_names:
                 names = ", ".join(sorted(conn.tls_peer_names)) or "none"
+                claimed = f"{node_id} ({message})" if node_id else repr(message)[:80]
                 conn.tls_refuse(
-                    TlsRefused(
-                        "wrong-node",
-                        f"claims to be {message!r}, its certificate names {names}",
-                    )
+                    TlsRefused("wrong-node", f"claims to be {claimed}, its certificate names {names}")
                 )
                 self._unknownConnections.discard(conn)
                 return

@@ -173,7 +173,7 @@ class TlsPipe:
             raise self._fail(
                 TlsRefused(
                     "wrong-node",
-                    f"the peer's certificate names no cluster node (its DNS names: {names})",
+                    f"the peer's certificate names none of this node's peers (its DNS names: {names})",
                 )
             )
         pending, self._pending, self.pending_bytes = self._pending, [], 0

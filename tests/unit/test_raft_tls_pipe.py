@@ -179,7 +179,7 @@ def test_the_acceptor_refuses_a_client_certificate(tls_dir):
     got_s: list[bytes] = []
     with pytest.raises(TlsRefused) as e:
         _pump(client, server, [], got_s)
-    assert e.value.kind == "wrong-node" and "no cluster node" in e.value.why
+    assert e.value.kind == "wrong-node" and "none of this node's peers" in e.value.why
     assert b"".join(got_s) == b""  # nothing of the dialler's data came out
 
 
@@ -234,8 +234,9 @@ def test_cert_authority_helper_is_usable_for_odd_certs(tmp_path):
     (tmp_path / "stranger.pem").write_bytes(cert)
     write_private(tmp_path / "stranger-key.pem", key)
     accept_ctx, _ = _contexts(tmp_path, "n2")
-    dial = _client_context(tmp_path / "stranger.pem", tmp_path / "stranger-key.pem",
-                           tmp_path / "tls/ca.pem")
+    dial = _client_context(
+        tmp_path / "stranger.pem", tmp_path / "stranger-key.pem", tmp_path / "tls/ca.pem"
+    )
     client = TlsPipe(dial, server_side=False, server_hostname="n2")
     server = TlsPipe(accept_ctx, server_side=True, expect_any={"n1", "n3"})
     with pytest.raises(TlsRefused) as e:
