@@ -64,7 +64,7 @@ def converge(
     cfg: ClusterConfig, ns: str, result: RunResult, event: Say
 ) -> list[tuple[str, Any, int, str]]:
     """The "replicas converge" verdict; returns every kv read, for the revision check."""
-    urls = {n.id: n.http_url for n in cfg.nodes}
+    urls = {n.id: cfg.url(n.id) for n in cfg.nodes}
     states, waited = read_replicas(urls, ns, timeout=20.0)
     conv = compare_replicas(states)
     event(

@@ -181,7 +181,7 @@ def read_stream_copies(
 ) -> None:
     """Every node's own copy of the streams, once the replicas converged."""
     names = list(streams.final)
-    urls = {n.id: n.http_url for n in cfg.nodes}
+    urls = {n.id: cfg.url(n.id) for n in cfg.nodes}
     streams.replicas = replica_stream_reads(urls, names, streams.revision, ns=ns)
     read = sum(copy is not None for copy in streams.replicas.values())
     event(

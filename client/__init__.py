@@ -46,6 +46,7 @@ from .errors import (
     StatekeeperError,
     StreamNotFound,
     Timeout,
+    TlsError,
     Unavailable,
     WatchOverflow,
 )
@@ -146,6 +147,7 @@ __all__ = [
     "StreamPage",
     "Timeout",
     "TxnResult",
+    "TlsError",
     "Unavailable",
     "WatchEvent",
     "WatchOverflow",

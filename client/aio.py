@@ -93,7 +93,9 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
         if self._closed:
             raise RuntimeError("AsyncClient is closed")
         if self._pool is None:
-            self._pool = Pool(asyncio.get_running_loop(), self._max_connections, self._eps)
+            self._pool = Pool(
+                asyncio.get_running_loop(), self._max_connections, self._eps, self._tls
+            )
         return self._pool
 
     async def _drive(self, plan: Plan) -> Any:
@@ -121,7 +123,7 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
             conn: StreamConnection | None = None
             try:
                 ep = self._eps.get(url) or Endpoint(url)
-                conn = await open_stream(ep, request, self.timeout)
+                conn = await open_stream(ep, request, self.timeout, self._tls)
                 self._streams.add(conn)
                 status, ctype = conn.head.result()
                 if status != 200:

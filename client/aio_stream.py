@@ -143,13 +143,16 @@ class StreamConnection(asyncio.Protocol):
         self._wake()
 
 
-async def open_stream(ep: Endpoint, req: Request, timeout: float) -> StreamConnection:
+async def open_stream(
+    ep: Endpoint, req: Request, timeout: float, tls: ssl.SSLContext | None
+) -> StreamConnection:
     """Connect to ``ep``, send ``req`` and wait (at most ``timeout`` seconds in all) for the
-    answer's head: ``conn.head.result()`` is then ``(status, content_type)``. Raises
-    CannotConnect (nothing sent), ConnectionLost or TimeoutError."""
+    answer's head: ``conn.head.result()`` is then ``(status, content_type)``. ``tls``: the
+    context of an https endpoint. Raises CannotConnect (nothing sent), ConnectionLost or
+    TimeoutError."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    tls = ssl.create_default_context() if ep.tls else None
+    tls = tls if ep.tls else None
     try:
         async with asyncio.timeout_at(deadline):
             _, conn = await loop.create_connection(

@@ -63,7 +63,11 @@ class Pool:
     __slots__ = ("_tls", "closed", "conns", "endpoints", "limit", "loop", "nopen", "waiters")
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, limit: int, endpoints: dict[str, Endpoint]
+        self,
+        loop: asyncio.AbstractEventLoop,
+        limit: int,
+        endpoints: dict[str, Endpoint],
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.loop = loop
         self.limit = max(limit, 0)  # 0: no limit (aiohttp's TCPConnector semantics)
@@ -74,7 +78,7 @@ class Pool:
         # meaning "a slot is yours: open one".
         self.waiters: deque[tuple[Endpoint, asyncio.Future[Connection | None]]] = deque()
         self.closed = False
-        self._tls: ssl.SSLContext | None = None
+        self._tls = tls  # for https endpoints (client/tls.py)
 
     def endpoint(self, url: str) -> Endpoint:
         ep = self.endpoints.get(url)
@@ -159,11 +163,7 @@ class Pool:
                 raise
 
     async def _open(self, ep: Endpoint, deadline: float) -> Connection:
-        tls = None
-        if ep.tls:
-            tls = self._tls
-            if tls is None:
-                tls = self._tls = ssl.create_default_context()
+        tls = self._tls if ep.tls else None
         try:
             async with asyncio.timeout_at(deadline):
                 _, conn = await self.loop.create_connection(

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator, Sequence
 from types import MethodType
 from typing import (
@@ -42,6 +44,7 @@ from typing import (
 from .errors import StatekeeperError
 from .kv_requests import scan_next, status_request
 from .retry import DEFAULT_RETRY, Backoff, Endpoints, Exchange, RetryPolicy, normalize_endpoint
+from .tls import client_tls_context
 from .wire import CONSISTENCY_LEVELS, DEFAULT_ENDPOINT, Request
 
 if TYPE_CHECKING:
@@ -123,6 +126,10 @@ class BaseClient:
         consistency: str = "linearizable",
         prefer_leader: bool = True,
         max_connections: int = 32,
+        ca: str | os.PathLike[str] | None = None,
+        cert: str | os.PathLike[str] | None = None,
+        key: str | os.PathLike[str] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if consistency not in CONSISTENCY_LEVELS:
             raise ValueError(f"consistency must be one of {CONSISTENCY_LEVELS}")
@@ -133,6 +140,12 @@ class BaseClient:
         self.retry = retry
         self.consistency = consistency
         self._endpoints = Endpoints(endpoints)
+        # Built only when an endpoint is https (reading files, and the env's paths).
+        self._tls = (
+            client_tls_context(ca, cert, key, tls)
+            if any(u.startswith("https:") for u in self._endpoints.urls)
+            else None
+        )
         self._init_transport(max_connections)
         # With one endpoint there is nothing to choose: no status round trip.
         self.prefer_leader = prefer_leader and len(self._endpoints.urls) > 1

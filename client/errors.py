@@ -45,12 +45,13 @@ __all__ = [
     "StatekeeperError",
     "StreamNotFound",
     "Timeout",
+    "TlsError",
     "Unavailable",
     "WatchOverflow",
     "error_class",
 ]
 
-CLIENT_CODES = ("connection_failed", "connection_lost", "client_timeout")
+CLIENT_CODES = ("connection_failed", "connection_lost", "client_timeout", "tls_failed")
 
 
 class StatekeeperError(Exception):
@@ -437,6 +438,14 @@ class Timeout(StatekeeperError):
         return True
 
 
+class TlsError(StatekeeperError):
+    """The TLS handshake failed (client code ``tls_failed``): the node's certificate is
+    not signed by the CA the client trusts (``ca=``), does not name the host in the URL,
+    or the node refused the client's certificate (or its absence). The request was not
+    delivered. Not retried: every node has a certificate from the same CA, so this is a
+    configuration problem, not a passing fault."""
+
+
 _BY_CODE: dict[str, type[StatekeeperError]] = {
     "key_not_found": NotFound,
     "not_found": NotFound,
@@ -456,6 +465,8 @@ _BY_CODE: dict[str, type[StatekeeperError]] = {
     "connection_lost": Unavailable,
     "timeout": Timeout,
     "client_timeout": Timeout,
+    "tls_failed": TlsError,
+    "client_certificate_required": TlsError,
     "compacted": Compacted,
     "archived": Archived,
     "archive_corrupt": ArchiveCorrupt,

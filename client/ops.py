@@ -45,8 +45,9 @@ def lease_id(lease: Any) -> int:
 def ttl_ms(ttl: Any) -> int:
     """A TTL in seconds (int or float > 0) as the wire's milliseconds."""
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0:
-        raise InvalidRequest(f"ttl must be a positive number of seconds, not {ttl!r}",
-                             code="invalid_argument")
+        raise InvalidRequest(
+            f"ttl must be a positive number of seconds, not {ttl!r}", code="invalid_argument"
+        )
     return max(1, round(ttl * 1000))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -16,6 +17,7 @@ from .errors import (
     NotFound,
     StatekeeperError,
     Timeout,
+    TlsError,
     Unavailable,
     error_class,
 )
@@ -148,14 +150,33 @@ def error_from_dict(
     return cls(message, code=code, details=details)
 
 
+def _tls_failure(cause: BaseException | None) -> ssl.SSLError | None:
+    """The TLS error somewhere in ``cause``'s chain (urllib3 and asyncio both wrap it)."""
+    seen = 0
+    while cause is not None and seen < 8:
+        if isinstance(cause, ssl.SSLError) and not isinstance(cause, ssl.SSLEOFError):
+            return cause
+        nested = [a for a in getattr(cause, "args", ()) if isinstance(a, BaseException)]
+        cause = cause.__cause__ or cause.__context__ or (nested[0] if nested else None)
+        seen += 1
+    return None
+
+
 def connection_error(
     kind: str, endpoint: str, cause: BaseException | None = None
 ) -> StatekeeperError:
     """Client-side failure below HTTP. ``kind``: ``connect`` (request not sent), ``lost``
     (connection broke after sending: outcome unknown) or ``timeout`` (no answer in time)."""
     reason = f"{type(cause).__name__}: {cause}" if cause is not None else ""
-    if kind == "connect":
-        err: StatekeeperError = Unavailable(
+    tls = _tls_failure(cause)
+    if tls is not None:
+        err: StatekeeperError = TlsError(
+            f"TLS with {endpoint} failed, the request was not delivered: {tls}",
+            code="tls_failed",
+            endpoint=endpoint,
+        )
+    elif kind == "connect":
+        err = Unavailable(
             f"cannot connect to {endpoint} ({reason})", code="connection_failed", endpoint=endpoint
         )
     elif kind == "timeout":

@@ -104,6 +104,7 @@ class Client(Commands[Batch]):
             maxsize=max_connections,
             block=False,
             retries=False,
+            ssl_context=self._tls,
         )
         # Pools looked up once: PoolManager.urlopen would re-parse the URL every call.
         self._pools: dict[str, tuple[urllib3.HTTPConnectionPool, str]] = {}

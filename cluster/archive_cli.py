@@ -31,6 +31,7 @@ from cluster.client_cli import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
+    connection_options,
     dump,
     endpoints,
     guarded,
@@ -52,7 +53,7 @@ FAILPOINT_STEPS = ("segment-written", "manifest-written", "sealed")
 def open_client(args: argparse.Namespace) -> Any:
     from client import Client
 
-    return Client(endpoints(args), ns=args.ns or "default")
+    return Client(endpoints(args), ns=args.ns or "default", **connection_options(args))
 
 
 def _common(arg: Callable[..., Any], ns_default: str | None) -> list[Any]:

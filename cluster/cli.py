@@ -297,7 +297,7 @@ def collect_status(lc: LocalCluster) -> list[dict[str, Any]]:
     rows = []
     for nid in lc.node_ids:
         pid = lc.pid(nid)
-        code, doc = http_get_json(lc.url(nid) + "/v1/status", timeout=2.0)
+        code, doc = http_get_json(lc.url(nid) + "/v1/status", timeout=2.0, tls=lc.tls)
         rows.append(
             {
                 "id": nid,
@@ -588,7 +588,14 @@ def cmd_bench_compare(args: argparse.Namespace) -> int:
     "  statekeeper chaos suite --smoke\n"
     "  statekeeper chaos soak --minutes 30\n"
     "  statekeeper chaos run --help",
-    args=[arg("chaos_args", nargs=argparse.REMAINDER, metavar="ACTION ...", help="run, list, suite or soak, and their options")],
+    args=[
+        arg(
+            "chaos_args",
+            nargs=argparse.REMAINDER,
+            metavar="ACTION ...",
+            help="run, list, suite or soak, and their options",
+        )
+    ],
 )
 def cmd_chaos(args: argparse.Namespace) -> int:
     """Run fault-injection scenarios against a fresh local cluster and check the history
@@ -608,6 +615,7 @@ from cluster import (  # noqa: E402 (their groups register here)
     lease_cli,
     lock_cli,
     stream_cli,
+    tls_cli,
     watch_cli,
 )
 
@@ -619,6 +627,7 @@ watch_cli.register(command, arg, GROUPS)
 crdt_cli.register(command, arg, GROUPS)
 gc_cli.register(command, arg, GROUPS)
 archive_cli.register(command, arg, GROUPS)
+tls_cli.register(command, arg, GROUPS)
 
 
 if __name__ == "__main__":

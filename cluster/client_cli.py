@@ -2,7 +2,9 @@
 where the nodes are, the common flags, one-line errors, tables and JSON.
 
 Endpoints: --endpoints, else $STATEKEEPER_ENDPOINTS, else the HTTP URLs of --config
-(cluster.toml) when it exists, else http://127.0.0.1:7000. The client is imported only
+(cluster.toml) when it exists, else http://127.0.0.1:7000. TLS: $STATEKEEPER_CA_FILE (and
+_CERT_FILE / _KEY_FILE, client/tls.py), else, with a cluster.toml that turns [tls] on, its
+CA (and a node certificate when the port asks for client certificates). The client is imported only
 when a command runs (the CLI also serves `statekeeper cluster ...` without it).
 """
 
@@ -26,8 +28,13 @@ def client_args(arg: Callable[..., Any]) -> list[Any]:
     return [
         arg("--ns", default="default", metavar="NS", help="namespace (default: default)"),
         arg("--endpoints", metavar="URLS", help="comma-separated node URLs"),
-        arg("--config", "-c", default="cluster.toml", metavar="PATH",
-            help="cluster config to take the endpoints from (default: cluster.toml)"),
+        arg(
+            "--config",
+            "-c",
+            default="cluster.toml",
+            metavar="PATH",
+            help="cluster config to take the endpoints from (default: cluster.toml)",
+        ),
         arg("--json", action="store_true", help="print JSON instead of a table"),
     ]
 
@@ -38,11 +45,26 @@ def endpoints(args: argparse.Namespace) -> list[str]:
     env = os.environ.get("STATEKEEPER_ENDPOINTS")
     if env:
         return [u for u in env.split(",") if u]
+    cfg = _config(args)
+    return list(cfg.http_urls()) if cfg is not None else [DEFAULT_ENDPOINT]
+
+
+def _config(args: argparse.Namespace) -> Any:
     if args.config and Path(args.config).exists():
         from node import config as node_config
 
-        return list(node_config.load(Path(args.config)).http_urls())
-    return [DEFAULT_ENDPOINT]
+        return node_config.load(Path(args.config))
+    return None
+
+
+def connection_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Client keyword arguments that come from cluster.toml rather than the environment."""
+    cfg = _config(args)
+    if cfg is None or not cfg.tls.enabled or os.environ.get("STATEKEEPER_CA_FILE"):
+        return {}
+    from node.tls import operator_tls_context
+
+    return {"tls": operator_tls_context(cfg)}
 
 
 def guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -68,13 +90,21 @@ def when(time_ms: int | None) -> str:
 
 
 def size(n: int) -> str:
-    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
+    return (
+        f"{n} B"
+        if n < 1024
+        else f"{n / 1024:.1f} KiB"
+        if n < 1 << 20
+        else f"{n / (1 << 20):.1f} MiB"
+    )
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [list(columns)] + [["-" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
+    )
 
 
 def dump(obj: Any) -> None:
@@ -84,4 +114,4 @@ def dump(obj: Any) -> None:
 def open_client(args: argparse.Namespace) -> Any:
     from client import Client
 
-    return Client(endpoints(args), ns=args.ns)
+    return Client(endpoints(args), ns=args.ns, **connection_options(args))

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from node.config import ClusterConfig
+from node.tls import operator_tls_context
 
 PID_FILE = "node.pid"
 LOG_FILE = "node.log"
@@ -52,14 +54,25 @@ class ClusterTimeout(SupervisorError, TimeoutError):
     """Nodes did not reach the awaited state in time."""
 
 
-def http_get_json(url: str, timeout: float = 2.0) -> tuple[int, dict[str, Any] | None]:
-    """GET `url`; return (HTTP status, decoded JSON object or None).
+def _opener(tls: ssl.SSLContext | None) -> urllib.request.OpenerDirector:
+    if tls is None:
+        return _OPENER
+    return urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=tls)
+    )
+
+
+def http_get_json(
+    url: str, timeout: float = 2.0, tls: ssl.SSLContext | None = None
+) -> tuple[int, dict[str, Any] | None]:
+    """GET `url` (https: verified with `tls`); return (HTTP status, decoded JSON object
+    or None).
 
     Status 0 means no HTTP answer at all (refused, reset, timed out).
     """
     req = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
-        with _OPENER.open(req, timeout=timeout) as resp:
+        with _opener(tls).open(req, timeout=timeout) as resp:
             status, body = resp.status, resp.read()
     except urllib.error.HTTPError as e:
         status, body = e.code, e.read() if e.fp is not None else b""
@@ -161,6 +174,8 @@ class LocalCluster:
     ) -> None:
         self.config = config
         self.config_path = Path(config_path).resolve()
+        # How this supervisor checks the nodes' https port (None: plain http).
+        self.tls = operator_tls_context(config)
         self.node_command = list(node_command or [sys.executable, "-m", "node"])
         self._progress = progress
         self._extra_env = dict(env or {})
@@ -184,7 +199,7 @@ class LocalCluster:
         return [n.id for n in self.config.nodes]
 
     def url(self, node_id: str) -> str:
-        return self.config.node(node_id).http_url
+        return self.config.url(node_id)
 
     def data_dir(self, node_id: str) -> Path:
         return self.config.node_data_dir(node_id)
@@ -260,14 +275,20 @@ class LocalCluster:
     # -- HTTP probes ---------------------------------------------------------------
 
     def is_live(self, node_id: str) -> bool:
-        return http_get_json(self.url(node_id) + "/v1/health/live", timeout=1.0)[0] == 200
+        return (
+            http_get_json(self.url(node_id) + "/v1/health/live", timeout=1.0, tls=self.tls)[0]
+            == 200
+        )
 
     def is_ready(self, node_id: str) -> bool:
-        return http_get_json(self.url(node_id) + "/v1/health/ready", timeout=1.0)[0] == 200
+        return (
+            http_get_json(self.url(node_id) + "/v1/health/ready", timeout=1.0, tls=self.tls)[0]
+            == 200
+        )
 
     def status(self, node_id: str) -> dict[str, Any] | None:
         """The node's GET /v1/status answer, or None if it does not answer 200."""
-        code, doc = http_get_json(self.url(node_id) + "/v1/status", timeout=2.0)
+        code, doc = http_get_json(self.url(node_id) + "/v1/status", timeout=2.0, tls=self.tls)
         return doc if code == 200 else None
 
     def statuses(self) -> dict[str, dict[str, Any] | None]:
@@ -405,7 +426,9 @@ class LocalCluster:
         last: dict[str, str] = {}
         while pending:
             for nid in list(pending):
-                code, doc = http_get_json(self.url(nid) + "/v1/health/ready", timeout=1.0)
+                code, doc = http_get_json(
+                    self.url(nid) + "/v1/health/ready", timeout=1.0, tls=self.tls
+                )
                 if code == 200:
                     pending.remove(nid)
                     self._say(f"{nid}: ready after {time.monotonic() - start:.1f}s")

@@ -362,7 +362,9 @@ def validate(cfg: ClusterConfig) -> None:
         raise ConfigError("http: max_header_bytes must be at least 1024")
     t = cfg.tls
     if t.client_auth not in CLIENT_AUTH_MODES:
-        raise ConfigError(f"tls.client_auth must be one of {CLIENT_AUTH_MODES}, not {t.client_auth!r}")
+        raise ConfigError(
+            f"tls.client_auth must be one of {CLIENT_AUTH_MODES}, not {t.client_auth!r}"
+        )
     if t.enabled and not (t.ca_file and t.cert_file and t.key_file):
         raise ConfigError("tls: enabled needs ca_file, cert_file and key_file")
     if not 1 <= cfg.limits.min_lease_ttl_ms <= 86_400_000:

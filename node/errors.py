@@ -43,6 +43,8 @@ STATUS: dict[str, int] = {
     "request_timeout": 408,  # a request's head or body did not arrive in time (closed)
     "not_ready": 503,  # GET /v1/health/ready
     "method_not_allowed": 405,
+    # [tls] client_auth = "required" and the connection brought no client certificate.
+    "client_certificate_required": 401,
     "timeout": 504,
     "internal": 500,
 }

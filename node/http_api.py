@@ -45,7 +45,7 @@ class Api:
         self.proposer = proposer
         self.limits = cluster.limits
         self.timeout = cluster.raft.request_timeout
-        self._urls = {n.id: n.http_url for n in cluster.nodes}
+        self._urls = {n.id: cluster.url(n.id) for n in cluster.nodes}
         self.shutting_down = False
         self.reads = ReadPolicy(
             raft,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -93,11 +94,32 @@ class HttpServer:
         self.connections: set[_HttpProtocol] = set()
         self._server: asyncio.base_events.Server | None = None
         self.closing = False
+        self.require_client_cert = False
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(
+        self,
+        host: str,
+        port: int,
+        tls: ssl.SSLContext | None = None,
+        require_client_cert: bool = False,
+    ) -> None:
+        """Listen; with `tls`, HTTPS (the handshake counts against header_timeout).
+
+        `require_client_cert`: connections without a (verified) client certificate get a
+        401 client_certificate_required and are closed. Checked here rather than by the
+        handshake (`tls` then asks with CERT_OPTIONAL): in TLS 1.3 the client finishes its
+        handshake before the server judges its certificate, so a handshake refusal reaches
+        the client as a bare EOF after it sent its request, which it cannot tell from a
+        crash ("outcome unknown"); an HTTP answer says what is wrong."""
+        self.require_client_cert = require_client_cert
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _HttpProtocol(self), host, port, reuse_address=True
+            lambda: _HttpProtocol(self),
+            host,
+            port,
+            reuse_address=True,
+            ssl=tls,
+            ssl_handshake_timeout=self.limits.header_timeout if tls else None,
         )
 
     @property
@@ -121,6 +143,12 @@ class HttpServer:
             conn.abort()
         if self._server is not None:
             await self._server.wait_closed()
+
+
+def _peer_certificate(transport: asyncio.BaseTransport) -> bool:
+    """Whether the TLS peer sent a certificate (which the handshake then verified)."""
+    tls = transport.get_extra_info("ssl_object")
+    return tls is not None and bool(tls.getpeercert(binary_form=True))
 
 
 class _HttpProtocol(asyncio.Protocol):
@@ -166,15 +194,27 @@ class _HttpProtocol(asyncio.Protocol):
         if self.server.closing:
             self.abort()
             return
+        if self.server.require_client_cert and not _peer_certificate(transport):
+            self._refuse(
+                401,
+                "client_certificate_required",
+                "this node requires a client certificate signed by the cluster CA (mTLS)",
+            )
+            return
         self._arm_idle_timer()
         self._clock.start(self.limits.header_timeout)  # the first request's head, from now
 
-    def _refuse(self) -> None:
-        n = self.limits.max_connections
+    def _refuse(self, status: int = 503, code: str = "", message: str = "") -> None:
+        """Answer before any request arrives (the client reads it as the answer to its
+        first request), then close."""
         resp = self.server.error_response(
-            503, "too_many_connections", f"this node serves at most {n} connections; retry later"
+            status,
+            code or "too_many_connections",
+            message
+            or f"this node serves at most {self.limits.max_connections} connections; retry later",
         )
-        resp.headers = (("Retry-After", "1"),)
+        if status == 503:
+            resp.headers = (("Retry-After", "1"),)
         self._write(resp, "GET", keep_alive=False, linger=REFUSAL_LINGER)
 
     def _read_expired(self) -> None:

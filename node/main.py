@@ -21,6 +21,7 @@ from node.raft import RaftNode
 from node.retention_gc import RetentionGC
 from node.snapshot_file import fsync_dir
 from node.store import StateMachine
+from node.tls import client_port_context
 
 log = logging.getLogger("statekeeper.node")
 
@@ -32,7 +33,9 @@ async def _log_when_ready(raft: RaftNode, started: float) -> None:
     st = raft.status()
     log.info(
         "ready %.2f s after start (applied index %d, leader %s)",
-        time.monotonic() - started, st.applied_index, st.leader_id,
+        time.monotonic() - started,
+        st.applied_index,
+        st.leader_id,
     )
 
 
@@ -73,13 +76,17 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     opened = time.monotonic()
     log.info(
         "state machine open in %.2f s (applied index %d, revision %d)",
-        opened - started, sm.applied_index, sm.revision,
+        opened - started,
+        sm.applied_index,
+        sm.revision,
     )
     after_apply: list = []
     # The clock the leader stamps entries with; the lease expiry task reads it too.
     clock = ClusterClock(lambda: sm.clock_ms)
     raft = RaftNode(cfg, node_id, _apply_fn(sm, after_apply), sm, clock=clock)
-    log.info("raft journal loaded in %.2f s (%s)", time.monotonic() - opened, raft.journal_summary())
+    log.info(
+        "raft journal loaded in %.2f s (%s)", time.monotonic() - opened, raft.journal_summary()
+    )
     if cfg.fsync == "always":
         # A new directory entry is durable only once its parent is fsynced: without this a
         # power loss right after the first start can take the whole data dir with it.
@@ -98,11 +105,16 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     api = Api(cfg, node_id, sm, raft, proposer)
     after_apply.append(api.reads.revisions.applied)
     http = api.server()
-    await http.start(me.host, me.http_port)
+    await http.start(
+        me.host,
+        me.http_port,
+        client_port_context(cfg, node_id),
+        require_client_cert=cfg.tls.enabled and cfg.tls.client_auth == "required",
+    )
     log.info(
         "%s serving HTTP on %s, raft on %s, data in %s (fsync=%s)",
         node_id,
-        me.http_url,
+        cfg.url(node_id),
         me.raft_address,
         data_dir,
         cfg.fsync,
@@ -111,12 +123,12 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     ready_logger = asyncio.create_task(_log_when_ready(raft, started))
     # Only the leader expires leases, after a grace past every election (node/lease_expiry.py).
     grace = cfg.raft.election_timeout_max + 1.0
-    lease_expiry = asyncio.create_task(
-        LeaseExpiry.for_node(sm, raft, clock, proposer, grace).run()
-    )
+    lease_expiry = asyncio.create_task(LeaseExpiry.for_node(sm, raft, clock, proposer, grace).run())
     # Only the leader enforces retention policies, after the same grace (node/retention_gc.py).
     retention_gc = asyncio.create_task(
-        RetentionGC.for_node(sm, raft, clock, proposer, grace, cfg.retention.gc_interval_seconds).run()
+        RetentionGC.for_node(
+            sm, raft, clock, proposer, grace, cfg.retention.gc_interval_seconds
+        ).run()
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -29,9 +29,17 @@ from pathlib import Path
 
 from node.config import ClusterConfig, ConfigError
 
-__all__ = ["TlsFiles", "client_port_context", "node_tls_files", "raft_contexts"]
+__all__ = [
+    "TlsFiles",
+    "client_port_context",
+    "node_tls_files",
+    "operator_tls_context",
+    "raft_contexts",
+]
 
-_CLIENT_AUTH = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+# "required" is enforced by the HTTP server after the handshake (node/http_server.py says
+# why): the handshake itself asks with CERT_OPTIONAL, which still refuses a bad certificate.
+_CLIENT_AUTH = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_OPTIONAL}
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,9 @@ def _load(ctx: ssl.SSLContext, files: TlsFiles) -> ssl.SSLContext:
         ctx.load_cert_chain(files.cert, files.key)
         ctx.load_verify_locations(cafile=files.ca)
     except (ssl.SSLError, OSError) as e:  # names the files, never their content
-        raise ConfigError(f"tls: cannot load {files.cert} / {files.key} / {files.ca}: {e}") from None
+        raise ConfigError(
+            f"tls: cannot load {files.cert} / {files.key} / {files.ca}: {e}"
+        ) from None
     return ctx
 
 
@@ -90,3 +100,16 @@ def raft_contexts(cfg: ClusterConfig, node_id: str) -> tuple[ssl.SSLContext, ssl
         ctx.minimum_version = ssl.TLSVersion.TLSv1_3
         _load(ctx, files)
     return server, client
+
+
+def operator_tls_context(cfg: ClusterConfig) -> ssl.SSLContext | None:
+    """How a tool on a node's machine (the supervisor, the CLI) reaches the https port:
+    trusting the cluster CA and, when the port asks for client certificates, presenting
+    the first node's certificate (it carries clientAuth). None when [tls] is off."""
+    if not cfg.tls.enabled:
+        return None
+    files = node_tls_files(cfg, cfg.nodes[0].id)
+    ctx = ssl.create_default_context(cafile=files.ca)
+    if cfg.tls.client_auth != "none":
+        ctx.load_cert_chain(files.cert, files.key)
+    return ctx

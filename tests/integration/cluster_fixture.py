@@ -23,6 +23,8 @@ from typing import Any, NamedTuple
 import pytest
 
 from chaos.partition import with_link_addresses
+from client.tls import CA_ENV, CERT_ENV, KEY_ENV
+from cluster.certs import init_cluster_tls
 from cluster.ports import free_ports
 from cluster.supervisor import LocalCluster
 from node import config as node_config
@@ -30,7 +32,14 @@ from node.config import ClusterConfig, NodeConfig
 
 HOST = "127.0.0.1"
 
-_CONFIG_OPTIONS = {"size", "fsync", "link_addresses", "gc_interval_seconds"} | {f.name for f in dataclasses.fields(node_config.RaftSettings)}
+_CONFIG_OPTIONS = {
+    "size",
+    "fsync",
+    "link_addresses",
+    "gc_interval_seconds",
+    "tls",
+    "client_auth",
+} | {f.name for f in dataclasses.fields(node_config.RaftSettings)}
 _CLUSTER_OPTIONS = {"node_command", "env", "ready_timeout"}
 
 
@@ -45,11 +54,16 @@ def write_test_config(
     fsync: str = "never",
     link_addresses: bool = False,
     gc_interval_seconds: float | None = None,
+    tls: bool = False,
+    client_auth: str = "none",
     **raft: Any,
 ) -> WrittenConfig:
     """Write `<directory>/cluster.toml` for `size` nodes on free loopback ports.
 
     fsync defaults to "never": tests kill processes, not machines, and it is faster.
+    tls: a CA and certificates in `<directory>/tls` (cluster.certs, with a client
+    certificate `client-test`), [tls] on with `client_auth`; clients then need
+    `ca=` (tls_env() gives the variables).
     Extra keyword arguments override RaftSettings fields.
     """
     ports = free_ports(2 * size)
@@ -68,11 +82,36 @@ def write_test_config(
         cfg = dataclasses.replace(cfg, retention=retention)
     if link_addresses:  # one loopback address per raft link, for iptables partitions
         cfg = with_link_addresses(cfg)
+    if tls:
+        init_cluster_tls(directory / "tls", [(n.id, n.host) for n in nodes], clients=["test"])
+        settings = node_config.TlsSettings(
+            enabled=True,
+            ca_file="tls/ca.pem",
+            cert_file="tls/{id}.pem",
+            key_file="tls/{id}-key.pem",
+            client_auth=client_auth,
+        )
+        cfg = dataclasses.replace(cfg, tls=settings)
     node_config.validate(cfg)
     path = directory / "cluster.toml"
     node_config.write(cfg, path)
     # Load it back: that is what the nodes will see (base_dir resolved, env applied).
     return WrittenConfig(path, node_config.load(path))
+
+
+def tls_env(cfg: ClusterConfig, client_cert: bool = False) -> dict[str, str]:
+    """The variables that make Client/AsyncClient (client/tls.py) trust the test CA and,
+    with `client_cert`, present the test client certificate."""
+    if not cfg.tls.enabled:
+        return {}
+    tls_dir = Path(cfg.base_dir) / "tls"
+    env = {CA_ENV: str(tls_dir / "ca.pem")}
+    if client_cert:
+        env |= {
+            CERT_ENV: str(tls_dir / "client-test.pem"),
+            KEY_ENV: str(tls_dir / "client-test-key.pem"),
+        }
+    return env
 
 
 def _options(request: pytest.FixtureRequest) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from client import AsyncClient, RetryPolicy, Timeout, Unavailable
+from client import AsyncClient, RetryPolicy, Timeout, TlsError, Unavailable
 from client.kv_requests import status_request
 from client.wire import Request
 
@@ -435,9 +435,9 @@ async def test_https_endpoint_verifies_the_certificate(
     srv = await Server().start(tls=tls)
     try:
         async with AsyncClient(srv.url(scheme="https"), retry=ONCE) as c:
-            with pytest.raises(Unavailable) as ei:  # not trusted: the handshake fails
+            with pytest.raises(TlsError) as ei:  # not trusted: the handshake fails
                 await c.status()
-            assert ei.value.code == "connection_failed"
+            assert ei.value.code == "tls_failed" and ei.value.attempts == 1
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # trusted by the default context
         async with AsyncClient(srv.url(scheme="https"), retry=ONCE) as c:
             first = await c.status()
