@@ -164,6 +164,13 @@ class _PeerZlib:
 _tcp_connection_module.zlib = _PeerZlib
 
 
+_UNANSWERED = TlsRefused(
+    "peer-refused",
+    "the peer closed the connection without answering (it refused our certificate, "
+    "or it is not a statekeeper peer with raft TLS on)",
+)
+
+
 class _TlsConnection(TcpConnection):
     """pysyncobj's TcpConnection with TLS between its buffers and the socket (raft TLS on).
 
@@ -181,10 +188,14 @@ class _TlsConnection(TcpConnection):
     _tls_out: bytes
     _tls_label: str
 
-    def tls_setup(self, new_pipe: Callable[[], TlsPipe], label: str, on_refused) -> None:
+    def tls_setup(
+        self, new_pipe: Callable[[], TlsPipe], label: str, on_refused, dialler: bool
+    ) -> None:
         self._tls_new = new_pipe
         self._tls_label = label
         self._tls_on_refused = on_refused
+        self._tls_dialler = dialler
+        self._tls_answered = False  # any plaintext from the peer yet
         self._tls_out = b""
         self._tls = new_pipe() if self._TcpConnection__socket is not None else None
 
@@ -195,6 +206,7 @@ class _TlsConnection(TcpConnection):
     def connect(self, host, port):
         self._tls = self._tls_new()  # a fresh session per attempt; ClientHello queued
         self._tls_out = b""
+        self._tls_answered = False
         return super().connect(host, port)
 
     def disconnect(self):
@@ -262,6 +274,10 @@ class _TlsConnection(TcpConnection):
                 self.disconnect()
             return False
         if not incoming:
+            if self._tls_dialler and not self._tls_answered:
+                # Under TLS 1.3 the dialler's handshake completes before the acceptor has
+                # checked its certificate: a refusal then reaches it as a bare close.
+                self._tls_on_refused(self._tls_label, _UNANSWERED)
             self.disconnect()
             return False
         try:
@@ -270,6 +286,7 @@ class _TlsConnection(TcpConnection):
             self.tls_refuse(e)
             return False
         if plain:
+            self._tls_answered = True
             self._TcpConnection__readBuffer += plain
         if self._tls.has_outgoing or self._tls_out:  # handshake replies, data held for it
             self._tls_flush()
@@ -330,6 +347,7 @@ class _PeerTransport(TCPTransport):
             lambda: TlsPipe(dial_ctx, server_side=False, server_hostname=node_id),
             f"to {node_id} at {node.ip}:{node.port}",
             self._tls_refused,
+            dialler=True,
         )
 
     def _onNewIncomingConnection(self, conn):
@@ -345,6 +363,7 @@ class _PeerTransport(TCPTransport):
                 lambda: TlsPipe(accept_ctx, server_side=True, expect_any=expect),
                 label,
                 self._tls_refused,
+                dialler=False,
             )
             # pysyncobj subscribed the plain handler; the same one, seen through the subclass.
             self._syncObj._poller.subscribe(

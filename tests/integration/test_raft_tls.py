@@ -10,11 +10,14 @@ logged once with the peer and why."""
 from __future__ import annotations
 
 import dataclasses
+import http.client
+import json
 import logging
 import os
 import pickle
 import shutil
 import socket
+import ssl
 import struct
 import time
 import uuid
@@ -23,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
+from client import Client
 from cluster.certs import init_cluster_tls
+from cluster.supervisor import LocalCluster
 from node import entry
 from node.config import ClusterConfig, TlsSettings
 from node.raft import syncobj
@@ -219,3 +224,160 @@ def test_a_plaintext_peer_is_refused_before_anything_is_unpickled(tmp_path, capl
         put(m, "still", b"serving")
     finally:
         m.close()
+
+
+# -- real node processes (tests/integration/cluster_fixture.py, tls=True) ------------------
+
+
+def _ca(cluster: LocalCluster) -> str:
+    return str(Path(cluster.config.base_dir) / cluster.config.tls.ca_file)
+
+
+def _swap_cert(cluster: LocalCluster, node_id: str, cert: Path, key: Path) -> None:
+    """Give the stopped `node_id` another certificate (for both its ports)."""
+    cfg = cluster.config
+    base = Path(cfg.base_dir)
+    for src, dst in ((cert, cfg.tls.cert_file), (key, cfg.tls.key_file)):
+        path = base / dst.replace("{id}", node_id)
+        path.unlink()
+        shutil.copy(src, path)
+
+
+def _status_unverified(cluster: LocalCluster, node_id: str) -> dict | None:
+    """/v1/status of a node whose certificate the cluster CA does not vouch for."""
+    n = cluster.config.node(node_id)
+    ctx = ssl._create_unverified_context()
+    conn = http.client.HTTPSConnection(n.host, n.http_port, timeout=2, context=ctx)
+    try:
+        conn.request("GET", "/v1/status", headers={"Accept": "application/json"})
+        r = conn.getresponse()
+        return json.loads(r.read()) if r.status == 200 else None
+    except (OSError, ValueError):
+        return None
+    finally:
+        conn.close()
+
+
+def _cannot_join(cluster: LocalCluster, victim: str) -> str:
+    """Restart the stopped `victim` with the certificate it was given: the others keep
+    electing and serving, the victim never learns a leader nor the new writes. Returns
+    the victim's log."""
+    others = [n for n in cluster.node_ids if n != victim]
+    cluster.start_node(victim)
+    st = wait_for(lambda: _status_unverified(cluster, victim), 30, f"{victim} answers /v1/status")
+    with Client([cluster.url(n) for n in others], ca=_ca(cluster)) as c:
+        rev = c.put("after-restart", b"1").revision
+        time.sleep(3)  # many connection attempts, both ways
+        rev = c.put("after-restart", b"2").revision
+    st = _status_unverified(cluster, victim)
+    assert st is not None and st["leader"] is None and st["revision"] < rev, st
+    for n in others:
+        assert cluster.status(n)["revision"] >= rev
+    log = cluster.log_file(victim).read_text()
+    assert "raft TLS: dropped the connection" in log, log[-3000:]
+    return log
+
+
+def _others_log(cluster: LocalCluster, victim: str) -> str:
+    return "".join(cluster.log_file(n).read_text() for n in cluster.node_ids if n != victim)
+
+
+@pytest.mark.cluster_options(tls=True)
+def test_a_tls_cluster_elects_and_replicates(cluster: LocalCluster) -> None:
+    leader = cluster.leader_id()
+    assert leader is not None
+    with Client(cluster.url(leader), ca=_ca(cluster)) as c:
+        rev = 0
+        for i in range(20):
+            rev = c.put(f"tls-{i}", f"v{i}".encode()).revision
+    for nid in cluster.node_ids:
+        with Client(cluster.url(nid), ca=_ca(cluster)) as c:
+            kv = c.get("tls-19", consistency="serializable", min_revision=rev)
+            assert kv.value == b"v19", nid
+    for nid in cluster.node_ids:
+        log = cluster.log_file(nid).read_text()
+        assert "raft TLS" not in log, (nid, log[-2000:])
+
+
+@pytest.mark.cluster_options(tls=True)
+def test_a_3_mib_entry_reaches_the_followers_with_raft_tls(cluster: LocalCluster) -> None:
+    """One batch of three 1 MiB puts: one ~3 MiB raft entry (test_large_entries.py)."""
+    leader = cluster.leader_id()
+    terms = {n: cluster.status(n)["term"] for n in cluster.node_ids}
+    values = [os.urandom(MIB) for _ in range(3)]
+    with Client(cluster.url(leader), ca=_ca(cluster), timeout=30) as c:
+        with c.batch() as b:
+            for i, v in enumerate(values):
+                b.put(f"big-{i}", v)
+        revs = [r.revision for r in b.results]
+    for nid in cluster.node_ids:
+        with Client(cluster.url(nid), ca=_ca(cluster), timeout=30) as c:
+            for i, v in enumerate(values):
+                kv = c.get(f"big-{i}", consistency="serializable", min_revision=max(revs))
+                assert kv.value == v, (nid, i)
+    assert {n: cluster.status(n)["term"] for n in cluster.node_ids} == terms
+
+
+@pytest.mark.cluster_options(tls=True)
+def test_a_node_process_with_another_cas_certificate_cannot_join(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    victim = cluster.node_ids[2]
+    cluster.stop_node(victim)
+    other = tmp_path / "other-ca"
+    init_cluster_tls(other, [(victim, "127.0.0.1")], cluster_name="other")
+    _swap_cert(cluster, victim, other / f"{victim}.pem", other / f"{victim}-key.pem")
+    _cannot_join(cluster, victim)
+    assert "the peer's certificate does not verify" in _others_log(cluster, victim)
+
+
+@pytest.mark.cluster_options(tls=True)
+def test_a_node_process_with_a_client_certificate_cannot_join(cluster: LocalCluster) -> None:
+    """The fixture's client certificate (clientAuth, no node id) as a node's."""
+    victim = cluster.node_ids[2]
+    cluster.stop_node(victim)
+    tls_dir = Path(cluster.config.base_dir) / "tls"
+    _swap_cert(cluster, victim, tls_dir / "client-test.pem", tls_dir / "client-test-key.pem")
+    _cannot_join(cluster, victim)
+    others = _others_log(cluster, victim)
+    assert (
+        "names none of this node's peers" in others
+        or "the peer's certificate does not verify" in others
+    ), others[-3000:]
+
+
+@pytest.mark.cluster_options(tls=True)
+def test_a_plaintext_peer_is_refused_on_a_tls_raft_port(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """What a peer without TLS sends (a frame sealed with the right cluster secret, the
+    AES-GCM-only protocol), a plaintext pickle and garbage: dropped before anything is
+    unpickled, and the cluster keeps serving."""
+    target = cluster.node_ids[1]
+    node = cluster.config.node(target)
+    marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
+    sealed = _AuthenticatingEncryptor(cluster.config.secret).encrypt_at_time(
+        zlib.compress(pickle.dumps(_Exploit(marker))), int(time.monotonic())
+    )
+    payloads = [
+        _raft_frame(sealed),
+        _raft_frame(zlib.compress(pickle.dumps(_Exploit(marker)))),
+        os.urandom(4096),
+    ]
+    for payload in payloads:
+        with socket.create_connection((node.host, node.raft_port), timeout=5) as s:
+            s.sendall(payload)
+            s.settimeout(10)
+            try:
+                while s.recv(4096):
+                    pass  # an alert, then the close
+            except ConnectionResetError:
+                pass
+    time.sleep(0.5)
+    assert not marker.exists(), "a peer message was unpickled"
+    with Client([cluster.url(n) for n in cluster.node_ids], ca=_ca(cluster)) as c:
+        rev = c.put("still-serving", b"yes").revision
+    with Client(cluster.url(target), ca=_ca(cluster)) as c:
+        assert c.get("still-serving", consistency="serializable", min_revision=rev).value == b"yes"
+    assert cluster.status(target)["rejected_peer_messages"] >= 1
+    assert "not TLS" in cluster.log_file(target).read_text()
