@@ -171,6 +171,10 @@ _UNANSWERED = TlsRefused(
 )
 
 
+def _as_refusal(e: Exception) -> TlsRefused:
+    return e if isinstance(e, TlsRefused) else TlsRefused("tls", f"unexpected TLS error: {e!r}")
+
+
 class _TlsConnection(TcpConnection):
     """pysyncobj's TcpConnection with TLS between its buffers and the socket (raft TLS on).
 
@@ -185,7 +189,7 @@ class _TlsConnection(TcpConnection):
     sent if the socket takes it, and the connection dropped (pysyncobj reconnects)."""
 
     _tls: TlsPipe | None
-    _tls_out: bytes
+    _tls_out: bytearray  # ciphertext the socket has not taken yet
     _tls_label: str
 
     def tls_setup(
@@ -196,7 +200,7 @@ class _TlsConnection(TcpConnection):
         self._tls_on_refused = on_refused
         self._tls_dialler = dialler
         self._tls_answered = False  # any plaintext from the peer yet
-        self._tls_out = b""
+        self._tls_out = bytearray()
         self._tls = new_pipe() if self._TcpConnection__socket is not None else None
 
     @property
@@ -205,12 +209,12 @@ class _TlsConnection(TcpConnection):
 
     def connect(self, host, port):
         self._tls = self._tls_new()  # a fresh session per attempt; ClientHello queued
-        self._tls_out = b""
+        self._tls_out = bytearray()
         self._tls_answered = False
         return super().connect(host, port)
 
     def disconnect(self):
-        self._tls_out = b""
+        self._tls_out = bytearray()
         super().disconnect()
 
     def getSendBufferSize(self):
@@ -243,16 +247,14 @@ class _TlsConnection(TcpConnection):
             self._TcpConnection__writeBuffer = b""
             try:
                 self._tls.send(buf)
-            except TlsRefused as e:
-                self.tls_refuse(e)
+            except Exception as e:  # never out of the raft thread's poller
+                self.tls_refuse(_as_refusal(e))
                 return False
         self._tls_flush()
         return False  # everything the socket took is written; the rest waits for WRITE
 
     def _tls_flush(self) -> None:
-        out = self._tls.outgoing()
-        if out:
-            self._tls_out = self._tls_out + out if self._tls_out else out
+        self._tls_out += self._tls.outgoing()
         sock = self._TcpConnection__socket
         while self._tls_out and sock is not None:
             try:
@@ -263,7 +265,7 @@ class _TlsConnection(TcpConnection):
                 return
             if n <= 0:
                 return
-            self._tls_out = self._tls_out[n:]
+            del self._tls_out[:n]  # cheap at the front of a bytearray
 
     def _TcpConnection__processRead(self) -> bool:
         sock = self._TcpConnection__socket
@@ -282,8 +284,8 @@ class _TlsConnection(TcpConnection):
             return False
         try:
             plain = self._tls.feed(incoming)  # drains every complete record
-        except TlsRefused as e:
-            self.tls_refuse(e)
+        except Exception as e:  # never out of the raft thread's poller
+            self.tls_refuse(_as_refusal(e))
             return False
         if plain:
             self._tls_answered = True
