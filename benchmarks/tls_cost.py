@@ -6,7 +6,10 @@ each measured with the load generator's put workload (256 B values, benchmarks/l
 at 1 and 64 clients. Both arms run the client port the same way ([tls] enabled, HTTPS with
 the cluster's CA), so the only difference is `[tls] raft`: TLS 1.3 (mutual, EC P-256)
 around the AES-GCM peer messages, or the AES-GCM messages alone. Reported: the median
-over the rounds of ops/s, p50 and p99 per arm and client count, and each round's numbers.
+over the rounds of ops/s, p50 and p99 per arm and client count, each round's ops/s, and
+the CPU the three node processes used per 1,000 puts (utime + stime from /proc, measured
+window only): on a machine shared with other work the throughput numbers move with the
+neighbours, the CPU per put much less.
 """
 
 from __future__ import annotations
@@ -32,6 +35,22 @@ from node.config import TlsSettings
 
 OUT = Path(__file__).resolve().parent / "out"
 CLIENTS = (1, 64)
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / _TICK
+
+
+@dataclasses.dataclass
+class Run:
+    result: LoadResult
+    cpu_ms_per_1k: float  # node CPU per 1,000 puts
 
 
 def _config(workdir: Path, raft_tls: bool, fsync: str) -> Path:
@@ -54,7 +73,7 @@ def _config(workdir: Path, raft_tls: bool, fsync: str) -> Path:
     return path
 
 
-async def one_arm(raft_tls: bool, args: argparse.Namespace) -> dict[int, LoadResult]:
+async def one_arm(raft_tls: bool, args: argparse.Namespace) -> dict[int, Run]:
     OUT.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tls-cost-", dir=OUT) as tmp:
         workdir = Path(tmp)
@@ -68,9 +87,21 @@ async def one_arm(raft_tls: bool, args: argparse.Namespace) -> dict[int, LoadRes
             await system.setup()
             try:
                 keys = make_keys(10_000)
+                pids = [p for n in lc.node_ids if (p := lc.pid(n)) is not None]
                 out = {}
                 for clients in CLIENTS:
-                    out[clients] = await run_spec(
+                    cpu = [0.0, 0.0]
+
+                    async def mark(into: list[float], i: int, delay: float) -> None:
+                        await asyncio.sleep(delay)
+                        into[i] = _cpu_seconds(pids)
+
+                    # CPU over the measured window only (after the warm-up).
+                    marks = [
+                        asyncio.create_task(mark(cpu, 0, args.warmup)),
+                        asyncio.create_task(mark(cpu, 1, args.warmup + args.duration)),
+                    ]
+                    result = await run_spec(
                         system,
                         Spec("put", 256, clients),
                         keys=keys,
@@ -79,6 +110,9 @@ async def one_arm(raft_tls: bool, args: argparse.Namespace) -> dict[int, LoadRes
                         populated=set(),
                         progress=False,
                     )
+                    await asyncio.gather(*marks)
+                    per_1k = (cpu[1] - cpu[0]) * 1e6 / max(result.ops, 1)
+                    out[clients] = Run(result, per_1k)
                 return out
             finally:
                 await system.teardown()
@@ -87,21 +121,23 @@ async def one_arm(raft_tls: bool, args: argparse.Namespace) -> dict[int, LoadRes
             lc.close()
 
 
-def _row(label: str, clients: int, results: list[LoadResult]) -> list[str]:
+def _row(label: str, clients: int, runs: list[Run]) -> list[str]:
     med = statistics.median
+    results = [r.result for r in runs]
     return [
         label,
         str(clients),
         f"{med(r.ops_per_s for r in results):,.0f}",
         f"{med(r.latency_ms(50) for r in results):.2f}",
         f"{med(r.latency_ms(99) for r in results):.2f}",
+        f"{med(r.cpu_ms_per_1k for r in runs):.0f}",
         str(sum(r.error_count for r in results)),
         " / ".join(f"{r.ops_per_s:,.0f}" for r in results),
     ]
 
 
 async def amain(args: argparse.Namespace) -> list[list[str]]:
-    arms: dict[bool, dict[int, list[LoadResult]]] = {
+    arms: dict[bool, dict[int, list[Run]]] = {
         True: {c: [] for c in CLIENTS},
         False: {c: [] for c in CLIENTS},
     }
@@ -111,11 +147,13 @@ async def amain(args: argparse.Namespace) -> list[list[str]]:
             name = "on" if raft_tls else "off"
             print(f"round {rnd + 1}/{args.rounds}: raft TLS {name}", file=sys.stderr)
             res = await one_arm(raft_tls, args)
-            for c, r in res.items():
-                arms[raft_tls][c].append(r)
+            for c, run in res.items():
+                arms[raft_tls][c].append(run)
+                r = run.result
                 print(
                     f"  c{c}: {r.ops_per_s:,.0f} ops/s, p50 {r.latency_ms(50):.2f} ms, "
-                    f"p99 {r.latency_ms(99):.2f} ms, errors {r.error_count}",
+                    f"p99 {r.latency_ms(99):.2f} ms, node CPU {run.cpu_ms_per_1k:.0f} ms "
+                    f"per 1k puts, errors {r.error_count}",
                     file=sys.stderr,
                 )
     rows = []
@@ -136,8 +174,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     started = dt.datetime.now(dt.UTC)
     rows = asyncio.run(amain(args))
-    header = ("raft TLS", "clients", "ops/s", "p50 ms", "p99 ms", "errors", "ops/s per round")
-    table = markdown_table(rows, header, numeric=("clients", "ops/s", "p50 ms", "p99 ms"))
+    header = (
+        "raft TLS",
+        "clients",
+        "ops/s",
+        "p50 ms",
+        "p99 ms",
+        "node CPU ms / 1k puts",
+        "errors",
+        "ops/s per round",
+    )
+    numeric = ("clients", "ops/s", "p50 ms", "p99 ms", "node CPU ms / 1k puts")
+    table = markdown_table(rows, header, numeric=numeric)
     print(table)
     if not args.no_results:
         append_section(

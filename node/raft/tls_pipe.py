@@ -18,8 +18,10 @@ import ssl
 
 __all__ = ["TlsPipe", "TlsRefused"]
 
-# Plaintext taken out of the SSL object per read() call; feed() loops until it is empty.
-_READ_CHUNK = 256 * 1024
+# Plaintext asked of the SSL object per read() call; one call returns at most one record
+# (16 KiB), so more would only make every call allocate (and, past glibc's mmap threshold,
+# map and unmap) a larger buffer.
+_READ_CHUNK = 64 * 1024
 
 # OpenSSL reasons that mean the bytes were never TLS records.
 _NOT_TLS = {
@@ -116,11 +118,15 @@ class TlsPipe:
             if not self.handshake_done:
                 return b""
         chunks = []
-        while True:
+        # Until every complete record is decrypted. Each read() releases the GIL (the
+        # raft thread may then wait for it behind the HTTP threads): stop when nothing is
+        # left rather than on the SSLWantReadError of one more call. Without read-ahead
+        # OpenSSL takes whole records from the BIO, so bytes still there mean a record.
+        while self._in.pending or self._ssl.pending():
             try:
                 chunk = self._ssl.read(_READ_CHUNK)
             except ssl.SSLWantReadError:
-                break
+                break  # half a record: the rest comes with a later feed()
             except ssl.SSLError as e:
                 raise self._fail(_refusal(e)) from None
             if not chunk:  # a clean close_notify
