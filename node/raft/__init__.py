@@ -112,7 +112,9 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   after the key exchange) is the node its certificate names, else one node's key (or a
   client certificate of the same CA) could join as any node; a refused handshake is
   logged (WARNING, peer and why; repeats of the same refusal within 10 s at DEBUG) and
-  the connection dropped, before any byte reaches pysyncobj's buffers.
+  the connection dropped, before any byte reaches pysyncobj's buffers; a dialler whose
+  peer closes before answering logs that too (under TLS 1.3 the acceptor's refusal of
+  the dialler's certificate comes after the dialler's handshake completed).
   [tls_pipe.py, syncobj._TlsConnection, syncobj._PeerTransport, raft_node.py] Tests:
   tests/unit/test_raft_tls_pipe.py; test_raft_tls.py (the write event:
   ::test_a_tls_cluster_replicates_and_a_large_entry_crosses_at_once, the claimed node:
