@@ -53,6 +53,11 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=int, default=7, help="random seed (default: %(default)s)")
     p.add_argument(
+        "--tls",
+        action="store_true",
+        help="run the cluster with HTTPS and raft TLS (a CA made for the run); the clients verify it",
+    )
+    p.add_argument(
         "--fsync",
         choices=FSYNC_MODES,
         default="always",
@@ -296,6 +301,7 @@ def _options(args: argparse.Namespace, fault: str, **phases: Any):
         keep_data=args.keep_data,
         verbose=args.verbose,
         toxiproxy=args.toxiproxy,
+        tls=args.tls,
         **phases,
     )
 

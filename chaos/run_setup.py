@@ -32,10 +32,12 @@ __all__ = [
     "Progress",
     "Say",
     "base_config",
+    "client_environment",
     "sigterm_as_interrupt",
     "sleep_until",
     "teardown",
     "toxiproxy_url",
+    "with_tls",
 ]
 
 Say = Callable[[str], None]
@@ -55,6 +57,34 @@ def base_config(opts: RunOptions, data_dir: Path) -> ClusterConfig:
     # Writes answer "timeout" after 2 s (not 5): ops retry sooner, runs stay short.
     raft = dataclasses.replace(base.raft, request_timeout=2.0)
     return dataclasses.replace(base, nodes=nodes, data_dir=str(data_dir), raft=raft, name="chaos")
+
+
+def with_tls(cfg: ClusterConfig, work: Path) -> ClusterConfig:
+    """`cfg` with [tls] on (client and raft ports), certificates from a fresh CA in
+    `work`/tls (the config file is written to `work`, so the paths are relative to it)."""
+    from cluster.certs import init_cluster_tls
+
+    init_cluster_tls(work / "tls", [(n.id, n.host) for n in cfg.nodes], cfg.name)
+    tls = node_config.TlsSettings(
+        enabled=True, ca_file="tls/ca.pem", cert_file="tls/{id}.pem", key_file="tls/{id}-key.pem"
+    )
+    return dataclasses.replace(cfg, tls=tls)
+
+
+@contextlib.contextmanager
+def client_environment(env: dict[str, str]) -> Iterator[None]:
+    """Set `env` for this process (the workload's clients read their CA and token from
+    it, client/tls.py), and put the old values back after."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @contextlib.contextmanager

@@ -79,10 +79,12 @@ from chaos.run_setup import (
     Progress,
     Say,
     base_config,
+    client_environment,
     sigterm_as_interrupt,
     sleep_until,
     teardown,
     toxiproxy_url,
+    with_tls,
 )
 from chaos.stream_reads import read_stream_copies, run_final_streams
 from chaos.watch_workload import finish_watchers, start_watchers
@@ -133,6 +135,7 @@ class RunOptions:
     # sharing with the workload); "in-process": in a thread of this one. $TOXIPROXY_URL
     # (a real Toxiproxy) wins over both.
     toxiproxy: str = "subprocess"
+    tls: bool = False  # HTTPS and raft TLS, from a CA made for the run
 
     def phases(self) -> tuple[float, float, float]:
         """(warmup, fault window, recovery) in seconds."""
@@ -279,6 +282,10 @@ def _run(
             lazyfs = stack.enter_context(LazyFS(backing, mount, log_path=work / "lazyfs.log"))
             data_dir = mount / "data"
         cfg = fault.configure(base_config(opts, data_dir))
+        if opts.tls:
+            cfg = with_tls(cfg, work)
+            ca = work / cfg.tls.ca_file
+            stack.enter_context(client_environment({"STATEKEEPER_CA_FILE": str(ca)}))
         endpoints = cfg.http_urls()
         if topology == "links":
             from chaos.partition import Partitioner, with_link_addresses
@@ -300,7 +307,7 @@ def _run(
                     for i, n in enumerate(cfg.nodes)
                 ),
             )
-            endpoints = proxies.client_urls()
+            endpoints = proxies.client_urls(cfg.scheme)
         node_config.validate(cfg)
         cfg_path = work / "cluster.toml"
         node_config.write(cfg, cfg_path)

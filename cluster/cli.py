@@ -347,14 +347,18 @@ def how_to_connect(cfg: ClusterConfig) -> str:
     urls = cfg.http_urls()
     first = urls[0]
     url_list = ",".join(f'"{u}"' for u in urls)
+    curl, client_args = "curl -s", ""
+    if cfg.tls.enabled:
+        ca = Path(cfg.base_dir) / cfg.tls.ca_file
+        curl, client_args = f"curl -s --cacert {ca}", f", ca={str(ca)!r}"
     return (
         "Talk to the cluster:\n"
-        f"  curl -s -X POST {first}/v1/kv/put -H 'Content-Type: application/json' \\\n"
+        f"  {curl} -X POST {first}/v1/kv/put -H 'Content-Type: application/json' \\\n"
         '       -d \'{"key":"greeting","value":"hello"}\'\n'
-        f"  curl -s -X POST {first}/v1/kv/get -H 'Content-Type: application/json' \\\n"
+        f"  {curl} -X POST {first}/v1/kv/get -H 'Content-Type: application/json' \\\n"
         '       -d \'{"key":"greeting"}\'\n'
         "From Python:\n"
-        f"  from client import Client; c = Client([{url_list}])\n"
+        f"  from client import Client; c = Client([{url_list}]{client_args})\n"
         "Stop it with: statekeeper cluster down"
     )
 
@@ -422,6 +426,12 @@ def cmd_node(args: argparse.Namespace) -> int:
             help="'always': acknowledged writes survive power loss; 'never': faster, survives "
             "process crashes only (default: always); only used when the config is created",
         ),
+        arg(
+            "--tls",
+            action="store_true",
+            help="HTTPS and raft TLS with a local CA (what 'statekeeper tls init' does) if the "
+            "config does not turn [tls] on yet",
+        ),
         TIMEOUT_ARG,
     ],
 )
@@ -449,6 +459,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         say(
             f"note: {args.config} exists; --data-dir/--base-port/--fsync apply only when creating it"
         )
+    if args.tls and not cfg.tls.enabled:
+        from cluster.tls_cli import enable_tls
+
+        cfg, written = enable_tls(Path(args.config))
+        say(f"[tls] on: CA and node certificates in {written[0].parent if written else 'tls/'}")
     lc = LocalCluster(cfg, args.config, progress=say)
     lc.up(timeout=args.timeout)
     say("")

@@ -89,6 +89,8 @@ def enable_tls(
         client_auth=client_auth or cfg.tls.client_auth,
         raft=raft,
     )
+    if tls == cfg.tls:  # already so: keep the file as written (its comments)
+        return cfg, written
     # Write back what the file holds (the secret stays where it was: file or environment).
     on_disk = node_config.parse(tomllib.loads(config_path.read_text()), cfg.base_dir)
     node_config.write(dataclasses.replace(on_disk, tls=tls), config_path)

@@ -71,8 +71,8 @@ class ProxyNet:
             (peer_ids[j], self.raft[(i, j)].listen) for j in range(len(peer_ids)) if j != i
         )
 
-    def client_urls(self) -> list[str]:
-        return [f"http://{self.client[i].listen}" for i in sorted(self.client)]
+    def client_urls(self, scheme: str = "http") -> list[str]:
+        return [f"{scheme}://{self.client[i].listen}" for i in sorted(self.client)]
 
     def streams(self, a: int, b: int) -> list[tuple[Any, str]]:
         """(proxy, stream) pairs that carry raft data from node a to node b."""

@@ -3,7 +3,6 @@ applied, and the node keeps serving. Raw HTTP on purpose (no client-side validat
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 
@@ -11,6 +10,7 @@ import msgpack
 import pytest
 
 from cluster.supervisor import LocalCluster
+from tests.integration.cluster_fixture import raw_connection, raw_headers
 
 pytestmark = pytest.mark.integration
 
@@ -19,10 +19,9 @@ MIB = 1024 * 1024
 
 
 def _post(lc: LocalCluster, path: str, body: bytes, ctype: str = "application/json") -> tuple[int, dict]:
-    host, port = lc.url(lc.node_ids[1]).removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=15)
+    conn = raw_connection(lc, lc.node_ids[1], timeout=15)
     try:
-        conn.request("POST", path, body=body, headers={"Content-Type": ctype})
+        conn.request("POST", path, body=body, headers=raw_headers(ctype))
         r = conn.getresponse()
         raw = r.read()
         if r.getheader("Content-Type", "").startswith("application/msgpack"):
@@ -146,7 +145,10 @@ def test_json_and_msgpack_bodies_roundtrip_binary_values(shared_cluster: LocalCl
 
 
 def test_garbage_on_the_http_port_does_not_hurt_the_node(shared_cluster: LocalCluster) -> None:
-    host, port = shared_cluster.url(shared_cluster.node_ids[1]).removeprefix("http://").split(":")
+    # Bytes straight on the socket: below TLS when the cluster runs it (garbage to the
+    # handshake), HTTP garbage otherwise.
+    node = shared_cluster.config.nodes[1]
+    host, port = node.host, node.http_port
     for junk in (b"\x00\xff" * 1000, b"GET / HTTP/9.9\r\n\r\n", b"POST /v1/kv/put HTTP/1.1\r\nContent-Length: 99999999\r\n\r\nabc"):
         with socket.create_connection((host, int(port)), timeout=5) as s:
             s.sendall(junk)

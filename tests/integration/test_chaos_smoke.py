@@ -85,9 +85,10 @@ def _assert_clean_pass(result, report_dir: Path) -> None:
     "fault", ["kill-leader", "pause-leader", "partition-leader", "proxy-blackhole"]
 )
 def test_scenario_passes(fault: str, tmp_path: Path) -> None:
+    """The smoke runs the way production should: TLS on both ports (issue 15)."""
     _skip_unless_runnable(fault)
     opts = RunOptions(
-        fault=fault, duration=DURATION, clients=12, seed=7, report_dir=tmp_path / fault
+        fault=fault, duration=DURATION, clients=12, seed=7, report_dir=tmp_path / fault, tls=True
     )
     result = run_scenario(opts)
     _assert_clean_pass(result, tmp_path / fault)

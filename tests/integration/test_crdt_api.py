@@ -6,7 +6,6 @@ the envelope seen by kv get; and bad input: a coded 4xx, nothing applied."""
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import threading
 import uuid
@@ -16,6 +15,7 @@ import pytest
 
 from client.crdt import model
 from cluster.supervisor import LocalCluster
+from tests.integration.cluster_fixture import raw_connection, raw_headers
 
 pytestmark = pytest.mark.integration
 
@@ -29,14 +29,13 @@ def _ns() -> str:
 
 def _post(lc: LocalCluster, path: str, body: dict, *, node: int = 0, fmt: str = MSGPACK):
     """(status, decoded answer) of one POST to node `node` (index into lc.node_ids)."""
-    host, port = lc.url(lc.node_ids[node]).removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=15)
+    conn = raw_connection(lc, lc.node_ids[node], timeout=15)
     try:
         if fmt == MSGPACK:
             data = msgpack.packb(body, use_bin_type=True)
         else:
             data = json.dumps(body).encode()
-        conn.request("POST", path, body=data, headers={"Content-Type": fmt})
+        conn.request("POST", path, body=data, headers=raw_headers(fmt))
         r = conn.getresponse()
         raw = r.read()
         if r.getheader("Content-Type", "").startswith(MSGPACK):

@@ -5,7 +5,6 @@ and in a batch; and bad input: a coded 4xx, nothing applied."""
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from client import (
     StreamPage,
 )
 from cluster.supervisor import LocalCluster
+from tests.integration.cluster_fixture import raw_connection, raw_headers
 
 pytestmark = pytest.mark.integration
 
@@ -175,11 +175,10 @@ async def test_streams_through_the_async_client(shared_cluster: LocalCluster) ->
 
 
 def _post(lc: LocalCluster, path: str, body: dict) -> tuple[int, dict]:
-    host, port = lc.url(lc.node_ids[1]).removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=15)
+    conn = raw_connection(lc, lc.node_ids[1], timeout=15)
     try:
         conn.request(
-            "POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"}
+            "POST", path, body=json.dumps(body), headers=raw_headers("application/json")
         )
         r = conn.getresponse()
         return r.status, json.loads(r.read())

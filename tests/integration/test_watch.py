@@ -8,7 +8,6 @@ still sees exactly the committed changes."""
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import struct
 import subprocess
@@ -24,6 +23,7 @@ import pytest
 from client import AsyncClient, Client, Compacted, InvalidRequest, RetryPolicy, StatekeeperError
 from client.watch import WatchEvent, WatchProgress
 from cluster.supervisor import LocalCluster
+from tests.integration.cluster_fixture import raw_connection, raw_headers
 
 pytestmark = pytest.mark.integration
 
@@ -136,12 +136,11 @@ def test_a_compacted_start_is_a_coded_error(shared_cluster: LocalCluster) -> Non
 def _raw(lc: LocalCluster, body: dict, fmt: str = "json", read: float = 0.0):
     """POST /v1/watch; the status, headers and what arrived of the body within `read`
     seconds (all of it when the stream ends first)."""
-    host, port = lc.url(lc.node_ids[1]).removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn = raw_connection(lc, lc.node_ids[1], timeout=10)
     ctype = "application/json" if fmt == "json" else "application/msgpack"
     data = json.dumps(body).encode() if fmt == "json" else msgpack.packb(body)
     try:
-        conn.request("POST", "/v1/watch", body=data, headers={"Content-Type": ctype})
+        conn.request("POST", "/v1/watch", body=data, headers=raw_headers(ctype))
         r = conn.getresponse()
         headers = {k.lower(): v for k, v in r.getheaders()}
         if r.status != 200 or not read:
