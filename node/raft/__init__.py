@@ -17,12 +17,13 @@ The package, one job per module:
     raft_node.py   RaftNode: builds the SyncObj from the cluster config, snapshots off the
                    raft thread, the interface above
     syncobj.py     the one importer of pysyncobj: _SyncObj (the workarounds below),
-                   build_conf, _DialNode, the FAIL_REASON mapping, the pickle protocol,
-                   handing pysyncobj our journal
+                   build_conf, _DialNode, _PeerTransport + _TlsConnection (raft TLS), the
+                   FAIL_REASON mapping, the pickle protocol, handing pysyncobj our journal
     readindex.py   ReadIndexMixin of _SyncObj: leadership confirmed by one message round
     prevote.py     PreVoteMixin of _SyncObj
     log.py         _RaftLog: the journal as pysyncobj sees it
     peers.py       _AuthenticatingEncryptor: AES-GCM peer messages
+    tls_pipe.py    TlsPipe: sans-IO TLS (ssl.SSLObject over memory BIOs) for the raft port
 
 pysyncobj 0.3.17 defects this package works around (see ../shared/DESIGN.md), each with
 where the fix lives and its test (tests/integration/ unless the path says otherwise):
@@ -98,6 +99,26 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   per MiB of incompressible bytes): messages of 64 KiB or more are sent stored (level 0).
   [syncobj._PeerZlib] Test: tests/unit/test_peer_auth.py::
   test_large_peer_messages_are_not_deflated_on_the_raft_thread
+- TLS on the raft port ([tls] raft, node/tls.py says why it WRAPS the AES-GCM layer):
+  pysyncobj reads and writes its non-blocking sockets itself, in several places. Its
+  connections are turned into _TlsConnection, whose read and send (the only socket
+  calls) go through a TlsPipe: the poller, framing, AES-GCM and pickling stay pysyncobj's.
+  Raft TLS off: no _TlsConnection, the transport is what it was. Three things pysyncobj
+  would get wrong on its own: unsent ciphertext is not in its write buffer, so it would
+  drop the write event (a 3 MiB entry then crossed one buffer per heartbeat and lost the
+  term): kept armed while ciphertext waits; the dialler names the peer's node id as
+  server name (check_hostname), and the acceptor, which has no name to check, requires a
+  certificate naming a peer and then that the address the peer claims (its first message
+  after the key exchange) is the node its certificate names, else one node's key (or a
+  client certificate of the same CA) could join as any node; a refused handshake is
+  logged (WARNING, peer and why; repeats of the same refusal within 10 s at DEBUG) and
+  the connection dropped, before any byte reaches pysyncobj's buffers; a dialler whose
+  peer closes before answering logs that too (under TLS 1.3 the acceptor's refusal of
+  the dialler's certificate comes after the dialler's handshake completed).
+  [tls_pipe.py, syncobj._TlsConnection, syncobj._PeerTransport, raft_node.py] Tests:
+  tests/unit/test_raft_tls_pipe.py; test_raft_tls.py (the write event:
+  ::test_a_tls_cluster_replicates_and_a_large_entry_crosses_at_once, the claimed node:
+  ::test_a_node_presenting_another_nodes_certificate_cannot_join, and the cluster tests)
 - entries carry the time of whichever node built them: the leader restamps every regular
   command it appends (node/cluster_clock.py bounds that time). [syncobj.py, log.py] Test:
   test_raft_defects.py::test_a_follower_clock_a_day_ahead_does_not_expire_idempotency

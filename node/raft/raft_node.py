@@ -22,6 +22,7 @@ from node.raft.interface import FSM, ApplyFn, Callback, RaftStatus
 from node.raft.log import _entry_tuple, _RaftLog
 from node.raft.peers import _AuthenticatingEncryptor
 from node.raft.syncobj import SERIALIZER_STATE, _DialNode, _SyncObj, build_conf, submit_callback
+from node.tls import raft_contexts
 
 log = logging.getLogger("statekeeper.raft")
 
@@ -69,7 +70,12 @@ class RaftNode:
             serialize_checker=self._snapshot_status,
         )
         dial = dict(self._me.raft_dial)
-        peers = [_DialNode(n.raft_address, dial.get(n.id)) for n in cluster.peers_of(node_id)]
+        peers = [
+            _DialNode(n.raft_address, dial.get(n.id), node_id=n.id)
+            for n in cluster.peers_of(node_id)
+        ]
+        # Raft TLS (node/tls.py): None keeps the plain transport exactly as it was.
+        self.raft_tls = (tls := raft_contexts(cluster, node_id)) is not None
         self._journal = _RaftLog(conf.journalFile, fsync=cluster.fsync)
         self._encryptor = _AuthenticatingEncryptor(cluster.secret)
         self._obj = _SyncObj(
@@ -82,6 +88,7 @@ class RaftNode:
             clock=clock or ClusterClock(lambda: fsm.clock_ms),
             max_journal_bytes=r.snapshot_max_journal_bytes,
             flush_state_machine=fsm.flush,
+            tls=tls,
         )
 
     # -- snapshots (called on the raft thread by pysyncobj) ---------------------------

@@ -1,0 +1,210 @@
+"""What TLS on the raft port costs: `python -m benchmarks.tls_cost [--rounds 3] [--duration 15]`.
+
+Fresh local 3-node clusters (fsync=always, data on disk under benchmarks/out), started
+alternately with raft TLS on and off (the order flips every round: on, off, off, on, ...),
+each measured with the load generator's put workload (256 B values, benchmarks/load.py)
+at 1 and 64 clients. Both arms run the client port the same way ([tls] enabled, HTTPS with
+the cluster's CA), so the only difference is `[tls] raft`: TLS 1.3 (mutual, EC P-256)
+around the AES-GCM peer messages, or the AES-GCM messages alone. Reported: the median
+over the rounds of ops/s, p50 and p99 per arm and client count, each round's ops/s, and
+the CPU the three node processes used per 1,000 puts (utime + stime from /proc, measured
+window only): on a machine shared with other work the throughput numbers move with the
+neighbours, the CPU per put much less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime as dt
+import os
+import random
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.harness import LoadResult
+from benchmarks.load import Spec, append_section, fs_type, make_keys, markdown_table, run_spec
+from benchmarks.systems import StatekeeperSystem, _free_port_block
+from cluster.certs import init_cluster_tls
+from cluster.supervisor import LocalCluster
+from node import config as node_config
+from node.config import TlsSettings
+
+OUT = Path(__file__).resolve().parent / "out"
+CLIENTS = (1, 64)
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / _TICK
+
+
+@dataclasses.dataclass
+class Run:
+    result: LoadResult
+    cpu_ms_per_1k: float  # node CPU per 1,000 puts
+
+
+def _config(workdir: Path, raft_tls: bool, fsync: str) -> Path:
+    rng = random.Random()
+    http_base = _free_port_block(3, set(), rng)
+    raft_base = _free_port_block(3, set(range(http_base, http_base + 3)), rng)
+    cfg = node_config.local_cluster(
+        size=3, http_base_port=http_base, raft_base_port=raft_base, fsync=fsync
+    )
+    init_cluster_tls(workdir / "tls", [(n.id, n.host) for n in cfg.nodes])
+    tls = TlsSettings(
+        enabled=True,
+        ca_file="tls/ca.pem",
+        cert_file="tls/{id}.pem",
+        key_file="tls/{id}-key.pem",
+        raft=raft_tls,
+    )
+    path = workdir / "cluster.toml"
+    node_config.write(dataclasses.replace(cfg, tls=tls), path)
+    return path
+
+
+async def one_arm(raft_tls: bool, args: argparse.Namespace) -> dict[int, Run]:
+    OUT.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tls-cost-", dir=OUT) as tmp:
+        workdir = Path(tmp)
+        path = _config(workdir, raft_tls, args.fsync)
+        cfg = node_config.load(path)
+        os.environ["STATEKEEPER_CA_FILE"] = str(workdir / "tls" / "ca.pem")
+        lc = LocalCluster(cfg, path)
+        try:
+            await asyncio.to_thread(lc.up, timeout=60.0)
+            system = StatekeeperSystem(cfg.http_urls())
+            await system.setup()
+            try:
+                keys = make_keys(10_000)
+                pids = [p for n in lc.node_ids if (p := lc.pid(n)) is not None]
+                out = {}
+                for clients in CLIENTS:
+                    cpu = [0.0, 0.0]
+
+                    async def mark(into: list[float], i: int, delay: float) -> None:
+                        await asyncio.sleep(delay)
+                        into[i] = _cpu_seconds(pids)
+
+                    # CPU over the measured window only (after the warm-up).
+                    marks = [
+                        asyncio.create_task(mark(cpu, 0, args.warmup)),
+                        asyncio.create_task(mark(cpu, 1, args.warmup + args.duration)),
+                    ]
+                    result = await run_spec(
+                        system,
+                        Spec("put", 256, clients),
+                        keys=keys,
+                        duration=args.duration,
+                        warmup=args.warmup,
+                        populated=set(),
+                        progress=False,
+                    )
+                    await asyncio.gather(*marks)
+                    per_1k = (cpu[1] - cpu[0]) * 1e6 / max(result.ops, 1)
+                    out[clients] = Run(result, per_1k)
+                return out
+            finally:
+                await system.teardown()
+        finally:
+            await asyncio.to_thread(lc.down, timeout=15.0)
+            lc.close()
+
+
+def _row(label: str, clients: int, runs: list[Run]) -> list[str]:
+    med = statistics.median
+    results = [r.result for r in runs]
+    return [
+        label,
+        str(clients),
+        f"{med(r.ops_per_s for r in results):,.0f}",
+        f"{med(r.latency_ms(50) for r in results):.2f}",
+        f"{med(r.latency_ms(99) for r in results):.2f}",
+        f"{med(r.cpu_ms_per_1k for r in runs):.0f}",
+        str(sum(r.error_count for r in results)),
+        " / ".join(f"{r.ops_per_s:,.0f}" for r in results),
+    ]
+
+
+async def amain(args: argparse.Namespace) -> list[list[str]]:
+    arms: dict[bool, dict[int, list[Run]]] = {
+        True: {c: [] for c in CLIENTS},
+        False: {c: [] for c in CLIENTS},
+    }
+    for rnd in range(args.rounds):
+        order = (True, False) if rnd % 2 == 0 else (False, True)
+        for raft_tls in order:
+            name = "on" if raft_tls else "off"
+            print(f"round {rnd + 1}/{args.rounds}: raft TLS {name}", file=sys.stderr)
+            res = await one_arm(raft_tls, args)
+            for c, run in res.items():
+                arms[raft_tls][c].append(run)
+                r = run.result
+                print(
+                    f"  c{c}: {r.ops_per_s:,.0f} ops/s, p50 {r.latency_ms(50):.2f} ms, "
+                    f"p99 {r.latency_ms(99):.2f} ms, node CPU {run.cpu_ms_per_1k:.0f} ms "
+                    f"per 1k puts, errors {r.error_count}",
+                    file=sys.stderr,
+                )
+    rows = []
+    for c in CLIENTS:
+        for raft_tls in (False, True):
+            rows.append(_row("on" if raft_tls else "off", c, arms[raft_tls][c]))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.tls_cost", description=__doc__)
+    p.add_argument("--rounds", type=int, default=3, help="rounds per arm (default 3)")
+    p.add_argument("--duration", type=float, default=15.0, help="measured s per row (15)")
+    p.add_argument("--warmup", type=float, default=2.0, help="unmeasured s per row (2)")
+    p.add_argument("--fsync", choices=("always", "never"), default="always")
+    p.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
+    args = p.parse_args(argv)
+    started = dt.datetime.now(dt.UTC)
+    rows = asyncio.run(amain(args))
+    header = (
+        "raft TLS",
+        "clients",
+        "ops/s",
+        "p50 ms",
+        "p99 ms",
+        "node CPU ms / 1k puts",
+        "errors",
+        "ops/s per round",
+    )
+    numeric = ("clients", "ops/s", "p50 ms", "p99 ms", "node CPU ms / 1k puts")
+    table = markdown_table(rows, header, numeric=numeric)
+    print(table)
+    if not args.no_results:
+        append_section(
+            Path(__file__).resolve().parent / "RESULTS.md",
+            "TLS: raft port TLS on vs off, put 256 B",
+            "benchmarks.tls_cost",
+            argv,
+            [
+                f"started {started:%Y-%m-%d %H:%M:%S} UTC; fresh 3-node cluster per arm and "
+                f"round (fsync={args.fsync}, data on {fs_type(OUT)}), arms alternating, "
+                f"{args.rounds} rounds each, {args.duration:g} s measured after "
+                f"{args.warmup:g} s warm-up per row; medians over the rounds",
+                "both arms serve the client port over HTTPS; only [tls] raft differs",
+            ],
+            [table],
+            dt.datetime.now(dt.UTC),
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
