@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator, Sequence
 from types import MethodType
 from typing import (
@@ -123,6 +124,7 @@ class BaseClient:
         consistency: str = "linearizable",
         prefer_leader: bool = True,
         max_connections: int = 32,
+        token: str | None = None,
     ) -> None:
         if consistency not in CONSISTENCY_LEVELS:
             raise ValueError(f"consistency must be one of {CONSISTENCY_LEVELS}")
@@ -133,6 +135,9 @@ class BaseClient:
         self.retry = retry
         self.consistency = consistency
         self._endpoints = Endpoints(endpoints)
+        # "Bearer <token>" for every request's Authorization header ("" for none); never
+        # shown by repr().
+        self._authorization = bearer(token)
         self._init_transport(max_connections)
         # With one endpoint there is nothing to choose: no status round trip.
         self.prefer_leader = prefer_leader and len(self._endpoints.urls) > 1
@@ -212,6 +217,20 @@ class BaseClient:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self.endpoints)!r}, ns={self.ns!r})"
+
+
+def bearer(token: str | None) -> str:
+    """The Authorization value for ``token``, else $STATEKEEPER_TOKEN, else the content of
+    the file named by $STATEKEEPER_TOKEN_FILE (stripped); "" when none is set."""
+    if token is None:
+        token = os.environ.get("STATEKEEPER_TOKEN") or None
+    if token is None and os.environ.get("STATEKEEPER_TOKEN_FILE"):
+        with open(os.environ["STATEKEEPER_TOKEN_FILE"]) as f:
+            token = f.read()
+    token = (token or "").strip()
+    if any(c in token for c in "\r\n\x00 "):
+        raise ValueError("the token must be one line without spaces")
+    return f"Bearer {token}" if token else ""
 
 
 P = ParamSpec("P")

@@ -105,6 +105,14 @@ class HttpSettings:
 
 
 @dataclass(frozen=True)
+class AuthSettings:
+    """The [auth] table: bearer tokens and per-namespace grants on the client port
+    (node/authz.py). Off: every request is allowed, and each node says so at start."""
+
+    enabled: bool = False
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     id: str
     host: str
@@ -153,6 +161,7 @@ class ClusterConfig:
     retention: Retention = field(default_factory=Retention)
     raft: RaftSettings = field(default_factory=RaftSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
     # Directory the relative paths above are resolved against.
     base_dir: str = "."
     # Set by `load`: where the secret came from (never the secret itself), and warnings
@@ -189,6 +198,7 @@ class _ConfigFile:
     retention: Retention = field(default_factory=Retention)
     raft: RaftSettings = field(default_factory=RaftSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
 
 
 _TYPE_WORDS = {
@@ -296,6 +306,7 @@ def parse(raw: dict, base_dir: str = ".") -> ClusterConfig:
         retention=f.retention,
         raft=f.raft,
         http=f.http,
+        auth=f.auth,
         base_dir=base_dir,
     )
     validate(cfg)
@@ -472,6 +483,7 @@ def dumps(cfg: ClusterConfig) -> str:
         "retention": dataclasses.asdict(cfg.retention),
         "raft": dataclasses.asdict(cfg.raft),
         "http": dataclasses.asdict(cfg.http),
+        "auth": dataclasses.asdict(cfg.auth),
         "nodes": [_node_table(n) for n in cfg.nodes],
     }
     return _HEADER + tomli_w.dumps(doc)

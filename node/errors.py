@@ -43,6 +43,8 @@ STATUS: dict[str, int] = {
     "request_timeout": 408,  # a request's head or body did not arrive in time (closed)
     "not_ready": 503,  # GET /v1/health/ready
     "method_not_allowed": 405,
+    "unauthenticated": 401,  # no, a malformed, unknown, wrong or expired bearer token
+    "permission_denied": 403,  # the token's grants do not cover the op
     "timeout": 504,
     "internal": 500,
 }
