@@ -27,6 +27,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from cluster.client_cli import token as client_token
 from cluster.client_cli import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -52,7 +53,7 @@ FAILPOINT_STEPS = ("segment-written", "manifest-written", "sealed")
 def open_client(args: argparse.Namespace) -> Any:
     from client import Client
 
-    return Client(endpoints(args), ns=args.ns or "default")
+    return Client(endpoints(args), ns=args.ns or "default", token=client_token(args))
 
 
 def _common(arg: Callable[..., Any], ns_default: str | None) -> list[Any]:
