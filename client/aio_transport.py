@@ -61,7 +61,15 @@ class Pool:
     """
 
     __slots__ = (
-        "_tls", "auth", "closed", "conns", "endpoints", "limit", "loop", "nopen", "waiters"
+        "_tls",
+        "auth",
+        "closed",
+        "conns",
+        "endpoints",
+        "limit",
+        "loop",
+        "nopen",
+        "waiters",
     )
 
     def __init__(

@@ -72,7 +72,9 @@ def ttl_ms_of(ttl: dt.timedelta | float | None) -> int:
 
 
 def grants_of(
-    grants: Sequence[Mapping[str, str]] | None, ns: str | Sequence[str] | None, role: str | None,
+    grants: Sequence[Mapping[str, str]] | None,
+    ns: str | Sequence[str] | None,
+    role: str | None,
     prefix: str,
 ) -> list[dict[str, str]]:
     """The grants argument, or one grant per ``ns`` with ``role`` and ``prefix``."""
@@ -93,8 +95,14 @@ def create_request(
 ) -> Request:
     token, token_id, digest = new_token()
     ik = idempotency_key or new_idempotency_key()
-    body = {"id": token_id, "hash": digest, "name": name, "grants": grants, "ttl_ms": ttl_ms,
-            "idempotency_key": ik}
+    body = {
+        "id": token_id,
+        "hash": digest,
+        "name": name,
+        "grants": grants,
+        "ttl_ms": ttl_ms,
+        "idempotency_key": ik,
+    }
 
     def parse(status: int, ctype: str | None, raw: bytes) -> TokenCreated:
         d = decode_ok(status, ctype, raw, None)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .archive_commands import ArchiveCommands, check_archived_mode
+from .auth_commands import AuthCommands
 from .base import Pages, ScanPages, command, paged
 from .cache_commands import CacheCommands
 from .crdt_commands import CrdtCommands
@@ -43,7 +44,6 @@ from .kv_requests import (
     status_request,
     write_request,
 )
-from .auth_commands import AuthCommands
 from .lease_commands import LeaseCommands
 from .lock_commands import LockCommands
 from .ops import Ops, cas_op, compare, ops, txn_op, with_fence

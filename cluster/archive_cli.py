@@ -27,7 +27,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from cluster.client_cli import token as client_token
 from cluster.client_cli import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -38,6 +37,7 @@ from cluster.client_cli import (
     size,
     table,
 )
+from cluster.client_cli import token as client_token
 
 GROUP_HELP = (
     "archive old checkpoints and stream events to a cold tier, and restore them",

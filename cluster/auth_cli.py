@@ -18,7 +18,16 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cluster.client_cli import EXIT_OK, EXIT_USAGE, client_args, dump, guarded, open_client, table, when
+from cluster.client_cli import (
+    EXIT_OK,
+    EXIT_USAGE,
+    client_args,
+    dump,
+    guarded,
+    open_client,
+    table,
+    when,
+)
 
 GROUP_HELP = (
     "bearer tokens: create, list, revoke; whoami",

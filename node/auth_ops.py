@@ -96,8 +96,10 @@ class Grants(Field):
                 raise invalid(f"{where} must be an object with ns, prefix (optional), role")
             ns = check_ns_pattern(g.get("ns"), f"{where}.ns")
             prefix = g.get("prefix")
-            prefix = "" if prefix is None else key_text(
-                prefix, limits.max_key_bytes, f"{where}.prefix", allow_empty=True
+            prefix = (
+                ""
+                if prefix is None
+                else key_text(prefix, limits.max_key_bytes, f"{where}.prefix", allow_empty=True)
             )
             if g.get("role") not in ROLES:
                 raise invalid(f"{where}.role must be one of {', '.join(ROLES)}")

@@ -165,9 +165,7 @@ class Authorizer:
 
     def authenticate(self, header: str | None) -> Principal:
         if not header:
-            raise unauthenticated(
-                "no Authorization header: send 'Authorization: Bearer <token>'"
-            )
+            raise unauthenticated("no Authorization header: send 'Authorization: Bearer <token>'")
         scheme, _, token = header.strip().partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
@@ -176,9 +174,7 @@ class Authorizer:
         if token.startswith(ROOT_PREFIX):
             if hmac.compare_digest(digest, self.root_hash):
                 return ROOT_PRINCIPAL
-            raise unauthenticated(
-                "wrong root token (it is derived from this cluster's secret)"
-            )
+            raise unauthenticated("wrong root token (it is derived from this cluster's secret)")
         parsed = parse_token(token)
         if parsed is None:
             raise unauthenticated("malformed token: expected sk_<16 hex id>_<secret>")
@@ -238,8 +234,7 @@ class Authorizer:
             what = f"on ns {ns!r} keys [{touched[1]!r}, {touched[2]!r})"
         return OpError(
             "permission_denied",
-            f"op {op_name} needs {access} access {what}; token {principal.id} has no grant "
-            "for it",
+            f"op {op_name} needs {access} access {what}; token {principal.id} has no grant for it",
             op=op_name,
             ns=ns,
         )
@@ -297,7 +292,14 @@ def _touched(name: str, op: dict) -> tuple | None:
             while not it.startswith(common):
                 common = common[:-1]
         return ("key", common)
-    if name in ("range", "watch", "list_streams", "lock_list", "retention_set",
-                "retention_delete", "archive_plan"):
+    if name in (
+        "range",
+        "watch",
+        "list_streams",
+        "lock_list",
+        "retention_set",
+        "retention_delete",
+        "archive_plan",
+    ):
         return _range(op)
     return None

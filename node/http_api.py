@@ -182,7 +182,11 @@ class Api:
             token_id = parsed[0] if parsed else "root" if token.startswith("sk_root_") else "-"
             auth_log.warning(
                 "unauthenticated: token %s, %s %s, client %s: %s",
-                token_id, request.method, request.path, request.peer or "?", e.message,
+                token_id,
+                request.method,
+                request.path,
+                request.peer or "?",
+                e.message,
             )
             raise
 
@@ -196,7 +200,11 @@ class Api:
         except OpError as e:
             auth_log.warning(
                 "permission_denied: token %s, op %s, ns %s, client %s: %s",
-                principal.id, name, op.get("ns"), request.peer or "?", e.message,
+                principal.id,
+                name,
+                op.get("ns"),
+                request.peer or "?",
+                e.message,
             )
             raise
 

@@ -125,8 +125,13 @@ def test_writer_token_is_scoped_and_denials_apply_nothing(auth_cluster: LocalClu
         with pytest.raises(PermissionDenied):  # so is a txn touching another namespace
             c.txn([], [c.ops.put("t", b"1"), c.ops.put("t", b"1", ns="agent-43")])
     with _root(auth_cluster) as root:
-        for ns, key in [("agent-43", "plan"), ("agent-42", "ok"), ("agent-43", "x"),
-                        ("agent-42", "t"), ("agent-43", "t")]:
+        for ns, key in [
+            ("agent-43", "plan"),
+            ("agent-42", "ok"),
+            ("agent-43", "x"),
+            ("agent-42", "t"),
+            ("agent-43", "t"),
+        ]:
             with pytest.raises(NotFound):
                 root.get(key, ns=ns)
     logs = _logs(auth_cluster)
@@ -188,8 +193,12 @@ def _refused_everywhere(lc: LocalCluster, token: str, deadline: float) -> dict[s
         for nid in lc.node_ids:
             if nid in took:
                 continue
-            status, _, _ = _raw(lc.url(nid), "/v1/kv/get", {"ns": "agent-42", "key": "k",
-                                "consistency": "serializable"}, {"Authorization": f"Bearer {token}"})
+            status, _, _ = _raw(
+                lc.url(nid),
+                "/v1/kv/get",
+                {"ns": "agent-42", "key": "k", "consistency": "serializable"},
+                {"Authorization": f"Bearer {token}"},
+            )
             if status == 401:
                 took[nid] = time.monotonic() - t0
         time.sleep(0.02)
@@ -200,13 +209,29 @@ def _cli(lc: LocalCluster, *argv: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATEKEEPER_")}
     return subprocess.run(
         [sys.executable, "-m", "cluster.cli", *argv, "--config", str(lc.config_path)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
 def test_cli_create_list_revoke_and_revocation_on_every_node(auth_cluster: LocalCluster) -> None:
-    out = _cli(auth_cluster, "auth", "token", "create", "--ns", "agent-42", "--role", "writer",
-               "--ttl", "30d", "--name", "cli-made")
+    out = _cli(
+        auth_cluster,
+        "auth",
+        "token",
+        "create",
+        "--ns",
+        "agent-42",
+        "--role",
+        "writer",
+        "--ttl",
+        "30d",
+        "--name",
+        "cli-made",
+    )
     assert out.returncode == 0, out.stderr
     token = out.stdout.strip()
     token_id, secret = parse_token(token)
@@ -216,9 +241,12 @@ def test_cli_create_list_revoke_and_revocation_on_every_node(auth_cluster: Local
     assert listed.returncode == 0 and token_id in listed.stdout and "cli-made" in listed.stdout
     assert secret not in listed.stdout
     for nid in auth_cluster.node_ids:  # works on every node
-        status, _, body = _raw(auth_cluster.url(nid), "/v1/kv/put",
-                               {"ns": "agent-42", "key": "k", "value": "v"},
-                               {"Authorization": f"Bearer {token}"})
+        status, _, body = _raw(
+            auth_cluster.url(nid),
+            "/v1/kv/put",
+            {"ns": "agent-42", "key": "k", "value": "v"},
+            {"Authorization": f"Bearer {token}"},
+        )
         assert status == 200, body
     refused = _cli(auth_cluster, "auth", "token", "create", "--token", token)
     assert refused.returncode == 2 and token not in refused.stderr + refused.stdout
@@ -226,8 +254,12 @@ def test_cli_create_list_revoke_and_revocation_on_every_node(auth_cluster: Local
     assert revoked.returncode == 0, revoked.stderr
     took = _refused_everywhere(auth_cluster, token, time.monotonic() + 2.0)
     assert set(took) == set(auth_cluster.node_ids), took
-    status, _, body = _raw(auth_cluster.url("node-1"), "/v1/kv/get", {"ns": "agent-42", "key": "k"},
-                           {"Authorization": f"Bearer {token}"})
+    status, _, body = _raw(
+        auth_cluster.url("node-1"),
+        "/v1/kv/get",
+        {"ns": "agent-42", "key": "k"},
+        {"Authorization": f"Bearer {token}"},
+    )
     assert status == 401 and "never created, or revoked" in body["error"]["message"]
     whoami = _cli(auth_cluster, "auth", "whoami")
     assert whoami.returncode == 0 and whoami.stdout.startswith("root")
@@ -273,7 +305,9 @@ def test_both_clients_send_the_token_watch_included(auth_cluster: LocalCluster) 
     asyncio.run(run())
 
 
-def test_token_from_the_environment(auth_cluster: LocalCluster, tmp_path: Path, monkeypatch) -> None:
+def test_token_from_the_environment(
+    auth_cluster: LocalCluster, tmp_path: Path, monkeypatch
+) -> None:
     token, token_id = _token(auth_cluster, ns="agent-42", role="reader")
     path = tmp_path / "token"
     path.write_text(token + "\n")

@@ -75,8 +75,12 @@ def _unauth(w: World, header: str | None) -> str:
 def test_root_token(w: World) -> None:
     p = w.authz.authenticate(f"Bearer {root_token(SECRET)}")
     assert p.id == "root"
-    for raw in ({"op": "compact", "revision": 1}, {"op": "lease_list"},
-                {"op": "auth_token_list"}, {"op": "put", "ns": "x", "key": "k", "value": b""}):
+    for raw in (
+        {"op": "compact", "revision": 1},
+        {"op": "lease_list"},
+        {"op": "auth_token_list"},
+        {"op": "put", "ns": "x", "key": "k", "value": b""},
+    ):
         assert w.allowed(p, raw)
     assert "wrong root token" in _unauth(w, f"Bearer {root_token('other secret')}")
 
@@ -111,8 +115,13 @@ def test_roles_against_read_write_admin_ops(w: World) -> None:
     assert [w.allowed(p, get) for p in (reader, writer, admin)] == [True, True, True]
     assert [w.allowed(p, put) for p in (reader, writer, admin)] == [False, True, True]
     # Cluster-wide admin ops need admin on "*": a namespace admin is not enough.
-    for raw in ({"op": "compact", "revision": 1}, {"op": "lease_list"},
-                {"op": "auth_token_list"}, {"op": "retention_list"}, {"op": "archive_list"}):
+    for raw in (
+        {"op": "compact", "revision": 1},
+        {"op": "lease_list"},
+        {"op": "auth_token_list"},
+        {"op": "retention_list"},
+        {"op": "archive_list"},
+    ):
         assert not w.allowed(admin, raw), raw
     assert w.allowed(reader, {"op": "retention_list", "ns": "agent-42"})
     assert w.allowed(w.principal(("*", "", "admin")), {"op": "compact", "revision": 1})
@@ -186,9 +195,13 @@ def test_a_prefix_grant_covers_a_range_only_inside_it(
 
 def test_txn_and_batch_check_every_part(w: World) -> None:
     p = w.principal(("a", "", "writer"), ("b", "", "reader"))
-    txn = {"op": "txn", "ns": "a", "compare": [{"ns": "b", "key": "k", "target": "version",
-                                                 "op": "==", "value": 0}],
-           "success": [{"op": "put", "key": "x", "value": b""}], "failure": []}
+    txn = {
+        "op": "txn",
+        "ns": "a",
+        "compare": [{"ns": "b", "key": "k", "target": "version", "op": "==", "value": 0}],
+        "success": [{"op": "put", "key": "x", "value": b""}],
+        "failure": [],
+    }
     assert w.allowed(p, txn)
     txn["success"].append({"op": "put", "ns": "b", "key": "y", "value": b""})
     assert not w.allowed(p, txn)  # a write into b, where it only reads
@@ -214,8 +227,9 @@ def test_lease_ops_check_the_leases_namespace(w: World) -> None:
 def test_minting_rules(w: World) -> None:
     def mint(p: Principal, *grants: dict) -> bool:
         _, tid, digest = new_token()
-        return w.allowed(p, {"op": "auth_token_create", "id": tid, "hash": digest,
-                             "grants": list(grants)})
+        return w.allowed(
+            p, {"op": "auth_token_create", "id": tid, "hash": digest, "grants": list(grants)}
+        )
 
     agents = w.principal(("agent-*", "", "admin"))
     assert mint(agents, {"ns": "agent-42", "role": "writer"})

@@ -14,8 +14,14 @@ GRANTS = [{"ns": "agent-42", "role": "writer"}]
 
 
 def create(token_id: str, digest: str, ttl_ms: int = 0, **kw) -> dict:
-    return {"op": "auth_token_create", "id": token_id, "hash": digest, "grants": GRANTS,
-            "ttl_ms": ttl_ms, **kw}
+    return {
+        "op": "auth_token_create",
+        "id": token_id,
+        "hash": digest,
+        "grants": GRANTS,
+        "ttl_ms": ttl_ms,
+        **kw,
+    }
 
 
 def test_create_stamps_times_from_the_entry_and_takes_no_revision(node: Node) -> None:
