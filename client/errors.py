@@ -452,6 +452,7 @@ class PermissionDenied(StatekeeperError):
 _BY_CODE: dict[str, type[StatekeeperError]] = {
     "unauthenticated": Unauthenticated,
     "permission_denied": PermissionDenied,
+    "token_exists": Conflict,
     "key_not_found": NotFound,
     "not_found": NotFound,
     "compare_failed": Conflict,

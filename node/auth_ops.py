@@ -28,12 +28,14 @@ import re
 from node.op_fields import (
     MAX_NS_BYTES,
     MAX_REVISION,
+    NO_NUL_OR_EMPTY,
     Field,
     int_schema,
     invalid,
     key_text,
     obj,
     str_schema,
+    utf8,
 )
 from node.op_spec import OpSpec
 
@@ -42,6 +44,7 @@ MAX_GRANTS = 64
 MAX_TOKEN_NAME = 200
 _TOKEN_ID = re.compile(r"^[0-9a-f]{16}$")
 _HASH = re.compile(r"^[0-9a-f]{64}$")
+NS_PATTERN = "^[^*\\u0000]*\\*?$"  # '*' only at the end, no NUL
 
 
 class Pattern(Field):
@@ -68,17 +71,21 @@ class TokenName(Field):
             return ""
         if type(v) is not str or len(v) > MAX_TOKEN_NAME or "\x00" in v:
             raise invalid(f"{self.name} must be a string of at most {MAX_TOKEN_NAME} chars")
+        utf8(v, self.name)
         return v
 
     def schema(self, limits, wire):
-        return str_schema(self.doc, maxLength=MAX_TOKEN_NAME, default="")
+        return str_schema(self.doc, maxLength=MAX_TOKEN_NAME, default="", pattern=NO_NUL_OR_EMPTY)
 
 
 def check_ns_pattern(v: object, where: str) -> str:
     """A grant's ns: a namespace, a namespace prefix followed by `*`, or `*`."""
-    if type(v) is not str or "\x00" in v or not 1 <= len(v.encode()) <= MAX_NS_BYTES + 1:
-        raise invalid(f"{where} must be a namespace, a prefix ending in '*', or '*'")
-    if "*" in v[:-1] or (not v.endswith("*") and len(v.encode()) > MAX_NS_BYTES):
+    if type(v) is not str or "\x00" in v or not 1 <= len(utf8(v, where)) <= MAX_NS_BYTES:
+        raise invalid(
+            f"{where} must be a namespace, a prefix ending in '*', or '*' "
+            f"(1..{MAX_NS_BYTES} UTF-8 bytes, no NUL)"
+        )
+    if "*" in v[:-1]:
         raise invalid(f"{where}: '*' may only end the pattern")
     return v
 
@@ -112,18 +119,21 @@ class Grants(Field):
                 "ns": str_schema(
                     "A namespace, a prefix of namespaces ending in `*`, or `*` (all).",
                     minLength=1,
-                    maxLength=MAX_NS_BYTES + 1,
+                    maxLength=MAX_NS_BYTES,
+                    pattern=NS_PATTERN,
                 ),
                 "prefix": str_schema(
                     "Only keys (streams, lock names) starting with this; '' = all.",
                     default="",
                     maxLength=limits.max_key_bytes,
+                    pattern=NO_NUL_OR_EMPTY,
                 ),
                 "role": {"type": "string", "enum": list(ROLES), "description": "The role."},
             },
             ("ns", "role"),
             "One grant: a role over a namespace pattern and key prefix.",
         )
+        item["additionalProperties"] = False
         return {
             "type": "array",
             "items": item,

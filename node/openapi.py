@@ -59,6 +59,7 @@ ERROR_WHEN: dict[str, str] = {
     "not_found": "unknown path; crdt_get of a missing key (`error.revision`: the revision read)",
     "method_not_allowed": "the path exists but not for this method",
     "unauthenticated": "[auth] enabled and no, a malformed, unknown (or revoked), wrong or expired bearer token (header `WWW-Authenticate: Bearer`)",
+    "token_exists": "auth_token_create of a token id that exists already (with another idempotency_key): draw a new token",
     "permission_denied": "[auth] enabled and the token's grants do not cover the op (`error` has `op` and `ns`); nothing applied",
     "compare_failed": "the cas expectation was not met (the body has the current `kv` and `revision`)",
     "crdt_type_mismatch": "merge or crdt_get of a key that holds a plain value or another CRDT type (`error.found`: its type, or null); nothing changed",

@@ -96,7 +96,7 @@ def auth_op_docs(write_errors: tuple[str, ...], read_errors: tuple[str, ...]) ->
             _WRITE_NOTE + " The client draws the token and sends only its id and the SHA-256 "
             "of its secret. The caller needs admin over every grant it hands out.",
             "Created.",
-            (*write_errors, *AUTH_ERRORS, "idempotency_key_reused"),
+            (*write_errors, *AUTH_ERRORS, "token_exists", "idempotency_key_reused"),
         ),
         "auth_token_revoke": (
             "Revoke a token",

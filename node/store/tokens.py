@@ -94,7 +94,7 @@ def changes(overlay: dict[bytes, bytes | None]) -> dict[str, TokenRecord | None]
 def auth_token_create(tx: EntryTx, op: dict) -> dict:
     key = token_key(op["id"])
     if tx.point(key) is not None:
-        raise OpError("invalid_argument", f"token id {op['id']} exists already; draw a new token")
+        raise OpError("token_exists", f"token id {op['id']} exists already; draw a new token")
     expires = tx.clock + op["ttl_ms"] if op["ttl_ms"] else 0
     record = {
         "hash": op["hash"],

@@ -62,7 +62,7 @@ def test_duplicate_id_fails_and_idempotent_retry_replays(node: Node) -> None:
     first = node.one(create(tid, digest, idempotency_key="ik"))
     assert node.one(create(tid, digest, idempotency_key="ik"))["replayed"] is True
     assert node.one(create(tid, digest, idempotency_key="ik"))["id"] == first["id"]
-    assert node.one(create(tid, digest))["error"]["code"] == "invalid_argument"
+    assert node.one(create(tid, digest))["error"]["code"] == "token_exists"
 
 
 def test_a_failed_op_leaves_the_view_alone(node: Node) -> None:
