@@ -103,13 +103,15 @@ def error_when(code: str, limits: Limits) -> str:
     return text
 
 
-# Errors every body-carrying POST can answer.
+# Errors every body-carrying POST can answer (the auth ones with [auth] enabled).
 _BODY_ERRORS = (
     "malformed_body",
     "unsupported_media_type",
     "invalid_argument",
     "request_too_large",
     "internal",
+    "unauthenticated",
+    "permission_denied",
 )
 _WRITE_ERRORS = (*_BODY_ERRORS, "key_too_large", "unavailable", "timeout")
 _READ_ERRORS = (
@@ -361,7 +363,13 @@ class _Builder:
                 "BatchRequest",
                 "BatchResult",
                 "One result per op.",
-                (*_WRITE_ERRORS, "value_too_large", "unknown_op", "too_many_ops"),
+                (
+                    *_WRITE_ERRORS,
+                    "value_too_large",
+                    "unknown_op",
+                    "too_many_ops",
+                    "future_revision",
+                ),
                 tag="batch",
             ),
             "/v1/status": self.get(

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from node.op_fields import Schema, int_schema, obj, replayed_schema, rev_schema, str_schema
 
-AUTH_ERRORS = ("unauthenticated", "permission_denied")
-
 
 def _token_props() -> dict[str, Schema]:
     grant = obj(
@@ -96,24 +94,24 @@ def auth_op_docs(write_errors: tuple[str, ...], read_errors: tuple[str, ...]) ->
             _WRITE_NOTE + " The client draws the token and sends only its id and the SHA-256 "
             "of its secret. The caller needs admin over every grant it hands out.",
             "Created.",
-            (*write_errors, *AUTH_ERRORS, "token_exists", "idempotency_key_reused"),
+            (*write_errors, "token_exists", "idempotency_key_reused"),
         ),
         "auth_token_revoke": (
             "Revoke a token",
             _WRITE_NOTE + " Every node refuses the token once it applied the revoke.",
             "Revoked.",
-            (*write_errors, *AUTH_ERRORS, "not_found", "idempotency_key_reused"),
+            (*write_errors, "not_found", "idempotency_key_reused"),
         ),
         "auth_token_list": (
             "List every token",
             "Ids, names, grants and expiry; never a secret or hash. Needs admin on `*`.",
             "Every token.",
-            (*read_errors, *AUTH_ERRORS),
+            read_errors,
         ),
         "auth_whoami": (
             "The caller's token",
             "Its id, name, grants and expiry (any valid token may ask).",
             "The caller.",
-            (*read_errors, *AUTH_ERRORS),
+            read_errors,
         ),
     }
