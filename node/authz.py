@@ -170,8 +170,8 @@ class Authorizer:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise unauthenticated("malformed Authorization header: expected 'Bearer <token>'")
-        digest = hashlib.sha256(token.encode("utf-8", "replace")).digest()
         if token.startswith(ROOT_PREFIX):
+            digest = hashlib.sha256(token.encode("utf-8", "replace")).digest()
             if hmac.compare_digest(digest, self.root_hash):
                 return ROOT_PRINCIPAL
             raise unauthenticated("wrong root token (it is derived from this cluster's secret)")

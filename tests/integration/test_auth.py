@@ -254,6 +254,7 @@ def test_cli_create_list_revoke_and_revocation_on_every_node(auth_cluster: Local
     assert revoked.returncode == 0, revoked.stderr
     took = _refused_everywhere(auth_cluster, token, time.monotonic() + 2.0)
     assert set(took) == set(auth_cluster.node_ids), took
+    print(f"revocation effective after (s): { {n: round(t, 3) for n, t in took.items()} }")
     status, _, body = _raw(
         auth_cluster.url("node-1"),
         "/v1/kv/get",

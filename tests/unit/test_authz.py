@@ -272,3 +272,71 @@ def test_denial_names_op_ns_and_access(w: World) -> None:
     msg = ei.value.message
     assert "put" in msg and "'a'" in msg and "write" in msg and p.id in msg
     assert ei.value.extra == {"op": "put", "ns": "a"}
+
+
+# One valid request per op (in namespace "x" when it takes one): every op of node/ops.py
+# must be listed, so a new op cannot reach the API without a decision about its scope.
+EXAMPLES: dict[str, dict] = {
+    "put": {"key": "k", "value": b"v"},
+    "delete": {"key": "k"},
+    "cas": {"key": "k", "value": b"v", "expect": {"version": 1}},
+    "txn": {"success": [{"op": "put", "key": "k", "value": b""}]},
+    "compact": {"revision": 1},
+    "get": {"key": "k"},
+    "range": {"prefix": "k"},
+    "append": {"stream": "s", "events": [{"data": b"x"}]},
+    "read_stream": {"stream": "s"},
+    "stream_info": {"stream": "s"},
+    "list_streams": {"prefix": "s"},
+    "lease_grant": {"ttl_ms": 5000},
+    "lease_keepalive": {"leases": [9]},
+    "lease_revoke": {"lease": 9},
+    "lease_info": {"lease": 9},
+    "lease_list": {},
+    "lock_acquire": {"name": "l", "lease": 9},
+    "lock_release": {"name": "l", "fence": 1},
+    "lock_list": {"prefix": "l"},
+    "merge": {"key": "k", "type": "gcounter", "state": b"\x80"},
+    "crdt_get": {"key": "k"},
+    "retention_set": {"prefix": "k", "target": "keys", "keep_last": 1},
+    "retention_delete": {"prefix": "k", "target": "keys"},
+    "retention_list": {"ns": "x"},
+    "retention_status": {"ns": "x"},
+    "truncate_stream": {"stream": "s", "before_seq": 2},
+    "archive_plan": {"target": "keys", "prefix": "k", "keep_last": 1},
+    "archive_seal": {
+        "segment": {"id": "seg", "url": "file:///x", "sha256": "0" * 64, "bytes": 1},
+        "keys": [["k", 1]],
+    },
+    "archive_restore": {"segment": "seg", "keys": [["k", b"v"]]},
+    "archive_list": {"ns": "x"},
+    "auth_token_create": {
+        "id": "0" * 16,
+        "hash": "0" * 64,
+        "grants": [{"ns": "x", "role": "reader"}],
+    },
+    "auth_token_revoke": {"id": "0" * 16},
+    "auth_token_list": {},
+    "auth_whoami": {},
+}
+CLUSTER_WIDE = {"compact", "lease_list", "auth_token_list"}
+
+
+def test_every_op_is_scoped(w: World) -> None:
+    assert set(EXAMPLES) == set(OPS)
+    w.leases[9] = "x"
+    w.tokens = {"0" * 16: TokenRecord(b"", "v", (("x", "", "reader"),), 0, 0)}
+    admin_x = w.principal(("x", "", "admin"))
+    elsewhere = w.principal(("y", "", "admin"))
+    for name, body in EXAMPLES.items():
+        raw = {"op": name, "ns": "x", **body}
+        if name in CLUSTER_WIDE:
+            assert not w.allowed(admin_x, raw), name
+        else:
+            assert w.allowed(admin_x, raw), name
+        if name != "auth_whoami":  # needs a token, no grant
+            assert not w.allowed(elsewhere, raw), name
+        access = OPS[name].access
+        if access in ("read", "write") and name not in CLUSTER_WIDE:
+            reader = w.principal(("x", "", "reader"))
+            assert w.allowed(reader, raw) == (access == "read"), name
