@@ -9,14 +9,19 @@ Invariants:
   token. Secrets are compared by their SHA-256 with hmac.compare_digest.
 - `authorize` raises OpError `permission_denied` (403) unless EVERY part of the op is
   covered by one of the principal's grants: each op of a txn (its compares need read), each
-  lease a lease op names (looked up by `lease_ns`; an unknown lease is left to the op, which
-  answers lease_not_found), each grant a token create hands out (the caller needs admin
-  over it). A grant covers (ns, touched keys, access) when its ns pattern matches ns, its
+  lease a lease op names (looked up by `lease_ns`), each grant a token create hands out
+  (the caller needs admin over it). A grant covers (ns, touched keys, access) when its ns pattern matches ns, its
   role allows the access (reader: read; writer: read, write; admin: everything) and every
   key or prefix the op touches starts with its prefix; an op whose keys cannot be told
   (a whole-namespace range, a lease op) needs a grant with prefix "". Cluster-wide ops
   (compact, lease_list, token list, retention/archive listing without ns) need admin on
   `*` with prefix "".
+- An op naming a lease or a token by id is checked against that object's namespace /
+  grants. An id this node does not know (after the read barrier the HTTP layer passes
+  when `unknown_ids` says so) is answered here with the op's own not-found error
+  (lease_not_found; not_found for a token), not proposed: otherwise a lagging node could
+  let through a revoke of an object created elsewhere in a namespace the caller may not
+  touch. A keepalive answers unknown ids per lease, as before (renewing is harmless).
 - Expiry is checked against `clock()` (the serving node's wall clock, ms) at request time;
   expires_ms was stamped from the leader's clock when the token was created. A node whose
   clock runs ahead refuses a token early by its skew, one running behind accepts it late by
@@ -77,6 +82,15 @@ ROOT_PRINCIPAL = Principal("root", "root (derived from the cluster secret)", ROO
 
 def unauthenticated(message: str) -> OpError:
     return OpError("unauthenticated", message)
+
+
+def lease_not_found(lease: int) -> OpError:
+    """What the lease ops answer for an unknown lease (node/store/lease_state.py)."""
+    return OpError(
+        "lease_not_found",
+        f"lease {lease} does not exist (never granted, revoked, or expired)",
+        lease=lease,
+    )
 
 
 def ns_matches(pattern: str, ns: str) -> bool:
@@ -211,7 +225,13 @@ class Authorizer:
                     )
         elif op_name == "auth_token_revoke":
             rec = self.tokens().get(op["id"])
-            for p, pre, _ in rec.grants if rec is not None else ():
+            if rec is None:
+                raise OpError(
+                    "not_found",
+                    f"token {op['id']} does not exist (never created, or revoked)",
+                    id=op["id"],
+                )
+            for p, pre, _ in rec.grants:
                 if not any(
                     role == "admin" and pattern_covers(gp, p) and pre.startswith(gpre)
                     for gp, gpre, role in grants
@@ -221,6 +241,20 @@ class Authorizer:
                         f"op auth_token_revoke: token {principal.id} needs admin over every "
                         f"grant of token {op['id']} (ns {p!r} prefix {pre!r})",
                     )
+
+    def unknown_ids(self, name: str, op: dict) -> bool:
+        """The op names a lease or a token this node does not know. It may only lag: the
+        HTTP layer then passes a read barrier before `authorize`, which answers the op's
+        not-found error for an id still unknown, so no op on an object whose namespace
+        was never checked is proposed."""
+        if name in ("lease_keepalive", "lease_revoke", "lease_info"):
+            ids = op["leases"] if name == "lease_keepalive" else (op["lease"],)
+            return any(self.lease_ns(lease) is None for lease in ids)
+        if name == "lock_acquire" and op.get("lease") is not None:
+            return self.lease_ns(op["lease"]) is None
+        if name == "auth_token_revoke":
+            return op["id"] not in self.tokens()
+        return False
 
     def denied(self, principal: Principal, op_name: str, scope: Scope) -> OpError:
         ns, touched, access = scope
@@ -256,13 +290,16 @@ class Authorizer:
         if name in ("lease_keepalive", "lease_revoke", "lease_info"):
             for lease in op["leases"] if name == "lease_keepalive" else (op["lease"],):
                 ns = self.lease_ns(lease)
-                if ns is not None:  # an unknown lease: the op answers lease_not_found
+                if ns is not None:
                     yield ns, None, access
+                elif name != "lease_keepalive":  # (keepalive answers each unknown id)
+                    raise lease_not_found(lease)
             return
         if name == "lock_acquire" and op.get("lease") is not None:
             ns = self.lease_ns(op["lease"])
-            if ns is not None:
-                yield ns, None, "write"
+            if ns is None:
+                raise lease_not_found(op["lease"])
+            yield ns, ("key", op["name"]), "write"  # its waiter key goes on the lease
         if name in ("compact", "lease_list", "auth_token_list"):
             yield None, None, "admin"
             return

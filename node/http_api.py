@@ -190,14 +190,29 @@ class Api:
             )
             raise
 
-    def _authorize(self, request: Request, name: str, op: dict) -> None:
-        """Raise permission_denied (logged) unless the caller may run the validated op."""
+    async def _authorize_ops(self, request: Request, ops: list[dict]) -> None:
+        """Authorize validated ops (all or nothing). An op naming a lease or token this node
+        does not know waits for a read barrier first: the node may only lag behind."""
         if self.authz is None:
             return
+        if any(self.authz.unknown_ids(op["op"], op) for op in ops):
+            await self.reads.wait("linearizable", None)
+        for i, op in enumerate(ops):
+            try:
+                self._authorize(request, op["op"], op)
+            except OpError as e:
+                if len(ops) == 1:
+                    raise
+                raise OpError(e.code, f"ops[{i}]: {e.message}", **e.extra) from None
+
+    def _authorize(self, request: Request, name: str, op: dict) -> None:
+        """Raise permission_denied (logged) unless the caller may run the validated op."""
         principal = _caller.get()
         try:
             self.authz.authorize(principal, name, op)
         except OpError as e:
+            if e.code != "permission_denied":  # an unknown lease / token: not a denial
+                raise
             auth_log.warning(
                 "permission_denied: token %s, op %s, ns %s, client %s: %s",
                 principal.id,
@@ -279,7 +294,7 @@ class Api:
             return self._respond(self._whoami(), fmt)
         if is_write(body):
             op = validate_op(body, self.limits)
-            self._authorize(request, name, op)
+            await self._authorize_ops(request, [op])
             self._check_serving()
             result = await self._write_within_timeout(
                 self.proposer.write(op, request.content_length)
@@ -287,7 +302,7 @@ class Api:
         else:
             consistency, min_rev = read_options(body)
             op = validate_op(body, self.limits)
-            self._authorize(request, name, op)
+            await self._authorize_ops(request, [op])
             await self.reads.wait(consistency, min_rev)
             if op.get("wait_ms"):
                 result = await self.reads.long_poll(lambda: self.sm.read(op), op["wait_ms"])
@@ -310,11 +325,7 @@ class Api:
         body, fmt = self._body(request)
         consistency, min_rev = read_options(body)
         ops = validate_ops(body.get("ops"), self.limits)
-        for i, op in enumerate(ops):  # all or nothing: a denied op fails the whole batch
-            try:
-                self._authorize(request, op["op"], op)
-            except OpError as e:
-                raise OpError(e.code, f"ops[{i}]: {e.message}", **e.extra) from None
+        await self._authorize_ops(request, ops)  # a denied op fails the whole batch
         writes = [(i, op) for i, op in enumerate(ops) if is_write(op)]
         results: list[dict | None] = [None] * len(ops)
         if writes:
@@ -347,7 +358,7 @@ class Api:
         """POST /v1/watch: a long-lived stream of frames (node/watch.py)."""
         body, fmt = self._body(request)
         if self.authz is not None:
-            self._authorize(request, "watch", validate_watch(body, self.limits))
+            await self._authorize_ops(request, [validate_watch(body, self.limits)])
         return await self.watches.open(body, fmt)
 
     async def handle_status(self, request: Request) -> Response:

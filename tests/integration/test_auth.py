@@ -328,3 +328,24 @@ def test_auth_disabled_warns_in_log_and_status(cluster: LocalCluster) -> None:
     with Client(cluster.config.http_urls()) as c:
         c.put("k", b"v")  # no token needed
         assert c.auth_whoami().id is None
+
+
+def test_lease_ops_check_the_leases_namespace_on_every_node(auth_cluster: LocalCluster) -> None:
+    token, _ = _token(auth_cluster, ns="agent-9", role="writer")
+    other, _ = _token(auth_cluster, ns="agent-8", role="writer")
+    for nid in auth_cluster.node_ids:
+        # Granted through the leader, revoked at once through this node (a follower may
+        # not have applied the grant yet: it passes a read barrier before deciding).
+        with Client(auth_cluster.config.http_urls(), ns="agent-9", token=token) as c:
+            lease = c.lease_grant(10).lease
+        url = auth_cluster.url(nid)
+        with Client(url, token=other, retry=NO_RETRY, prefer_leader=False) as stranger:
+            with pytest.raises(PermissionDenied):
+                stranger.lease_revoke(lease)
+            with pytest.raises(PermissionDenied):
+                stranger.lease_info(lease)
+        with Client(url, token=token, retry=NO_RETRY, prefer_leader=False) as mine:
+            assert mine.lease_info(lease).ns == "agent-9"
+            mine.lease_revoke(lease)
+            with pytest.raises(NotFound):  # lease_not_found, as without auth
+                mine.lease_revoke(lease)

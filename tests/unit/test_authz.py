@@ -146,6 +146,7 @@ def test_namespace_patterns(w: World) -> None:
 
 
 def test_key_prefixes(w: World) -> None:
+    w.leases[99] = "a"
     p = w.principal(("a", "chat/", "writer"))
     ok = [
         {"op": "put", "ns": "a", "key": "chat/1", "value": b""},
@@ -217,7 +218,21 @@ def test_lease_ops_check_the_leases_namespace(w: World) -> None:
     assert w.allowed(p, {"op": "lease_info", "lease": 7})
     assert not w.allowed(p, {"op": "lease_keepalive", "leases": [7, 8]})
     assert not w.allowed(p, {"op": "lease_revoke", "lease": 8})
-    assert w.allowed(p, {"op": "lease_info", "lease": 1234})  # unknown: lease_not_found
+    # An unknown lease (after the HTTP layer's read barrier) is answered as the op would.
+    for raw in (
+        {"op": "lease_info", "lease": 1234},
+        {"op": "lease_revoke", "lease": 1234},
+        {"op": "lock_acquire", "ns": "agent-42", "name": "l", "lease": 1234},
+    ):
+        assert w.authz.unknown_ids(raw["op"], validate_op(raw, LIMITS))
+        with pytest.raises(OpError) as ei:
+            w.check(p, raw)
+        assert ei.value.code == "lease_not_found" and ei.value.status == 404
+    assert w.allowed(p, {"op": "lease_keepalive", "leases": [7, 1234]})  # answered per id
+    assert not w.authz.unknown_ids("lease_info", {"op": "lease_info", "lease": 7})
+    with pytest.raises(OpError) as ei:
+        w.check(w.principal(("*", "", "admin")), {"op": "auth_token_revoke", "id": "f" * 16})
+    assert ei.value.code == "not_found"
     reader = w.principal(("agent-42", "", "reader"))
     assert w.allowed(reader, {"op": "lease_info", "lease": 7})
     assert not w.allowed(reader, {"op": "lease_keepalive", "leases": [7]})
