@@ -64,6 +64,8 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
             again after a failure (default; saves the follower-to-leader hop). False:
             stick to the order given.
         max_connections: keep-alive connections kept (in total).
+        token: the bearer token sent with every request; default: $STATEKEEPER_TOKEN,
+            else the file named by $STATEKEEPER_TOKEN_FILE, else none.
 
     Example::
 
@@ -85,7 +87,7 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
     def _init_transport(self, max_connections: int) -> None:
         self._max_connections = max_connections
         # Parsed here so a bad endpoint fails now, not at the first request.
-        self._eps = {url: Endpoint(url) for url in self._endpoints.urls}
+        self._eps = {url: Endpoint(url, self._authorization) for url in self._endpoints.urls}
         self._pool: Pool | None = None  # created on first use, in the loop that uses it
         self._streams: set[StreamConnection] = set()  # watches being read
 
@@ -94,7 +96,11 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
             raise RuntimeError("AsyncClient is closed")
         if self._pool is None:
             self._pool = Pool(
-                asyncio.get_running_loop(), self._max_connections, self._eps, self._tls
+                asyncio.get_running_loop(),
+                self._max_connections,
+                self._eps,
+                self._tls,
+                self._authorization,
             )
         return self._pool
 
@@ -122,7 +128,7 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
             url, request, timeout = session.attempt()
             conn: StreamConnection | None = None
             try:
-                ep = self._eps.get(url) or Endpoint(url)
+                ep = self._eps.get(url) or Endpoint(url, self._authorization)
                 conn = await open_stream(ep, request, self.timeout, self._tls)
                 self._streams.add(conn)
                 status, ctype = conn.head.result()

@@ -38,9 +38,9 @@ class Endpoint:
     """One node URL, parsed once: where to connect, the request-line prefix, and the idle
     keep-alive connections to it (most recently used last)."""
 
-    __slots__ = ("heads", "host", "host_header", "idle", "port", "prefix", "tls", "url")
+    __slots__ = ("auth", "heads", "host", "host_header", "idle", "port", "prefix", "tls", "url")
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, auth: str = "") -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
             raise ValueError(f"endpoint {url!r}: the scheme must be http or https")
@@ -53,6 +53,7 @@ class Endpoint:
         if not parts.hostname:
             raise ValueError(f"endpoint {url!r}: no host")
         self.url = url
+        self.auth = auth  # the Authorization header's value, "" for none
         self.tls = parts.scheme == "https"
         self.host = parts.hostname
         self.port = port if port is not None else (443 if self.tls else 80)
@@ -71,6 +72,8 @@ class Endpoint:
             return entry[1]
         lines = [f"{req.method} {self.prefix}{req.path} HTTP/1.1", f"Host: {self.host_header}"]
         lines += [f"{k}: {v}" for k, v in req.headers.items() if k.lower() != "content-length"]
+        if self.auth:
+            lines.append(f"Authorization: {self.auth}")
         for line in lines:
             if "\r" in line or "\n" in line:
                 raise ValueError(f"line break in HTTP request head: {line!r}")

@@ -60,7 +60,17 @@ class Pool:
     (if it wants another endpoint, the connection is closed and its slot passed on).
     """
 
-    __slots__ = ("_tls", "closed", "conns", "endpoints", "limit", "loop", "nopen", "waiters")
+    __slots__ = (
+        "_tls",
+        "auth",
+        "closed",
+        "conns",
+        "endpoints",
+        "limit",
+        "loop",
+        "nopen",
+        "waiters",
+    )
 
     def __init__(
         self,
@@ -68,10 +78,12 @@ class Pool:
         limit: int,
         endpoints: dict[str, Endpoint],
         tls: ssl.SSLContext | None = None,
+        auth: str = "",
     ) -> None:
         self.loop = loop
         self.limit = max(limit, 0)  # 0: no limit (aiohttp's TCPConnector semantics)
         self.endpoints = endpoints
+        self.auth = auth  # the Authorization header of every request ("" for none)
         self.nopen = 0
         self.conns: set[Connection] = set()  # every connection holding a slot
         # (endpoint, future): the future gets a connection to that endpoint, or None
@@ -83,7 +95,7 @@ class Pool:
     def endpoint(self, url: str) -> Endpoint:
         ep = self.endpoints.get(url)
         if ep is None:
-            ep = self.endpoints[url] = Endpoint(url)
+            ep = self.endpoints[url] = Endpoint(url, self.auth)
         return ep
 
     async def attempt(

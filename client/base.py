@@ -130,6 +130,7 @@ class BaseClient:
         cert: str | os.PathLike[str] | None = None,
         key: str | os.PathLike[str] | None = None,
         tls: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> None:
         if consistency not in CONSISTENCY_LEVELS:
             raise ValueError(f"consistency must be one of {CONSISTENCY_LEVELS}")
@@ -146,6 +147,9 @@ class BaseClient:
             if any(u.startswith("https:") for u in self._endpoints.urls)
             else None
         )
+        # "Bearer <token>" for every request's Authorization header ("" for none); never
+        # shown by repr().
+        self._authorization = bearer(token)
         self._init_transport(max_connections)
         # With one endpoint there is nothing to choose: no status round trip.
         self.prefer_leader = prefer_leader and len(self._endpoints.urls) > 1
@@ -225,6 +229,20 @@ class BaseClient:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self.endpoints)!r}, ns={self.ns!r})"
+
+
+def bearer(token: str | None) -> str:
+    """The Authorization value for ``token``, else $STATEKEEPER_TOKEN, else the content of
+    the file named by $STATEKEEPER_TOKEN_FILE (stripped); "" when none is set."""
+    if token is None:
+        token = os.environ.get("STATEKEEPER_TOKEN") or None
+    if token is None and os.environ.get("STATEKEEPER_TOKEN_FILE"):
+        with open(os.environ["STATEKEEPER_TOKEN_FILE"]) as f:
+            token = f.read()
+    token = (token or "").strip()
+    if any(c in token for c in "\r\n\x00 "):
+        raise ValueError("the token must be one line without spaces")
+    return f"Bearer {token}" if token else ""
 
 
 P = ParamSpec("P")

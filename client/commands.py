@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .archive_commands import ArchiveCommands, check_archived_mode
+from .auth_commands import AuthCommands
 from .base import Pages, ScanPages, command, paged
 from .cache_commands import CacheCommands
 from .crdt_commands import CrdtCommands
@@ -69,6 +70,7 @@ class Commands(
     CrdtCommands,
     RetentionCommands,
     ArchiveCommands,
+    AuthCommands,
     Generic[BatchT],
 ):
     """The operations of both clients (the stream ones come from
@@ -80,7 +82,8 @@ class Commands(
     :class:`effects.EffectCommands`, ``crdt_merge``, ``crdt_get`` and ``crdt`` from
     :class:`crdt_commands.CrdtCommands`, the retention ones and ``truncate_stream`` from
     :class:`retention_commands.RetentionCommands`, the archival ones from
-    :class:`archive_commands.ArchiveCommands`). Each builds its request and returns
+    :class:`archive_commands.ArchiveCommands`, the token ones from
+    :class:`auth_commands.AuthCommands`). Each builds its request and returns
     ``self._execute(request)`` (see :class:`base.BaseClient`). A transport subclass
     implements what BaseClient asks for, ``_iterate(pages)`` (run a :class:`base.Pages`,
     yielding the items of its pages) and sets ``_batch_type`` (what :meth:`batch`

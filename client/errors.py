@@ -44,8 +44,10 @@ __all__ = [
     "NotFound",
     "StatekeeperError",
     "StreamNotFound",
+    "PermissionDenied",
     "Timeout",
     "TlsError",
+    "Unauthenticated",
     "Unavailable",
     "WatchOverflow",
     "error_class",
@@ -446,7 +448,20 @@ class TlsError(StatekeeperError):
     configuration problem, not a passing fault."""
 
 
+class Unauthenticated(StatekeeperError):
+    """HTTP 401: no token, or a malformed, unknown (revoked), wrong or expired one (the
+    message says which). Not retried: a new token is needed."""
+
+
+class PermissionDenied(StatekeeperError):
+    """HTTP 403: the token's grants do not cover the op (``details``: ``op``, ``ns``).
+    Not retried."""
+
+
 _BY_CODE: dict[str, type[StatekeeperError]] = {
+    "unauthenticated": Unauthenticated,
+    "permission_denied": PermissionDenied,
+    "token_exists": Conflict,
     "key_not_found": NotFound,
     "not_found": NotFound,
     "compare_failed": Conflict,
@@ -486,6 +501,8 @@ _BY_CODE: dict[str, type[StatekeeperError]] = {
 
 _BY_STATUS: dict[int, type[StatekeeperError]] = {
     400: InvalidRequest,
+    401: Unauthenticated,
+    403: PermissionDenied,
     404: NotFound,
     405: InvalidRequest,
     409: Conflict,

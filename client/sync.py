@@ -81,6 +81,9 @@ class Client(Commands[Batch]):
             reads to the leader inside raft, which costs a hop and follower CPU; only URLs
             listed in ``endpoints`` are used. False: stick to the order given.
         max_connections: keep-alive connections kept per node.
+        token: the bearer token sent with every request (``Authorization: Bearer``);
+            default: $STATEKEEPER_TOKEN, else the file named by $STATEKEEPER_TOKEN_FILE,
+            else none (a cluster with ``[auth] enabled`` then answers 401).
 
     Example::
 
@@ -112,6 +115,8 @@ class Client(Commands[Batch]):
             self._pool(url)
         self._default_timeout = urllib3.Timeout(connect=self.timeout, read=self.timeout)
         self._streams: set[urllib3.BaseHTTPResponse] = set()  # watches being read
+        # id(headers) -> (headers, headers + Authorization): see _headers.
+        self._with_auth: dict[int, tuple[Any, dict[str, str]]] = {}
 
     def _pool(self, url: str) -> tuple[urllib3.HTTPConnectionPool, str]:
         entry = self._pools.get(url)
@@ -131,13 +136,23 @@ class Client(Commands[Batch]):
             req.method,
             prefix + req.path,
             body=req.body,
-            headers=req.headers,
+            headers=self._headers(req.headers) if self._authorization else req.headers,
             retries=False,
             redirect=False,
             timeout=tmo,
             preload_content=True,
         )
         return resp.status, resp.headers.get("Content-Type"), resp.data
+
+    def _headers(self, headers: Any) -> Any:
+        """A request's headers plus Authorization, merged once per headers mapping."""
+        entry = self._with_auth.get(id(headers))
+        if entry is not None and entry[0] is headers:
+            return entry[1]
+        merged = {**headers, "Authorization": self._authorization}
+        if len(self._with_auth) < 256:
+            self._with_auth[id(headers)] = (headers, merged)
+        return merged
 
     def _attempt(self, url: str, req: Request, timeout: float) -> Answer:
         try:
@@ -185,7 +200,7 @@ class Client(Commands[Batch]):
             req.method,
             prefix + req.path,
             body=req.body,
-            headers=req.headers,
+            headers=self._headers(req.headers) if self._authorization else req.headers,
             retries=False,
             redirect=False,
             timeout=urllib3.Timeout(connect=self.timeout, read=timeout),

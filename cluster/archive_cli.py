@@ -38,6 +38,7 @@ from cluster.client_cli import (
     size,
     table,
 )
+from cluster.client_cli import token as client_token
 
 GROUP_HELP = (
     "archive old checkpoints and stream events to a cold tier, and restore them",
@@ -53,7 +54,12 @@ FAILPOINT_STEPS = ("segment-written", "manifest-written", "sealed")
 def open_client(args: argparse.Namespace) -> Any:
     from client import Client
 
-    return Client(endpoints(args), ns=args.ns or "default", **connection_options(args))
+    return Client(
+        endpoints(args),
+        ns=args.ns or "default",
+        token=client_token(args),
+        **connection_options(args),
+    )
 
 
 def _common(arg: Callable[..., Any], ns_default: str | None) -> list[Any]:

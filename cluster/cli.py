@@ -189,7 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if (err := node_config.secret_flag_error(argv)) and not _passthrough_args(argv):
+    err = node_config.secret_flag_error(argv) or auth_cli.token_flag_error(argv)
+    if err and not _passthrough_args(argv):
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     args = _passthrough_args(argv) or build_parser().parse_args(argv)
@@ -625,6 +626,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 from cluster import (  # noqa: E402 (their groups register here)
     agent_cli,
     archive_cli,
+    auth_cli,
     crdt_cli,
     gc_cli,
     lease_cli,
@@ -643,6 +645,7 @@ crdt_cli.register(command, arg, GROUPS)
 gc_cli.register(command, arg, GROUPS)
 archive_cli.register(command, arg, GROUPS)
 tls_cli.register(command, arg, GROUPS)
+auth_cli.register(command, arg, GROUPS)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,12 @@ where the nodes are, the common flags, one-line errors, tables and JSON.
 Endpoints: --endpoints, else $STATEKEEPER_ENDPOINTS, else the HTTP URLs of --config
 (cluster.toml) when it exists, else http://127.0.0.1:7000. TLS: $STATEKEEPER_CA_FILE (and
 _CERT_FILE / _KEY_FILE, client/tls.py), else, with a cluster.toml that turns [tls] on, its
-CA (and a node certificate when the port asks for client certificates). The client is imported only
-when a command runs (the CLI also serves `statekeeper cluster ...` without it).
+CA (and a node certificate when the port asks for client certificates). The credential (a bearer token;
+docs/protocol.md, "Authentication and authorization"): the file named by --token-file, else
+$STATEKEEPER_TOKEN, else the file named by $STATEKEEPER_TOKEN_FILE, else the root token
+derived from --config's cluster secret when the config exists; never a flag value
+(`--token X` is refused before parsing, see cluster/auth_cli.py). The client is imported
+only when a command runs (the CLI also serves `statekeeper cluster ...` without it).
 """
 
 from __future__ import annotations
@@ -36,6 +40,12 @@ def client_args(arg: Callable[..., Any]) -> list[Any]:
             help="cluster config to take the endpoints from (default: cluster.toml)",
         ),
         arg("--json", action="store_true", help="print JSON instead of a table"),
+        arg(
+            "--token-file",
+            metavar="PATH",
+            help="file holding the bearer token (default: $STATEKEEPER_TOKEN, "
+            "$STATEKEEPER_TOKEN_FILE, else the root token derived from --config's secret)",
+        ),
     ]
 
 
@@ -50,10 +60,11 @@ def endpoints(args: argparse.Namespace) -> list[str]:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    if args.config and Path(args.config).exists():
+    config = getattr(args, "config", None)
+    if config and Path(config).exists():
         from node import config as node_config
 
-        return node_config.load(Path(args.config))
+        return node_config.load(Path(config))
     return None
 
 
@@ -111,7 +122,31 @@ def dump(obj: Any) -> None:
     print(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False))
 
 
+def token(args: argparse.Namespace) -> str | None:
+    """The bearer token the CLI sends (see the module docstring); None: none."""
+    path = getattr(args, "token_file", None)
+    if path:
+        from node import config as node_config
+
+        return node_config.read_secret_file(Path(path), "--token-file")
+    if os.environ.get("STATEKEEPER_TOKEN") or os.environ.get("STATEKEEPER_TOKEN_FILE"):
+        return None  # the client reads them
+    config = getattr(args, "config", None)
+    if config and Path(config).exists():
+        from client.auth_tokens import root_token
+        from node import config as node_config
+
+        secret = node_config.load(Path(config)).secret
+        return root_token(secret) if secret else None
+    return None
+
+
 def open_client(args: argparse.Namespace) -> Any:
     from client import Client
 
-    return Client(endpoints(args), ns=args.ns, **connection_options(args))
+    return Client(
+        endpoints(args),
+        ns=getattr(args, "ns", "default"),
+        token=token(args),
+        **connection_options(args),
+    )

@@ -125,6 +125,14 @@ CLIENT_AUTH_MODES = ("none", "optional", "required")
 
 
 @dataclass(frozen=True)
+class AuthSettings:
+    """The [auth] table: bearer tokens and per-namespace grants on the client port
+    (node/authz.py). Off: every request is allowed, and each node says so at start."""
+
+    enabled: bool = False
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     id: str
     host: str
@@ -174,6 +182,7 @@ class ClusterConfig:
     raft: RaftSettings = field(default_factory=RaftSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
     # Directory the relative paths above are resolved against.
     base_dir: str = "."
     # Set by `load`: where the secret came from (never the secret itself), and warnings
@@ -221,6 +230,7 @@ class _ConfigFile:
     raft: RaftSettings = field(default_factory=RaftSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
 
 
 _TYPE_WORDS = {
@@ -329,6 +339,7 @@ def parse(raw: dict, base_dir: str = ".") -> ClusterConfig:
         raft=f.raft,
         http=f.http,
         tls=f.tls,
+        auth=f.auth,
         base_dir=base_dir,
     )
     validate(cfg)
@@ -513,6 +524,7 @@ def dumps(cfg: ClusterConfig) -> str:
         "raft": dataclasses.asdict(cfg.raft),
         "http": dataclasses.asdict(cfg.http),
         "tls": dataclasses.asdict(cfg.tls),
+        "auth": dataclasses.asdict(cfg.auth),
         "nodes": [_node_table(n) for n in cfg.nodes],
     }
     return _HEADER + tomli_w.dumps(doc)

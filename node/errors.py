@@ -45,6 +45,9 @@ STATUS: dict[str, int] = {
     "method_not_allowed": 405,
     # [tls] client_auth = "required" and the connection brought no client certificate.
     "client_certificate_required": 401,
+    "unauthenticated": 401,  # no, a malformed, unknown, wrong or expired bearer token
+    "permission_denied": 403,  # the token's grants do not cover the op
+    "token_exists": 409,  # auth_token_create of an id that exists (draw a new token)
     "timeout": 504,
     "internal": 500,
 }

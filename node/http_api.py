@@ -5,10 +5,15 @@ contract is docs/protocol.md."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import hashlib
 import logging
+import time
 from typing import Any
 
+from client.auth_tokens import parse_token, root_token
 from node import codec
+from node.authz import Authorizer, Principal
 from node.config import ClusterConfig
 from node.errors import OpError, status_for
 from node.http_limits import fd_budget
@@ -19,14 +24,19 @@ from node.raft import RaftNode
 from node.reads import ReadPolicy, read_options
 from node.store import StateMachine
 from node.watch import Watches
-from node.watch_ops import WATCH_PATH
+from node.watch_ops import WATCH_PATH, validate_watch
 
 log = logging.getLogger("statekeeper.http")
+auth_log = logging.getLogger("statekeeper.auth")
 
 KV_OPS = ("put", "get", "delete", "range", "cas", "txn", "compact")
 # Ops with a route of their own (POST path -> op): /v1/streams/*, /v1/leases/*,
 # /v1/locks/*, /v1/crdt/*.
 OWN_ROUTES = {spec.path: name for name, spec in OPS.items() if name not in KV_OPS}
+# Answered without a token even with [auth] enabled (docs/protocol.md).
+OPEN_ROUTES = frozenset({"/v1/health/live", "/v1/health/ready", "/v1/status", "/v1/openapi.json"})
+# The request's authenticated caller (set by dispatch, read by the handlers it awaits).
+_caller: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("caller", default=None)
 
 
 class Api:
@@ -62,6 +72,23 @@ class Api:
             stopping=lambda: self.shutting_down,
             leader_known=lambda: self.raft.leader_known(),
         )
+        self.authz: Authorizer | None = None
+        if cluster.auth.enabled:
+            self.authz = Authorizer(
+                lambda: sm.tokens,
+                hashlib.sha256(root_token(cluster.secret).encode()).digest(),
+                lambda: int(time.time() * 1000),
+                sm.lease_ns,
+            )
+            self.auth_status: dict[str, Any] = {"enabled": True}
+        else:
+            url = cluster.url(node_id)
+            warning = (
+                f"auth is disabled: any client that reaches {url} can read and write every "
+                "namespace; set [auth] enabled = true (docs/protocol.md#security)"
+            )
+            auth_log.warning(warning)
+            self.auth_status = {"enabled": False, "warning": warning}
         # path template -> method -> handler
         self._methods: dict[str, dict[str, Any]] = {}
         for (method, path), handler in self.routes().items():
@@ -128,10 +155,15 @@ class Api:
         except OpError:
             pass
         try:
-            return await self._route(request)(request)
+            handler = self._route(request)
+            if self.authz is not None and request.path not in OPEN_ROUTES:
+                _caller.set(self._authenticate(request))
+            return await handler(request)
         except OpError as e:
             resp = self._error(e, fmt)
-            if e.code == "method_not_allowed":
+            if e.code == "unauthenticated":
+                resp.headers = (("WWW-Authenticate", "Bearer"),)
+            elif e.code == "method_not_allowed":
                 allowed = self._methods[self._template(request.path)]
                 resp.headers = (("Allow", ", ".join(sorted(allowed))),)
             return resp
@@ -140,6 +172,60 @@ class Api:
         except Exception:
             log.exception("unhandled error serving %s %s", request.method, request.path)
             return self._error(OpError("internal", "internal error; see the node's log"), fmt)
+
+    def _authenticate(self, request: Request) -> Principal:
+        try:
+            return self.authz.authenticate(request.headers.get("authorization"))
+        except OpError as e:
+            token = request.headers.get("authorization", "").partition(" ")[2].strip()
+            parsed = parse_token(token)  # the id only: never the token or its hash
+            token_id = parsed[0] if parsed else "root" if token.startswith("sk_root_") else "-"
+            auth_log.warning(
+                "unauthenticated: token %s, %s %s, client %s: %s",
+                token_id,
+                request.method,
+                request.path,
+                request.peer or "?",
+                e.message,
+            )
+            raise
+
+    async def _authorize_ops(self, request: Request, ops: list[dict]) -> None:
+        """Authorize validated ops (all or nothing). An op naming a lease or token this node
+        does not know waits for a read barrier first: the node may only lag behind."""
+        if any(self.authz.unknown_ids(op["op"], op) for op in ops):
+            await self.reads.wait("linearizable", None)
+        for i, op in enumerate(ops):
+            try:
+                self._authorize(request, op["op"], op)
+            except OpError as e:
+                if len(ops) == 1:
+                    raise
+                raise OpError(e.code, f"ops[{i}]: {e.message}", **e.extra) from None
+
+    def _authorize(self, request: Request, name: str, op: dict) -> None:
+        """Raise permission_denied (logged) unless the caller may run the validated op."""
+        principal = _caller.get()
+        try:
+            self.authz.authorize(principal, name, op)
+        except OpError as e:
+            if e.code != "permission_denied":  # an unknown lease / token: not a denial
+                raise
+            auth_log.warning(
+                "permission_denied: token %s, op %s, ns %s, client %s: %s",
+                principal.id,
+                name,
+                op.get("ns"),
+                request.peer or "?",
+                e.message,
+            )
+            raise
+
+    def _whoami(self) -> dict:
+        principal = _caller.get()
+        if principal is None:  # auth disabled: nobody is checked
+            return {"id": None, "auth_enabled": False}
+        return {**principal.info(), "auth_enabled": True}
 
     def protocol_error(self, status: int, code: str, message: str) -> Response:
         """An answer for a request the HTTP server could not parse or accept (JSON)."""
@@ -200,8 +286,14 @@ class Api:
     async def _handle_op(self, name: str, request: Request) -> Response:
         body, fmt = self._body(request)
         body["op"] = name
+        if name == "auth_whoami":  # the caller's own token: nothing to read
+            read_options(body)
+            validate_op(body, self.limits)
+            return self._respond(self._whoami(), fmt)
         if is_write(body):
             op = validate_op(body, self.limits)
+            if self.authz is not None:
+                await self._authorize_ops(request, [op])
             self._check_serving()
             result = await self._write_within_timeout(
                 self.proposer.write(op, request.content_length)
@@ -209,6 +301,8 @@ class Api:
         else:
             consistency, min_rev = read_options(body)
             op = validate_op(body, self.limits)
+            if self.authz is not None:
+                await self._authorize_ops(request, [op])
             await self.reads.wait(consistency, min_rev)
             if op.get("wait_ms"):
                 result = await self.reads.long_poll(lambda: self.sm.read(op), op["wait_ms"])
@@ -231,6 +325,8 @@ class Api:
         body, fmt = self._body(request)
         consistency, min_rev = read_options(body)
         ops = validate_ops(body.get("ops"), self.limits)
+        if self.authz is not None:  # a denied op fails the whole batch
+            await self._authorize_ops(request, ops)
         writes = [(i, op) for i, op in enumerate(ops) if is_write(op)]
         results: list[dict | None] = [None] * len(ops)
         if writes:
@@ -262,6 +358,8 @@ class Api:
     async def handle_watch(self, request: Request) -> StreamedResponse:
         """POST /v1/watch: a long-lived stream of frames (node/watch.py)."""
         body, fmt = self._body(request)
+        if self.authz is not None:
+            await self._authorize_ops(request, [validate_watch(body, self.limits)])
         return await self.watches.open(body, fmt)
 
     async def handle_status(self, request: Request) -> Response:
@@ -288,6 +386,7 @@ class Api:
                 "fsync": self.cluster.fsync,
                 "entries_proposed": self.proposer.entries_proposed,
                 "ops_proposed": self.proposer.ops_proposed,
+                "auth": self.auth_status,
             },
             fmt,
         )

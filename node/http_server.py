@@ -48,6 +48,7 @@ class Request:
     query: str
     headers: dict[str, str]  # lower-case names; repeated headers joined with ", "
     body: bytes
+    peer: str = ""  # the client's "host:port" (for logs)
 
     @property
     def content_length(self) -> int:
@@ -159,6 +160,7 @@ class _HttpProtocol(asyncio.Protocol):
         self.limits = server.limits
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
+        self._peer = ""  # "host:port" of the client, set by connection_made
         self.parser = httptools.HttpRequestParser(self)
         # Parse state of the request being read.
         self._url = b""
@@ -187,6 +189,8 @@ class _HttpProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else ""
         if len(self.server.connections) >= self.limits.max_connections:
             self._refuse()
             return
@@ -375,7 +379,9 @@ class _HttpProtocol(asyncio.Protocol):
         self._clock.stop()
         path, _, query = self._url.decode("latin-1").partition("?")
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        req = Request(self.parser.get_method().decode("ascii"), path, query, self._headers, body)
+        req = Request(
+            self.parser.get_method().decode("ascii"), path, query, self._headers, body, self._peer
+        )
         self._queue.append((req, self.parser.should_keep_alive()))
         if len(self._queue) >= self.limits.max_pipelined:
             self._pause()

@@ -173,6 +173,7 @@ def lease_specs(ns: Field, idempotency_key: Field) -> tuple[OpSpec, ...]:
             ),
             "lease_list op: every lease (all namespaces) in id order, paged.",
             write=False,
+            access="admin",
             path="/v1/leases/list",
         ),
     )

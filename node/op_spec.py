@@ -37,6 +37,9 @@ class OpSpec:
     post: Callable[[dict, Limits], None] | None = None
     # HTTP route of the op alone (POST); the kv ops share /v1/kv/{op}.
     path: str = ""
+    # What a token needs for it (node/authz.py): "read", "write", "admin", or "none" (any
+    # authenticated caller); "" = "write" for a write op, else "read".
+    access: str = ""
     # The first field is `ns` (defaulted from the caller: "default", or the txn's ns);
     # `rest` are the fields after it, checked after `pre`.
     has_ns: bool = field(init=False)
@@ -45,12 +48,16 @@ class OpSpec:
     batch_refused: tuple[Field, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        has_ns = isinstance(self.fields[0], Namespace)
+        has_ns = bool(self.fields) and isinstance(self.fields[0], Namespace)
         object.__setattr__(self, "has_ns", has_ns)
         object.__setattr__(self, "rest", bound_checks(self.fields[1:] if has_ns else self.fields))
         object.__setattr__(self, "batch_refused", tuple(f for f in self.fields if f.batch_error))
         if not self.path:
             object.__setattr__(self, "path", f"/v1/kv/{self.name}")
+        if not self.access:
+            object.__setattr__(self, "access", "write" if self.write else "read")
+        if self.access not in ("read", "write", "admin", "none"):
+            raise ValueError(f"op {self.name}: access must be read, write, admin or none")
 
     @property
     def wired(self) -> bool:

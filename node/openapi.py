@@ -20,6 +20,7 @@ from node.errors import STATUS
 from node.lock_ops import FENCED_OPS
 from node.op_fields import Schema, ref, wire_name
 from node.openapi_archive import archive_op_docs
+from node.openapi_auth import auth_op_docs
 from node.openapi_crdt import crdt_examples, crdt_op_docs
 from node.openapi_examples import cas_examples, get_examples, put_examples
 from node.openapi_leases import lease_examples, lease_op_docs
@@ -57,6 +58,9 @@ ERROR_WHEN: dict[str, str] = {
     "key_not_found": "get of a missing key (the body still has `revision`)",
     "not_found": "unknown path; crdt_get of a missing key (`error.revision`: the revision read)",
     "method_not_allowed": "the path exists but not for this method",
+    "unauthenticated": "[auth] enabled and no, a malformed, unknown (or revoked), wrong or expired bearer token (header `WWW-Authenticate: Bearer`)",
+    "token_exists": "auth_token_create of a token id that exists already (with another idempotency_key): draw a new token",
+    "permission_denied": "[auth] enabled and the token's grants do not cover the op (`error` has `op` and `ns`); nothing applied",
     "compare_failed": "the cas expectation was not met (the body has the current `kv` and `revision`)",
     "crdt_type_mismatch": "merge or crdt_get of a key that holds a plain value or another CRDT type (`error.found`: its type, or null); nothing changed",
     "expectation_failed": "a stream append's `expect` did not hold (`error` has the stream's `last_seq` and `exists`); nothing appended",
@@ -100,13 +104,15 @@ def error_when(code: str, limits: Limits) -> str:
     return text
 
 
-# Errors every body-carrying POST can answer.
+# Errors every body-carrying POST can answer (the auth ones with [auth] enabled).
 _BODY_ERRORS = (
     "malformed_body",
     "unsupported_media_type",
     "invalid_argument",
     "request_too_large",
     "internal",
+    "unauthenticated",
+    "permission_denied",
 )
 _WRITE_ERRORS = (*_BODY_ERRORS, "key_too_large", "unavailable", "timeout")
 _READ_ERRORS = (
@@ -182,6 +188,7 @@ _OP_DOCS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     **crdt_op_docs(_WRITE_ERRORS, _READ_ERRORS),
     **retention_op_docs(_WRITE_ERRORS, _READ_ERRORS),
     **archive_op_docs(_WRITE_ERRORS, _READ_ERRORS),
+    **auth_op_docs(_WRITE_ERRORS, _READ_ERRORS),
 }
 for _name in FENCED_OPS:  # every write that takes a `fence` (node/lock_ops.py)
     _summary, _description, _ok, _errors = _OP_DOCS[_name]
@@ -357,7 +364,13 @@ class _Builder:
                 "BatchRequest",
                 "BatchResult",
                 "One result per op.",
-                (*_WRITE_ERRORS, "value_too_large", "unknown_op", "too_many_ops"),
+                (
+                    *_WRITE_ERRORS,
+                    "value_too_large",
+                    "unknown_op",
+                    "too_many_ops",
+                    "future_revision",
+                ),
                 tag="batch",
             ),
             "/v1/status": self.get(
@@ -480,6 +493,7 @@ def _document(limits: Limits) -> dict:
             {"name": "crdt", "description": "CRDTs: counters, sets, registers, maps."},
             {"name": "retention", "description": "Retention policies the cluster enforces."},
             {"name": "archive", "description": "Archival to a cold tier: plan, seal, restore."},
+            {"name": "auth", "description": "Bearer tokens: create, revoke, list, whoami."},
             {"name": "watch", "description": "Streams of changes from a revision on."},
             {"name": "batch", "description": "Many ops in one request."},
             {"name": "ops", "description": "Node status."},

@@ -25,6 +25,7 @@ from node.op_fields import (
     wired_ref,
 )
 from node.openapi_archive import ARCHIVE_RESULTS, archive_schemas
+from node.openapi_auth import AUTH_RESULTS, auth_schemas
 from node.openapi_crdt import CRDT_RESULTS, CRDT_WIRE_SCHEMAS, crdt_schemas
 from node.openapi_leases import LEASE_RESULTS, lease_schemas
 from node.openapi_locks import LOCK_RESULTS, lock_schemas
@@ -105,6 +106,7 @@ def common_schemas(error_codes: Iterable[str]) -> dict[str, Schema]:
         **crdt_schemas(),
         **retention_schemas(),
         **archive_schemas(),
+        **auth_schemas(),
         "Status": _status_schema(),
         "Live": obj(
             {"ok": {"const": True}, "node_id": str_schema("Id of this node.")}, ("ok", "node_id")
@@ -143,6 +145,14 @@ def _status_schema() -> Schema:
         "fsync": {"type": "string", "enum": ["always", "never"]},
         "entries_proposed": int_schema("Raft entries this node proposed."),
         "ops_proposed": int_schema("Ops carried by those entries."),
+        "auth": obj(
+            {
+                "enabled": bool_schema("[auth] enabled: requests need a bearer token."),
+                "warning": str_schema("Present when auth is disabled: what is open."),
+            },
+            ("enabled",),
+            "Whether the client port checks bearer tokens (docs/protocol.md).",
+        ),
     }
     return obj(props, tuple(props))
 
@@ -280,6 +290,7 @@ def _batch_result(w: str) -> Schema:
     shared += [ref(name) for name in LOCK_RESULTS]
     shared += [ref(name) for name in RETENTION_RESULTS]
     shared += [ref(name) for name in ARCHIVE_RESULTS]
+    shared += [ref(name) for name in AUTH_RESULTS]
     crdt = [wired_ref(name, w) for name in CRDT_WIRE_SCHEMAS]
     shared += [ref(name) for name in CRDT_RESULTS if name not in CRDT_WIRE_SCHEMAS]
     return obj(

@@ -32,6 +32,7 @@ their msgpack bytes (key order included) must not change:
     merge, crdt_get: node/crdt_ops.py
     retention_*, truncate_stream, and the internal gc: node/retention_ops.py
     archive_plan, archive_seal, archive_restore, archive_list: node/archive_ops.py
+    auth_token_create, auth_token_revoke, auth_token_list, auth_whoami: node/auth_ops.py
     lease_*, and put's `lease` / `ttl_ms` (present only when given): node/lease_ops.py
     lock_*, and the `fence` of put, delete, cas, txn, append (present only when given):
             node/lock_ops.py
@@ -66,6 +67,7 @@ from collections.abc import Callable
 from typing import Any
 
 from node.archive_ops import archive_specs
+from node.auth_ops import auth_specs
 from node.config import Limits
 from node.crdt_ops import crdt_specs
 from node.errors import OpError
@@ -414,6 +416,7 @@ _SPECS = (
         ),
         "compact op.",
         write=True,
+        access="admin",
     ),
     OpSpec(
         "get",
@@ -473,6 +476,7 @@ _SPECS = (
     *crdt_specs(NS, KEY, IDEMPOTENCY_KEY),
     *retention_specs(NS, IDEMPOTENCY_KEY, STREAM),
     *archive_specs(NS, IDEMPOTENCY_KEY),
+    *auth_specs(IDEMPOTENCY_KEY),
 )
 _SPECS = fenced(_SPECS)  # put, delete, cas, txn and append take a `fence` (node/lock_ops.py)
 OPS: dict[str, OpSpec] = {s.name: s for s in _SPECS}

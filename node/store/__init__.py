@@ -30,6 +30,8 @@ Modules, one job each (the shape of etcd's mvcc + backend):
                    a policy selects, for the leader's GC task and the status)
     archive.py     ops archive_seal, archive_restore; reads archive_plan, archive_list;
                    the archive tombstones get and read_stream check
+    tokens.py      ops auth_token_create, auth_token_revoke; read auth_token_list; the
+                   state machine's in-memory token view
     compaction.py  op compact; history, change-log and idempotency pruning after every entry
     changes.py     the change log read for watches (node/watch.py), in bounded pages
     snapshot.py    checkpoint, pack a checkpoint, restore, the swap-directory recovery
@@ -57,6 +59,7 @@ from node.store import (  # noqa: F401  (each registers its ops)
     locks,
     retention,
     streams,
+    tokens,
     txn,
 )
 from node.store.backend import StorageError

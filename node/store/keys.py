@@ -77,6 +77,11 @@ contain no NUL, so NUL works as separator and byte order of the composite keys e
                                          sealed_revision, keys, events, restored_keys,
                                          restored_events] (counts summed over its seals
                                          and restores)
+    b"T" token_id                        an auth token (node/store/tokens.py): {hash, name,
+                                         grants: [[ns_pattern, prefix, role]], created_ms,
+                                         expires_ms} (expires_ms 0: never); removed by its
+                                         revoke. Not versioned, no revision, not in any
+                                         namespace (watchers see nothing of it).
 
 CRDTs (node/store/crdt.py) have no records of their own: a CRDT is a kv key whose value
 is the envelope msgpack [b"skcrdt", 1, type, state].
@@ -123,6 +128,7 @@ TIME_INDEX = b"t"
 ARCHIVED_KEY = b"A"
 ARCHIVED_EVENTS = b"B"
 SEGMENT = b"S"
+TOKEN = b"T"
 SEP = b"\x00"
 NS_END = b"\x01"  # ns + NS_END sorts after every ns + SEP + key
 

@@ -14,10 +14,11 @@ from rocksdict import Rdict, WriteOptions
 
 from node.config import Limits, Retention
 from node.errors import OpError
-from node.store import reads, snapshot
+from node.store import reads, snapshot, tokens
 from node.store.apply import EntryTx
 from node.store.backend import HandleLock, StorageError, open_db
 from node.store.keys import META, Meta
+from node.store.lease_state import LeaseRecord
 
 DEFAULT_LIMITS = Limits()
 DEFAULT_RETENTION = Retention()
@@ -59,6 +60,12 @@ class StateMachine:
         self._idem_next: int | None = None
         # clock_ms of the newest revision-time index record, None = unknown (see EntryTx).
         self._time_indexed: int | None = None
+        # Auth tokens by id (node/store/tokens.py): replaced whole, never mutated.
+        view = reads.ReadView(self._db)
+        try:
+            self.tokens: dict[str, tokens.TokenRecord] = tokens.load_all(view)
+        finally:
+            view.close()
 
     def _close_db(self) -> None:
         if self._db is not None:
@@ -108,6 +115,14 @@ class StateMachine:
             raise StorageError(f"RocksDB write failed: {e}") from e
         self._idem_next = tx.idem_next
         self._time_indexed = tx.time_indexed
+        if tx.tokens_changed:  # after the write: a request never sees an unapplied token
+            updated = dict(self.tokens)
+            for tid, rec in tokens.changes(tx.overlay).items():
+                if rec is None:
+                    updated.pop(tid, None)
+                else:
+                    updated[tid] = rec
+            self.tokens = updated
         self._meta = meta  # last: readers of applied_index see the rest done
         return results
 
@@ -150,6 +165,12 @@ class StateMachine:
             return reads.range_(
                 view, self.limits, ns, prefix, start, end, limit, continuation, revision, keys_only
             )
+
+    def lease_ns(self, lease: int) -> str | None:
+        """The namespace of a lease, None if it does not exist (node/authz.py)."""
+        with self.read_view() as view:
+            rec = LeaseRecord.load(view, lease)
+        return None if rec is None else rec.ns
 
     def read(self, op: dict) -> dict:
         """Serve a validated read op (get, range, read_stream, ...) from local state,

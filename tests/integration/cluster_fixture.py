@@ -8,8 +8,9 @@
   one and prints the tail of every node.log.
 
 Options per test: @pytest.mark.cluster_options(size=5, fsync="always",
-election_timeout_min=0.2, election_timeout_max=0.5, gc_interval_seconds=0.5,
-node_command=[...], env={...}, ready_timeout=90).
+election_timeout_min=0.2, election_timeout_max=0.5, gc_interval_seconds=0.5, auth=True,
+node_command=[...], env={...}, ready_timeout=90). `auth=True` sets [auth] enabled = true
+(clients then need a token: client.auth_tokens.root_token(config.secret) is the root one).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ _CONFIG_OPTIONS = {
     "gc_interval_seconds",
     "tls",
     "client_auth",
+    "auth",
 } | {f.name for f in dataclasses.fields(node_config.RaftSettings)}
 _CLUSTER_OPTIONS = {"node_command", "env", "ready_timeout"}
 
@@ -58,6 +60,7 @@ def write_test_config(
     gc_interval_seconds: float | None = None,
     tls: bool = False,
     client_auth: str = "none",
+    auth: bool = False,
     **raft: Any,
 ) -> WrittenConfig:
     """Write `<directory>/cluster.toml` for `size` nodes on free loopback ports.
@@ -82,6 +85,8 @@ def write_test_config(
     if gc_interval_seconds is not None:  # the leader's retention GC period
         retention = dataclasses.replace(cfg.retention, gc_interval_seconds=gc_interval_seconds)
         cfg = dataclasses.replace(cfg, retention=retention)
+    if auth:  # [auth] enabled = true
+        cfg = dataclasses.replace(cfg, auth=node_config.AuthSettings(enabled=True))
     if link_addresses:  # one loopback address per raft link, for iptables partitions
         cfg = with_link_addresses(cfg)
     if tls:

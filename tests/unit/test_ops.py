@@ -230,6 +230,7 @@ def test_read_write_sets():
     crdt = {"merge"}
     retention = {"retention_set", "retention_delete", "truncate_stream"}
     archive = {"archive_seal", "archive_restore"}
+    auth = {"auth_token_create", "auth_token_revoke"}
     assert WRITE_OPS == (
         {"put", "delete", "cas", "txn", "compact", "append"}
         | leases
@@ -237,6 +238,7 @@ def test_read_write_sets():
         | crdt
         | retention
         | archive
+        | auth
     )
     assert READ_OPS == {"get", "range", "read_stream", "stream_info", "list_streams"} | {
         "lease_info",
@@ -247,6 +249,8 @@ def test_read_write_sets():
         "retention_status",
         "archive_plan",
         "archive_list",
+        "auth_token_list",
+        "auth_whoami",
     }
     assert "gc" not in WRITE_OPS  # node-internal like lease_expire
     assert "lease_expire" not in WRITE_OPS  # node-internal: no route, not in a batch

@@ -1,0 +1,351 @@
+"""Authentication and authorization on a real 3-node cluster with [auth] enabled = true
+(docs/protocol.md, "Authentication and authorization"): 401 without a valid token, open
+routes, grants by namespace / role / key prefix, minting rules, revocation on every node,
+expiry, the CLI, both clients (watch included), denial logs without secrets; and, with auth
+disabled, the warning in node.log and /v1/status."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from client import AsyncClient, Client, NotFound, PermissionDenied, RetryPolicy, Unauthenticated
+from client.auth_tokens import parse_token, root_token
+from cluster.supervisor import LocalCluster
+from tests.integration.cluster_fixture import print_logs, write_test_config
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+NO_RETRY = RetryPolicy.disabled()
+
+
+@pytest.fixture(scope="module")
+def auth_cluster(tmp_path_factory: pytest.TempPathFactory):
+    written = write_test_config(tmp_path_factory.mktemp("auth"), auth=True)
+    lc = LocalCluster(written.config, written.path, progress=None)
+    try:
+        lc.up()
+        yield lc
+    except BaseException:
+        print_logs(lc)
+        raise
+    finally:
+        lc.kill_all()
+        lc.close()
+
+
+def _root(lc: LocalCluster) -> Client:
+    return Client(lc.config.http_urls(), token=root_token(lc.config.secret))
+
+
+def _raw(url: str, path: str, body: dict | None = None, headers: dict | None = None):
+    """(status, headers, decoded body) of one request, no client involved."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        url + path, data=data, headers={"Content-Type": "application/json", **(headers or {})}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, resp.headers, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, json.loads(e.read() or b"null")
+
+
+def _logs(lc: LocalCluster) -> str:
+    return "".join(lc.log_file(n).read_text(errors="replace") for n in lc.node_ids)
+
+
+def _token(lc: LocalCluster, **kw) -> tuple[str, str]:
+    with _root(lc) as root:
+        made = root.auth_token_create(**kw)
+    return made.token, made.id
+
+
+def test_no_token_is_401_and_open_routes_are_open(auth_cluster: LocalCluster) -> None:
+    url = auth_cluster.url("node-0")
+    for headers, why in [
+        ({}, "no Authorization header"),
+        ({"Authorization": "Basic abc"}, "malformed Authorization"),
+        ({"Authorization": "Bearer nonsense"}, "malformed token"),
+        ({"Authorization": "Bearer sk_root_AAAA"}, "wrong root token"),
+        ({"Authorization": "Bearer sk_0123456789abcdef_" + "A" * 43}, "unknown token"),
+    ]:
+        status, hdrs, body = _raw(url, "/v1/kv/get", {"key": "k"}, headers)
+        assert status == 401, (why, body)
+        assert body["error"]["code"] == "unauthenticated" and why in body["error"]["message"]
+        assert hdrs["WWW-Authenticate"] == "Bearer"
+    # The secret of a real token, and a wrong one for its id.
+    token, token_id = _token(auth_cluster, ns="agent-42", role="writer")
+    wrong = f"sk_{token_id}_{'B' * 43}"
+    status, _, body = _raw(url, "/v1/kv/get", {"key": "k"}, {"Authorization": f"Bearer {wrong}"})
+    assert status == 401 and "wrong secret" in body["error"]["message"]
+    assert token not in json.dumps(body)
+    for path in ("/v1/status", "/v1/health/live", "/v1/health/ready", "/v1/openapi.json"):
+        status, _, body = _raw(url, path)
+        assert status == 200, path
+    assert _raw(url, "/v1/status")[2]["auth"] == {"enabled": True}
+    # The clients raise Unauthenticated without retrying it.
+    with Client(auth_cluster.config.http_urls(), token="sk_root_wrong") as c:
+        with pytest.raises(Unauthenticated) as ei:
+            c.get("k")
+        assert ei.value.attempts == 1
+
+
+def test_writer_token_is_scoped_and_denials_apply_nothing(auth_cluster: LocalCluster) -> None:
+    token, token_id = _token(auth_cluster, ns="agent-42", role="writer", name="agent 42")
+    with Client(auth_cluster.config.http_urls(), ns="agent-42", token=token) as c:
+        c.put("plan", b"step 1")
+        assert c.get("plan").value == b"step 1"
+        assert c.auth_whoami().id == token_id
+        with pytest.raises(PermissionDenied) as ei:
+            c.put("plan", b"stolen", ns="agent-43")
+        assert ei.value.attempts == 1
+        assert ei.value.details.get("ns") == "agent-43" and "put" in ei.value.message
+        with pytest.raises(PermissionDenied):
+            c.get("plan", ns="agent-43")
+        with pytest.raises(PermissionDenied):
+            c.compact(1)
+        with pytest.raises(PermissionDenied):
+            c.auth_token_list()
+        with pytest.raises(PermissionDenied):  # a batch is refused whole
+            with c.batch() as b:
+                b.put("ok", b"1")
+                b.put("x", b"1", ns="agent-43")
+        with pytest.raises(PermissionDenied):  # so is a txn touching another namespace
+            c.txn([], [c.ops.put("t", b"1"), c.ops.put("t", b"1", ns="agent-43")])
+    with _root(auth_cluster) as root:
+        for ns, key in [
+            ("agent-43", "plan"),
+            ("agent-42", "ok"),
+            ("agent-43", "x"),
+            ("agent-42", "t"),
+            ("agent-43", "t"),
+        ]:
+            with pytest.raises(NotFound):
+                root.get(key, ns=ns)
+    logs = _logs(auth_cluster)
+    assert re.search(rf"permission_denied: token {token_id}, op put, ns agent-43", logs)
+    secret = parse_token(token)[1]
+    assert secret not in logs and token not in logs
+
+
+def test_reader_and_prefix_grants(auth_cluster: LocalCluster) -> None:
+    with _root(auth_cluster) as root:
+        root.put("chat/1", b"hi", ns="agent-7")
+        root.put("notes", b"private", ns="agent-7")
+    reader, _ = _token(auth_cluster, ns="agent-7", role="reader")
+    with Client(auth_cluster.config.http_urls(), ns="agent-7", token=reader) as c:
+        assert c.get("notes").value == b"private"
+        with pytest.raises(PermissionDenied):
+            c.put("notes", b"overwritten")
+    chat, _ = _token(auth_cluster, ns="agent-7", role="writer", prefix="chat/")
+    with Client(auth_cluster.config.http_urls(), ns="agent-7", token=chat) as c:
+        c.put("chat/2", b"yo")
+        assert [kv.key for kv in c.range(prefix="chat/").kvs] == ["chat/1", "chat/2"]
+        with pytest.raises(PermissionDenied):
+            c.get("notes")
+        with pytest.raises(PermissionDenied):
+            c.range()  # the whole namespace
+        with pytest.raises(PermissionDenied):
+            c.put("notes", b"x")
+        with pytest.raises(PermissionDenied):
+            c.delete("no", prefix=True)
+    with _root(auth_cluster) as root:
+        assert root.get("notes", ns="agent-7").value == b"private"
+
+
+def test_minting_needs_admin_over_every_grant(auth_cluster: LocalCluster) -> None:
+    admin, _ = _token(auth_cluster, ns="agent-*", role="admin")
+    with Client(auth_cluster.config.http_urls(), token=admin) as c:
+        made = c.auth_token_create(ns="agent-42", role="writer", ttl=60)
+        with pytest.raises(PermissionDenied):
+            c.auth_token_create(ns="billing", role="reader")
+        with pytest.raises(PermissionDenied):
+            c.auth_token_create(ns="*", role="reader")
+        c.put("k", b"v", ns="agent-99")  # admin covers write in its scope
+        c.auth_token_revoke(made.id)
+    writer, _ = _token(auth_cluster, ns="agent-42", role="writer")
+    with Client(auth_cluster.config.http_urls(), token=writer) as c:
+        with pytest.raises(PermissionDenied):
+            c.auth_token_create(ns="agent-42", role="reader")
+    with _root(auth_cluster) as root:
+        listed = {t.id: t for t in root.auth_token_list()}
+        assert made.id not in listed
+        assert all(not hasattr(t, "hash") for t in listed.values())
+
+
+def _refused_everywhere(lc: LocalCluster, token: str, deadline: float) -> dict[str, float]:
+    """Poll each node until it refuses the token; node -> seconds it took."""
+    took: dict[str, float] = {}
+    t0 = time.monotonic()
+    while len(took) < len(lc.node_ids) and time.monotonic() < deadline:
+        for nid in lc.node_ids:
+            if nid in took:
+                continue
+            status, _, _ = _raw(
+                lc.url(nid),
+                "/v1/kv/get",
+                {"ns": "agent-42", "key": "k", "consistency": "serializable"},
+                {"Authorization": f"Bearer {token}"},
+            )
+            if status == 401:
+                took[nid] = time.monotonic() - t0
+        time.sleep(0.02)
+    return took
+
+
+def _cli(lc: LocalCluster, *argv: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATEKEEPER_")}
+    return subprocess.run(
+        [sys.executable, "-m", "cluster.cli", *argv, "--config", str(lc.config_path)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_cli_create_list_revoke_and_revocation_on_every_node(auth_cluster: LocalCluster) -> None:
+    out = _cli(
+        auth_cluster,
+        "auth",
+        "token",
+        "create",
+        "--ns",
+        "agent-42",
+        "--role",
+        "writer",
+        "--ttl",
+        "30d",
+        "--name",
+        "cli-made",
+    )
+    assert out.returncode == 0, out.stderr
+    token = out.stdout.strip()
+    token_id, secret = parse_token(token)
+    assert out.stdout == token + "\n"  # the token once, alone on stdout
+    assert token_id in out.stderr and secret not in out.stderr
+    listed = _cli(auth_cluster, "auth", "token", "list")
+    assert listed.returncode == 0 and token_id in listed.stdout and "cli-made" in listed.stdout
+    assert secret not in listed.stdout
+    for nid in auth_cluster.node_ids:  # works on every node
+        status, _, body = _raw(
+            auth_cluster.url(nid),
+            "/v1/kv/put",
+            {"ns": "agent-42", "key": "k", "value": "v"},
+            {"Authorization": f"Bearer {token}"},
+        )
+        assert status == 200, body
+    refused = _cli(auth_cluster, "auth", "token", "create", "--token", token)
+    assert refused.returncode == 2 and token not in refused.stderr + refused.stdout
+    revoked = _cli(auth_cluster, "auth", "token", "revoke", token_id)
+    assert revoked.returncode == 0, revoked.stderr
+    took = _refused_everywhere(auth_cluster, token, time.monotonic() + 2.0)
+    assert set(took) == set(auth_cluster.node_ids), took
+    print(f"revocation effective after (s): { {n: round(t, 3) for n, t in took.items()} }")
+    status, _, body = _raw(
+        auth_cluster.url("node-1"),
+        "/v1/kv/get",
+        {"ns": "agent-42", "key": "k"},
+        {"Authorization": f"Bearer {token}"},
+    )
+    assert status == 401 and "never created, or revoked" in body["error"]["message"]
+    whoami = _cli(auth_cluster, "auth", "whoami")
+    assert whoami.returncode == 0 and whoami.stdout.startswith("root")
+    assert secret not in _logs(auth_cluster)
+
+
+def test_expiry_is_checked_by_the_server(auth_cluster: LocalCluster) -> None:
+    token, _ = _token(auth_cluster, ns="agent-42", role="reader", ttl=2)
+    with Client(auth_cluster.config.http_urls(), ns="agent-42", token=token) as c:
+        with pytest.raises(NotFound):
+            c.get("nothing")
+        time.sleep(2.5)
+        with pytest.raises(Unauthenticated) as ei:
+            c.get("nothing")
+        assert "expired" in ei.value.message
+
+
+def test_both_clients_send_the_token_watch_included(auth_cluster: LocalCluster) -> None:
+    token, _ = _token(auth_cluster, ns="agent-5", role="writer")
+    urls = auth_cluster.config.http_urls()
+    with Client(urls, ns="agent-5", token=token) as c:
+        rev = c.put("w", b"1").revision
+        events = c.watch(key="w", start_revision=rev)
+        assert next(iter(events)).kv.value == b"1"
+        events.close()
+    with Client(urls, ns="agent-5", token="sk_root_wrong") as c:
+        with pytest.raises(Unauthenticated):
+            next(iter(c.watch(key="w", start_revision=rev)))
+
+    async def run() -> None:
+        async with AsyncClient(urls, ns="agent-5", token=token) as a:
+            r = (await a.put("w", b"2")).revision
+            assert (await a.get("w")).value == b"2"
+            async for ev in a.watch(key="w", start_revision=r):
+                assert ev.kv.value == b"2"
+                break
+            with pytest.raises(PermissionDenied):
+                await a.put("w", b"3", ns="agent-6")
+        async with AsyncClient(urls, ns="agent-5") as anon:
+            with pytest.raises(Unauthenticated):
+                await anon.get("w")
+
+    asyncio.run(run())
+
+
+def test_token_from_the_environment(
+    auth_cluster: LocalCluster, tmp_path: Path, monkeypatch
+) -> None:
+    token, token_id = _token(auth_cluster, ns="agent-42", role="reader")
+    path = tmp_path / "token"
+    path.write_text(token + "\n")
+    monkeypatch.delenv("STATEKEEPER_TOKEN", raising=False)
+    monkeypatch.setenv("STATEKEEPER_TOKEN_FILE", str(path))
+    with Client(auth_cluster.config.http_urls()) as c:
+        assert c.auth_whoami().id == token_id
+        assert token not in repr(c)
+
+
+@pytest.mark.cluster_options(size=1)
+def test_auth_disabled_warns_in_log_and_status(cluster: LocalCluster) -> None:
+    status, _, body = _raw(cluster.url("node-0"), "/v1/status")
+    assert body["auth"]["enabled"] is False
+    assert "auth is disabled" in body["auth"]["warning"]
+    assert "auth is disabled: any client that reaches" in cluster.log_file("node-0").read_text()
+    with Client(cluster.config.http_urls()) as c:
+        c.put("k", b"v")  # no token needed
+        assert c.auth_whoami().id is None
+
+
+def test_lease_ops_check_the_leases_namespace_on_every_node(auth_cluster: LocalCluster) -> None:
+    token, _ = _token(auth_cluster, ns="agent-9", role="writer")
+    other, _ = _token(auth_cluster, ns="agent-8", role="writer")
+    for nid in auth_cluster.node_ids:
+        # Granted through the leader, revoked at once through this node (a follower may
+        # not have applied the grant yet: it passes a read barrier before deciding).
+        with Client(auth_cluster.config.http_urls(), ns="agent-9", token=token) as c:
+            lease = c.lease_grant(10).lease
+        url = auth_cluster.url(nid)
+        with Client(url, token=other, retry=NO_RETRY, prefer_leader=False) as stranger:
+            with pytest.raises(PermissionDenied):
+                stranger.lease_revoke(lease)
+            with pytest.raises(PermissionDenied):
+                stranger.lease_info(lease)
+        with Client(url, token=token, retry=NO_RETRY, prefer_leader=False) as mine:
+            assert mine.lease_info(lease).ns == "agent-9"
+            mine.lease_revoke(lease)
+            with pytest.raises(NotFound):  # lease_not_found, as without auth
+                mine.lease_revoke(lease)
