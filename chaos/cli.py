@@ -58,6 +58,11 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
         help="run the cluster with HTTPS and raft TLS (a CA made for the run); the clients verify it",
     )
     p.add_argument(
+        "--auth",
+        action="store_true",
+        help="run the cluster with [auth] on; the clients use a writer token minted for the run",
+    )
+    p.add_argument(
         "--fsync",
         choices=FSYNC_MODES,
         default="always",
@@ -302,6 +307,7 @@ def _options(args: argparse.Namespace, fault: str, **phases: Any):
         verbose=args.verbose,
         toxiproxy=args.toxiproxy,
         tls=args.tls,
+        auth=args.auth,
         **phases,
     )
 

@@ -33,6 +33,7 @@ __all__ = [
     "Say",
     "base_config",
     "client_environment",
+    "workload_token",
     "sigterm_as_interrupt",
     "sleep_until",
     "teardown",
@@ -69,6 +70,18 @@ def with_tls(cfg: ClusterConfig, work: Path) -> ClusterConfig:
         enabled=True, ca_file="tls/ca.pem", cert_file="tls/{id}.pem", key_file="tls/{id}-key.pem"
     )
     return dataclasses.replace(cfg, tls=tls)
+
+
+def workload_token(lc: LocalCluster) -> str:
+    """A token for the run's clients (auth on): writer of every namespace, minted with the
+    root token (derived from the cluster secret), so the workload goes through the token
+    store's check on every request, not the root shortcut."""
+    from client import Client
+    from client.auth_tokens import root_token
+
+    cfg = lc.config
+    with Client(cfg.http_urls(), token=root_token(cfg.secret), tls=lc.tls, timeout=10) as c:
+        return c.auth_token_create(ns="*", role="writer", name="chaos workload").token
 
 
 @contextlib.contextmanager

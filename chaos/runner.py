@@ -85,6 +85,7 @@ from chaos.run_setup import (
     teardown,
     toxiproxy_url,
     with_tls,
+    workload_token,
 )
 from chaos.stream_reads import read_stream_copies, run_final_streams
 from chaos.watch_workload import finish_watchers, start_watchers
@@ -136,6 +137,7 @@ class RunOptions:
     # (a real Toxiproxy) wins over both.
     toxiproxy: str = "subprocess"
     tls: bool = False  # HTTPS and raft TLS, from a CA made for the run
+    auth: bool = False  # [auth] on; the clients use a writer token of every namespace
 
     def phases(self) -> tuple[float, float, float]:
         """(warmup, fault window, recovery) in seconds."""
@@ -204,6 +206,8 @@ def run_scenario(opts: RunOptions, say: Say = _say) -> RunResult:
             "fault_window": window,
             "op_deadline": opts.op_deadline,
             "think_time": opts.think_time,
+            "tls": opts.tls,
+            "auth": opts.auth,
             "debug_unsafe_reads": opts.debug_unsafe_reads,
             **({"debug_watch_drop": True} if opts.debug_watch_drop else {}),
             **({"debug_lock_unfenced": True} if opts.debug_lock_unfenced else {}),
@@ -282,6 +286,8 @@ def _run(
             lazyfs = stack.enter_context(LazyFS(backing, mount, log_path=work / "lazyfs.log"))
             data_dir = mount / "data"
         cfg = fault.configure(base_config(opts, data_dir))
+        if opts.auth:
+            cfg = dataclasses.replace(cfg, auth=node_config.AuthSettings(enabled=True))
         if opts.tls:
             cfg = with_tls(cfg, work)
             ca = work / cfg.tls.ca_file
@@ -331,6 +337,9 @@ def _run(
             watcher = CrashWatcher(lc, log=event).start()
             stack.callback(watcher.stop)
         start_cluster(lc, watcher)
+        if opts.auth:
+            token = workload_token(lc)
+            stack.enter_context(client_environment({"STATEKEEPER_TOKEN": token}))
 
         # -- workload, fault, heal
         history = HistoryWriter(history_path)

@@ -216,24 +216,43 @@ def cluster(
         lc.close()
 
 
-# Turned on once the schemathesis run speaks TLS (a branch in flight).
-SHARED_TLS = False
+# The shared cluster runs TLS and auth (see shared_cluster); False: plain, for debugging.
+SHARED_SECURE = True
+
+
+def mint_token(lc: LocalCluster, **grant: Any) -> str:
+    """A token minted with the root token (derived from the cluster secret), e.g.
+    mint_token(lc, ns="*", role="admin"), through a client that trusts the cluster CA."""
+    from client import Client
+    from client.auth_tokens import root_token
+
+    urls = lc.config.http_urls()
+    with Client(urls, token=root_token(lc.config.secret), tls=lc.tls) as c:
+        return c.auth_token_create(name="tests", **grant).token
 
 
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """One cluster for a whole module, for tests that do not fault it (bad input, API).
 
-    It runs the way production should: HTTPS on both ports, with the clients trusting the
-    cluster CA through $STATEKEEPER_CA_FILE (client/tls.py), set for the module, so every
-    client, CLI subprocess and child process of these tests goes through TLS."""
-    written = write_test_config(tmp_path_factory.mktemp("shared"), tls=SHARED_TLS)
+    It runs the way production should: HTTPS on both ports and [auth] on. The clients of
+    these tests trust the cluster CA through $STATEKEEPER_CA_FILE (client/tls.py) and send
+    a token minted for the module (admin of every namespace) through $STATEKEEPER_TOKEN,
+    both set for the module: every client, CLI subprocess and child process goes through
+    TLS and the token check. Grants and refusals are tests/integration/test_auth.py's."""
+    written = write_test_config(
+        tmp_path_factory.mktemp("shared"), tls=SHARED_SECURE, auth=SHARED_SECURE
+    )
     lc = LocalCluster(written.config, written.path, progress=_progress)
     with pytest.MonkeyPatch.context() as env:
         for name, value in tls_env(written.config).items():
             env.setenv(name, value)
+        env.delenv("STATEKEEPER_TOKEN", raising=False)
+        env.delenv("STATEKEEPER_TOKEN_FILE", raising=False)
         try:
             lc.up()
+            if SHARED_SECURE:
+                env.setenv("STATEKEEPER_TOKEN", mint_token(lc, ns="*", role="admin"))
             yield lc
         except BaseException:
             print_logs(lc)

@@ -85,13 +85,22 @@ def _assert_clean_pass(result, report_dir: Path) -> None:
     "fault", ["kill-leader", "pause-leader", "partition-leader", "proxy-blackhole"]
 )
 def test_scenario_passes(fault: str, tmp_path: Path) -> None:
-    """The smoke runs the way production should: TLS on both ports (issue 15)."""
+    """The smoke runs the way production should: TLS on both ports and auth on (issue 15)."""
     _skip_unless_runnable(fault)
     opts = RunOptions(
-        fault=fault, duration=DURATION, clients=12, seed=7, report_dir=tmp_path / fault, tls=True
+        fault=fault,
+        duration=DURATION,
+        clients=12,
+        seed=7,
+        report_dir=tmp_path / fault,
+        tls=True,
+        auth=True,
     )
     result = run_scenario(opts)
     _assert_clean_pass(result, tmp_path / fault)
+    assert result.options["tls"] and result.options["auth"]
+    logs = "".join(p.read_text() for p in (tmp_path / fault / "logs").glob("node-*.log"))
+    assert "serving HTTP on https://" in logs and "auth is disabled" not in logs
     # Each of these takes the leader away: writes stop until a new one is elected.
     assert result.metrics.longest_write_gap_s > 0.2
 
