@@ -17,13 +17,14 @@ revision the cluster has not committed: it answers 400 `future_revision` at once
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
@@ -32,7 +33,11 @@ from node.watch_ops import WATCH_PATH
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-MAX_EXAMPLES = 8
+MAX_EXAMPLES = int(os.environ.get("ST_MAX_EXAMPLES", "8"))
+# Probing locally: ST_SEED=<int> draws other cases than CI's derandomized run;
+# ST_DUMP=<file> appends every failure's full text (known ones too).
+_SEED = os.environ.get("ST_SEED")
+_DUMP = os.environ.get("ST_DUMP")
 FAILURES: list[str] = []
 CASES = {"n": 0}
 SLOW: list[str] = []
@@ -48,31 +53,43 @@ def st_schema(st_base: str):
     return schemathesis.openapi.from_url(f"{st_base}/v1/openapi.json")
 
 
-# Disagreements between the document and the server that are still open (issue 15, item 4):
-# a needle found in the failure's text -> why. Each is counted and printed; anything else
-# fails the test. Remove an entry when it is fixed.
+# Disagreements between the document and the server that OpenAPI 3.1 cannot state: a
+# needle found in the failure's text (not in the request shown) -> why. Each is counted and
+# printed; anything else fails the test.
 KNOWN: list[tuple[str, str]] = [
-    ("continuation", "opaque page tokens: the schema cannot say which strings are valid tokens"),
-    ("state is not a valid", "CRDT state blobs are opaque msgpack: validity is not in the schema"),
-    ("segment must be", "archive segment ids / objects: the schema is looser than the server"),
-    ("must be a list of", "tuple-shaped arrays (keys, streams): the schema is looser"),
-    ("must be a string", "tuple-shaped arrays (keys, streams): the schema is looser"),
-    ("compare takes", "txn compare value types and ops per target: looser schema"),
-    ("became null", "the server reads null as absent for optional fields; the schema says no"),
-    ("must not contain NUL", "ns: the schema does not exclude NUL"),
     (
-        "64-bit integer range",
-        "stream event meta: integers beyond 64 bits are allowed by the schema",
+        "must have 1 <= from_seq < before_seq",
+        "archive_seal streams [stream, from_seq, before_seq]: from_seq < before_seq relates "
+        "two items of one tuple; JSON Schema bounds a number only by constants",
     ),
-    ("violates `maxItems`", "keys / streams: the document's maxItems is above the server's"),
-    ("violates `prefixItems`", "tuple-shaped arrays: the server accepts what the schema refuses"),
-    ("violates `maxLength`", "idempotency_key: the server accepts longer than documented"),
+    (
+        "the stream items cover",
+        "archive_seal: the events the stream items cover (sum of before_seq - from_seq) at "
+        "most 10000, arithmetic over the array",
+    ),
+    (
+        "keys and streams, max",
+        "archive_seal / archive_restore: keys + streams at most 500 items in all, a sum of "
+        "two arrays' lengths (each is bounded by maxItems)",
+    ),
+    (
+        "streams carries more than",
+        "archive_restore: at most 10000 events over all stream items, a sum of inner "
+        "arrays' lengths",
+    ),
 ]
 KNOWN_SEEN: dict[str, int] = {}
 
 # Codes that depend on the cluster's state, not on the request's shape: a schema-valid
-# request may get them (a revision ahead of or behind what the cluster holds).
-STATE_DEPENDENT = {"future_revision", "compacted", "archived"}
+# request may get them (a revision ahead of or behind what the cluster holds, an
+# idempotency_key an earlier case used for another request).
+STATE_DEPENDENT = {"future_revision", "compacted", "archived", "idempotency_key_reused"}
+# Codes of opaque values whose shape the document states (pattern, length) but whose
+# content it cannot: a `continuation` no page handed out (URL-safe base64 of msgpack), a
+# merge `state` that is not model.encode(type, ...). Each is a documented 400 of the ops
+# that take such a value (the response checks hold the server to that).
+OPAQUE_CONTENT = {"invalid_token", "invalid_crdt_state"}
+EXCUSED: dict[str, int] = {}
 
 
 def _error_code(response) -> str | None:
@@ -100,7 +117,7 @@ def _run_operation(operation, mode, base: str) -> None:
     # drive hypothesis ourselves, one bounded, derandomized run per operation and mode.
     @settings(
         max_examples=MAX_EXAMPLES,
-        derandomize=True,
+        derandomize=_SEED is None,
         deadline=None,
         database=None,
         phases=[Phase.explicit, Phase.generate],
@@ -116,13 +133,21 @@ def _run_operation(operation, mode, base: str) -> None:
         excluded = []
         if _is_documented_timeout(case, response):
             excluded = [schemathesis.checks.not_a_server_error]
-        if _error_code(response) in STATE_DEPENDENT:
+        code = _error_code(response)
+        if code in STATE_DEPENDENT or code in OPAQUE_CONTENT:
             excluded.append(schemathesis.checks.positive_data_acceptance)
+            EXCUSED[code] = EXCUSED.get(code, 0) + 1
         try:
             case.validate_response(response, excluded_checks=excluded)
         except (AssertionError, BaseExceptionGroup, Exception) as e:  # record, keep going
             text = str(e)
-            known = next((why for needle, why in KNOWN if needle in text), None)
+            problem = text.split("Reproduce with")[0]  # not the generated request
+            if _DUMP:
+                with open(_DUMP, "a") as f:
+                    f.write(
+                        f"=== [{mode.value}] {operation.label}\n{text}\n  curl: {case.as_curl_command()}\n"
+                    )
+            known = next((why for needle, why in KNOWN if needle in problem), None)
             if known is not None:
                 KNOWN_SEEN[known] = KNOWN_SEEN.get(known, 0) + 1
                 return
@@ -130,6 +155,8 @@ def _run_operation(operation, mode, base: str) -> None:
                 f"[{mode.value}] {operation.label}: {str(e)[:1500]}\n  curl: {case.as_curl_command()}"
             )
 
+    if _SEED is not None:
+        run = seed(int(_SEED))(run)
     try:
         run()
     except Unsatisfiable:  # nothing to generate in this mode (e.g. negative, no parameters)
@@ -196,7 +223,8 @@ def test_whole_numbers_written_with_a_fraction_are_integers(st_base: str):
 def test_zz_no_failures(shared_cluster: LocalCluster):
     print(
         f"schemathesis: {CASES['n']} cases, {len(FAILURES)} failures, "
-        f"known open: {sum(KNOWN_SEEN.values())} {KNOWN_SEEN}, slow: {SLOW}"
+        f"known open: {sum(KNOWN_SEEN.values())} {KNOWN_SEEN}, "
+        f"acceptance excused by code: {EXCUSED}, slow: {SLOW}"
     )
     # Every node is still up and answers promptly.
     for node_id in shared_cluster.node_ids:
