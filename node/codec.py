@@ -74,17 +74,20 @@ def _whole(f: float) -> int | float:
 
 
 def _msgpack_numbers(obj: Any) -> Any:
-    """msgpack floats that are whole numbers as ints, in maps and arrays (not in bin)."""
+    """msgpack floats that are whole numbers as ints, in maps and arrays (not in bin);
+    iterative, so a deeply nested body costs no recursion."""
     if type(obj) is float:
         return _whole(obj)
-    if type(obj) is dict:
-        for k, v in obj.items():
-            if type(v) in (float, dict, list):
-                obj[k] = _msgpack_numbers(v)
-    elif type(obj) is list:
-        for i, v in enumerate(obj):
-            if type(v) in (float, dict, list):
-                obj[i] = _msgpack_numbers(v)
+    stack = [obj]
+    while stack:
+        node = stack.pop()
+        items = node.items() if type(node) is dict else enumerate(node)
+        for k, v in list(items):
+            t = type(v)
+            if t is float:
+                node[k] = _whole(v)
+            elif t is dict or t is list:
+                stack.append(v)
     return obj
 
 
