@@ -48,7 +48,11 @@ Issue 15 item 4: the mismatch classes this test used to tolerate, and the side f
   write with an idempotency_key `idempotency_key_reused` (state-dependent), read_stream's
   long-poll rule is in the document.
 
-One run (MAX_EXAMPLES 8, derandomized, as CI): RUN_COUNTS.
+One run (MAX_EXAMPLES 8, derandomized, as CI; 2 shared cores): 34 operations, 499 cases
+in 146 s (02f7660, run just before it: 173 s, 43 known), 0 failures, 1 known (an
+archive_seal span sum); acceptance excused by code: future_revision 27, invalid_crdt_state
+10, invalid_token 6, idempotency_key_reused 2.
+Probing: ST_SEED=<n> ST_MAX_EXAMPLES=<m> (and ST_DUMP=<file> for every failure's text).
 """
 
 from __future__ import annotations
