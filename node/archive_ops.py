@@ -37,14 +37,18 @@ from typing import Any
 
 from node.errors import OpError
 from node.op_fields import (
+    BASE64_PATTERN,
     MAX_REVISION,
+    NO_NUL,
     Field,
     PageLimit,
+    Schema,
     int_schema,
     invalid,
     key_text,
     obj,
     str_schema,
+    utf8,
 )
 from node.op_spec import OpSpec
 from node.retention_ops import (
@@ -59,7 +63,7 @@ from node.retention_ops import (
     Within,
     _set_post,
 )
-from node.stream_ops import MAX_EVENT_ID_CHARS, MAX_EVENT_TYPE_BYTES, _meta
+from node.stream_ops import MAX_EVENT_ID_CHARS, MAX_EVENT_TYPE_BYTES, _meta, meta_schema
 
 MAX_ARCHIVE_ITEMS = 500  # keys + streams of one seal / restore, items of one plan page
 MAX_ARCHIVE_EVENTS = MAX_TRUNCATE_EVENTS  # events of one seal / restore; a plan item's span
@@ -114,11 +118,54 @@ def _bytes(v: Any, limits: Any, name: str) -> bytes:
     return v
 
 
-def _bytes_schema(wire: str, doc: str) -> dict:
+def _bytes_schema(wire: str, doc: str, max_bytes: int) -> dict:
     if wire == "json":
-        b64 = obj({"b64": str_schema("base64")}, ("b64",))
-        return {"anyOf": [str_schema("UTF-8 text"), b64], "description": doc}
-    return {"type": "string", "contentEncoding": "binary", "description": doc}
+        b64 = {
+            **obj(
+                {
+                    "b64": str_schema(
+                        "base64",
+                        pattern=BASE64_PATTERN,
+                        maxLength=4 * -(-max_bytes // 3),
+                    )
+                },
+                ("b64",),
+            ),
+            "additionalProperties": False,
+        }
+        text = str_schema("UTF-8 text", maxLength=max_bytes)
+        return {"anyOf": [text, b64], "description": doc}
+    return {
+        "type": "string",
+        "contentEncoding": "binary",
+        "maxLength": max_bytes,
+        "description": doc,
+    }
+
+
+def _tuple(*items: Schema) -> Schema:
+    """A fixed-length array: these items, in this order, nothing more."""
+    return {
+        "type": "array",
+        "prefixItems": list(items),
+        "items": False,
+        "minItems": len(items),
+        "maxItems": len(items),
+    }
+
+
+def _key_schema(limits: Any, what: str) -> Schema:
+    n = limits.max_key_bytes
+    return str_schema(
+        f"{what}: 1..max_key_bytes ({n}) UTF-8 bytes, no NUL.",
+        minLength=1,
+        maxLength=n,
+        pattern=NO_NUL,
+    )
+
+
+def _count_schema(what: str) -> Schema:
+    return int_schema(what, maximum=MAX_REVISION)
 
 
 class Segment(Field):
@@ -145,7 +192,7 @@ class Segment(Field):
             "id": str_schema("Segment id.", pattern=SEGMENT_ID_PATTERN),
             "url": str_schema("Where the segment file is.", minLength=1, maxLength=MAX_URL_CHARS),
             "sha256": str_schema("sha256 of the file bytes.", pattern="^[0-9a-f]{64}$"),
-            "bytes": int_schema("Size of the file."),
+            "bytes": _count_schema("Size of the file."),
         }
         return obj(props, tuple(props), self.doc)
 
@@ -172,7 +219,7 @@ class SealKeys(Field):
         ]
 
     def schema(self, limits, wire):
-        pair = {"type": "array", "minItems": 2, "maxItems": 2}
+        pair = _tuple(_key_schema(limits, "Key"), _count_schema("mod_revision"))
         return {
             "type": "array",
             "items": pair,
@@ -196,7 +243,13 @@ class SealStreams(Field):
         return out_items
 
     def schema(self, limits, wire):
-        item = {"type": "array", "minItems": 3, "maxItems": 3}
+        # from_seq < before_seq, and their differences summed (events covered) at most
+        # MAX_ARCHIVE_EVENTS: relations between numbers JSON Schema cannot state.
+        item = _tuple(
+            _key_schema(limits, "Stream"),
+            int_schema("from_seq", minimum=1, maximum=MAX_REVISION),
+            int_schema("before_seq (> from_seq)", minimum=2, maximum=MAX_REVISION),
+        )
         return {
             "type": "array",
             "items": item,
@@ -222,9 +275,11 @@ class RestoreKeys(Field):
 
     def schema(self, limits, wire):
         value = _bytes_schema(
-            wire, f"The value, at most max_value_bytes ({limits.max_value_bytes})."
+            wire,
+            f"The value, at most max_value_bytes ({limits.max_value_bytes}).",
+            limits.max_value_bytes,
         )
-        pair = {"type": "array", "prefixItems": [str_schema("Key."), value], "minItems": 2}
+        pair = _tuple(_key_schema(limits, "Key"), value)
         return {
             "type": "array",
             "items": pair,
@@ -239,10 +294,12 @@ def _event(raw: Any, limits: Any, where: str) -> list:
     seq, data, etype, time_ms, rev, eid, meta = raw
     if etype is None:
         etype = ""
-    elif type(etype) is not str or len(etype.encode()) > MAX_EVENT_TYPE_BYTES:
+    elif type(etype) is not str or len(utf8(etype, f"{where} type")) > MAX_EVENT_TYPE_BYTES:
         raise invalid(f"{where} type must be a string of at most {MAX_EVENT_TYPE_BYTES} bytes")
     if eid is not None and (type(eid) is not str or not 1 <= len(eid) <= MAX_EVENT_ID_CHARS):
         raise invalid(f"{where} id must be a string of 1..{MAX_EVENT_ID_CHARS} chars")
+    if eid is not None:
+        utf8(eid, f"{where} id")
     return [
         _count(seq, f"{where} seq"),
         _bytes(data, limits, f"{where} data"),
@@ -276,26 +333,34 @@ class RestoreStreams(Field):
         return items
 
     def schema(self, limits, wire):
-        data = _bytes_schema(wire, "The event's data.")
-        event = {
-            "type": "array",
-            "prefixItems": [
-                int_schema("seq"),
-                data,
-                {"type": ["string", "null"], "description": "type"},
-                int_schema("time_ms"),
-                int_schema("revision (the original one)"),
-                {"type": ["string", "null"], "description": "id"},
-                {"type": ["object", "null"], "description": "meta"},
-            ],
-            "minItems": 7,
-            "maxItems": 7,
-        }
-        item = {
-            "type": "array",
-            "prefixItems": [str_schema("Stream."), {"type": "array", "items": event}],
-            "minItems": 2,
-        }
+        data = _bytes_schema(wire, "The event's data.", limits.max_value_bytes)
+        event = _tuple(
+            _count_schema("seq"),
+            data,
+            {
+                "type": ["string", "null"],
+                "maxLength": MAX_EVENT_TYPE_BYTES,
+                "description": f"type, at most {MAX_EVENT_TYPE_BYTES} UTF-8 bytes",
+            },
+            _count_schema("time_ms"),
+            _count_schema("revision (the original one)"),
+            {
+                "type": ["string", "null"],
+                "minLength": 1,
+                "maxLength": MAX_EVENT_ID_CHARS,
+                "description": "id",
+            },
+            meta_schema(),
+        )
+        item = _tuple(
+            _key_schema(limits, "Stream"),
+            {
+                "type": "array",
+                "items": event,
+                "minItems": 1,
+                "maxItems": MAX_ARCHIVE_EVENTS,
+            },
+        )
         return {
             "type": "array",
             "items": item,
@@ -367,7 +432,7 @@ def archive_specs(ns: Field, idempotency_key: Field) -> tuple[OpSpec, ...]:
             "archive_seal",
             (
                 ns,
-                Segment("segment", "The durable segment file the items are in."),
+                Segment("segment", "The durable segment file the items are in.", required=True),
                 SealKeys("keys", "[key, mod_revision]: archived if still live at it."),
                 SealStreams(
                     "streams", "[stream, from_seq, before_seq]: archived if first_seq == from_seq."
@@ -384,7 +449,7 @@ def archive_specs(ns: Field, idempotency_key: Field) -> tuple[OpSpec, ...]:
             "archive_restore",
             (
                 ns,
-                SegmentId("segment", "The segment the items were archived to."),
+                SegmentId("segment", "The segment the items were archived to.", required=True),
                 RestoreKeys("keys", "[key, value]: written back if archived to this segment."),
                 RestoreStreams(
                     "streams",

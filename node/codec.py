@@ -50,6 +50,9 @@ def decode(body: bytes, fmt: str) -> dict:
     try:
         if fmt == MSGPACK:
             obj = msgpack.unpackb(body, raw=False, strict_map_key=True)
+            # float 32 / float 64 markers: only then can a float be in there (cheap scan).
+            if b"\xca" in body or b"\xcb" in body:
+                obj = _msgpack_numbers(obj)
         else:
             obj = json.loads(body, parse_float=_json_number)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
@@ -63,8 +66,37 @@ def decode(body: bytes, fmt: str) -> dict:
     return obj
 
 
-def _json_value(d: dict, name: str = "value") -> None:
+def _whole(f: float) -> int | float:
+    """A decoded float: an int when its value is whole (the rule of _json_number)."""
+    if f.is_integer() and abs(f) < 1e40:
+        return int(f)
+    return f
+
+
+def _msgpack_numbers(obj: Any) -> Any:
+    """msgpack floats that are whole numbers as ints, in maps and arrays (not in bin);
+    iterative, so a deeply nested body costs no recursion."""
+    if type(obj) is float:
+        return _whole(obj)
+    stack = [obj]
+    while stack:
+        node = stack.pop()
+        items = node.items() if type(node) is dict else enumerate(node)
+        for k, v in list(items):
+            t = type(v)
+            if t is float:
+                node[k] = _whole(v)
+            elif t is dict or t is list:
+                stack.append(v)
+    return obj
+
+
+def _json_value(d: dict, name: str = "value", compare: bool = False) -> None:
     b64 = f"{name}_b64"
+    # A compare's value is bytes only for target "value" (else an integer or a boolean,
+    # and value_b64 is an unknown field: ignored).
+    if compare and d.get("target") not in (None, "value"):
+        return
     if b64 in d:
         raw = d.pop(b64)
         if not isinstance(raw, str):
@@ -73,7 +105,7 @@ def _json_value(d: dict, name: str = "value") -> None:
             d[name] = base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError) as e:
             raise OpError("invalid_argument", f"{b64} is not valid base64: {e}") from e
-    elif isinstance(d.get(name), str) and d.get("target") in (None, "value"):
+    elif isinstance(d.get(name), str):
         d[name] = d[name].encode()
 
 
@@ -87,12 +119,17 @@ def _json_values_in(obj: dict) -> None:
         for event in events:
             if isinstance(event, dict):
                 _json_value(event, "data")
-    for name in ("ops", "success", "failure", "compare"):
+    for name in ("ops", "success", "failure"):
         items = obj.get(name)
         if isinstance(items, list):
             for item in items:
                 if isinstance(item, dict):
                     _json_values_in(item)
+    compares = obj.get("compare")
+    if isinstance(compares, list):
+        for item in compares:
+            if isinstance(item, dict):
+                _json_value(item, compare=True)
 
 
 def _json_ready(obj: Any) -> Any:

@@ -10,7 +10,7 @@ Normalized shapes (raft entries carry `merge`'s, so its msgpack bytes must not c
               type: one of model.TYPES; state: bytes, model.encode(type, delta or state)
     crdt_get  {op, ns, key, revision, state}       state: bool (also answer the state)
 
-`merge`'s state is decoded and checked here (400 `invalid_argument` before anything is
+`merge`'s state is decoded and checked here (400 `invalid_crdt_state` before anything is
 submitted) and again in apply (an entry is never trusted blindly).
 """
 
@@ -30,6 +30,7 @@ from node.op_fields import (
 )
 from node.op_spec import OpSpec
 
+INVALID_CRDT_STATE = "invalid_crdt_state"
 TYPE_DOC = (
     "The CRDT type: gcounter (grow-only counter), pncounter (counter), orset (add-wins "
     "observed-remove set), lwwreg (last-writer-wins register), mvreg (multi-value register), "
@@ -42,7 +43,10 @@ def decode_state(crdt_type: str, data: bytes, what: str = "state") -> object:
     try:
         state = model.decode(crdt_type, data)
     except model.CrdtError as e:
-        raise OpError(e.code, f"{what} is not a valid {crdt_type} state: {e.message}") from None
+        # The bytes are opaque to the OpenAPI document (msgpack inside bin / base64): a
+        # code of its own, so a client (and the schema test) tells it from a bad shape.
+        code = INVALID_CRDT_STATE if e.code == "invalid_argument" else e.code
+        raise OpError(code, f"{what} is not a valid {crdt_type} state: {e.message}") from None
     return state
 
 

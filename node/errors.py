@@ -18,6 +18,8 @@ STATUS: dict[str, int] = {
     "unknown_op": 400,
     "invalid_argument": 400,
     "invalid_request": 400,  # a raft entry that could not be decoded
+    "invalid_token": 400,  # a page token of the right shape that no page handed out
+    "invalid_crdt_state": 400,  # a merge's state that is not model.encode(type, ...)
     "future_revision": 400,
     "key_too_large": 413,
     "value_too_large": 413,

@@ -31,6 +31,7 @@ from node.lease_ops import LeaseId
 from node.op_fields import (
     MAX_REVISION,
     NO_NUL,
+    NO_NUL_OR_EMPTY,
     Field,
     Key,
     PageLimit,
@@ -82,7 +83,7 @@ class LockName(Key):
             "contain '/'.",
             minLength=1 if not self.allow_empty else 0,
             maxLength=n,
-            pattern=NO_NUL,
+            pattern=NO_NUL_OR_EMPTY if self.allow_empty else NO_NUL,
         )
 
 

@@ -37,6 +37,12 @@ MAX_REVISION = 2**63 - 1
 BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 NO_NUL = "^[^\\u0000]+$"
 NO_NUL_OR_EMPTY = "^[^\\u0000]*$"
+# The alphabet of every page token: URL-safe base64 without padding.
+TOKEN_PATTERN = "^[A-Za-z0-9_-]+$"
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+# Error code of a token or CRDT state whose shape is right (what the document can say)
+# but whose content does not decode: the document cannot tell those apart.
+INVALID_TOKEN = "invalid_token"
 
 
 def invalid(message: str) -> OpError:
@@ -72,6 +78,15 @@ def revision(v: Any, name: str) -> int:
     return v
 
 
+def is_token(v: Any, max_chars: int) -> bool:
+    """The shape of a page token: 1..max_chars chars of TOKEN_PATTERN's alphabet."""
+    return type(v) is str and 0 < len(v) <= max_chars and _TOKEN_CHARS.issuperset(v)
+
+
+def max_continuation_chars(limits: Limits) -> int:
+    return 4 * limits.max_key_bytes + 64
+
+
 def encode_continuation(rev: int, key: str) -> str:
     """Opaque page token: the revision the pages are served at and the next key."""
     raw = msgpack.packb([rev, key], use_bin_type=True)
@@ -79,17 +94,26 @@ def encode_continuation(rev: int, key: str) -> str:
 
 
 def decode_continuation(token: Any, limits: Limits) -> tuple[int, str]:
-    """Inverse of encode_continuation; raises invalid_argument for anything else."""
-    if type(token) is not str or not token or len(token) > 4 * limits.max_key_bytes + 64:
-        raise invalid("continuation must be a token returned by a previous range")
+    """Inverse of encode_continuation: 400 invalid_argument for a value that is not a
+    token's shape (TOKEN_PATTERN, at most max_continuation_chars), 400 invalid_token for
+    one of that shape that the server did not hand out."""
+    if not is_token(token, max_continuation_chars(limits)):
+        raise invalid(
+            f"continuation must be a token returned by a previous range (1.."
+            f"{max_continuation_chars(limits)} chars of [A-Za-z0-9_-])"
+        )
+    bad = OpError(INVALID_TOKEN, "continuation is not a valid token")
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         rev, key = msgpack.unpackb(raw, raw=False)
     except (binascii.Error, ValueError, TypeError, msgpack.UnpackException):
-        raise invalid("continuation is not a valid token") from None
+        raise bad from None
     if type(rev) is not int or not 0 <= rev <= MAX_REVISION:
-        raise invalid("continuation is not a valid token")
-    return rev, key_text(key, limits.max_key_bytes, "continuation key")
+        raise bad
+    try:
+        return rev, key_text(key, limits.max_key_bytes, "continuation key")
+    except OpError:
+        raise bad from None
 
 
 # -- JSON Schema helpers (also used by node/openapi*.py) -----------------------------------
@@ -97,6 +121,29 @@ def decode_continuation(token: Any, limits: Limits) -> tuple[int, str]:
 
 def ref(name: str) -> Schema:
     return {"$ref": f"#/components/schemas/{name}"}
+
+
+NULL: Schema = {"type": "null"}
+
+
+def nullable(s: Schema) -> Schema:
+    """`s` or null: an optional field sent as null reads as absent (docs/protocol.md)."""
+    t = s.get("type")
+    if "$ref" in s or "const" in s or t is None:
+        return {"anyOf": [s, NULL]}
+    out = dict(s)
+    if isinstance(t, str):
+        out["type"] = [t, "null"]
+    elif "null" not in t:
+        out["type"] = [*t, "null"]
+    if "enum" in out and None not in out["enum"]:
+        out["enum"] = [*out["enum"], None]
+    return out
+
+
+def given(name: str) -> Schema:
+    """`name` is present and not null (null reads as absent)."""
+    return {"required": [name], "properties": {name: {"not": NULL}}}
 
 
 def wire_name(name: str, wire: str) -> str:
@@ -187,6 +234,9 @@ class Field:
     component: str | None = None
     # The schema differs between JSON and msgpack (it carries bytes).
     wired = False
+    # When not required: null reads as absent (check(None) returns the default), and the
+    # schema says so (the property also allows null).
+    nullable = True
 
     def __init__(
         self,
@@ -386,7 +436,17 @@ class Continuation(Field):
         return v
 
     def schema(self, limits, wire):
-        return str_schema(self.doc)
+        return continuation_schema(self.doc, max_continuation_chars(limits))
+
+
+def continuation_schema(doc: str, max_chars: int) -> Schema:
+    return str_schema(
+        f"{doc} URL-safe base64 without padding, at most {max_chars} chars; a string of that "
+        f"shape that no previous page returned is refused with 400 `{INVALID_TOKEN}`.",
+        minLength=1,
+        maxLength=max_chars,
+        pattern=TOKEN_PATTERN,
+    )
 
 
 class Expect(Field):
@@ -450,6 +510,7 @@ class CompareValue(Field):
     """A compare's operand, typed by the compare's `target` (checked before it)."""
 
     wired = True
+    nullable = False  # required by the conditions, whatever the target
     COUNTERS = ("version", "mod_revision", "create_revision")
     EXISTS_OPS = ("==", "!=")
 

@@ -16,9 +16,10 @@ from importlib import metadata
 from typing import Any
 
 from node.config import Limits
+from node.crdt_ops import CrdtState
 from node.errors import STATUS
 from node.lock_ops import FENCED_OPS
-from node.op_fields import Schema, ref, wire_name
+from node.op_fields import Continuation, IdempotencyKey, Schema, ref, wire_name
 from node.openapi_archive import archive_op_docs
 from node.openapi_auth import auth_op_docs
 from node.openapi_crdt import crdt_examples, crdt_op_docs
@@ -31,6 +32,7 @@ from node.openapi_schemas import common_schemas, result_schemas
 from node.openapi_streams import stream_examples, stream_op_docs
 from node.openapi_watch import watch_paths, watch_schemas
 from node.ops import OPS
+from node.stream_ops import StreamContinuation
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
@@ -50,6 +52,8 @@ ERROR_WHEN: dict[str, str] = {
     "unknown_op": "the op name is not known (batch/txn, or /v1/kv/{op} with an unknown op)",
     "invalid_argument": "wrong type, missing field, bad ns/key, bad compare, txn writes a key twice",
     "invalid_request": "a raft entry could not be decoded (per-op result; not expected over HTTP)",
+    "invalid_token": "a `continuation` of the documented shape that no previous page returned (it does not decode)",
+    "invalid_crdt_state": "a merge's `state` (bytes of the documented size) is not model.encode(type, ...) of its `type`: not msgpack, or not a valid state",
     "future_revision": "the read revision, or a linearizable read's min_revision, is above the current revision",
     "key_too_large": "a key exceeds max_key_bytes",
     "value_too_large": "a value exceeds max_value_bytes",
@@ -193,6 +197,44 @@ _OP_DOCS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
 for _name in FENCED_OPS:  # every write that takes a `fence` (node/lock_ops.py)
     _summary, _description, _ok, _errors = _OP_DOCS[_name]
     _OP_DOCS[_name] = (_summary, _description + FENCE_NOTE, _ok, (*_errors, "fence_mismatch"))
+
+
+def _field_errors(spec) -> tuple[str, ...]:
+    """Codes an op answers because of the kinds of its fields."""
+    codes: list[str] = []
+    for f in spec.fields:
+        if isinstance(f, IdempotencyKey):
+            codes.append("idempotency_key_reused")
+        if isinstance(f, Continuation | StreamContinuation):
+            codes.append("invalid_token")
+        if isinstance(f, CrdtState):
+            codes.append("invalid_crdt_state")
+    return tuple(codes)
+
+
+def _with(errors: tuple[str, ...], more: tuple[str, ...]) -> tuple[str, ...]:
+    return (*errors, *(c for c in dict.fromkeys(more) if c not in errors))
+
+
+for _name, _spec in OPS.items():
+    _summary, _description, _ok, _errors = _OP_DOCS[_name]
+    _OP_DOCS[_name] = (_summary, _description, _ok, _with(_errors, _field_errors(_spec)))
+# A txn fails whole with the error of any op in it (a put's lease_not_found, an append's
+# expectation_failed, a merge's crdt_type_mismatch, ...).
+_TXN_OP_ERRORS = tuple(
+    c
+    for s in OPS.values()
+    if s.in_txn and s.write
+    for c in _OP_DOCS[s.name][3]
+    if c not in ("idempotency_key_reused", "fence_mismatch")
+)
+_OP_DOCS["txn"] = (*_OP_DOCS["txn"][:3], _with(_OP_DOCS["txn"][3], _TXN_OP_ERRORS))
+# A batch is validated whole (400/413 before anything is submitted): every op's validation codes.
+_BATCH_ERRORS = _with(
+    (*_WRITE_ERRORS, "value_too_large", "unknown_op", "too_many_ops"),
+    tuple(c for s in OPS.values() for c in _field_errors(s) if c != "idempotency_key_reused")
+    + ("too_many_events", "future_revision"),  # a linearizable min_revision ahead
+)
 
 
 class _Builder:
@@ -364,13 +406,7 @@ class _Builder:
                 "BatchRequest",
                 "BatchResult",
                 "One result per op.",
-                (
-                    *_WRITE_ERRORS,
-                    "value_too_large",
-                    "unknown_op",
-                    "too_many_ops",
-                    "future_revision",
-                ),
+                _BATCH_ERRORS,
                 tag="batch",
             ),
             "/v1/status": self.get(

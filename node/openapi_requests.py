@@ -9,11 +9,15 @@ which are also what `validate_op` runs. Ops that carry values get one schema per
 from __future__ import annotations
 
 from node.config import Limits
-from node.op_fields import Field, Schema, obj, ref, wire_name
+from node.op_fields import Field, Schema, given, nullable, obj, ref, wire_name
 from node.ops import COMPARE_DOC, COMPARE_FIELDS, OPS, OpSpec
 
 WIRES = ("json", "msgpack")
-READ_OPTIONS = {"consistency": ref("Consistency"), "min_revision": ref("MinRevision")}
+# Optional, so null reads as absent (node/reads.py read_options).
+READ_OPTIONS = {
+    "consistency": nullable(ref("Consistency")),
+    "min_revision": nullable(ref("MinRevision")),
+}
 
 
 def request_name(spec: OpSpec, wire: str) -> str:
@@ -31,7 +35,10 @@ def fields_object(
     required: list[str] = []
     clauses: list[Schema] = []
     for f in fields:
-        props.update(f.properties(limits, wire))
+        own = f.properties(limits, wire)
+        if not f.required and f.nullable:  # null reads as absent: the schema allows it
+            own = {name: nullable(s) for name, s in own.items()}
+        props.update(own)
         if f.required:
             clause = f.requirement(wire)
             if clause is None:
@@ -63,12 +70,12 @@ def op_object(
     s["properties"].update(extra or {})
     if in_batch:
         for f in spec.batch_refused:
-            s["properties"][f.name] = {"const": 0, "description": f.batch_error}
+            s["properties"][f.name] = {"enum": [0, None], "description": f.batch_error}
     if spec.exclusive:
         one, others = spec.exclusive
-        s["not"] = {"required": [one], "anyOf": [{"required": [o]} for o in others]}
+        s["not"] = {**given(one), "anyOf": [given(o) for o in others]}
     if forbidden:
-        refused = {"not": {"anyOf": [{"required": [name]} for name in forbidden]}}
+        refused = {"not": {"anyOf": [given(name) for name in forbidden]}}
         s.setdefault("allOf", []).append(refused)
     s.setdefault("allOf", []).extend(_OP_RULES.get(spec.name, ()))
     if not s["allOf"]:
@@ -92,7 +99,29 @@ _POLICY_RULES: list[Schema] = [
         },
     },
 ]
-_OP_RULES: dict[str, list[Schema]] = {"retention_set": _POLICY_RULES, "archive_plan": _POLICY_RULES}
+# node/stream_ops.py _read_stream_post: a long poll only reads forward at the current revision.
+_LONG_POLL_RULES: list[Schema] = [
+    {
+        "if": {
+            "required": ["wait_ms"],
+            "properties": {"wait_ms": {"type": "integer", "minimum": 1}},
+        },
+        "then": {
+            "not": {
+                "anyOf": [
+                    given("revision"),
+                    given("continuation"),
+                    {"required": ["direction"], "properties": {"direction": {"const": "backward"}}},
+                ]
+            }
+        },
+    }
+]
+_OP_RULES: dict[str, list[Schema]] = {
+    "retention_set": _POLICY_RULES,
+    "archive_plan": _POLICY_RULES,
+    "read_stream": _LONG_POLL_RULES,
+}
 
 
 def _tagged(name: str, base: Schema) -> Schema:

@@ -49,8 +49,10 @@ LONG_POLL_SLICE = 1.0  # seconds a long poll waits before it looks at `stopping`
 
 def read_options(body: dict) -> tuple[str, int | None]:
     """Pop and check `consistency` and `min_revision` from a read request body."""
-    consistency = body.pop("consistency", None) or "linearizable"
-    if consistency not in CONSISTENCY:
+    consistency = body.pop("consistency", None)
+    if consistency is None:  # absent, or null (reads as absent)
+        consistency = "linearizable"
+    elif type(consistency) is not str or consistency not in CONSISTENCY:
         raise OpError("invalid_argument", f"consistency must be one of {CONSISTENCY}")
     min_rev = body.pop("min_revision", None)
     if min_rev is not None and (type(min_rev) is not int or not 0 <= min_rev <= MAX_REVISION):

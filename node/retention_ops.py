@@ -38,13 +38,16 @@ from node.errors import OpError
 from node.op_fields import (
     MAX_NS_BYTES,
     MAX_REVISION,
+    NO_NUL,
     Choice,
     Field,
     Key,
     Namespace,
     PageLimit,
+    given,
     int_schema,
     invalid,
+    is_token,
     key_text,
     str_schema,
 )
@@ -55,6 +58,9 @@ MAX_GC_ITEMS = 500  # deletes + truncates of one gc op
 MAX_TRUNCATE_EVENTS = 10_000  # events one truncate_stream / gc op removes at most
 MAX_AGE_S = 100 * 365 * 86_400
 MAX_WITHIN_BYTES = 256
+MAX_PAGE_TOKEN_CHARS = 4096
+# Unpadded URL-safe base64: groups of 4, then 0, 2 or 3 more chars (never 1).
+PAGE_TOKEN_PATTERN = "^(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2,3})?$"
 TARGETS = ("keys", "streams")
 
 
@@ -102,7 +108,7 @@ class Within(Field):
 
     def conditions(self, limits, wire):
         streams = {"properties": {"target": {"const": "streams"}}, "required": ["target"]}
-        return [{"if": streams, "then": {"not": {"required": [self.name]}}}]
+        return [{"if": streams, "then": {"not": given(self.name)}}]
 
 
 class OptionalNamespace(Field):
@@ -118,9 +124,11 @@ class OptionalNamespace(Field):
 
     def schema(self, limits, wire):
         return str_schema(
-            f"Only this namespace (1..{MAX_NS_BYTES} UTF-8 bytes); default: every namespace.",
+            f"Only this namespace (1..{MAX_NS_BYTES} UTF-8 bytes, no NUL); default: every "
+            "namespace.",
             minLength=1,
             maxLength=MAX_NS_BYTES,
+            pattern=NO_NUL,
         )
 
 
@@ -154,12 +162,22 @@ class Token(Field):
     def check(self, v, limits, in_txn, out):
         if v is None:
             return None
-        if type(v) is not str or not 1 <= len(v) <= 4096 or not v.isascii():
-            raise invalid(f"{self.name} must be a token returned by a previous page")
+        # URL-safe base64 of a store key (node/store/reads.py page_token): every string
+        # of this shape decodes (a length of 4n+1 would not), so any is a valid position.
+        if not is_token(v, MAX_PAGE_TOKEN_CHARS) or len(v) % 4 == 1:
+            raise invalid(
+                f"{self.name} must be a token returned by a previous page (1.."
+                f"{MAX_PAGE_TOKEN_CHARS} chars of [A-Za-z0-9_-], not 4n+1 of them)"
+            )
         return v
 
     def schema(self, limits, wire):
-        return str_schema(self.doc, maxLength=4096)
+        return str_schema(
+            f"{self.doc} URL-safe base64 without padding.",
+            minLength=1,
+            maxLength=MAX_PAGE_TOKEN_CHARS,
+            pattern=PAGE_TOKEN_PATTERN,
+        )
 
 
 def _set_post(out: dict, limits: Any) -> None:

@@ -30,6 +30,7 @@ from node.config import Limits
 from node.errors import OpError
 from node.lease_ops import LeaseId
 from node.op_fields import (
+    INVALID_TOKEN,
     MAX_REVISION,
     NO_NUL,
     Bytes,
@@ -39,8 +40,12 @@ from node.op_fields import (
     Key,
     PageLimit,
     Revision,
+    Schema,
+    continuation_schema,
     int_schema,
     invalid,
+    is_token,
+    nullable,
     obj,
     str_schema,
     utf8,
@@ -56,6 +61,7 @@ MAX_WAIT_MS = 60_000
 EXPECT_WORDS = ("any", "no_stream", "exists")
 DIRECTIONS = ("forward", "backward")
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what msgpack can carry
+MAX_STREAM_TOKEN_CHARS = 128
 
 
 def encode_stream_continuation(revision: int, seq: int, direction: str) -> str:
@@ -65,19 +71,24 @@ def encode_stream_continuation(revision: int, seq: int, direction: str) -> str:
 
 
 def decode_stream_continuation(token: Any) -> tuple[int, int, str]:
-    """Inverse of encode_stream_continuation; raises invalid_argument for anything else."""
-    if type(token) is not str or not token or len(token) > 128:
-        raise invalid("continuation must be a token returned by a previous read_stream")
+    """Inverse of encode_stream_continuation: 400 invalid_argument for a value that is not
+    a token's shape, 400 invalid_token for one of that shape no read_stream handed out."""
+    if not is_token(token, MAX_STREAM_TOKEN_CHARS):
+        raise invalid(
+            "continuation must be a token returned by a previous read_stream "
+            f"(1..{MAX_STREAM_TOKEN_CHARS} chars of [A-Za-z0-9_-])"
+        )
+    bad = OpError(INVALID_TOKEN, "continuation is not a valid read_stream token")
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         rev, seq, direction = msgpack.unpackb(raw, raw=False)
     except (binascii.Error, ValueError, TypeError, msgpack.UnpackException):
-        raise invalid("continuation is not a valid read_stream token") from None
+        raise bad from None
     for n in (rev, seq):
         if type(n) is not int or not 0 <= n <= MAX_REVISION:
-            raise invalid("continuation is not a valid read_stream token")
+            raise bad
     if direction not in DIRECTIONS:
-        raise invalid("continuation is not a valid read_stream token")
+        raise bad
     return rev, seq, direction
 
 
@@ -98,7 +109,15 @@ class StreamName(Key):
 
 
 def _meta_value(v: Any, where: str) -> Any:
-    if v is None or type(v) in (bool, float):
+    if v is None or type(v) is bool:
+        return v
+    if type(v) is float:
+        if not v.is_integer():
+            return v
+        # A whole number is an integer, however it was written (JSON 1e30, msgpack float
+        # 1.0: node/codec.py): the same range applies (META_VALUE in the schema).
+        if not _INT_MIN <= v <= _INT_MAX:
+            raise invalid(f"{where} is out of the 64-bit integer range")
         return v
     if type(v) is int:
         if not _INT_MIN <= v <= _INT_MAX:
@@ -127,6 +146,28 @@ def _meta(v: Any, where: str) -> dict:
     if len(msgpack.packb(out, use_bin_type=True)) > MAX_META_BYTES:
         raise invalid(f"{where} is larger than {MAX_META_BYTES} bytes packed")
     return out
+
+
+# A meta value: a string, a boolean, null, a number with a fraction, or a whole number
+# that msgpack can carry (-2**63..2**64-1; JSON Schema's `integer` is any whole number,
+# 1.0 and 1e30 included, and so is the server's).
+META_VALUE: Schema = {
+    "anyOf": [
+        {"type": ["string", "boolean", "null"]},
+        {"type": "integer", "minimum": _INT_MIN, "maximum": _INT_MAX},
+        {"type": "number", "not": {"type": "integer"}},
+    ]
+}
+
+
+def meta_schema() -> Schema:
+    return {
+        "type": ["object", "null"],
+        "maxProperties": MAX_META_ENTRIES,
+        "additionalProperties": META_VALUE,
+        "description": f"Scalar metadata, at most {MAX_META_ENTRIES} entries and "
+        f"{MAX_META_BYTES} bytes packed (null: none).",
+    }
 
 
 class Events(Field):
@@ -189,10 +230,12 @@ class Events(Field):
         props = {
             "data": payload["value"],
             **({"data_b64": payload["value_b64"]} if wire == "json" else {}),
-            "type": str_schema(
-                f"Event type, at most {MAX_EVENT_TYPE_BYTES} UTF-8 bytes.",
-                default="",
-                maxLength=MAX_EVENT_TYPE_BYTES,
+            "type": nullable(
+                str_schema(
+                    f"Event type, at most {MAX_EVENT_TYPE_BYTES} UTF-8 bytes.",
+                    default="",
+                    maxLength=MAX_EVENT_TYPE_BYTES,
+                )
             ),
             "id": {
                 "type": ["string", "null"],
@@ -201,13 +244,7 @@ class Events(Field):
                 "description": "The event's idempotency key: appending an id the stream holds "
                 "again is a duplicate (not stored twice; same payload required).",
             },
-            "meta": {
-                "type": "object",
-                "maxProperties": MAX_META_ENTRIES,
-                "additionalProperties": {"type": ["string", "number", "boolean", "null"]},
-                "description": f"Scalar metadata, at most {MAX_META_ENTRIES} entries and "
-                f"{MAX_META_BYTES} bytes packed.",
-            },
+            "meta": meta_schema(),
         }
         event = obj(props, (), "One event (JSON: `data` as UTF-8 text or `data_b64`).")
         if wire == "json":
@@ -281,7 +318,7 @@ class StreamContinuation(Field):
         return v
 
     def schema(self, limits, wire):
-        return str_schema(self.doc)
+        return continuation_schema(self.doc, MAX_STREAM_TOKEN_CHARS)
 
 
 # -- the ops -----------------------------------------------------------------------------------

@@ -192,7 +192,42 @@ VALID = [
     ("retention_set", {"prefix": "agent/", "keep_last": 3, "within": "ckpt"}),
     ("retention_set", {"prefix": "a/", "target": "keys", "max_age_s": 60, "within": "é" * 128}),
     ("retention_set", {"prefix": "log/", "target": "streams", "keep_last": 3}),
-]
+    # Null reads as absent for an optional field, and the document says so (issue 15).
+    (
+        "put",
+        {"key": "a", "value": "v", "ns": None, "prev_kv": None, "idempotency_key": None},
+    ),
+    ("put", {"key": "a", "value": "v", "lease": 5, "ttl_ms": None, "fence": None}),
+    ("range", {"prefix": None, "start": "a", "limit": None, "continuation": None}),
+    ("read_stream", {"stream": "s", "wait_ms": 5, "revision": None, "continuation": None}),
+    ("retention_set", {"prefix": "l/", "target": "streams", "keep_last": 3, "within": None}),
+    ("append", {"stream": "s", "events": [{"data": "x", "type": None, "meta": None}]}),
+    # A compare's value_b64 is an unknown field unless the target is "value".
+    ("txn", {"compare": [{"key": "k", "target": "version", "op": "==", "value": 1, "value_b64": "AAE="}]}),
+    ("txn", {"compare": [{"key": "k", "target": "exists", "op": "!=", "value": True, "value_b64": "AAE="}]}),
+    # Meta numbers: a fraction, or a whole number msgpack carries.
+    ("append", {"stream": "s", "events": [{"data": "x", "meta": {"a": 1.5, "b": 2**64 - 1, "c": -(2**63)}}]}),
+    ("lock_list", {"prefix": ""}),  # an empty prefix: every lock
+    # Page tokens of retention_list / archive_list: any unpadded URL-safe base64 is a position.
+    ("retention_list", {"continuation": "YWJj"}),
+    ("archive_list", {"continuation": "YWJjZA"}),
+    (
+        "archive_seal",
+        {
+            "segment": {"id": "seg-1", "url": "file:///s", "sha256": "a" * 64, "bytes": 3},
+            "keys": [["k", 3]],
+            "streams": [["s", 1, 5]],
+        },
+    ),
+    (
+        "archive_restore",
+        {
+            "segment": "seg-1",
+            "keys": [["k", "v"], ["k2", {"b64": "AAE="}]],
+            "streams": [["s", [[1, "x", None, 0, 3, None, None], [2, "y", "t", 1, 4, "i", {"a": 1}]]]],
+        },
+    ),
+]  # fmt: skip
 INVALID = [
     ("put", {"value": "v"}),
     ("put", {"key": "", "value": "v"}),
@@ -238,7 +273,35 @@ INVALID = [
     ("retention_set", {"prefix": "a/", "keep_last": 3, "within": "c" * 257}),
     ("retention_set", {"prefix": "a/", "keep_last": 3, "within": 7}),
     ("retention_set", {"prefix": "a/", "target": "streams", "keep_last": 3, "within": "ckpt"}),
-]
+    # Tokens: not their shape is invalid_argument (a shape that does not decode: below).
+    ("range", {"continuation": "%%%"}),
+    ("range", {"continuation": ""}),
+    ("read_stream", {"stream": "s", "continuation": "a=="}),
+    ("retention_list", {"continuation": "abcde"}),
+    ("retention_list", {"continuation": "ab+/"}),
+    ("archive_list", {"continuation": ""}),
+    ("retention_list", {"ns": "a\u0000b"}),
+    # A long poll reads forward at the current revision.
+    ("read_stream", {"stream": "s", "wait_ms": 5, "revision": 3}),
+    ("read_stream", {"stream": "s", "wait_ms": 5, "direction": "backward"}),
+    # Meta: whole numbers beyond what msgpack carries, however they are written.
+    ("append", {"stream": "s", "events": [{"data": "x", "meta": {"a": 2**64}}]}),
+    ("append", {"stream": "s", "events": [{"data": "x", "meta": {"a": 1e50}}]}),
+    ("append", {"stream": "s", "events": [{"data": "x", "meta": {"a": -(2**63) - 1}}]}),
+    # Archive: the segment is required; items are tuples of exactly these types.
+    ("archive_seal", {"keys": [["k", 3]]}),
+    ("archive_restore", {"keys": [["k", "v"]]}),
+    ("archive_seal", {"segment": {"id": "s", "url": "u", "sha256": "a" * 64, "bytes": 1}, "keys": [["k"]]}),
+    ("archive_seal", {"segment": {"id": "s", "url": "u", "sha256": "a" * 64, "bytes": 1}, "keys": [[1, 2]]}),
+    ("archive_seal", {"segment": {"id": "s", "url": "u", "sha256": "a" * 64, "bytes": 1}, "keys": [["k", 1, 2]]}),
+    ("archive_seal", {"segment": {"id": "s", "url": "u", "sha256": "a" * 64, "bytes": 1}, "streams": [["s", 1]]}),
+    ("archive_seal", {"segment": {"id": "s", "url": "u", "sha256": "a" * 64, "bytes": 1}, "streams": [["", 1, 2]]}),
+    ("archive_restore", {"segment": "s", "keys": [["k", {"b64": "!!"}]]}),
+    ("archive_restore", {"segment": "s", "keys": [["k", {"b64": "AA==", "x": 1}]]}),
+    ("archive_restore", {"segment": "s", "streams": [["s", []]]}),
+    ("archive_restore", {"segment": "s", "streams": [["s", [[1, "x", None, 0, 3, None]]]]}),
+    ("archive_restore", {"segment": "s", "streams": [["s", [[1, "x", None, 0, 3, "", None]]]]}),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("op", "body"), VALID, ids=[f"{o}-{i}" for i, (o, _) in enumerate(VALID)])
@@ -247,9 +310,97 @@ def test_valid_requests_pass_both(op: str, body: dict):
     _validator(Limits(), f"{OPS[op].title}Request").validate(body)
 
 
+@pytest.mark.parametrize(("op", "body"), VALID, ids=[f"{o}-{i}" for i, (o, _) in enumerate(VALID)])
+def test_null_reads_as_absent_in_both(op: str, body: dict):
+    """One rule for every optional field: null is the same as leaving it out, for the
+    server (the same normalized op) and for the document (the property allows null)."""
+    validator = _validator(Limits(), f"{OPS[op].title}Request")
+    expected = validate_op(
+        {**codec.decode(json.dumps(body).encode(), codec.JSON), "op": op}, Limits()
+    )
+    for f in OPS[op].fields:
+        if f.required or not f.nullable or f.name in body:
+            continue
+        with_null = {**body, f.name: None}
+        raw = codec.decode(json.dumps(with_null).encode(), codec.JSON)
+        assert validate_op({**raw, "op": op}, Limits()) == expected, f.name
+        assert validator.is_valid(with_null), f.name
+
+
+# Values whose shape the document states but whose content it cannot (a page token no page
+# handed out, CRDT state bytes that are not model.encode(type, ...)): schema-valid, and
+# refused with a 400 code of their own that the document lists for the op.
+OPAQUE = [
+    ("range", {"continuation": "AAAA"}, "invalid_token"),
+    ("range", {"continuation": "a"}, "invalid_token"),
+    ("list_streams", {"continuation": "AAAA"}, "invalid_token"),
+    ("read_stream", {"stream": "s", "continuation": "AAAA"}, "invalid_token"),
+    ("merge", {"key": "c", "type": "gcounter", "state": "not msgpack \u00c1"}, "invalid_crdt_state"),
+    ("merge", {"key": "c", "type": "orset", "state_b64": GCOUNTER_B64}, "invalid_crdt_state"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("op", "body", "code"), OPAQUE)
+def test_opaque_values_get_their_own_documented_code(op: str, body: dict, code: str):
+    assert _validate_json_body(op, body, Limits()) == code
+    assert _validator(Limits(), f"{OPS[op].title}Request").is_valid(body)
+    assert OpError(code).status == 400
+    responses = openapi.document()["paths"][OPS[op].path]["post"]["responses"]
+    assert f"`{code}`" in responses["400"]["description"]
+
+
+def test_msgpack_whole_numbers_are_integers_as_in_json():
+    """JSON's 5.0 is 5 (node/codec.py _json_number); a msgpack float 5.0 is too, so the two
+    encodings validate alike. Fractions stay floats; bin values are never touched."""
+    import msgpack
+
+    body = {"ttl_ms": 86400000.0, "x": [1.0, {"y": -2.0, "z": 2.5}], "v": b"\xcb\xca", "n": 3}
+    out = codec.decode(msgpack.packb(body, use_bin_type=True), codec.MSGPACK)
+    assert out == {"ttl_ms": 86400000, "x": [1, {"y": -2, "z": 2.5}], "v": b"\xcb\xca", "n": 3}
+    assert type(out["ttl_ms"]) is int and type(out["x"][1]["z"]) is float
+    huge = codec.decode(msgpack.packb({"m": 1e300}), codec.MSGPACK)
+    assert type(huge["m"]) is float  # like JSON: huge exponents stay floats (and fail)
+    as_json = codec.decode(b'{"ttl_ms": 86400000.0, "x": [1.0, {"y": -2.0, "z": 2.5}]}', codec.JSON)
+    assert as_json == {k: out[k] for k in ("ttl_ms", "x")}
+    put = {"op": "put", "key": "k", "value": b"v", "ttl_ms": 5000.0}
+    raw = codec.decode(msgpack.packb(put, use_bin_type=True), codec.MSGPACK)
+    assert validate_op(raw, Limits())["ttl_ms"] == 5000
+
+
+def test_read_options_null_is_absent_and_empty_is_refused():
+    from node.reads import read_options
+
+    assert read_options({"consistency": None, "min_revision": None}) == ("linearizable", None)
+    for bad in ("", 0, False, [], "LINEARIZABLE"):
+        with pytest.raises(OpError) as ei:
+            read_options({"consistency": bad})
+        assert ei.value.code == "invalid_argument", bad
+
+
 @pytest.mark.parametrize(
     ("op", "body"), INVALID, ids=[f"{o}-{i}" for i, (o, _) in enumerate(INVALID)]
 )
 def test_invalid_requests_fail_both(op: str, body: dict):
     assert _validate_json_body(op, body, Limits()) == "invalid_argument"
     assert not _validator(Limits(), f"{OPS[op].title}Request").is_valid(body)
+
+
+def test_codes_an_op_can_answer_are_documented():
+    """The codes schemathesis found undocumented: a txn fails with the error of any op in
+    it; every write with an idempotency_key may answer idempotency_key_reused; a batch is
+    validated whole (and its min_revision may be ahead)."""
+    paths = openapi.document()["paths"]
+
+    def described(path: str) -> str:
+        responses = paths[path]["post"]["responses"]
+        return " ".join(r["description"] for r in responses.values())
+
+    txn = described("/v1/kv/txn")
+    for code in ("lease_not_found", "expectation_failed", "crdt_type_mismatch", "too_many_events"):
+        assert f"`{code}`" in txn, code
+    batch = described("/v1/batch")
+    for code in ("future_revision", "invalid_token", "invalid_crdt_state", "too_many_events"):
+        assert f"`{code}`" in batch, code
+    for spec in OPS.values():
+        if any(f.name == "idempotency_key" for f in spec.fields):
+            assert "`idempotency_key_reused`" in described(spec.path), spec.name

@@ -218,10 +218,25 @@ def test_continuation_round_trip():
     assert decode_continuation(token, LIM) == (42, "clé/1")
     op = validate_op({"op": "range", "continuation": token, "revision": 42}, LIM)
     assert op["continuation"] == token
-    for bad in ["", 17, "a", encode_continuation(1, "a\x00b")]:
+    # Not a token's shape (what the OpenAPI document says): invalid_argument.
+    for bad in ["", 17, "%%%", "a=", "a" * (4 * LIM.max_key_bytes + 65)]:
         with pytest.raises(OpError) as ei:
             decode_continuation(bad, LIM)
         assert ei.value.code == "invalid_argument"
+    # The shape, but no page handed it out: invalid_token (400), which the document lists.
+    for bad in [
+        "a",
+        "AAAA",
+        encode_continuation(1, "a\x00b"),
+        encode_stream_continuation(1, 1, "forward"),
+    ]:
+        with pytest.raises(OpError) as ei:
+            decode_continuation(bad, LIM)
+        assert (ei.value.code, ei.value.status) == ("invalid_token", 400)
+    for bad in ["a", encode_continuation(1, "a")]:
+        with pytest.raises(OpError) as ei:
+            decode_stream_continuation(bad)
+        assert (ei.value.code, ei.value.status) == ("invalid_token", 400)
 
 
 def test_read_write_sets():
@@ -403,7 +418,7 @@ TOKEN = encode_stream_continuation(5, 3, "forward")
         ),
         (
             {"op": "read_stream", "stream": "s", "continuation": encode_continuation(1, "k")},
-            "invalid_argument",
+            "invalid_token",  # a token's shape, not a read_stream token
             "continuation",
         ),
         ({"op": "stream_info"}, "invalid_argument", "stream"),
