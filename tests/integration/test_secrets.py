@@ -1,8 +1,11 @@
-"""No secret in logs, status or errors: a real 3-node cluster with its secret in a file is
-taken through writes, failed peer authentication (a crafted connection and a node with the
-wrong secret) and config errors; then every node log, every /v1/status answer and all
-CLI output are searched for the secret (and its hex and base64 forms, and the peer key
-derived from it). No node's command line may hold it either."""
+"""No secret in logs, status or errors: a real 3-node cluster (TLS and auth on) with its
+secret in a file is taken through writes, failed peer authentication (a crafted connection
+and a node with the wrong secret), config errors, and a bearer token's whole life (minted
+by the CLI, used, refused for another namespace, a forged variant refused, revoked, refused);
+then every node log, every /v1/status answer and all CLI output are searched for the
+secret (and its hex and base64 forms, and the peer key derived from it), the root token
+derived from it, and the token (whole, its secret part, and the hash the store keeps). No
+node's command line may hold the secret either."""
 
 from __future__ import annotations
 
@@ -21,11 +24,13 @@ import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 
-from client import Client
+from client import Client, PermissionDenied, Unauthenticated
+from client.auth_tokens import parse_token, root_token, secret_hash
 from cluster import cli
 from cluster.supervisor import LocalCluster
 from node import config as node_config
 from node.raft.peers import _KDF_SALT
+from tests.integration.cluster_fixture import tls_env
 
 pytestmark = pytest.mark.integration
 
@@ -52,6 +57,14 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     return rc, out.out + out.err
 
 
+def _token_forms(token: str) -> list[str]:
+    """A bearer token as it could leak: whole, its secret part, the stored hash of it."""
+    parsed = parse_token(token)
+    assert parsed is not None
+    return [token, parsed[1], secret_hash(parsed[1])]
+
+
+@pytest.mark.cluster_options(tls=True, auth=True)
 def test_no_secret_in_logs_status_errors_or_command_lines(
     cluster_config, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
@@ -74,10 +87,55 @@ def test_no_secret_in_logs_status_errors_or_command_lines(
             assert b"--config" in cmdline
             assert not _leaks(cmdline.decode(), secret), cmdline
 
+        for name, value in tls_env(lc.config).items():
+            monkeypatch.setenv(name, value)
         urls = [lc.url(n) for n in lc.node_ids]
-        with Client(urls) as c:
+        root = root_token(secret)
+        with Client(urls, token=root) as c:
             for i in range(20):
                 c.put(f"k{i}", f"v{i}".encode())
+
+        # A token's life: minted by the CLI (printed once, on stdout, and nowhere else)...
+        rc = cli.main(
+            [
+                "auth",
+                "token",
+                "create",
+                "--config",
+                str(path),
+                "--ns",
+                "agent-1",
+                "--role",
+                "writer",
+                "--ttl",
+                "1h",
+            ]
+        )
+        out = capsys.readouterr()
+        assert rc == 0, out.err
+        token = out.out.strip()
+        captured.append(out.err)
+        token_id = parse_token(token)[0]
+        assert token_id in out.err
+        # ...used, refused outside its grant, forged, revoked.
+        with Client(urls, ns="agent-1", token=token) as c:
+            c.put("history/1", "hello")
+            with pytest.raises(PermissionDenied) as denied:
+                c.put("x", "y", ns="agent-2")
+            captured.append(str(denied.value))
+        forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+        with Client(urls, ns="agent-1", token=forged) as c, pytest.raises(Unauthenticated) as e:
+            c.get("history/1")
+        captured.append(str(e.value))
+        rc, out = _cli(capsys, "auth", "token", "revoke", token_id, "--config", str(path))
+        assert rc == 0, out
+        captured.append(out)
+        rc, out = _cli(capsys, "auth", "token", "list", "--config", str(path))
+        captured.append(out)
+        time.sleep(0.5)  # every node applies the revoke within a raft round
+        with Client(urls, ns="agent-1", token=token) as c, pytest.raises(Unauthenticated) as e:
+            c.get("history/1")
+        captured.append(str(e.value))
 
         # A crafted connection on a raft port fails authentication...
         target = lc.config.node(lc.node_ids[1])
@@ -93,7 +151,7 @@ def test_no_secret_in_logs_status_errors_or_command_lines(
         lc.stop_node(victim)
         lc.start_node(victim, env={"STATEKEEPER_SECRET": wrong})
         lc.wait_live(victim)
-        with Client(urls[:2]) as c:
+        with Client(urls[:2], token=root) as c:
             c.put("while-wrong", b"1")
         time.sleep(2)
         statuses = {nid: lc.status(nid) for nid in lc.node_ids}
@@ -142,6 +200,12 @@ def test_no_secret_in_logs_status_errors_or_command_lines(
     assert all(f"cluster secret from file {tmp_path / 'secret'}" in t for t in logs.values())
     assert "cluster secret from $STATEKEEPER_SECRET" in logs[victim]
     assert "failed authentication" in "".join(logs.values())
+    # ...and refused the token outside its grant, the forged one and the revoked one, by id.
+    everything = "".join(logs.values())
+    assert f"permission_denied: token {token_id}" in everything
+    assert everything.count(f"unauthenticated: token {token_id}") >= 2
     for where, text in [*logs.items(), *enumerate(captured)]:
         for s in (secret, wrong):
             assert not _leaks(text, s), f"the secret appears in {where}"
+        for form in [root, *_token_forms(token), *_token_forms(forged)]:
+            assert form not in text, f"a token (or its hash) appears in {where}"
