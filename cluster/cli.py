@@ -11,6 +11,7 @@ import dataclasses
 import inspect
 import json
 import sys
+import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,6 +257,15 @@ def create_config_if_missing(
     return node_config.load(p), True
 
 
+def enable_auth(path: Path) -> ClusterConfig:
+    """Set [auth] enabled = true in the config at `path` (written back as the file holds it:
+    the secret stays where it is)."""
+    on_disk = node_config.parse(tomllib.loads(path.read_text()), str(path.resolve().parent))
+    auth = dataclasses.replace(on_disk.auth, enabled=True)
+    node_config.write(dataclasses.replace(on_disk, auth=auth), path)
+    return node_config.load(path)
+
+
 def load_cluster(args: argparse.Namespace) -> LocalCluster:
     path = Path(args.config)
     if not path.exists():
@@ -348,12 +358,20 @@ def how_to_connect(cfg: ClusterConfig) -> str:
     urls = cfg.http_urls()
     first = urls[0]
     url_list = ",".join(f'"{u}"' for u in urls)
-    curl, client_args = "curl -s", ""
+    curl, client_args, token_hint = "curl -s", "", ""
     if cfg.tls.enabled:
         ca = Path(cfg.base_dir) / cfg.tls.ca_file
         curl, client_args = f"curl -s --cacert {ca}", f", ca={str(ca)!r}"
+    if cfg.auth.enabled:
+        curl += ' -H "Authorization: Bearer $STATEKEEPER_TOKEN"'
+        client_args += ", token=os.environ['STATEKEEPER_TOKEN']"
+        token_hint = (
+            "Auth is on: mint a token first, e.g.\n"
+            "  export STATEKEEPER_TOKEN=$(statekeeper auth token create --ns default "
+            "--role writer --ttl 7d)\n"
+        )
     return (
-        "Talk to the cluster:\n"
+        token_hint + "Talk to the cluster:\n"
         f"  {curl} -X POST {first}/v1/kv/put -H 'Content-Type: application/json' \\\n"
         '       -d \'{"key":"greeting","value":"hello"}\'\n'
         f"  {curl} -X POST {first}/v1/kv/get -H 'Content-Type: application/json' \\\n"
@@ -433,6 +451,12 @@ def cmd_node(args: argparse.Namespace) -> int:
             help="HTTPS and raft TLS with a local CA (what 'statekeeper tls init' does) if the "
             "config does not turn [tls] on yet",
         ),
+        arg(
+            "--auth",
+            action="store_true",
+            help="set [auth] enabled = true: every request needs a bearer token "
+            "('statekeeper auth token create'; the CLI uses the root token from the secret)",
+        ),
         TIMEOUT_ARG,
     ],
 )
@@ -465,6 +489,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 
         cfg, written = enable_tls(Path(args.config))
         say(f"[tls] on: CA and node certificates in {written[0].parent if written else 'tls/'}")
+    if args.auth and not cfg.auth.enabled:
+        cfg = enable_auth(Path(args.config))
+        say("[auth] on: requests need a bearer token (statekeeper auth token create --help)")
     lc = LocalCluster(cfg, args.config, progress=say)
     lc.up(timeout=args.timeout)
     say("")

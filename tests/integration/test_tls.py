@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from client import AsyncClient, Client, TlsError
+from client import AsyncClient, Client, PermissionDenied, TlsError, Unauthenticated
 from client.retry import RetryPolicy
 from cluster.certs import init_cluster_tls
 from cluster.supervisor import LocalCluster
@@ -135,3 +135,67 @@ def test_cli_tls_init_writes_private_keys_0600(tmp_path: Path):
     ctx = ssl.create_default_context(cafile=tls_dir / "ca.pem")
     ctx.load_cert_chain(tls_dir / "node-0.pem", tls_dir / "node-0-key.pem")
     assert "tls init" in out.stdout or "wrote" in out.stdout
+
+
+def _free_base_port() -> int:
+    """A base port P with P..P+2 and P+100..P+102 free (cluster up's fixed layout)."""
+    import random
+    import socket
+
+    for _ in range(200):
+        base = random.randrange(20000, 40000)
+        try:
+            socks = []
+            for p in (*range(base, base + 3), *range(base + 100, base + 103)):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port block")
+
+
+@pytest.mark.timeout(300)
+def test_the_readme_secure_cluster_in_two_commands(tmp_path: Path, monkeypatch) -> None:
+    """README "Security": `cluster up --tls --auth`, then `auth token create`; the token
+    works over HTTPS in its namespace and nowhere else, and nothing works without it."""
+    for var in ("STATEKEEPER_TOKEN", "STATEKEEPER_TOKEN_FILE", "STATEKEEPER_CA_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cluster.cli", *argv],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=tmp_path,
+            env=env,
+        )
+
+    base = _free_base_port()
+    up = cli("cluster", "up", "--tls", "--auth", "--base-port", str(base), "--fsync", "never")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "--cacert" in up.stdout and "Authorization: Bearer" in up.stdout
+        made = cli(
+            "auth", "token", "create", "--ns", "agent-42", "--role", "writer", "--ttl", "30d"
+        )
+        assert made.returncode == 0, made.stderr
+        token = made.stdout.strip()
+        assert token.startswith("sk_") and token not in made.stderr
+        urls = [f"https://127.0.0.1:{base + i}" for i in range(3)]
+        ca = tmp_path / "tls" / "ca.pem"
+        with Client(urls, ns="agent-42", ca=ca, token=token) as c:
+            c.put("chat/0001", "user: hello")
+            assert c.get("chat/0001").text == "user: hello"
+            with pytest.raises(PermissionDenied):
+                c.get("chat/0001", ns="agent-43")
+        with Client(urls, ns="agent-42", ca=ca) as c, pytest.raises(Unauthenticated):
+            c.get("chat/0001")
+    finally:
+        cli("cluster", "down")
