@@ -7,7 +7,7 @@ ENV PYTHONUNBUFFERED=1 \
 
 WORKDIR /app
 COPY . /app
-RUN pip install -e . \
+RUN pip install -e '.[server]' \
  && mkdir -p /var/lib/statekeeper /etc/statekeeper
 
 VOLUME ["/var/lib/statekeeper"]

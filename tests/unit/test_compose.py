@@ -240,3 +240,16 @@ def test_subset_loader() -> None:
 def test_subset_loader_rejects_what_it_does_not_support(bad: str) -> None:
     with pytest.raises(SubsetError):
         load_yaml_subset(bad)
+
+
+def test_compose_runs_with_tls_and_auth_on(compose: dict[str, Any]) -> None:
+    """Issue 15: the compose cluster is not open to whoever reaches its ports."""
+    cfg = node_config.load(ROOT / "docker" / "cluster.toml")
+    assert cfg.tls.enabled and cfg.tls.raft and cfg.auth.enabled
+    assert cfg.tls.ca_file == "tls/ca.pem" and "{id}" in cfg.tls.cert_file
+    for nid in NODE_IDS:
+        svc = compose["services"][nid]
+        mounts = [str(v).split(":") for v in svc["volumes"]]
+        assert ["./docker/tls", "/etc/statekeeper/tls", "ro"] in mounts
+        probe = " ".join(svc["healthcheck"]["test"])
+        assert "https://" in probe and "/etc/statekeeper/tls/ca.pem" in probe
