@@ -25,6 +25,7 @@ from node import config as node_config
 from node.config import ClusterConfig, NodeConfig
 
 if TYPE_CHECKING:
+    from chaos.faults import Fault
     from chaos.runner import RunOptions
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "Say",
     "base_config",
     "client_environment",
+    "report_options",
     "workload_token",
     "sigterm_as_interrupt",
     "sleep_until",
@@ -58,6 +60,38 @@ def base_config(opts: RunOptions, data_dir: Path) -> ClusterConfig:
     # Writes answer "timeout" after 2 s (not 5): ops retry sooner, runs stay short.
     raft = dataclasses.replace(base.raft, request_timeout=2.0)
     return dataclasses.replace(base, nodes=nodes, data_dir=str(data_dir), raft=raft, name="chaos")
+
+
+def report_options(opts: RunOptions, fault: Fault, warmup: float, window: float) -> dict:
+    """The options a run's report lists (what makes it reproducible)."""
+    from chaos.faults import failpoint_spec
+
+    return {
+        "duration": opts.duration,
+        "clients": opts.clients,
+        "seed": opts.seed,
+        "fsync": opts.fsync,
+        "nodes": opts.nodes,
+        "keys": opts.keys,
+        "stream_share": opts.stream_share,
+        "watchers": opts.watchers,
+        "lockers": opts.lockers,
+        "crdt_clients": opts.crdt_clients,
+        "warmup": warmup,
+        "fault_window": window,
+        "op_deadline": opts.op_deadline,
+        "think_time": opts.think_time,
+        "tls": opts.tls,
+        "auth": opts.auth,
+        "debug_unsafe_reads": opts.debug_unsafe_reads,
+        **({"debug_watch_drop": True} if opts.debug_watch_drop else {}),
+        **({"debug_lock_unfenced": True} if opts.debug_lock_unfenced else {}),
+        **({"debug_crdt_reuse_id": True} if opts.debug_crdt_reuse_id else {}),
+        **({"failpoints": failpoint_spec(fault.failpoints)} if fault.failpoints else {}),
+        **({"raft": fault.raft_settings} if fault.raft_settings else {}),
+        **({"retention": fault.retention_settings} if fault.retention_settings else {}),
+        **({"workload": fault.workload_settings} if fault.workload_settings else {}),
+    }
 
 
 def with_tls(cfg: ClusterConfig, work: Path) -> ClusterConfig:
