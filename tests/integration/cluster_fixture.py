@@ -15,6 +15,7 @@ node_command=[...], env={...}, ready_timeout=90). `auth=True` sets [auth] enable
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import http.client
 import os
@@ -240,23 +241,30 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
     a token minted for the module (admin of every namespace) through $STATEKEEPER_TOKEN,
     both set for the module: every client, CLI subprocess and child process goes through
     TLS and the token check. Grants and refusals are tests/integration/test_auth.py's."""
-    written = write_test_config(
-        tmp_path_factory.mktemp("shared"), tls=SHARED_SECURE, auth=SHARED_SECURE
-    )
-    lc = LocalCluster(written.config, written.path, progress=_progress)
+    directory = tmp_path_factory.mktemp("shared")
     with pytest.MonkeyPatch.context() as env:
-        for name, value in tls_env(written.config).items():
-            env.setenv(name, value)
         env.delenv("STATEKEEPER_TOKEN", raising=False)
         env.delenv("STATEKEEPER_TOKEN_FILE", raising=False)
-        try:
-            lc.up()
+        with running_cluster(directory, tls=SHARED_SECURE, auth=SHARED_SECURE) as lc:
+            for name, value in tls_env(lc.config).items():
+                env.setenv(name, value)
             if SHARED_SECURE:
                 env.setenv("STATEKEEPER_TOKEN", mint_token(lc, ns="*", role="admin"))
             yield lc
-        except BaseException:
-            print_logs(lc)
-            raise
-        finally:
-            lc.kill_all()
-            lc.close()
+
+
+@contextlib.contextmanager
+def running_cluster(directory: Path, **options: Any) -> Iterator[LocalCluster]:
+    """A cluster configured by write_test_config(directory, **options), up for the block;
+    its nodes' logs are printed if the block fails, and it is killed after."""
+    written = write_test_config(directory, **options)
+    lc = LocalCluster(written.config, written.path, progress=_progress)
+    try:
+        lc.up()
+        yield lc
+    except BaseException:
+        print_logs(lc)
+        raise
+    finally:
+        lc.kill_all()
+        lc.close()

@@ -5,6 +5,8 @@ thread, read its match index) while the others stay real peers. No HTTP."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -94,3 +96,17 @@ def leader_of(members: list[Member], timeout: float = 10.0) -> Member:
     return wait_for(
         lambda: next((m for m in members if m.raft.is_leader()), None), timeout, "a leader"
     )
+
+
+class Exploit:
+    """Unpickling this runs a shell command: proof of code execution if it ever happens."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def raft_frame(payload: bytes) -> bytes:
+    return struct.pack("i", len(payload)) + payload  # pysyncobj's framing

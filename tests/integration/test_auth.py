@@ -22,7 +22,7 @@ import pytest
 from client import AsyncClient, Client, NotFound, PermissionDenied, RetryPolicy, Unauthenticated
 from client.auth_tokens import parse_token, root_token
 from cluster.supervisor import LocalCluster
-from tests.integration.cluster_fixture import print_logs, write_test_config
+from tests.integration.cluster_fixture import running_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -32,17 +32,8 @@ NO_RETRY = RetryPolicy.disabled()
 
 @pytest.fixture(scope="module")
 def auth_cluster(tmp_path_factory: pytest.TempPathFactory):
-    written = write_test_config(tmp_path_factory.mktemp("auth"), auth=True)
-    lc = LocalCluster(written.config, written.path, progress=None)
-    try:
-        lc.up()
+    with running_cluster(tmp_path_factory.mktemp("auth"), auth=True) as lc:
         yield lc
-    except BaseException:
-        print_logs(lc)
-        raise
-    finally:
-        lc.kill_all()
-        lc.close()
 
 
 def _root(lc: LocalCluster) -> Client:

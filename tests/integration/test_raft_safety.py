@@ -7,7 +7,6 @@ import asyncio
 import os
 import pickle
 import socket
-import struct
 import time
 import uuid
 import zlib
@@ -19,6 +18,7 @@ from client import AsyncClient, Client
 from cluster.supervisor import LocalCluster, NodeStartError
 from node import config as node_config
 from node import failpoints
+from tests.integration.raft_harness import Exploit, raft_frame
 
 pytestmark = pytest.mark.integration
 
@@ -53,29 +53,15 @@ def test_followers_never_truncate_under_pipelined_load(cluster: LocalCluster) ->
         assert s["log_truncations"] == 0, f"{node_id} truncated its log: {s}"
 
 
-class _Exploit:
-    """Unpickling this runs a shell command: proof of code execution if it ever happens."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
-
-
-def _raft_frame(payload: bytes) -> bytes:
-    return struct.pack("i", len(payload)) + payload  # pysyncobj's framing
-
-
 def test_crafted_pickle_and_garbage_on_the_raft_port_are_rejected(cluster: LocalCluster, tmp_path: Path) -> None:
     target = cluster.node_ids[1]
     node = cluster.config.node(target)
     marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
     payloads = [
-        _raft_frame(zlib.compress(pickle.dumps(_Exploit(marker)))),  # a plaintext peer message
-        _raft_frame(pickle.dumps(_Exploit(marker))),
+        raft_frame(zlib.compress(pickle.dumps(Exploit(marker)))),  # a plaintext peer message
+        raft_frame(pickle.dumps(Exploit(marker))),
         os.urandom(4096),
-        _raft_frame(b"gAAAAA" + os.urandom(200)),  # looks like a Fernet token, is not
+        raft_frame(b"gAAAAA" + os.urandom(200)),  # looks like a Fernet token, is not
     ]
     for payload in payloads:
         with socket.create_connection((node.host, node.raft_port), timeout=5) as s:

@@ -18,7 +18,6 @@ import pickle
 import shutil
 import socket
 import ssl
-import struct
 import time
 import uuid
 import zlib
@@ -33,7 +32,7 @@ from node import entry
 from node.config import ClusterConfig, TlsSettings
 from node.raft import syncobj, tls_connection
 from node.raft.peers import _AuthenticatingEncryptor
-from tests.integration.raft_harness import Member, config, leader_of, wait_for
+from tests.integration.raft_harness import Exploit, Member, config, leader_of, raft_frame, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -173,31 +172,17 @@ def test_a_node_presenting_another_nodes_certificate_cannot_join(tmp_path, caplo
     assert any("claims to be" in r and victim in r for r in refusals), refusals
 
 
-class _Exploit:
-    """Unpickling this runs a shell command: proof of code execution if it ever happens."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
-
-
-def _raft_frame(payload: bytes) -> bytes:
-    return struct.pack("i", len(payload)) + payload  # pysyncobj's framing
-
-
 def test_a_plaintext_peer_is_refused_before_anything_is_unpickled(tmp_path, caplog) -> None:
     """The old peers' bytes (a frame sealed with the right cluster secret, AES-GCM only),
     a plaintext pickle and garbage: each connection is dropped at the TLS layer."""
     cfg = tls_config(tmp_path, size=1)
     marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
     sealed = _AuthenticatingEncryptor(cfg.secret).encrypt_at_time(
-        zlib.compress(pickle.dumps(_Exploit(marker))), int(time.monotonic())
+        zlib.compress(pickle.dumps(Exploit(marker))), int(time.monotonic())
     )
     payloads = [
-        _raft_frame(sealed),
-        _raft_frame(zlib.compress(pickle.dumps(_Exploit(marker)))),
+        raft_frame(sealed),
+        raft_frame(zlib.compress(pickle.dumps(Exploit(marker)))),
         os.urandom(4096),
     ]
     m = Member(cfg, cfg.nodes[0].id)
@@ -357,11 +342,11 @@ def test_a_plaintext_peer_is_refused_on_a_tls_raft_port(
     node = cluster.config.node(target)
     marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
     sealed = _AuthenticatingEncryptor(cluster.config.secret).encrypt_at_time(
-        zlib.compress(pickle.dumps(_Exploit(marker))), int(time.monotonic())
+        zlib.compress(pickle.dumps(Exploit(marker))), int(time.monotonic())
     )
     payloads = [
-        _raft_frame(sealed),
-        _raft_frame(zlib.compress(pickle.dumps(_Exploit(marker)))),
+        raft_frame(sealed),
+        raft_frame(zlib.compress(pickle.dumps(Exploit(marker)))),
         os.urandom(4096),
     ]
     for payload in payloads:
