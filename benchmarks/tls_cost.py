@@ -1,11 +1,11 @@
-"""What TLS on the raft port costs: `python -m benchmarks.tls_cost [--rounds 3] [--duration 15]`.
+"""What TLS costs: `python -m benchmarks.tls_cost [--rounds 3] [--duration 15]`.
 
-Fresh local 3-node clusters (fsync=always, data on disk under benchmarks/out), started
-alternately with raft TLS on and off (the order flips every round: on, off, off, on, ...),
-each measured with the load generator's put workload (256 B values, benchmarks/load.py)
-at 1 and 64 clients. Both arms run the client port the same way ([tls] enabled, HTTPS with
-the cluster's CA), so the only difference is `[tls] raft`: TLS 1.3 (mutual, EC P-256)
-around the AES-GCM peer messages, or the AES-GCM messages alone. Reported: the median
+Fresh local 3-node clusters (fsync=always, data on disk under benchmarks/out), one per arm
+and round, the arms in a rotating order, each measured with the load generator's put
+workload (256 B values, benchmarks/load.py) at 1 and 64 clients. Arms: `plain` (no TLS),
+`https` (the client port over HTTPS with the cluster's CA; raft peers AES-GCM only),
+`https+raft` (also `[tls] raft`: TLS 1.3, mutual, EC P-256, around the AES-GCM peer
+messages); `--arms` picks some. Reported: the median
 over the rounds of ops/s, p50 and p99 per arm and client count, each round's ops/s, and
 the CPU the three node processes used per 1,000 puts (utime + stime from /proc, measured
 window only): on a machine shared with other work the throughput numbers move with the
@@ -53,7 +53,11 @@ class Run:
     cpu_ms_per_1k: float  # node CPU per 1,000 puts
 
 
-def _config(workdir: Path, raft_tls: bool, fsync: str) -> Path:
+ARMS = {"plain": (False, False), "https": (True, False), "https+raft": (True, True)}
+
+
+def _config(workdir: Path, arm: str, fsync: str) -> Path:
+    client_tls, raft_tls = ARMS[arm]
     rng = random.Random()
     http_base = _free_port_block(3, set(), rng)
     raft_base = _free_port_block(3, set(range(http_base, http_base + 3)), rng)
@@ -62,7 +66,7 @@ def _config(workdir: Path, raft_tls: bool, fsync: str) -> Path:
     )
     init_cluster_tls(workdir / "tls", [(n.id, n.host) for n in cfg.nodes])
     tls = TlsSettings(
-        enabled=True,
+        enabled=client_tls,
         ca_file="tls/ca.pem",
         cert_file="tls/{id}.pem",
         key_file="tls/{id}-key.pem",
@@ -73,11 +77,11 @@ def _config(workdir: Path, raft_tls: bool, fsync: str) -> Path:
     return path
 
 
-async def one_arm(raft_tls: bool, args: argparse.Namespace) -> dict[int, Run]:
+async def one_arm(arm: str, args: argparse.Namespace) -> dict[int, Run]:
     OUT.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tls-cost-", dir=OUT) as tmp:
         workdir = Path(tmp)
-        path = _config(workdir, raft_tls, args.fsync)
+        path = _config(workdir, arm, args.fsync)
         cfg = node_config.load(path)
         os.environ["STATEKEEPER_CA_FILE"] = str(workdir / "tls" / "ca.pem")
         lc = LocalCluster(cfg, path)
@@ -137,18 +141,15 @@ def _row(label: str, clients: int, runs: list[Run]) -> list[str]:
 
 
 async def amain(args: argparse.Namespace) -> list[list[str]]:
-    arms: dict[bool, dict[int, list[Run]]] = {
-        True: {c: [] for c in CLIENTS},
-        False: {c: [] for c in CLIENTS},
-    }
+    names = args.arms.split(",")
+    arms: dict[str, dict[int, list[Run]]] = {a: {c: [] for c in CLIENTS} for a in names}
     for rnd in range(args.rounds):
-        order = (True, False) if rnd % 2 == 0 else (False, True)
-        for raft_tls in order:
-            name = "on" if raft_tls else "off"
-            print(f"round {rnd + 1}/{args.rounds}: raft TLS {name}", file=sys.stderr)
-            res = await one_arm(raft_tls, args)
+        order = names[rnd % len(names) :] + names[: rnd % len(names)]  # rotate the start
+        for arm in order:
+            print(f"round {rnd + 1}/{args.rounds}: {arm}", file=sys.stderr)
+            res = await one_arm(arm, args)
             for c, run in res.items():
-                arms[raft_tls][c].append(run)
+                arms[arm][c].append(run)
                 r = run.result
                 print(
                     f"  c{c}: {r.ops_per_s:,.0f} ops/s, p50 {r.latency_ms(50):.2f} ms, "
@@ -158,8 +159,8 @@ async def amain(args: argparse.Namespace) -> list[list[str]]:
                 )
     rows = []
     for c in CLIENTS:
-        for raft_tls in (False, True):
-            rows.append(_row("on" if raft_tls else "off", c, arms[raft_tls][c]))
+        for arm in names:
+            rows.append(_row(arm, c, arms[arm][c]))
     return rows
 
 
@@ -170,12 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=15.0, help="measured s per row (15)")
     p.add_argument("--warmup", type=float, default=2.0, help="unmeasured s per row (2)")
     p.add_argument("--fsync", choices=("always", "never"), default="always")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
     p.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
     args = p.parse_args(argv)
     started = dt.datetime.now(dt.UTC)
     rows = asyncio.run(amain(args))
     header = (
-        "raft TLS",
+        "TLS",
         "clients",
         "ops/s",
         "p50 ms",
@@ -190,15 +192,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_results:
         append_section(
             Path(__file__).resolve().parent / "RESULTS.md",
-            "TLS: raft port TLS on vs off, put 256 B",
+            "TLS: none vs HTTPS vs HTTPS + raft TLS, put 256 B",
             "benchmarks.tls_cost",
             argv,
             [
                 f"started {started:%Y-%m-%d %H:%M:%S} UTC; fresh 3-node cluster per arm and "
-                f"round (fsync={args.fsync}, data on {fs_type(OUT)}), arms alternating, "
+                f"round (fsync={args.fsync}, data on {fs_type(OUT)}), arms in rotating order, "
                 f"{args.rounds} rounds each, {args.duration:g} s measured after "
                 f"{args.warmup:g} s warm-up per row; medians over the rounds",
-                "both arms serve the client port over HTTPS; only [tls] raft differs",
+                "plain: no TLS; https: the client port over HTTPS, raft peers AES-GCM only; "
+                "https+raft: also mutual TLS 1.3 on the raft port",
             ],
             [table],
             dt.datetime.now(dt.UTC),

@@ -139,3 +139,45 @@ async def test_slow_but_steady_requests_are_served(server):
         assert head.startswith(b"HTTP/1.1 200 ")
         await r.readexactly(11)
     w.close()
+
+
+async def test_tls_port_cuts_silent_and_idle_connections(tmp_path):
+    """With TLS (issue 15): a connection that never starts the handshake, or starts it and
+    stalls, is closed after header_timeout, and so is one that completes it and then sends
+    no request; a client is served normally after."""
+    import ssl
+
+    from cluster.certs import init_cluster_tls
+
+    init_cluster_tls(tmp_path, [("node-0", "127.0.0.1")])
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(tmp_path / "node-0.pem", tmp_path / "node-0-key.pem")
+    client_ctx = ssl.create_default_context(cafile=tmp_path / "ca.pem")
+    limits = ServerLimits(max_body_bytes=1000, max_connections=MAX, header_timeout=1.0)
+    srv = HttpServer(_ok, _error, limits)
+    await srv.start("127.0.0.1", 0, server_ctx)
+    loop = asyncio.get_running_loop()
+    try:
+        fds = _fds()
+        silent = [await asyncio.open_connection("127.0.0.1", srv.port) for _ in range(50)]
+        half = []  # a ClientHello's first bytes, then nothing
+        for _ in range(20):
+            r, w = await asyncio.open_connection("127.0.0.1", srv.port)
+            w.write(b"\x16\x03\x01\x00\xc8\x01")
+            half.append((r, w))
+        idle = [
+            await asyncio.open_connection("127.0.0.1", srv.port, ssl=client_ctx) for _ in range(20)
+        ]
+        t0 = loop.time()
+        for r, w in [*silent, *half, *idle]:
+            await asyncio.wait_for(r.read(), 5)  # EOF (or a 408) once the server cuts it
+            w.close()
+        assert loop.time() - t0 < 4
+        r, w = await asyncio.open_connection("127.0.0.1", srv.port, ssl=client_ctx)
+        w.write(b"GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert (await _read_all(r)).startswith(b"HTTP/1.1 200")
+        w.close()
+        await asyncio.sleep(0.5)
+        assert not srv.connections and _fds() <= fds + 2
+    finally:
+        await srv.close(grace=1.0)
