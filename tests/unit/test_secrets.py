@@ -187,9 +187,11 @@ def test_an_old_config_with_an_inline_secret_keeps_working(tmp_path: Path) -> No
 
 
 def _flags(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option that takes a value (switches such as --auth carry none)."""
     found = []
     for action in parser._actions:
-        found += action.option_strings
+        if action.nargs != 0:
+            found += action.option_strings
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 found += _flags(sub)
