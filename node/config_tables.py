@@ -1,0 +1,107 @@
+"""The settings tables of cluster.toml: [limits], [retention], [raft], [http], [tls], [auth].
+
+Each dataclass is one table's schema (node/config.py parses the file into them and
+re-exports them); the comments say what each setting means and why its default, with the
+measurement where there is one. Split from node/config.py (size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_key_bytes: int = 4 * 1024
+    max_value_bytes: int = 1024 * 1024
+    max_request_bytes: int = 4 * 1024 * 1024
+    max_ops_per_request: int = 1024
+    max_range_limit: int = 10_000
+    # Events one stream append may carry (node/store/streams.py); more: too_many_events.
+    max_events_per_append: int = 1000
+    # Shortest lease TTL lease_grant / put ttl_ms accept (node/store/leases.py); shorter:
+    # invalid_argument. A floor keeps keepalive traffic per lease bounded.
+    min_lease_ttl_ms: int = 2000
+
+
+@dataclass(frozen=True)
+class Retention:
+    # Past revisions kept readable; older ones are compacted inside apply.
+    history_revisions: int = 100_000
+    # How long an idempotency key is remembered (leader-stamped time).
+    idempotency_seconds: int = 24 * 3600
+    # How often the leader enforces retention policies (node/retention_gc.py); not read
+    # by apply, so nodes may differ.
+    gc_interval_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
+class RaftSettings:
+    # A follower calls an election 0.4-0.7 s after the last heartbeat (sent every 0.1 s):
+    # with two followers the earlier of two draws decides, so a leader crash is healed in
+    # well under a second, while one lost heartbeat (or a 0.3 s GIL/GC stall) is not enough.
+    election_timeout_min: float = 0.4
+    election_timeout_max: float = 0.7
+    # Entries between snapshots (pysyncobj log compaction).
+    snapshot_min_entries: int = 5000
+    snapshot_min_seconds: int = 300
+    # ...or as soon as the journal holds this many bytes: a restart reads the whole
+    # journal back (and keeps it in memory), so this bounds cold-start time (~0.5 s per
+    # 100 MiB) and memory. Lower costs steady writes: each snapshot copies the DB once
+    # (4 KiB puts at 64 clients: 1,731 ops/s without snapshots, 1,496 with one every 64 MiB).
+    snapshot_max_journal_bytes: int = 256 * 1024 * 1024
+    # Leader gathers at most this many bytes of ops into one raft entry (one request larger
+    # than this still gets an entry of its own). Every byte of an entry costs the leader's
+    # raft thread ~25-30 ms/MiB (sent to each follower, journaled, applied) without
+    # heartbeats; measured on 2 loaded cores, 3 writers of 4 MiB batches: with 8 MiB
+    # entries a follower went up to 422 ms without a heartbeat (election timeout: 400 ms),
+    # with 4 MiB (= max_request_bytes) at most 283 ms. Small ops never fill 4 MiB.
+    max_entry_bytes: int = 4 * 1024 * 1024
+    # Raft entries a node may have proposed and not yet seen applied (pipelining depth).
+    max_inflight_entries: int = 1
+    request_timeout: float = 5.0
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """The [http] table: the client port's connection limits (node/http_limits.py)."""
+
+    # Client connections served at once; one more gets 503 too_many_connections.
+    max_connections: int = 1024
+    # Seconds a request's head (request line + headers) may take to arrive, from the
+    # connection's opening or the request's first byte; then 408 request_timeout / close.
+    header_timeout: float = 10.0
+    # Seconds a request's body may take to arrive once its head is in.
+    body_timeout: float = 30.0
+    # Seconds an idle keep-alive connection stays open.
+    keepalive_timeout: float = 75.0
+    # Bytes of request line + headers.
+    max_header_bytes: int = 64 * 1024
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """The [tls] table: TLS on the client port and the raft port (node/tls.py says how)."""
+
+    enabled: bool = False
+    # PEM bundle of the CA(s) that signed the nodes' certificates (and client
+    # certificates, with client_auth); paths are relative to this file.
+    ca_file: str = ""
+    # This node's certificate chain and key; "{id}" is replaced by the node id.
+    cert_file: str = ""
+    key_file: str = ""
+    # Client certificates on the client port (mTLS): "none", "optional" or "required".
+    client_auth: str = "none"
+    # TLS on the raft port too (peer certificates from the same CA, always mutual).
+    raft: bool = True
+
+
+CLIENT_AUTH_MODES = ("none", "optional", "required")
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """The [auth] table: bearer tokens and per-namespace grants on the client port
+    (node/authz.py). Off: every request is allowed, and each node says so at start."""
+
+    enabled: bool = False
