@@ -37,19 +37,16 @@ from typing import Any
 
 from node.errors import OpError
 from node.op_fields import (
-    BASE64_PATTERN,
     MAX_REVISION,
     NO_NUL,
     Field,
     PageLimit,
     Schema,
-    int_schema,
     invalid,
     key_text,
-    obj,
-    str_schema,
     utf8,
 )
+from node.op_schemas import BASE64_PATTERN, int_schema, obj, str_schema
 from node.op_spec import OpSpec
 from node.retention_ops import (
     MAX_AGE_S,

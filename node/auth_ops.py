@@ -30,13 +30,11 @@ from node.op_fields import (
     MAX_REVISION,
     NO_NUL_OR_EMPTY,
     Field,
-    int_schema,
     invalid,
     key_text,
-    obj,
-    str_schema,
     utf8,
 )
+from node.op_schemas import int_schema, obj, str_schema
 from node.op_spec import OpSpec
 
 ROLES = ("reader", "writer", "admin")

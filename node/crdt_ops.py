@@ -19,15 +19,8 @@ from __future__ import annotations
 from client.crdt import model
 from node.config import Limits
 from node.errors import OpError
-from node.op_fields import (
-    Bytes,
-    Choice,
-    Field,
-    Flag,
-    Revision,
-    Schema,
-    value_props,
-)
+from node.op_fields import Bytes, Choice, Field, Flag, Revision, Schema
+from node.op_schemas import value_props
 from node.op_spec import OpSpec
 
 INVALID_CRDT_STATE = "invalid_crdt_state"

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from node.config import Limits
 from node.errors import OpError
-from node.op_fields import MAX_REVISION, Field, PageLimit, int_schema, invalid
+from node.op_fields import MAX_REVISION, Field, PageLimit, invalid
+from node.op_schemas import int_schema
 from node.op_spec import OpSpec
 
 MAX_LEASE_TTL_MS = 86_400_000  # one day

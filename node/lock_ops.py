@@ -35,12 +35,10 @@ from node.op_fields import (
     Field,
     Key,
     PageLimit,
-    int_schema,
     invalid,
     key_text,
-    obj,
-    str_schema,
 )
+from node.op_schemas import int_schema, obj, str_schema
 from node.op_spec import OpSpec
 
 LOCK_PREFIX = "__lock/"

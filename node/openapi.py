@@ -19,7 +19,8 @@ from node.config import Limits
 from node.crdt_ops import CrdtState
 from node.errors import STATUS
 from node.lock_ops import FENCED_OPS
-from node.op_fields import Continuation, IdempotencyKey, Schema, ref, wire_name
+from node.op_fields import Continuation, IdempotencyKey, Schema
+from node.op_schemas import ref, wire_name
 from node.openapi_archive import archive_op_docs
 from node.openapi_auth import auth_op_docs
 from node.openapi_crdt import crdt_examples, crdt_op_docs
@@ -82,7 +83,7 @@ ERROR_WHEN: dict[str, str] = {
     "not_ready": "no leader known, or this node lags behind the leader's commit index",
     "timeout": "a write whose outcome is unknown (it may still commit: retry with the same idempotency_key), or a serializable read whose min_revision was not reached within the request timeout",
     "too_many_connections": "the node already serves [http] max_connections connections (the node answers, then closes the connection; retry later)",
-    "client_certificate_required": "[tls] client_auth is \"required\" and the connection brought no client certificate (answered, then closed)",
+    "client_certificate_required": '[tls] client_auth is "required" and the connection brought no client certificate (answered, then closed)',
     "request_timeout": "the request's head or body did not arrive within [http] header_timeout / body_timeout (the node answers, then closes the connection)",
     "internal": "a bug; never expected",
 }

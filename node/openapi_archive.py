@@ -4,15 +4,8 @@ bytes, so each schema serves both wires."""
 
 from __future__ import annotations
 
-from node.op_fields import (
-    Schema,
-    bool_schema,
-    int_schema,
-    obj,
-    replayed_schema,
-    rev_schema,
-    str_schema,
-)
+from node.op_fields import Schema
+from node.op_schemas import bool_schema, int_schema, obj, replayed_schema, rev_schema, str_schema
 
 
 def _skipped() -> Schema:

@@ -4,7 +4,8 @@ so each schema serves both wires."""
 
 from __future__ import annotations
 
-from node.op_fields import Schema, int_schema, obj, replayed_schema, rev_schema, str_schema
+from node.op_fields import Schema
+from node.op_schemas import int_schema, obj, replayed_schema, rev_schema, str_schema
 
 
 def _token_props() -> dict[str, Schema]:

@@ -9,8 +9,8 @@ import base64
 from typing import Any
 
 from client.crdt import model
-from node.op_fields import (
-    Schema,
+from node.op_fields import Schema
+from node.op_schemas import (
     bool_schema,
     int_schema,
     obj,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from node.op_fields import (
-    Schema,
+from node.op_fields import Schema
+from node.op_schemas import (
     bool_schema,
     int_schema,
     obj,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.op_fields import (
-    Schema,
+from node.op_fields import Schema
+from node.op_schemas import (
     bool_schema,
     int_schema,
     obj,

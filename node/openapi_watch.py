@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from node.config import Limits
-from node.op_fields import Schema, obj, ref, rev_schema, str_schema, wired_ref
+from node.op_fields import Schema
+from node.op_schemas import obj, ref, rev_schema, str_schema, wired_ref
 from node.openapi_requests import WIRES, op_object
 from node.watch_ops import NDJSON, WATCH_PATH, WATCH_SPEC
 

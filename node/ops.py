@@ -101,9 +101,8 @@ from node.op_fields import (
     decode_continuation,
     encode_continuation,
     invalid,
-    ref,
-    wire_name,
 )
+from node.op_schemas import ref, wire_name
 from node.op_spec import Checks, OpSpec, bound_checks
 from node.retention_ops import internal_specs, retention_specs
 from node.stream_ops import STREAM, stream_specs

@@ -44,13 +44,11 @@ from node.op_fields import (
     Key,
     Namespace,
     PageLimit,
-    given,
-    int_schema,
     invalid,
     is_token,
     key_text,
-    str_schema,
 )
+from node.op_schemas import given, int_schema, str_schema
 from node.op_spec import OpSpec
 
 MAX_POLICIES_PER_NS = 1000  # more: 413 `too_many_policies`

@@ -42,15 +42,11 @@ from node.op_fields import (
     Revision,
     Schema,
     continuation_schema,
-    int_schema,
     invalid,
     is_token,
-    nullable,
-    obj,
-    str_schema,
     utf8,
-    value_props,
 )
+from node.op_schemas import int_schema, nullable, obj, str_schema, value_props
 from node.op_spec import OpSpec
 
 MAX_EVENT_TYPE_BYTES = 256

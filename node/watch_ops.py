@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from node.config import Limits
-from node.op_fields import MAX_REVISION, Field, Flag, Key, int_schema, invalid
+from node.op_fields import MAX_REVISION, Field, Flag, Key, invalid
+from node.op_schemas import int_schema
 from node.op_spec import OpSpec
 from node.ops import DEFAULT_NS, NS
 from node.stream_ops import Count
