@@ -82,7 +82,7 @@ ERROR_WHEN: dict[str, str] = {
     "not_ready": "no leader known, or this node lags behind the leader's commit index",
     "timeout": "a write whose outcome is unknown (it may still commit: retry with the same idempotency_key), or a serializable read whose min_revision was not reached within the request timeout",
     "too_many_connections": "the node already serves [http] max_connections connections (the node answers, then closes the connection; retry later)",
-    "client_certificate_required": "[tls] client_auth is \"required\" and the connection brought no client certificate (answered, then closed)",
+    "client_certificate_required": '[tls] client_auth is "required" and the connection brought no client certificate (answered, then closed)',
     "request_timeout": "the request's head or body did not arrive within [http] header_timeout / body_timeout (the node answers, then closes the connection)",
     "internal": "a bug; never expected",
 }
@@ -446,6 +446,22 @@ class _Builder:
                 tag="meta",
                 node_header=False,
             ),
+            "/metrics": {
+                "get": {
+                    "operationId": "metrics",
+                    "tags": ["ops"],
+                    "summary": "Prometheus metrics of this node",
+                    "description": "Prometheus text exposition (OpenMetrics when `Accept` asks "
+                    "for it); no token needed even with auth on. docs/protocol.md#metrics "
+                    "lists the families.",
+                    "responses": {
+                        "200": _response(
+                            "The metrics.",
+                            {"text/plain": {"schema": {"type": "string"}}},
+                        )
+                    },
+                }
+            },
         }
 
     def components(self) -> dict:
