@@ -67,7 +67,7 @@ class NodeMetrics:
         )
         self.http_duration = Histogram(
             "statekeeper_http_request_duration_seconds",
-            "Time from dispatch to the answer's head (a watch: to its first frame), by route",
+            "Time from dispatch to the answer's head (a watch: until its stream starts), by route",
             ["route"],
             buckets=LATENCY_BUCKETS,
             registry=r,
