@@ -11,6 +11,7 @@ import dataclasses
 import inspect
 import json
 import sys
+import time
 import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -505,19 +506,55 @@ def cmd_up(args: argparse.Namespace) -> int:
     "cluster",
     "status",
     help="show each node's role, term, leader and indexes",
-    epilog="  statekeeper cluster status\n  statekeeper cluster status --json | jq .",
-    args=[CONFIG_ARG, arg("--json", action="store_true", help="print JSON instead of a table")],
+    epilog="  statekeeper cluster status\n  statekeeper cluster status --json | jq .\n"
+    "  statekeeper cluster status --watch --interval 0.5",
+    args=[
+        CONFIG_ARG,
+        arg("--json", action="store_true", help="print JSON instead of a table"),
+        arg("--watch", action="store_true", help="refresh until Ctrl-C (which exits 0)"),
+        arg(
+            "--interval",
+            type=float,
+            default=2.0,
+            metavar="S",
+            help="seconds between refreshes with --watch (default 2)",
+        ),
+    ],
 )
 def cmd_status(args: argparse.Namespace) -> int:
     """Ask every node for GET /v1/status. Nodes that do not answer are shown as down
-    (or 'no answer' when their process is alive but silent, e.g. paused)."""
+    (or 'no answer' when their process is alive but silent, e.g. paused). --watch
+    asks again every --interval seconds, redrawing the screen on a terminal (one table
+    after the other otherwise), until Ctrl-C."""
     lc = load_cluster(args)
+    if not args.watch:
+        _print_status(lc, args.json)
+        return EXIT_OK
+    if args.interval <= 0:
+        raise UserError("--interval must be > 0")
+    clear = sys.stdout.isatty()
+    try:
+        while True:
+            if clear:
+                print("\x1b[H\x1b[2J", end="")
+            if not args.json:  # JSON: one document per refresh, nothing else
+                stamp = time.strftime("%H:%M:%S")
+                print(f"{stamp}  every {args.interval:g} s (Ctrl-C to stop)")
+            _print_status(lc, args.json)
+            if not clear:
+                print()
+            sys.stdout.flush()
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def _print_status(lc: LocalCluster, as_json: bool) -> None:
     rows = collect_status(lc)
-    if args.json:
+    if as_json:
         print(json.dumps(rows, indent=2, sort_keys=True))
     else:
         print(format_status_table(rows))
-    return EXIT_OK
 
 
 @command(

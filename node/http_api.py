@@ -18,6 +18,7 @@ from node.config import ClusterConfig
 from node.errors import OpError, status_for
 from node.http_limits import fd_budget
 from node.http_server import HttpServer, Request, Response, ServerLimits, StreamedResponse
+from node.metrics import NodeMetrics, StatusCollector
 from node.ops import OPS, is_write, validate_op, validate_ops
 from node.proposer import Proposer
 from node.raft import RaftNode
@@ -34,7 +35,12 @@ KV_OPS = ("put", "get", "delete", "range", "cas", "txn", "compact")
 # /v1/locks/*, /v1/crdt/*.
 OWN_ROUTES = {spec.path: name for name, spec in OPS.items() if name not in KV_OPS}
 # Answered without a token even with [auth] enabled (docs/protocol.md).
-OPEN_ROUTES = frozenset({"/v1/health/live", "/v1/health/ready", "/v1/status", "/v1/openapi.json"})
+# /metrics too: see handle_metrics.
+OPEN_ROUTES = frozenset(
+    {"/v1/health/live", "/v1/health/ready", "/v1/status", "/v1/openapi.json", "/metrics"}
+)
+# Requests refused by [auth], counted by code (statekeeper_auth_denials_total).
+AUTH_DENIALS = frozenset({"unauthenticated", "permission_denied"})
 # The request's authenticated caller (set by dispatch, read by the handlers it awaits).
 _caller: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("caller", default=None)
 
@@ -47,6 +53,7 @@ class Api:
         sm: StateMachine,
         raft: RaftNode,
         proposer: Proposer,
+        metrics: NodeMetrics | None = None,
     ):
         self.cluster = cluster
         self.node_id = node_id
@@ -57,6 +64,10 @@ class Api:
         self.timeout = cluster.raft.request_timeout
         self._urls = {n.id: cluster.url(n.id) for n in cluster.nodes}
         self.shutting_down = False
+        self.metrics = metrics or NodeMetrics()
+        self.metrics.attach(
+            StatusCollector(lambda: self.raft.status(), self._counters, self._sizes)
+        )
         self.reads = ReadPolicy(
             raft,
             proposer,
@@ -64,6 +75,7 @@ class Api:
             self._check_serving,
             self.timeout,
             stopping=lambda: self.shutting_down,
+            metrics=self.metrics,
         )
         self.watches = Watches(
             sm,
@@ -124,6 +136,7 @@ class Api:
             ("GET", "/v1/health/live"): self.handle_live,
             ("GET", "/v1/health/ready"): self.handle_ready,
             ("GET", "/v1/openapi.json"): self.handle_openapi,
+            ("GET", "/metrics"): self.handle_metrics,
         }
 
     def _route(self, request: Request):
@@ -145,8 +158,31 @@ class Api:
         # /v1/kv/{op}: the op is checked by handle_kv (unknown_op, not not_found).
         return "/v1/kv/{op}" if path.startswith("/v1/kv/") and "/" not in path[7:] else path
 
+    def _route_label(self, path: str) -> str:
+        """The route template a request is counted under: bounded, never the raw path
+        (/v1/kv/put for a KV op, /v1/kv/{op} for an unknown op, "other" for no route)."""
+        template = self._template(path)
+        if template == "/v1/kv/{op}":
+            return path if path[7:] in KV_OPS else template
+        return template if template in self._methods else "other"
+
     async def dispatch(self, request: Request) -> Response | StreamedResponse:
-        """The one entry point of the HTTP server: every answer, errors included."""
+        """The one entry point of the HTTP server: every answer, errors included
+        (counted and timed in statekeeper_http_request*, node/metrics.py)."""
+        m = self.metrics
+        in_flight = m.http_in_flight
+        in_flight.inc()
+        started = time.perf_counter()
+        try:
+            resp = await self._dispatch(request)
+        finally:
+            in_flight.dec()
+        m.observe_request(
+            self._route_label(request.path), resp.status, time.perf_counter() - started
+        )
+        return resp
+
+    async def _dispatch(self, request: Request) -> Response | StreamedResponse:
         fmt = codec.JSON
         try:
             fmt = codec.pick_format(
@@ -161,6 +197,8 @@ class Api:
             return await handler(request)
         except OpError as e:
             resp = self._error(e, fmt)
+            if e.code in AUTH_DENIALS:
+                self.metrics.auth_denials.labels(e.code).inc()
             if e.code == "unauthenticated":
                 resp.headers = (("WWW-Authenticate", "Bearer"),)
             elif e.code == "method_not_allowed":
@@ -368,7 +406,7 @@ class Api:
         return self._respond(
             {
                 "node_id": self.node_id,
-                "role": "leader" if st.is_leader else ("follower" if st.leader_id else "candidate"),
+                "role": st.role,
                 "term": st.term,
                 "leader": st.leader_id,
                 "leader_url": self._urls.get(st.leader_id) if st.leader_id else None,
@@ -390,6 +428,34 @@ class Api:
             },
             fmt,
         )
+
+    def _counters(self) -> dict[str, int]:
+        return {
+            **self.raft.counters(),
+            "proposals": self.proposer.ops_proposed,
+            "raft_entries_proposed": self.proposer.entries_proposed,
+        }
+
+    def _sizes(self) -> dict[str, int]:
+        sst, memtables = self.sm.rocksdb_bytes()
+        return {
+            "rocksdb_sst_bytes": sst,
+            "rocksdb_memtable_bytes": memtables,
+            "journal_size_bytes": self.raft.journal_size_bytes(),
+            "revision": self.sm.revision,
+        }
+
+    async def handle_metrics(self, request: Request) -> Response:
+        """GET /metrics: Prometheus exposition (text, or OpenMetrics when the Accept header
+        asks for it), families listed in docs/protocol.md#metrics.
+
+        Open (no token) even with [auth] enabled, like /v1/status: a Prometheus scraper
+        usually has no token, and the metrics hold no keys or values, only counts, sizes,
+        timings and raft positions (which /v1/status already shows to anyone). They do
+        reveal activity (request rates per route, store size): keep the client port off
+        untrusted networks, or filter /metrics in front of the node, if that matters."""
+        body, content_type = self.metrics.exposition(request.headers.get("accept"))
+        return Response(200, body, content_type)
 
     async def handle_live(self, request: Request) -> Response:
         return self._respond({"ok": True, "node_id": self.node_id}, codec.JSON)

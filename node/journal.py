@@ -76,6 +76,7 @@ import logging
 import os
 import struct
 import threading
+import time
 import zlib
 from array import array
 from collections.abc import Callable
@@ -200,6 +201,8 @@ class DurableJournal:
         self.truncated_entries = 0  # entries dropped by them in total
         self.fsyncs = 0  # fsync calls made (all files)
         self.syncs = 0  # sync() calls that had something to do
+        # Called with each fsync's duration in seconds (node/metrics.py), or None.
+        self.observe_fsync: Callable[[float], None] | None = None
 
         self._entries: list[Entry] = []
         self._offsets = array("q")  # file offset of each entry's record
@@ -626,7 +629,13 @@ class DurableJournal:
 
     def _fsync(self, fd: int, what: str) -> None:
         self.fsyncs += 1
+        observe = self.observe_fsync
+        if observe is None:
+            self._guard(what, self._fsync_fn, fd)
+            return
+        t0 = time.perf_counter()
         self._guard(what, self._fsync_fn, fd)
+        observe(time.perf_counter() - t0)
 
     def _pwrite_all(self, fd: int, data: bytes | bytearray, offset: int, what: str) -> None:
         with memoryview(data) as view:

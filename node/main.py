@@ -9,6 +9,8 @@ import signal
 import sys
 import time
 
+from prometheus_client import disable_created_metrics
+
 from node import config as config_mod
 from node import failpoints
 from node.cluster_clock import ClusterClock
@@ -16,6 +18,7 @@ from node.errors import OpError
 from node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
 from node.http_api import Api
 from node.lease_expiry import LeaseExpiry
+from node.metrics import NodeMetrics
 from node.proposer import Proposer
 from node.raft import RaftNode
 from node.retention_gc import RetentionGC
@@ -83,7 +86,11 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     after_apply: list = []
     # The clock the leader stamps entries with; the lease expiry task reads it too.
     clock = ClusterClock(lambda: sm.clock_ms)
-    raft = RaftNode(cfg, node_id, _apply_fn(sm, after_apply), sm, clock=clock)
+    # A `_created` series per counter and histogram doubles what a scrape stores for
+    # nothing a rate() needs; the setting is process-wide (this process is one node).
+    disable_created_metrics()
+    metrics = NodeMetrics()
+    raft = RaftNode(cfg, node_id, _apply_fn(sm, after_apply), sm, clock=clock, metrics=metrics)
     log.info(
         "raft journal loaded in %.2f s (%s)", time.monotonic() - opened, raft.journal_summary()
     )
@@ -98,11 +105,12 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
         max_entry_bytes=cfg.raft.max_entry_bytes,
         max_inflight=cfg.raft.max_inflight_entries,
         inflight_timeout=cfg.raft.request_timeout,
+        metrics=metrics,
     )
     raft.on_leadership_lost(proposer.leadership_lost)
     if unsafe_reads:
         failpoints.enable("read-barrier-skip")
-    api = Api(cfg, node_id, sm, raft, proposer)
+    api = Api(cfg, node_id, sm, raft, proposer, metrics)
     after_apply.append(api.reads.revisions.applied)
     http = api.server()
     await http.start(

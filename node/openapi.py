@@ -447,6 +447,22 @@ class _Builder:
                 tag="meta",
                 node_header=False,
             ),
+            "/metrics": {
+                "get": {
+                    "operationId": "metrics",
+                    "tags": ["ops"],
+                    "summary": "Prometheus metrics of this node",
+                    "description": "Prometheus text exposition (OpenMetrics when `Accept` asks "
+                    "for it); no token needed even with auth on. docs/protocol.md#metrics "
+                    "lists the families.",
+                    "responses": {
+                        "200": _response(
+                            "The metrics.",
+                            {"text/plain": {"schema": {"type": "string"}}},
+                        )
+                    },
+                }
+            },
         }
 
     def components(self) -> dict:

@@ -24,10 +24,14 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from node import entry
 from node.errors import OpError
 from node.raft import SubmitError
+
+if TYPE_CHECKING:
+    from node.metrics import NodeMetrics
 
 Submit = Callable[[bytes, Callable[[object, "SubmitError | None"], None]], None]
 
@@ -62,6 +66,7 @@ class Proposer:
         max_inflight: int = 1,
         inflight_timeout: float = 5.0,
         clock: Callable[[], float] = time.time,
+        metrics: NodeMetrics | None = None,
     ):
         self._submit = submit
         self._max_entry_bytes = max_entry_bytes
@@ -75,6 +80,7 @@ class Proposer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.entries_proposed = 0
         self.ops_proposed = 0
+        self._metrics = metrics
 
     def _loop_now(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -120,9 +126,21 @@ class Proposer:
         self.ops_proposed += len(p.ops)
         loop = self._loop_now()
         p.expiry = loop.call_later(self._inflight_timeout, self._expire, p)
+        m = self._metrics
+        if m is None:
 
-        def on_applied(results, err):  # raft thread: hand over, never block
-            loop.call_soon_threadsafe(self._complete, p, results, err)
+            def on_applied(results, err):  # raft thread: hand over, never block
+                loop.call_soon_threadsafe(self._complete, p, results, err)
+
+        else:
+            m.entry_size.observe(len(payload))
+            observe, now = m.proposal_duration.observe, time.perf_counter
+            submitted = now()
+
+            def on_applied(results, err):  # raft thread: hand over, never block
+                if err is None:
+                    observe(now() - submitted)
+                loop.call_soon_threadsafe(self._complete, p, results, err)
 
         try:
             self._submit(payload, on_applied)
@@ -139,6 +157,8 @@ class Proposer:
         if p.expiry is not None:
             p.expiry.cancel()
         if err is not None or not isinstance(results, list) or len(results) != len(p.ops):
+            if self._metrics is not None:
+                self._metrics.proposals_failed.inc()
             error = _error_for(err or SubmitError.OUTCOME_UNKNOWN)
             for f in p.futures + p.readers:
                 if not f.done():
@@ -162,6 +182,8 @@ class Proposer:
 
     def _fail_inflight(self) -> None:
         batches, self._inflight = self._inflight, set()
+        if self._metrics is not None and batches:
+            self._metrics.proposals_failed.inc(len(batches))
         for p in batches:
             if p.expiry is not None:
                 p.expiry.cancel()

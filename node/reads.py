@@ -36,12 +36,16 @@ import asyncio
 import heapq
 import itertools
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from node import failpoints
 from node.errors import OpError
 from node.op_fields import MAX_REVISION
 from node.proposer import Proposer
-from node.raft import READ_INDEX_NOT_LEADER, RaftNode
+from node.raft import READ_INDEX_NOT_LEADER, READ_INDEX_NOT_YET, RaftNode
+
+if TYPE_CHECKING:
+    from node.metrics import NodeMetrics
 
 CONSISTENCY = ("linearizable", "serializable")
 LONG_POLL_SLICE = 1.0  # seconds a long poll waits before it looks at `stopping` again
@@ -126,8 +130,19 @@ class ReadPolicy:
         check_serving: Callable[[], None],
         timeout: float,
         stopping: Callable[[], bool] = lambda: False,
+        metrics: NodeMetrics | None = None,
     ) -> None:
         self._raft = raft
+        # ReadIndex outcome -> counter child (node/metrics.py), or None.
+        self._read_index_outcomes = (
+            None
+            if metrics is None
+            else {
+                READ_INDEX_NOT_LEADER: metrics.read_index.labels("not_leader"),
+                READ_INDEX_NOT_YET: metrics.read_index.labels("not_yet"),
+                None: metrics.read_index.labels("ok"),
+            }
+        )
         self._stopping = stopping
         self._proposer = proposer
         self._check_serving = check_serving
@@ -208,7 +223,11 @@ class ReadPolicy:
     def _request_read_index(self, loop: asyncio.AbstractEventLoop) -> None:
         waiters, self._index_waiters = self._index_waiters, []
 
+        outcomes = self._read_index_outcomes
+
         def resolve(index: int) -> None:
+            if outcomes is not None:
+                outcomes[index if index < 0 else None].inc()
             for fut in waiters:
                 if not fut.done():  # a read may have timed out meanwhile
                     fut.set_result(index)

@@ -33,6 +33,11 @@ class RaftStatus:
     log_truncated_entries: int
     rejected_peer_messages: int
 
+    @property
+    def role(self) -> str:
+        """leader, follower (a leader is known) or candidate (none is)."""
+        return "leader" if self.is_leader else ("follower" if self.leader_id else "candidate")
+
 
 class FSM(Protocol):
     """The replicated state machine, as raft sees it (hashicorp/raft's FSM shape).

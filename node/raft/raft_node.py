@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from node import failpoints, snapshot_file
 from node.cluster_clock import ClusterClock
@@ -23,6 +24,9 @@ from node.raft.log import _entry_tuple, _RaftLog
 from node.raft.peers import _AuthenticatingEncryptor
 from node.raft.syncobj import SERIALIZER_STATE, _DialNode, _SyncObj, build_conf, submit_callback
 from node.tls import raft_contexts
+
+if TYPE_CHECKING:
+    from node.metrics import NodeMetrics
 
 log = logging.getLogger("statekeeper.raft")
 
@@ -43,6 +47,7 @@ class RaftNode:
         fsm: FSM,
         max_ready_lag: int = 1000,
         clock: ClusterClock | None = None,
+        metrics: NodeMetrics | None = None,
     ):
         if not cluster.secret:
             raise ConfigError(
@@ -60,6 +65,8 @@ class RaftNode:
         self._snapshot_tmp = os.path.join(self._raft_dir, "snapshot.db.tmp")
         self._snapshot_state = SERIALIZER_STATE.NOT_SERIALIZING
         self.snapshots_taken = 0
+        self._metrics = metrics
+        self._snapshot_started = 0.0
         r = cluster.raft
         self._conf = conf = build_conf(
             self._raft_dir,
@@ -77,6 +84,8 @@ class RaftNode:
         # Raft TLS (node/tls.py): None keeps the plain transport exactly as it was.
         self.raft_tls = (tls := raft_contexts(cluster, node_id)) is not None
         self._journal = _RaftLog(conf.journalFile, fsync=cluster.fsync)
+        if metrics is not None:
+            self._journal.observe_fsync = metrics.fsync_duration.observe
         self._encryptor = _AuthenticatingEncryptor(cluster.secret)
         self._obj = _SyncObj(
             self._me.raft_address,
@@ -110,6 +119,7 @@ class RaftNode:
             "prev": list(prev_entry),
             "cluster": sorted(n.address for n in cluster_nodes),
         }
+        self._snapshot_started = time.monotonic()
         work = self._fsm.checkpoint()
         self._snapshot_state = SERIALIZER_STATE.SERIALIZING
         threading.Thread(
@@ -129,6 +139,9 @@ class RaftNode:
                 snapshot_file.fsync_dir(self._raft_dir)
             failpoints.hit("snapshot-after-rename")
             self.snapshots_taken += 1
+            if self._metrics is not None:
+                self._metrics.snapshot_duration.observe(time.monotonic() - self._snapshot_started)
+                self._metrics.snapshot_size.set(os.path.getsize(final))
             self._snapshot_state = SERIALIZER_STATE.SUCCESS
         except Exception:
             log.exception("writing the snapshot failed; the journal keeps its entries")
@@ -180,6 +193,9 @@ class RaftNode:
     def submit(self, payload: bytes, callback: Callback) -> None:
         """Replicate one entry; callback(results, None) once it is applied on this node."""
         self._obj._apply_entry(payload, callback=submit_callback(callback))
+
+    def journal_size_bytes(self) -> int:
+        return self._journal.size_bytes
 
     def journal_summary(self) -> str:
         """Entries and bytes of the raft journal (for start-up logs)."""
@@ -239,6 +255,16 @@ class RaftNode:
             log_truncated_entries=self._journal.truncated_entries,
             rejected_peer_messages=self._encryptor.rejected,
         )
+
+    def counters(self) -> dict[str, int]:
+        """Plain counters kept by raft, for metrics (read from any thread)."""
+        o = self._obj
+        return {
+            "raft_leader_changes": o.leader_changes,
+            "read_index_rounds": o._read_round,
+            "snapshots": self.snapshots_taken,
+            "raft_log_truncations": self._journal.truncations,
+        }
 
     def transfer_leadership(self) -> None:
         """Ask the most caught-up follower to take over (used on graceful shutdown)."""

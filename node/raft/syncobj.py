@@ -244,6 +244,9 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
         self._sk_encryptor = encryptor
         self._init_prevote(conf.raftMinTimeout)
         self._leadership_lost: list[Callable[[], None]] = []
+        # New leaders seen (itself included), counted once per tick; read by metrics.
+        self.leader_changes = 0
+        self._leader_seen = None
         self._unknown_since: dict[object, float] = {}
         self._next_sweep = 0.0
         self._max_journal_bytes = max_journal_bytes
@@ -310,6 +313,10 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
             self._fail_read_rounds()
             for fn in self._leadership_lost:
                 fn()
+        leader = self._getLeader()
+        if leader is not None and leader != self._leader_seen:
+            self._leader_seen = leader
+            self.leader_changes += 1
         self._answer_confirmed_reads()
 
     def _checkCommandsToApply(self) -> None:

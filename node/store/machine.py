@@ -93,6 +93,17 @@ class StateMachine:
     def compact_revision(self) -> int:
         return self._meta.compact_revision
 
+    def rocksdb_bytes(self) -> tuple[int, int]:
+        """(live SST files, memtables) in bytes: RocksDB's own counters, no disk walk."""
+        with self._handle.use:
+            db = self._db
+            if db is None:
+                return 0, 0
+            return (
+                db.property_int_value("rocksdb.live-sst-files-size") or 0,
+                db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0,
+            )
+
     # -- apply ---------------------------------------------------------------
 
     def apply(self, index: int, entry: bytes) -> list[dict] | None:

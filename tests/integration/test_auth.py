@@ -93,6 +93,30 @@ def test_no_token_is_401_and_open_routes_are_open(auth_cluster: LocalCluster) ->
         assert ei.value.attempts == 1
 
 
+def test_metrics_are_open_and_count_denials(auth_cluster: LocalCluster) -> None:
+    """GET /metrics needs no token (docs/protocol.md#metrics); denials are counted by code."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = auth_cluster.url("node-1")
+    assert _raw(url, "/v1/kv/get", {"key": "k"})[0] == 401
+    token, _ = _token(auth_cluster, ns="agent-7", role="reader")
+    put = {"ns": "agent-7", "key": "k", "value": "v"}
+    assert _raw(url, "/v1/kv/put", put, {"Authorization": f"Bearer {token}"})[0] == 403
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        text = resp.read().decode()
+    denials = {
+        s.labels["code"]: s.value
+        for f in text_string_to_metric_families(text)
+        if f.name == "statekeeper_auth_denials"
+        for s in f.samples
+        if s.name == "statekeeper_auth_denials_total"
+    }
+    assert denials["unauthenticated"] >= 1 and denials["permission_denied"] >= 1
+    assert token not in text
+
+
 def test_writer_token_is_scoped_and_denials_apply_nothing(auth_cluster: LocalCluster) -> None:
     token, token_id = _token(auth_cluster, ns="agent-42", role="writer", name="agent 42")
     with Client(auth_cluster.config.http_urls(), ns="agent-42", token=token) as c:
