@@ -193,7 +193,7 @@ class Api:
         try:
             handler = self._route(request)
             if self.authz is not None and request.path not in OPEN_ROUTES:
-                _caller.set(self._authenticate(request))
+                _caller.set(await self._authenticate(request))
             return await handler(request)
         except OpError as e:
             resp = self._error(e, fmt)
@@ -211,12 +211,22 @@ class Api:
             log.exception("unhandled error serving %s %s", request.method, request.path)
             return self._error(OpError("internal", "internal error; see the node's log"), fmt)
 
-    def _authenticate(self, request: Request) -> Principal:
+    async def _authenticate(self, request: Request) -> Principal:
+        header = request.headers.get("authorization")
         try:
-            return self.authz.authenticate(request.headers.get("authorization"))
-        except OpError as e:
-            token = request.headers.get("authorization", "").partition(" ")[2].strip()
+            return self.authz.authenticate(header)
+        except OpError as first:
+            token = (header or "").partition(" ")[2].strip()
             parsed = parse_token(token)  # the id only: never the token or its hash
+            e = first
+            if parsed is not None and parsed[0] not in self.authz.tokens():
+                # A token created a moment ago may not be applied here yet (this node
+                # may lag by up to a heartbeat): after a read barrier it is, if it exists.
+                try:
+                    await self.reads.wait("linearizable", None)
+                    return self.authz.authenticate(header)
+                except OpError as again:
+                    e = again if again.code == "unauthenticated" else first
             token_id = parsed[0] if parsed else "root" if token.startswith("sk_root_") else "-"
             auth_log.warning(
                 "unauthenticated: token %s, %s %s, client %s: %s",
@@ -226,7 +236,7 @@ class Api:
                 request.peer or "?",
                 e.message,
             )
-            raise
+            raise e from None
 
     async def _authorize_ops(self, request: Request, ops: list[dict]) -> None:
         """Authorize validated ops (all or nothing). An op naming a lease or token this node
