@@ -55,11 +55,12 @@ def endpoints(args: argparse.Namespace) -> list[str]:
     env = os.environ.get("STATEKEEPER_ENDPOINTS")
     if env:
         return [u for u in env.split(",") if u]
-    cfg = _config(args)
+    cfg = cluster_config(args)
     return list(cfg.http_urls()) if cfg is not None else [DEFAULT_ENDPOINT]
 
 
-def _config(args: argparse.Namespace) -> Any:
+def cluster_config(args: argparse.Namespace) -> Any:
+    """The parsed --config file (node/config.py's ClusterConfig), or None without one."""
     config = getattr(args, "config", None)
     if config and Path(config).exists():
         from node import config as node_config
@@ -70,7 +71,7 @@ def _config(args: argparse.Namespace) -> Any:
 
 def connection_options(args: argparse.Namespace) -> dict[str, Any]:
     """Client keyword arguments that come from cluster.toml rather than the environment."""
-    cfg = _config(args)
+    cfg = cluster_config(args)
     if cfg is None or not cfg.tls.enabled or os.environ.get("STATEKEEPER_CA_FILE"):
         return {}
     from node.tls import operator_tls_context

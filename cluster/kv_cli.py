@@ -39,8 +39,8 @@ from cluster.client_cli import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
-    _config,
     client_args,
+    cluster_config,
     connection_options,
     dump,
     endpoints,
@@ -75,10 +75,7 @@ value lines); -w json prints {"succeeded", "revision", "results"}."""
 
 GROUPS_HELP = {
     "member": ("list the cluster's members", "Node ids, URLs, raft addresses and roles."),
-    "endpoint": (
-        "status and health of each endpoint",
-        "One row per node: role, term, leader, revision (status) or live/ready (health).",
-    ),
+    "endpoint": ("status and health of each endpoint", "One row per node."),
 }
 
 _CMP = re.compile(r"^(\w+)\((\"(?:[^\"\\]|\\.)*\"|'[^']*')\)\s*(?:(==|=|!=|<|>)\s*(.+))?$")
@@ -423,25 +420,33 @@ def _statuses(args: argparse.Namespace) -> list[tuple[str, dict[str, Any] | None
     return out
 
 
+def _print_rows(fmt: str, rows: list[dict[str, Any]], cols: list[str]) -> int:
+    """Rows as JSON, a table (the columns' names upper-cased) or comma-separated lines;
+    exit 1 when a row has an error."""
+    if fmt == "json":
+        dump(rows)
+    else:
+        cells = [[size(r[k]) if k.endswith("_size") and r.get(k) is not None else r.get(k)
+                  for k in cols] for r in rows]
+        if fmt == "table":
+            print(table([c.upper().replace("_", " ") for c in cols], cells))
+        else:
+            for row in cells:
+                print(", ".join("-" if c is None else str(c) for c in row))
+    return EXIT_FAILURE if any(r.get("error") for r in rows) else EXIT_OK
+
+
 def cmd_member_list(args: argparse.Namespace) -> int:
     """Every node that answers: its id, URL, raft address (from --config, when it names the
     node) and role. A node that does not answer is listed with its error; exit 1."""
-    cfg = _config(args)
+    cfg = cluster_config(args)
     raft = {n.id: n.raft_address for n in cfg.nodes} if cfg is not None else {}
     rows = []
     for url, st, err in _statuses(args):
         node = st.get("node_id") if st else None
         rows.append({"id": node, "url": url, "raft_address": raft.get(node or ""),
                      "role": st.get("role") if st else None, "error": err or None})
-    if args.write_out == "json":
-        dump(rows)
-    elif args.write_out == "table":
-        print(table(("ID", "URL", "RAFT ADDRESS", "ROLE", "ERROR"),
-                    [tuple(r.values()) for r in rows]))
-    else:
-        for r in rows:
-            print(", ".join(str(r[k] or "-") for k in ("id", "role", "url", "raft_address")))
-    return EXIT_FAILURE if any(r["error"] for r in rows) else EXIT_OK
+    return _print_rows(args.write_out, rows, ["id", "url", "raft_address", "role", "error"])
 
 
 _SIZE_FIELDS = (("db_size", ("db_size_bytes", "db_size")),
@@ -465,22 +470,10 @@ def cmd_endpoint_status(args: argparse.Namespace) -> int:
             n = status_field(st, *fields)
             if n is not None:
                 row[name] = n
-        row["error"] = err or None
-        rows.append(row)
-    if args.write_out == "json":
-        dump(rows)
-        return EXIT_FAILURE if any(r["error"] for r in rows) else EXIT_OK
-    cols = ["endpoint", "id", "role", "term", "leader", "revision", "applied",
-            "compact_revision"]
-    cols += [n for n, _ in _SIZE_FIELDS if any(n in r for r in rows)] + ["error"]
-    cells = [[size(r[k]) if k.endswith("_size") and r.get(k) is not None else r.get(k)
-              for k in cols] for r in rows]
-    if args.write_out == "table":
-        print(table([c.upper() for c in cols], cells))
-    else:
-        for row in cells:
-            print(", ".join("-" if c is None else str(c) for c in row))
-    return EXIT_FAILURE if any(r["error"] for r in rows) else EXIT_OK
+        rows.append({**row, "error": err or None})
+    cols = [k for k in rows[0] if k != "error"] if rows else []
+    cols += [n for n, _ in _SIZE_FIELDS if n not in cols and any(n in r for r in rows)]
+    return _print_rows(args.write_out, rows, [*cols, "error"])
 
 
 def cmd_endpoint_health(args: argparse.Namespace) -> int:
@@ -502,14 +495,9 @@ def cmd_endpoint_health(args: argparse.Namespace) -> int:
             "no answer" if live == 0 else str((doc or {}).get("error") or f"HTTP {ready}"))
         rows.append({"endpoint": url, "live": live == 200, "ready": ready == 200,
                      "healthy": error is None, "took": took, "error": error})
-    if args.write_out == "json":
-        dump(rows)
-    elif args.write_out == "table":
-        print(table(("ENDPOINT", "LIVE", "READY", "TOOK", "ERROR"),
-                    [(r["endpoint"], r["live"], r["ready"], r["took"], r["error"])
-                     for r in rows]))
-    else:
-        for r in rows:
-            state = "is healthy" if r["healthy"] else f"is unhealthy: {r['error']}"
-            print(f"{r['endpoint']} {state} (took {r['took']})")
+    if args.write_out != "simple":
+        return _print_rows(args.write_out, rows, ["endpoint", "live", "ready", "took", "error"])
+    for r in rows:
+        state = "is healthy" if r["healthy"] else f"is unhealthy: {r['error']}"
+        print(f"{r['endpoint']} {state} (took {r['took']})")
     return EXIT_OK if all(r["healthy"] for r in rows) else EXIT_FAILURE
