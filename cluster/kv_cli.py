@@ -17,8 +17,8 @@ Exit codes a script can rely on (also in every command's --help):
 
   0  ok (a txn whose compares failed and ran its failure branch is still 0: read
      SUCCESS/FAILURE, or "succeeded" in -w json)
-  1  failure: the cluster or transport (unreachable, timeout, compacted revision, an
-     unhealthy endpoint for `endpoint health`)
+  1  failure: the cluster or transport (unreachable, timeout, compacted revision, a
+     missing or refused token, an unhealthy endpoint for `endpoint health`)
   2  usage or invalid input (bad flags, a malformed txn, a key the server refuses, a lease
      that does not exist)
   3  `get` found no key (etcdctl prints nothing and exits 0; we exit 3 so a script can tell
@@ -55,7 +55,8 @@ BASE64_MARK = "base64:"
 
 EXIT_CODES = (
     "exit codes: 0 ok; 1 cluster/transport failure (unreachable, timeout, compacted\n"
-    "revision, unhealthy endpoint); 2 usage or invalid input; 3 get found no key\n"
+    "revision, refused token, unhealthy endpoint); 2 usage or invalid input; 3 get found\n"
+    "no key "
     "(etcdctl exits 0 there; we use 3 so scripts can tell). Values that are not UTF-8\n"
     "print as base64:<b64> (simple, table) or value_base64 (json)."
 )

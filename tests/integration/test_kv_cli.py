@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -31,6 +32,7 @@ def run(
     ns: str | None = None,
     stdin: bytes | str | None = None,
     endpoints: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     if endpoints is None:
         assert lc is not None
@@ -39,7 +41,7 @@ def run(
     if ns:
         cmd += ["--ns", ns]
     data = stdin.encode() if isinstance(stdin, str) else stdin
-    p = subprocess.run(cmd, input=data, capture_output=True, timeout=60, cwd=ROOT)
+    p = subprocess.run(cmd, input=data, capture_output=True, timeout=60, cwd=ROOT, env=env)
     return subprocess.CompletedProcess(
         p.args, p.returncode, p.stdout.decode("utf-8"), p.stderr.decode("utf-8")
     )
@@ -113,6 +115,7 @@ def test_prefix_get_range_and_prefix_delete(shared_cluster: LocalCluster) -> Non
     assert out == "a/1\na/2\na/3\n"
     doc = json.loads(ok(run(shared_cluster, "get", "a/", "--prefix", "-w", "json", ns=ns)))
     assert [kv["value"] for kv in doc["kvs"]] == ["v-a/1", "v-a/2", "v-a/3"]
+    assert doc["count"] == 3 and doc["revision"] >= max(kv["mod_revision"] for kv in doc["kvs"])
     ok(run(shared_cluster, "get", "zzz/", "--prefix", ns=ns), 3)
 
     assert ok(run(shared_cluster, "range", "a/2", "b/2", ns=ns)) == (
@@ -240,3 +243,21 @@ def test_bad_arguments_exit_2() -> None:
     ):
         p = run(None, *argv, endpoints="http://127.0.0.1:9")
         assert p.returncode == 2 and "error" in p.stderr, (argv, p)
+
+
+def test_token_file_and_a_missing_token(shared_cluster: LocalCluster, tmp_path: Path) -> None:
+    """The token comes from --token-file like the other client commands; without any, the
+    TLS+auth cluster refuses the request (exit 1, one line)."""
+    ns = _ns()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATEKEEPER_TOKEN")}
+    token = tmp_path / "token"
+    token.write_text(os.environ["STATEKEEPER_TOKEN"] + "\n")
+    token.chmod(0o600)
+    ok(run(shared_cluster, "put", "k", "v", "--token-file", str(token), ns=ns, env=env))
+    got = run(shared_cluster, "get", "k", "--token-file", str(token), ns=ns, env=env)
+    assert ok(got) == "k\nv\n"
+    refused = run(shared_cluster, "get", "k", ns=ns, env=env)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert (
+        refused.stderr.startswith("statekeeper: error:") and len(refused.stderr.splitlines()) == 1
+    )
