@@ -142,12 +142,31 @@ def token(args: argparse.Namespace) -> str | None:
     return None
 
 
+def tls_context(args: argparse.Namespace) -> Any:
+    """The SSLContext the client commands use for https endpoints (module docstring); an
+    unreadable CA or certificate file is a TlsError (one line, exit 1), not a traceback."""
+    from client.tls import client_tls_context
+
+    return _tls_setup(lambda: client_tls_context(tls=connection_options(args).get("tls")))
+
+
+def _tls_setup(make: Callable[[], Any]) -> Any:
+    from client.errors import TlsError
+
+    try:
+        return make()
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+        raise TlsError(f"TLS setup failed: {e}", code="tls_failed") from None
+
+
 def open_client(args: argparse.Namespace) -> Any:
     from client import Client
 
-    return Client(
-        endpoints(args),
-        ns=getattr(args, "ns", "default"),
-        token=token(args),
-        **connection_options(args),
+    return _tls_setup(
+        lambda: Client(
+            endpoints(args),
+            ns=getattr(args, "ns", "default"),
+            token=token(args),
+            **connection_options(args),
+        )
     )

@@ -18,7 +18,8 @@ Exit codes a script can rely on (also in every command's --help):
   0  ok (a txn whose compares failed and ran its failure branch is still 0: read
      SUCCESS/FAILURE, or "succeeded" in -w json)
   1  failure: the cluster or transport (unreachable, timeout, compacted revision, a
-     missing or refused token, an unhealthy endpoint for `endpoint health`)
+     missing or refused token, TLS setup such as an unreadable CA file, an unhealthy
+     endpoint for `endpoint health`)
   2  usage or invalid input (bad flags, a malformed txn, a key the server refuses, a lease
      that does not exist)
   3  `get` found no key (etcdctl prints nothing and exits 0; we exit 3 so a script can tell
@@ -41,13 +42,13 @@ from cluster.client_cli import (
     EXIT_USAGE,
     client_args,
     cluster_config,
-    connection_options,
     dump,
     endpoints,
     guarded,
     open_client,
     size,
     table,
+    tls_context,
 )
 
 EXIT_NOT_FOUND = 3
@@ -55,10 +56,9 @@ BASE64_MARK = "base64:"
 
 EXIT_CODES = (
     "exit codes: 0 ok; 1 cluster/transport failure (unreachable, timeout, compacted\n"
-    "revision, refused token, unhealthy endpoint); 2 usage or invalid input; 3 get found\n"
-    "no key "
-    "(etcdctl exits 0 there; we use 3 so scripts can tell). Values that are not UTF-8\n"
-    "print as base64:<b64> (simple, table) or value_base64 (json)."
+    "revision, refused token, TLS setup, unhealthy endpoint); 2 usage or invalid input;\n"
+    "3 get found no key (etcdctl exits 0 there; we use 3 so scripts can tell).\n"
+    "Values that are not UTF-8 print as base64:<b64> (simple, table) or value_base64 (json)."
 )
 
 TXN_FORMAT = """\
@@ -477,15 +477,15 @@ def cmd_endpoint_status(args: argparse.Namespace) -> int:
     return _print_rows(args.write_out, rows, [*cols, "error"])
 
 
+@guarded
 def cmd_endpoint_health(args: argparse.Namespace) -> int:
     """GET /v1/health/live and /v1/health/ready of each endpoint. Exit 1 if any endpoint
     is not both live and ready (down, stuck, or without a leader)."""
     import time
 
-    from client.tls import client_tls_context
     from cluster.supervisor import http_get_json
 
-    tls = client_tls_context(tls=connection_options(args).get("tls"))
+    tls = tls_context(args)
     rows = []
     for url in endpoints(args):
         t0 = time.monotonic()

@@ -5,6 +5,7 @@ print, the documented exit codes, and input refused before any request is sent
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import pytest
 
@@ -109,7 +110,7 @@ def test_values_print_as_text_or_marked_base64() -> None:
 )
 def test_every_command_documents_the_exit_codes(path: tuple[str, ...]) -> None:
     cmd = next(c for c in cli.COMMANDS if c.path == path)
-    assert "exit codes: 0 ok; 1" in cmd.epilog and "3 get found\nno key" in cmd.epilog
+    assert "exit codes: 0 ok; 1" in cmd.epilog and "3 get found no key" in cmd.epilog
 
 
 def test_input_refused_before_any_request(capsys: pytest.CaptureFixture[str]) -> None:
@@ -120,3 +121,13 @@ def test_input_refused_before_any_request(capsys: pytest.CaptureFixture[str]) ->
         cli.main(["get", "k", "-w", "yaml", *dead])
     assert e.value.code == 2
     assert "--lease or --ttl" in capsys.readouterr().err
+
+
+def test_an_unreadable_ca_file_is_one_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("STATEKEEPER_CA_FILE", str(tmp_path / "missing-ca.pem"))
+    for argv in (["get", "k"], ["endpoint", "health"], ["lease", "list"]):
+        assert cli.main([*argv, "--endpoints", "https://127.0.0.1:9"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("statekeeper: error: TLS setup failed:") and err.count("\n") == 1
