@@ -693,6 +693,7 @@ from cluster import (  # noqa: E402 (their groups register here)
     auth_cli,
     crdt_cli,
     gc_cli,
+    kv_cli,
     lease_cli,
     lock_cli,
     stream_cli,
@@ -710,6 +711,7 @@ gc_cli.register(command, arg, GROUPS)
 archive_cli.register(command, arg, GROUPS)
 tls_cli.register(command, arg, GROUPS)
 auth_cli.register(command, arg, GROUPS)
+kv_cli.register(command, arg, GROUPS)
 
 
 if __name__ == "__main__":

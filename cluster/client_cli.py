@@ -55,11 +55,12 @@ def endpoints(args: argparse.Namespace) -> list[str]:
     env = os.environ.get("STATEKEEPER_ENDPOINTS")
     if env:
         return [u for u in env.split(",") if u]
-    cfg = _config(args)
+    cfg = cluster_config(args)
     return list(cfg.http_urls()) if cfg is not None else [DEFAULT_ENDPOINT]
 
 
-def _config(args: argparse.Namespace) -> Any:
+def cluster_config(args: argparse.Namespace) -> Any:
+    """The parsed --config file (node/config.py's ClusterConfig), or None without one."""
     config = getattr(args, "config", None)
     if config and Path(config).exists():
         from node import config as node_config
@@ -70,7 +71,7 @@ def _config(args: argparse.Namespace) -> Any:
 
 def connection_options(args: argparse.Namespace) -> dict[str, Any]:
     """Client keyword arguments that come from cluster.toml rather than the environment."""
-    cfg = _config(args)
+    cfg = cluster_config(args)
     if cfg is None or not cfg.tls.enabled or os.environ.get("STATEKEEPER_CA_FILE"):
         return {}
     from node.tls import operator_tls_context
@@ -141,12 +142,31 @@ def token(args: argparse.Namespace) -> str | None:
     return None
 
 
+def tls_context(args: argparse.Namespace) -> Any:
+    """The SSLContext the client commands use for https endpoints (module docstring); an
+    unreadable CA or certificate file is a TlsError (one line, exit 1), not a traceback."""
+    from client.tls import client_tls_context
+
+    return _tls_setup(lambda: client_tls_context(tls=connection_options(args).get("tls")))
+
+
+def _tls_setup(make: Callable[[], Any]) -> Any:
+    from client.errors import TlsError
+
+    try:
+        return make()
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+        raise TlsError(f"TLS setup failed: {e}", code="tls_failed") from None
+
+
 def open_client(args: argparse.Namespace) -> Any:
     from client import Client
 
-    return Client(
-        endpoints(args),
-        ns=getattr(args, "ns", "default"),
-        token=token(args),
-        **connection_options(args),
+    return _tls_setup(
+        lambda: Client(
+            endpoints(args),
+            ns=getattr(args, "ns", "default"),
+            token=token(args),
+            **connection_options(args),
+        )
     )
