@@ -31,6 +31,7 @@ from cluster.client_cli import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
+    client_args,
     connection_options,
     dump,
     endpoints,
@@ -62,22 +63,6 @@ def open_client(args: argparse.Namespace) -> Any:
     )
 
 
-def _common(arg: Callable[..., Any], ns_default: str | None) -> list[Any]:
-    ns_help = "namespace (default: default)" if ns_default else "namespace (default: every one)"
-    return [
-        arg("--ns", default=ns_default, metavar="NS", help=ns_help),
-        arg("--endpoints", metavar="URLS", help="comma-separated node URLs"),
-        arg(
-            "--config",
-            "-c",
-            default="cluster.toml",
-            metavar="PATH",
-            help="cluster config to take the endpoints from (default: cluster.toml)",
-        ),
-        arg("--json", action="store_true", help="print JSON instead of text"),
-    ]
-
-
 def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[str, Any]) -> None:
     """Add the `archive` commands to cluster/cli.py's registry."""
     groups["archive"] = GROUP_HELP
@@ -90,7 +75,7 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
         "  statekeeper archive run --ns agents --streams --prefix agent/ --keep-last 1000 "
         "--to s3://bucket/sk",
         args=[
-            *_common(arg, "default"),
+            *client_args(arg, "default"),
             arg("--prefix", required=True, metavar="P", help="key or stream prefix"),
             arg("--streams", action="store_true", help="archive stream events, not keys"),
             arg("--keep-last", type=int, metavar="N", help="keep the newest N per group"),
@@ -118,7 +103,7 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
         epilog="  statekeeper archive list\n  statekeeper archive list --ns agents --json\n"
         "  statekeeper archive list --orphans --to file:///var/lib/sk-archive",
         args=[
-            *_common(arg, None),
+            *client_args(arg, None),
             arg(
                 "--orphans",
                 action="store_true",
@@ -135,7 +120,7 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
         "  statekeeper archive restore 20261201T005300Z-0a1b2c3d --key agent/a/ckpt/7",
         args=[
             arg("segment", metavar="SEGMENT_ID", help="the segment (see archive list)"),
-            *_common(arg, None),
+            *client_args(arg, None),
             arg("--key", action="append", metavar="K", help="only this key (repeatable)"),
             arg("--stream", action="append", metavar="S", help="only this stream (repeatable)"),
         ],

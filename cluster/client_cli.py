@@ -27,10 +27,14 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 DEFAULT_ENDPOINT = "http://127.0.0.1:7000"
 
 
-def client_args(arg: Callable[..., Any]) -> list[Any]:
-    """The flags every client command takes: --ns, --endpoints, --config, --json."""
+def client_args(arg: Callable[..., Any], ns_default: str | None = "default") -> list[Any]:
+    """The flags every client command takes: --ns, --endpoints, --config, --json,
+    --token-file. `ns_default` None: a command whose --ns is optional (every namespace)."""
+    ns_help = (
+        f"namespace (default: {ns_default})" if ns_default else "namespace (default: every one)"
+    )
     return [
-        arg("--ns", default="default", metavar="NS", help="namespace (default: default)"),
+        arg("--ns", default=ns_default, metavar="NS", help=ns_help),
         arg("--endpoints", metavar="URLS", help="comma-separated node URLs"),
         arg(
             "--config",
