@@ -34,7 +34,7 @@ from node.op_fields import (
     key_text,
     utf8,
 )
-from node.op_schemas import int_schema, obj, str_schema
+from node.op_schemas import int_schema, nullable, obj, str_schema
 from node.op_spec import OpSpec
 
 ROLES = ("reader", "writer", "admin")
@@ -120,11 +120,14 @@ class Grants(Field):
                     maxLength=MAX_NS_BYTES,
                     pattern=NS_PATTERN,
                 ),
-                "prefix": str_schema(
-                    "Only keys (streams, lock names) starting with this; '' = all.",
-                    default="",
-                    maxLength=limits.max_key_bytes,
-                    pattern=NO_NUL_OR_EMPTY,
+                # Null reads as absent, as for every optional field (docs/protocol.md).
+                "prefix": nullable(
+                    str_schema(
+                        "Only keys (streams, lock names) starting with this; '' = all.",
+                        default="",
+                        maxLength=limits.max_key_bytes,
+                        pattern=NO_NUL_OR_EMPTY,
+                    )
                 ),
                 "role": {"type": "string", "enum": list(ROLES), "description": "The role."},
             },

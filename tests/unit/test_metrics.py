@@ -166,6 +166,9 @@ def test_status_watch_refreshes_until_ctrl_c(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # A shell that starts the tests in the background makes SIGINT ignored, and a
+        # Python started with it ignored never raises KeyboardInterrupt: restore it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         tables = 0
