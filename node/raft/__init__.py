@@ -1,5 +1,4 @@
-"""The raft layer: the only package that knows pysyncobj (only syncobj.py and its raft-TLS
-half, tls_connection.py, import it).
+"""The raft layer: the only package that knows pysyncobj (only syncobj.py imports it).
 
 Interface (what the rest of the node uses):
     RaftNode(cluster_config, node_id, apply_fn, fsm)
@@ -17,11 +16,11 @@ The package, one job per module:
     interface.py   SubmitError, RaftStatus, FSM (the state machine as raft sees it)
     raft_node.py   RaftNode: builds the SyncObj from the cluster config, snapshots off the
                    raft thread, the interface above
-    syncobj.py     the importer of pysyncobj: _SyncObj (the workarounds below),
-                   build_conf, _DialNode, _PeerTransport, the FAIL_REASON mapping, the
-                   pickle protocol, handing pysyncobj our journal
-    tls_connection.py  raft TLS inside pysyncobj: _TlsConnection, TlsTransportMixin
-                   (of _PeerTransport); split from syncobj.py for size
+    syncobj.py     the one importer of pysyncobj: _SyncObj (the workarounds below),
+                   build_conf, _DialNode, _PeerTransport, _TlsConnection, the FAIL_REASON
+                   mapping, the pickle protocol, handing pysyncobj our journal
+    tls_connection.py  raft TLS as mixins (no pysyncobj import): TlsConnectionMixin of
+                   syncobj._TlsConnection, TlsTransportMixin of _PeerTransport
     readindex.py   ReadIndexMixin of _SyncObj: leadership confirmed by one message round
     prevote.py     PreVoteMixin of _SyncObj
     log.py         _RaftLog: the journal as pysyncobj sees it
@@ -118,7 +117,7 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   the connection dropped, before any byte reaches pysyncobj's buffers; a dialler whose
   peer closes before answering logs that too (under TLS 1.3 the acceptor's refusal of
   the dialler's certificate comes after the dialler's handshake completed).
-  [tls_pipe.py, tls_connection.py, syncobj._PeerTransport, raft_node.py] Tests:
+  [tls_pipe.py, tls_connection.py, syncobj._TlsConnection, syncobj._PeerTransport, raft_node.py] Tests:
   tests/unit/test_raft_tls_pipe.py; test_raft_tls.py (the write event:
   ::test_a_tls_cluster_replicates_and_a_large_entry_crosses_at_once, the claimed node:
   ::test_a_node_presenting_another_nodes_certificate_cannot_join, and the cluster tests)

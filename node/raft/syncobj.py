@@ -25,6 +25,7 @@ from pysyncobj import pickle as _pysyncobj_pickle
 from pysyncobj.config import SERIALIZER_STATE as SERIALIZER_STATE  # for RaftNode's snapshots
 from pysyncobj.node import TCPNode
 from pysyncobj.poller import POLL_EVENT_TYPE
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from node import failpoints, snapshot_file
@@ -35,7 +36,7 @@ from node.raft.log import _entry_tuple, _RaftLog
 from node.raft.peers import _AuthenticatingEncryptor
 from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
 from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST, ReadIndexMixin
-from node.raft.tls_connection import TlsTransportMixin
+from node.raft.tls_connection import TlsConnectionMixin, TlsTransportMixin
 
 log = logging.getLogger("statekeeper.raft")
 
@@ -159,6 +160,16 @@ class _PeerZlib:
 _tcp_connection_module.zlib = _PeerZlib
 
 
+_POLL_ALL = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR
+
+
+class _TlsConnection(TlsConnectionMixin, TcpConnection):
+    """pysyncobj's TcpConnection with raft TLS (tls_connection.TlsConnectionMixin)."""
+
+    _POLL_ALL = _POLL_ALL
+    _DISCONNECTED = CONNECTION_STATE.DISCONNECTED
+
+
 class _PeerTransport(TlsTransportMixin, TCPTransport):
     """pysyncobj's TCP transport, made to finish sending what it started, and (raft TLS
     on) running every connection through TLS.
@@ -175,6 +186,9 @@ class _PeerTransport(TlsTransportMixin, TCPTransport):
     name the peer's node id as server name (the context checks the certificate has it);
     accepted ones require a certificate naming some cluster node, and the node address it
     then claims (its first message after pysyncobj's key exchange) must be that node's."""
+
+    _tls_connection_class = _TlsConnection
+    _POLL_ALL = _POLL_ALL
 
     def send(self, node, message) -> bool:
         sent = super().send(node, message)

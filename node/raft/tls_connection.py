@@ -2,7 +2,9 @@
 class that runs TLS between pysyncobj's buffers and the socket, and the transport mixin
 that puts every peer connection through it. With raft TLS off nothing here runs.
 
-Split from syncobj.py (size); with it, the only modules that import pysyncobj.
+Split from syncobj.py (size) as mixins that import nothing of pysyncobj: syncobj.py, the
+one importer, combines them with pysyncobj's classes (_TlsConnection, _PeerTransport) and
+sets the two pysyncobj constants they need (_POLL_ALL, _DISCONNECTED).
 """
 
 from __future__ import annotations
@@ -13,9 +15,6 @@ import logging
 import math
 import time
 from collections.abc import Callable
-
-from pysyncobj.poller import POLL_EVENT_TYPE
-from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 
 from node.raft.tls_pipe import TlsPipe, TlsRefused
 
@@ -36,8 +35,8 @@ def _as_refusal(e: Exception) -> TlsRefused:
     return e if isinstance(e, TlsRefused) else TlsRefused("tls", f"unexpected TLS error: {e!r}")
 
 
-class _TlsConnection(TcpConnection):
-    """pysyncobj's TcpConnection with TLS between its buffers and the socket (raft TLS on).
+class TlsConnectionMixin:
+    """(with syncobj._TlsConnection) pysyncobj's TcpConnection with TLS between its buffers and the socket (raft TLS on).
 
     The socket stays plain and non-blocking in pysyncobj's poller; only the two methods
     that touch it change: a read feeds the raw bytes to a TlsPipe (tls_pipe.py) and hands
@@ -90,13 +89,13 @@ class _TlsConnection(TcpConnection):
         self.disconnect()
 
     def _TcpConnection__processConnection(self, descr, eventType):
-        TcpConnection._TcpConnection__processConnection(self, descr, eventType)  # type: ignore[attr-defined]
+        super()._TcpConnection__processConnection(descr, eventType)  # type: ignore[misc]
         if self._tls_out and self.fileno() == descr:
             # pysyncobj re-subscribes for writes only while ITS buffer holds bytes.
             self._syncobj_poller().subscribe(
                 descr,
                 self._TcpConnection__processConnection,
-                POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR,
+                self._POLL_ALL,
             )
 
     def _syncobj_poller(self):
@@ -153,7 +152,7 @@ class _TlsConnection(TcpConnection):
             self._TcpConnection__readBuffer += plain
         if self._tls.has_outgoing or self._tls_out:  # handshake replies, data held for it
             self._tls_flush()
-        return self.state != CONNECTION_STATE.DISCONNECTED
+        return self.state != self._DISCONNECTED
 
 
 class TlsTransportMixin:
@@ -182,7 +181,7 @@ class TlsTransportMixin:
         if not node_id:
             raise ValueError(f"raft TLS needs the node id of peer {node.address}")
         dial_ctx = self._tls[1]
-        conn.__class__ = _TlsConnection
+        conn.__class__ = self._tls_connection_class
         conn.tls_setup(
             lambda: TlsPipe(dial_ctx, server_side=False, server_hostname=node_id),
             f"to {node_id} at {node.ip}:{node.port}",
@@ -198,7 +197,7 @@ class TlsTransportMixin:
             except OSError:
                 label = "from an unknown address"
             accept_ctx, expect = self._tls[0], self._tls_peer_ids
-            conn.__class__ = _TlsConnection
+            conn.__class__ = self._tls_connection_class
             conn.tls_setup(
                 lambda: TlsPipe(accept_ctx, server_side=True, expect_any=expect),
                 label,
@@ -209,7 +208,7 @@ class TlsTransportMixin:
             self._syncObj._poller.subscribe(
                 conn.fileno(),
                 conn._TcpConnection__processConnection,
-                POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR,
+                self._POLL_ALL,
             )
         super()._onNewIncomingConnection(conn)
 

@@ -1,4 +1,4 @@
-"""TLS on the raft port (node/tls.py, node/raft/tls_pipe.py, tls_connection._TlsConnection).
+"""TLS on the raft port (node/tls.py, node/raft/tls_pipe.py, syncobj._TlsConnection).
 
 Raft nodes in this process (tests/integration/raft_harness.py), each with its own config
 so one member can be given another certificate: a TLS cluster elects and replicates (a
@@ -30,7 +30,7 @@ from cluster.certs import init_cluster_tls
 from cluster.supervisor import LocalCluster
 from node import entry
 from node.config import ClusterConfig, TlsSettings
-from node.raft import syncobj, tls_connection
+from node.raft import syncobj
 from node.raft.peers import _AuthenticatingEncryptor
 from tests.integration.raft_harness import Exploit, Member, config, leader_of, raft_frame, wait_for
 
@@ -104,7 +104,7 @@ def test_a_tls_cluster_replicates_and_a_large_entry_crosses_at_once(
         # Every peer connection is TLS.
         for m in members:
             conns = m.obj._SyncObj__transport._connections.values()
-            assert conns and all(isinstance(c, tls_connection._TlsConnection) for c in conns)
+            assert conns and all(isinstance(c, syncobj._TlsConnection) for c in conns)
         assert tls_refusals(caplog) == []
     finally:
         for m in members:
