@@ -36,6 +36,11 @@ class AlreadySupervised(SupervisorError):
     """Another supervisor holds the cluster's supervise.lock."""
 
 
+def cluster_data_dir(lc: LocalCluster) -> Path:
+    """The cluster's data dir (the parent of the nodes' own), resolved like theirs."""
+    return (Path(lc.config.base_dir) / lc.config.data_dir).resolve()
+
+
 def _exit_detail(code: int) -> str:
     if code < 0:
         try:
@@ -62,7 +67,7 @@ class Supervisor:
         self.watchdog = Watchdog(lc.node_ids, policy)
         self._out = out
         self._clock = clock
-        self.log_path = Path(lc.config.data_dir) / LOG_FILE
+        self.log_path = cluster_data_dir(lc) / LOG_FILE
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
 
     def say(self, msg: str) -> None:
@@ -131,7 +136,7 @@ class Supervisor:
 @contextlib.contextmanager
 def exclusive(lc: LocalCluster) -> Iterator[None]:
     """Hold <cluster data dir>/supervise.lock, or raise AlreadySupervised."""
-    path = Path(lc.config.data_dir) / LOCK_FILE
+    path = cluster_data_dir(lc) / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         try:
