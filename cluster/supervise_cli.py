@@ -32,62 +32,34 @@ catches up from the leader's snapshot (see the node's node.log)."""
 
 _D = Policy()
 
+
+def _opt(flag: str, kind: type, default: float, help: str) -> tuple[tuple[str, ...], dict]:
+    metavar = "N" if kind is int else "SECONDS"
+    return (
+        (flag,),
+        dict(type=kind, default=default, metavar=metavar, help=f"{help} (default: {default:g})"),
+    )
+
+
 # Plain (flags, kwargs) pairs, what cluster/cli.py's arg() builds, so `cluster up` can
 # take them too without this module importing cli.py.
 POLICY_ARGS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
-    (
-        ("--poll-interval",),
-        dict(
-            type=float, default=1.0, metavar="SECONDS", help="seconds between checks (default: 1)"
-        ),
+    _opt("--poll-interval", float, 1.0, "seconds between checks"),
+    _opt(
+        "--failures",
+        int,
+        _D.failures,
+        "failed live checks in a row before a running node is restarted",
     ),
-    (
-        ("--failures",),
-        dict(
-            type=int,
-            default=_D.failures,
-            metavar="N",
-            help=f"failed live checks in a row before a running node is restarted "
-            f"(default: {_D.failures})",
-        ),
+    _opt("--start-grace", float, _D.start_grace, "how long a restarted node may take to be live"),
+    _opt("--backoff-max", float, _D.backoff_max, "longest wait between restarts in a row"),
+    _opt(
+        "--stable",
+        float,
+        _D.stable_seconds,
+        "a node live this long after a restart ends its streak",
     ),
-    (
-        ("--start-grace",),
-        dict(
-            type=float,
-            default=_D.start_grace,
-            metavar="SECONDS",
-            help=f"how long a restarted node may take to be live (default: {_D.start_grace:g})",
-        ),
-    ),
-    (
-        ("--backoff-max",),
-        dict(
-            type=float,
-            default=_D.backoff_max,
-            metavar="SECONDS",
-            help=f"longest wait between restarts in a row (default: {_D.backoff_max:g})",
-        ),
-    ),
-    (
-        ("--stable",),
-        dict(
-            type=float,
-            default=_D.stable_seconds,
-            metavar="SECONDS",
-            help=f"a node live this long after a restart ends its streak "
-            f"(default: {_D.stable_seconds:g})",
-        ),
-    ),
-    (
-        ("--max-restarts",),
-        dict(
-            type=int,
-            default=0,
-            metavar="N",
-            help="give up on a node after N restarts in a row (default: 0, never)",
-        ),
-    ),
+    _opt("--max-restarts", int, 0, "give up on a node after N restarts in a row (0: never)"),
 ]
 
 
