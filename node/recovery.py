@@ -76,8 +76,9 @@ def note_lost_state(data_dir: Path) -> bool:
 
 
 def is_corruption(e: BaseException) -> bool:
-    """RocksDB reports corruption with a "Corruption:" status; only that is ours to repair."""
-    return "Corruption" in str(e)
+    """RocksDB reports corruption with a "Corruption:" status; only that is ours to repair
+    (not "IO error: lock ..." of a DB another process holds, nor a full disk)."""
+    return str(e).lstrip().startswith("Corruption")
 
 
 def verify_db(db_path: Path) -> int:
