@@ -34,6 +34,9 @@ KV_OPS = ("put", "get", "delete", "range", "cas", "txn", "compact")
 # Ops with a route of their own (POST path -> op): /v1/streams/*, /v1/leases/*,
 # /v1/locks/*, /v1/crdt/*.
 OWN_ROUTES = {spec.path: name for name, spec in OPS.items() if name not in KV_OPS}
+# Bodies whose JSON may carry values as base64 (codec.decode): ops with byte fields, and a
+# batch (its ops). Any other body's `value_b64` is an unknown field, not a value to decode.
+_CARRY_VALUES = frozenset({"batch", *(name for name, spec in OPS.items() if spec.wired)})
 # Answered without a token even with [auth] enabled (docs/protocol.md).
 # /metrics too: see handle_metrics.
 OPEN_ROUTES = frozenset(
@@ -291,9 +294,9 @@ class Api:
         return self._respond({"error": err.to_dict()}, fmt, err.status)
 
     @staticmethod
-    def _body(request: Request) -> tuple[dict, str]:
+    def _body(request: Request, op: str) -> tuple[dict, str]:
         fmt = codec.pick_format(request.headers.get("content-type"), request.headers.get("accept"))
-        return codec.decode(request.body, fmt), fmt
+        return codec.decode(request.body, fmt, op, _CARRY_VALUES), fmt
 
     def _check_serving(self) -> None:
         if self.shutting_down:
@@ -332,7 +335,7 @@ class Api:
         return await self._handle_op(OWN_ROUTES[request.path], request)
 
     async def _handle_op(self, name: str, request: Request) -> Response:
-        body, fmt = self._body(request)
+        body, fmt = self._body(request, name)
         body["op"] = name
         if name == "auth_whoami":  # the caller's own token: nothing to read
             read_options(body)
@@ -370,7 +373,7 @@ class Api:
         return self._respond(result, fmt)
 
     async def handle_batch(self, request: Request) -> Response:
-        body, fmt = self._body(request)
+        body, fmt = self._body(request, "batch")
         consistency, min_rev = read_options(body)
         ops = validate_ops(body.get("ops"), self.limits)
         if self.authz is not None:  # a denied op fails the whole batch
@@ -405,7 +408,7 @@ class Api:
 
     async def handle_watch(self, request: Request) -> StreamedResponse:
         """POST /v1/watch: a long-lived stream of frames (node/watch.py)."""
-        body, fmt = self._body(request)
+        body, fmt = self._body(request, "watch")
         if self.authz is not None:
             await self._authorize_ops(request, [validate_watch(body, self.limits)])
         return await self.watches.open(body, fmt)
