@@ -127,9 +127,10 @@ TIMEOUT_ARG = arg(
 STOP_TIMEOUT_ARG = arg(
     "--stop-timeout",
     type=float,
-    default=10.0,
+    default=None,
     metavar="SECONDS",
-    help="how long a node may take to exit after SIGTERM before it gets SIGKILL (default: 10)",
+    help="how long a node may take to exit after SIGTERM before it gets SIGKILL "
+    "(default: [http] shutdown_grace_seconds + 10, i.e. 20)",
 )
 
 
