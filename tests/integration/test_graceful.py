@@ -4,7 +4,6 @@ SIGTERM stops at once, and a rolling restart under a 16-writer load fails no cal
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
@@ -13,7 +12,8 @@ import time
 
 import pytest
 
-from client import Client, StatekeeperError
+from benchmarks.rolling_restart import Load
+from client import Client
 from cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import raw_connection
 
@@ -118,44 +118,12 @@ def test_a_second_sigterm_stops_at_once_and_the_node_restarts_with_every_ack(
     assert found == {f"k{i}" for i in range(20)}
 
 
-class _Writers:
-    """`n` threads writing unique keys through the client library until stopped."""
-
-    def __init__(self, urls: list[str], n: int) -> None:
-        self.urls = urls
-        self.stop = threading.Event()
-        self.acked: list[list[str]] = [[] for _ in range(n)]
-        self.failed: list[str] = []
-        self.threads = [threading.Thread(target=self._run, args=(i,)) for i in range(n)]
-
-    def _run(self, i: int) -> None:
-        with Client(self.urls, ns="rolling", timeout=5) as c:
-            for n in itertools.count():
-                if self.stop.is_set():
-                    return
-                key = f"w{i:02d}-{n:06d}"
-                try:
-                    c.put(key, key.encode())
-                except StatekeeperError as e:
-                    self.failed.append(f"{key}: {e!r}")
-                else:
-                    self.acked[i].append(key)
-
-    def __enter__(self) -> _Writers:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-
-
 def test_rolling_restart_under_16_writers_fails_no_call(cluster: LocalCluster) -> None:
     urls = _urls(cluster)
     restarted_leader = False
-    with _Writers(urls, 16) as w:
+    # The benchmark's load (benchmarks/rolling_restart.py): writers of unique keys
+    # through the client library with its default retries, for the whole test.
+    with Load(urls, 16) as load:
         time.sleep(1.0)
         for node in cluster.node_ids:  # every node in turn, the leader among them
             restarted_leader |= cluster.leader_id() == node
@@ -163,8 +131,8 @@ def test_rolling_restart_under_16_writers_fails_no_call(cluster: LocalCluster) -
             assert cluster.exit_codes[node] == 0
         time.sleep(1.0)
     assert restarted_leader, "the leader was never restarted"
-    assert w.failed == [], w.failed[:5]
-    acked = [k for keys in w.acked for k in keys]
+    assert load.failures == [], load.failures[:5]
+    acked = [k for keys in load.acked for _, k in keys]
     assert len(acked) > 100, "the load hardly ran"
     with Client(urls, ns="rolling") as c:
         found = {kv.key: kv.value for kv in c.scan()}
