@@ -16,22 +16,13 @@ from benchmarks.rolling_restart import Load
 from client import Client
 from cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import raw_connection
+from tests.integration.test_replication import _wait_leader
 
 pytestmark = pytest.mark.integration
 
 
 def _urls(lc: LocalCluster) -> list[str]:
     return [lc.url(n) for n in lc.node_ids]
-
-
-def _leader(lc: LocalCluster, not_: str | None = None, timeout: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        leader = lc.leader_id()
-        if leader is not None and leader != not_:
-            return leader
-        time.sleep(0.1)
-    raise AssertionError(f"no leader (other than {not_}) within {timeout:.0f} s")
 
 
 def _ready_until_503(lc: LocalCluster, node_id: str, seen: dict, timeout: float = 30.0) -> None:
@@ -58,7 +49,7 @@ def _ready_until_503(lc: LocalCluster, node_id: str, seen: dict, timeout: float 
 def test_sigterm_of_the_leader_hands_over_and_answers_open_connections_503(
     cluster: LocalCluster,
 ) -> None:
-    leader = _leader(cluster)
+    leader = _wait_leader(cluster, timeout=30)
     with Client(_urls(cluster), ns="graceful") as c:
         for i in range(50):
             c.put(f"k{i}", b"v%d" % i)
@@ -76,7 +67,7 @@ def test_sigterm_of_the_leader_hands_over_and_answers_open_connections_503(
     assert seen["body"]["error"]["code"] == "unavailable"
     assert {k.lower(): v for k, v in seen["headers"].items()}["connection"] == "close"
     assert cluster.exit_codes[leader] == 0
-    assert _leader(cluster, not_=leader) != leader
+    assert _wait_leader(cluster, not_this=leader, timeout=30) != leader
     log = cluster.log_file(leader).read_text()
     assert "handed leadership over to node-" in log, cluster.log_tail(leader)
     assert "stopped (graceful)" in log
