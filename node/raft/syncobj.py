@@ -269,6 +269,7 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
         # Leadership transfer asked for by another thread (graceful shutdown); the raft
         # thread acts on it at its next tick. last_transfer: what the last attempt did.
         self._transfer_wanted = False
+        self._transfer_sent_at = -math.inf
         self.last_transfer = ""
         # ReadIndex (Raft thesis 6.4): reads confirmed by a heartbeat round, no log entry.
         self._init_read_index()
@@ -365,9 +366,13 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
         if not self._isLeader():
             self.last_transfer = "not leader"
             return
+        if time.monotonic() - self._transfer_sent_at < self._election_timeout_min:
+            return  # the target is electing itself: a TimeoutNow to another could split the vote
 
         def done(_result, err) -> None:
             self.last_transfer = "sent" if err == FAIL_REASON.SUCCESS else "denied"
+            if err == FAIL_REASON.SUCCESS:
+                self._transfer_sent_at = time.monotonic()
 
         self.transferLeadership(callback=done)
 
