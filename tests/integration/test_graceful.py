@@ -14,8 +14,9 @@ import pytest
 
 from benchmarks.rolling_restart import Load
 from client import Client
+from client.auth_tokens import root_token
 from cluster.supervisor import LocalCluster
-from tests.integration.cluster_fixture import raw_connection
+from tests.integration.cluster_fixture import raw_connection, tls_env
 from tests.integration.test_replication import _wait_leader
 
 pytestmark = pytest.mark.integration
@@ -110,6 +111,21 @@ def test_a_second_sigterm_stops_at_once_and_the_node_restarts_with_every_ack(
 
 
 def test_rolling_restart_under_16_writers_fails_no_call(cluster: LocalCluster) -> None:
+    _rolling_restart_fails_no_call(cluster)
+
+
+@pytest.mark.cluster_options(tls=True, auth=True)
+def test_rolling_restart_with_tls_and_auth_fails_no_call(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the shared cluster runs: HTTPS (the drain's 503 + close over TLS) and tokens."""
+    for k, v in tls_env(cluster.config).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("STATEKEEPER_TOKEN", root_token(cluster.config.secret))
+    _rolling_restart_fails_no_call(cluster)
+
+
+def _rolling_restart_fails_no_call(cluster: LocalCluster) -> None:
     urls = _urls(cluster)
     restarted_leader = False
     # The benchmark's load (benchmarks/rolling_restart.py): writers of unique keys
