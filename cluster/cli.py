@@ -127,9 +127,10 @@ TIMEOUT_ARG = arg(
 STOP_TIMEOUT_ARG = arg(
     "--stop-timeout",
     type=float,
-    default=10.0,
+    default=None,
     metavar="SECONDS",
-    help="how long a node may take to exit after SIGTERM before it gets SIGKILL (default: 10)",
+    help="how long a node may take to exit after SIGTERM before it gets SIGKILL "
+    "(default: the config's [http] shutdown_grace_seconds + 10, so 20 with the default grace)",
 )
 
 
@@ -606,11 +607,16 @@ def cmd_start(args: argparse.Namespace) -> int:
     "cluster",
     "restart",
     help="stop one node gracefully, start it again, wait until ready",
-    epilog="  statekeeper cluster restart node-1",
+    epilog="  statekeeper cluster restart node-1\n"
+    "  for n in node-0 node-1 node-2; do statekeeper cluster restart $n; done  # rolling",
     args=[CONFIG_ARG, NODE_ARG, STOP_TIMEOUT_ARG, TIMEOUT_ARG],
 )
 def cmd_restart(args: argparse.Namespace) -> int:
-    """Restart one node: SIGTERM, wait for it to exit, start it, wait until ready."""
+    """Restart one node: SIGTERM, wait for it to exit, start it, wait until ready.
+
+    On SIGTERM the node finishes its requests in progress, answers new ones 503 (clients
+    retry on another node) and, if it leads, hands leadership over first (docs/protocol.md,
+    "Graceful shutdown"), so restarting every node in turn fails no client call."""
     lc, nid = load_node(args)
     lc.restart_node(nid, stop_timeout=args.stop_timeout, ready_timeout=args.timeout)
     return EXIT_OK

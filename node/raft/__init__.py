@@ -11,7 +11,9 @@ Interface (what the rest of the node uses):
     .progress()                  (seconds since the raft loop last ticked or applied, the
                                  longest such gap, restoring a snapshot?): node/liveness.py
     .on_leadership_lost(fn)      fn() called on the raft thread when this node stops leading
-    .transfer_leadership()
+    .transfer_leadership() -> str  any thread: one hand-over attempt at the raft thread's
+                                 next tick (denied while no follower has the whole log:
+                                 call again); returns how the previous attempt went
     .destroy()
 
 The package, one job per module:
