@@ -691,6 +691,7 @@ from cluster import (  # noqa: E402 (their groups register here)
     agent_cli,
     archive_cli,
     auth_cli,
+    backup_cli,
     crdt_cli,
     gc_cli,
     kv_cli,
@@ -712,6 +713,7 @@ archive_cli.register(command, arg, GROUPS)
 tls_cli.register(command, arg, GROUPS)
 auth_cli.register(command, arg, GROUPS)
 kv_cli.register(command, arg, GROUPS)
+backup_cli.register(command, arg, GROUPS)
 
 
 if __name__ == "__main__":
