@@ -132,24 +132,28 @@ class Backups:
             raise _Stopped
 
         rev = meta["revision"]
+        last: object = _END
         try:
             out = BackupWriter(put)
             out.meta(meta)
             snapshot.write_checkpoint(work, out)
             digest = out.finish()
             log.info("backup of revision %d: %d bytes, sha256 %s", rev, out.size, digest)
-            put(_END)
         except _Stopped:
             log.warning("backup of revision %d abandoned: the client stopped reading", rev)
+            last = None
         except Exception as e:
             log.exception("backup of revision %d failed", rev)
-            with contextlib.suppress(_Stopped):
-                put(OpError("internal", f"the backup failed: {e}"))
+            last = OpError("internal", f"the backup failed: {e}")
         finally:
             shutil.rmtree(work, ignore_errors=True)
-            with contextlib.suppress(queue.Full):
-                chunks.put_nowait(_END)  # wakes a reader still waiting, if any
+            # Before the reader hears the end: a client's next backup must not be refused.
             self._busy = False
+        with contextlib.suppress(_Stopped):
+            if last is not None:
+                put(last)
+        with contextlib.suppress(queue.Full):
+            chunks.put_nowait(_END)  # wakes a reader still waiting, if any
 
 
 async def _consume(chunks: queue.Queue, stop: threading.Event) -> AsyncGenerator[bytes, None]:
