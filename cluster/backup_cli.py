@@ -111,6 +111,9 @@ def cmd_backup(args: argparse.Namespace) -> int:
     if not args.out:
         print("statekeeper: error: backup needs --out FILE (or --inspect FILE)", file=sys.stderr)
         return EXIT_USAGE
+    if not Path(args.out).resolve().parent.is_dir():
+        print(f"statekeeper: error: no directory for {args.out}", file=sys.stderr)
+        return EXIT_USAGE
     from client.errors import StatekeeperError
 
     try:
@@ -222,6 +225,9 @@ def _download(resp: Any, partial: Path, quiet: bool) -> int:
                     bar.update(len(data))
             f.flush()
             os.fsync(f.fileno())
+    except BaseException:  # Ctrl-C too: no half file left behind
+        partial.unlink(missing_ok=True)
+        raise
     finally:
         if bar is not None:
             bar.close()

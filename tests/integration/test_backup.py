@@ -121,6 +121,15 @@ def test_backup_under_writes_and_restore_into_a_new_cluster(tmp_path):
             writer.join(30)
         assert p.returncode == 0, (p.stdout, p.stderr)
         assert "sha256" in p.stdout and not backup.with_name("sk.skb.partial").exists()
+        reader_token = tmp_path / "reader.token"
+        reader_token.write_text(expect["token"])
+        reader_token.chmod(0o600)
+        denied = cli(
+            "backup", "--out", str(tmp_path / "no.skb"), "--config", str(src.config_path),
+            "--token-file", str(reader_token),
+        )  # fmt: skip
+        assert denied.returncode == 1 and "permission_denied" in denied.stderr, denied.stderr
+        assert not list(tmp_path.glob("no.skb*"))
     assert backup.stat().st_mode & 0o777 == 0o600
     inspect = cli("backup", "--inspect", str(backup), "--json")
     assert inspect.returncode == 0, inspect.stderr

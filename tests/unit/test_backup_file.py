@@ -196,3 +196,21 @@ def test_one_backup_at_a_time_and_the_next_right_after(tmp_path):
     for _ in range(5):
         asyncio.run(run())
     src.sm.close()
+
+
+def test_cli_restore_into_data_dirs_and_inspect(tmp_path, capsys):
+    from cluster.cli import main
+
+    src = populated(tmp_path / "src" / "db", n=20)
+    take_backup(src.sm, tmp_path / "b.skb")
+    src.sm.close()
+    assert main(["backup", "--inspect", str(tmp_path / "b.skb")]) == 0
+    assert "revision 21" in capsys.readouterr().out
+    dirs = [str(tmp_path / "n0"), str(tmp_path / "n1")]
+    assert main(["restore", str(tmp_path / "b.skb"), *(f"--data-dir={d}" for d in dirs)]) == 0
+    assert "restored into 2 data dir(s)" in capsys.readouterr().out
+    assert main(["restore", str(tmp_path / "b.skb"), f"--data-dir={dirs[0]}"]) == 2
+    assert "already holds db" in capsys.readouterr().err
+    mutate(tmp_path / "b.skb", lambda d: d[:100])
+    assert main(["backup", "--inspect", str(tmp_path / "b.skb")]) == 2
+    assert "truncated" in capsys.readouterr().err
