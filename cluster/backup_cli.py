@@ -264,12 +264,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
     try:
         dirs = _targets(args)
         meta = seed(args.file, dirs, force=args.force, say=print)
-    except (BackupError, SeedError) as e:
+    except (BackupError, SeedError, _Running) as e:
         print(f"statekeeper: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except _Running as e:
-        print(f"statekeeper: error: {e}", file=sys.stderr)
-        return EXIT_FAILURE
+        return EXIT_FAILURE if isinstance(e, _Running) else EXIT_USAGE
     meta["size"] = os.path.getsize(args.file)
     _print_meta(meta, args.json)
     if not args.json:

@@ -14,7 +14,7 @@ from pathlib import Path
 from client import Client
 from client.auth_tokens import root_token
 from cluster.supervisor import LocalCluster
-from tests.integration.cluster_fixture import print_logs, running_cluster, write_test_config
+from tests.integration.cluster_fixture import running, running_cluster, write_test_config
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = 100_000
@@ -157,9 +157,7 @@ def test_backup_under_writes_and_restore_into_a_new_cluster(tmp_path):
     again = cli("restore", str(backup), "--config", str(new.path))
     assert again.returncode == 2 and "already holds db" in again.stderr
 
-    lc = LocalCluster(new.config, new.path)
-    try:
-        lc.up()
+    with running(LocalCluster(new.config, new.path)) as lc:
         with client(lc) as c:
             assert c.status()["revision"] == rev
             check_contents(c, expect, writer.acked, rev)
@@ -174,9 +172,3 @@ def test_backup_under_writes_and_restore_into_a_new_cluster(tmp_path):
             assert c.get(key(KEYS - 1)).value == f"v{KEYS - 1}".encode()
             assert c.put("after/2", "two").revision == after + 1
             assert c.get("h/0", revision=expect["history"][2]).value == b"h2"
-    except BaseException:
-        print_logs(lc)
-        raise
-    finally:
-        lc.kill_all()
-        lc.close()
