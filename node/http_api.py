@@ -460,11 +460,13 @@ class Api:
             "revision": self.sm.revision,
         }
 
-    async def handle_backup(self, request: Request) -> StreamedResponse:
+    async def handle_backup(self, request: Request) -> Response | StreamedResponse:
         """GET /v1/admin/backup: the backup file, after a read barrier (node/backup_ops.py).
         Needs admin on every namespace: it holds all of them, auth tokens included."""
         if self.authz is not None:
             self._authorize(request, "backup", {})
+        if request.method == "HEAD":  # the route is there and the caller may use it
+            return Response(200, b"", BACKUP_TYPE)
         self._check_serving()
         await self.reads.wait("linearizable", None)
         meta, chunks = await self.backups.start()

@@ -14,7 +14,13 @@ from pathlib import Path
 from client import Client
 from client.auth_tokens import root_token
 from cluster.supervisor import LocalCluster
-from tests.integration.cluster_fixture import running, running_cluster, write_test_config
+from node.backup_file import verify
+from tests.integration.cluster_fixture import (
+    raw_connection,
+    running,
+    running_cluster,
+    write_test_config,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = 100_000
@@ -106,6 +112,26 @@ def check_contents(c: Client, expect: dict, writer: dict[str, int], rev: int) ->
     assert [e.data for e in c.read_stream("other", ns="agents").events] == [b"x"]
 
 
+def from_follower(lc: LocalCluster, out: Path) -> None:
+    """A follower serves a backup too (after its read barrier); HEAD takes none."""
+    follower = next(n for n in lc.node_ids if n != lc.leader_id())
+    conn = raw_connection(lc, follower, timeout=60)
+    auth = {"Authorization": f"Bearer {root_token(lc.config.secret)}"}
+    conn.request("HEAD", "/v1/admin/backup", headers=auth)
+    head = conn.getresponse()
+    assert (head.status, head.read()) == (200, b"")
+    conn.request("GET", "/v1/admin/backup", headers=auth)  # same connection
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("X-Statekeeper-Node") == follower
+    out.write_bytes(resp.read())
+    meta, _, _ = verify(str(out))
+    assert meta["source_node"] == follower
+    assert meta["revision"] == int(resp.getheader("X-Statekeeper-Revision"))
+    conn.request("GET", "/v1/admin/backup")
+    assert conn.getresponse().status == 401
+    conn.close()
+
+
 def test_backup_under_writes_and_restore_into_a_new_cluster(tmp_path):
     backup = tmp_path / "sk.skb"
     with running_cluster(tmp_path / "src", tls=True, auth=True) as src:
@@ -130,6 +156,7 @@ def test_backup_under_writes_and_restore_into_a_new_cluster(tmp_path):
         )  # fmt: skip
         assert denied.returncode == 1 and "permission_denied" in denied.stderr, denied.stderr
         assert not list(tmp_path.glob("no.skb*"))
+        from_follower(src, tmp_path / "follower.skb")
     assert backup.stat().st_mode & 0o777 == 0o600
     inspect = cli("backup", "--inspect", str(backup), "--json")
     assert inspect.returncode == 0, inspect.stderr
