@@ -214,3 +214,19 @@ def test_cli_restore_into_data_dirs_and_inspect(tmp_path, capsys):
     mutate(tmp_path / "b.skb", lambda d: d[:100])
     assert main(["backup", "--inspect", str(tmp_path / "b.skb")]) == 2
     assert "truncated" in capsys.readouterr().err
+
+
+def test_cli_restore_writes_a_config_when_there_is_none(tmp_path, capsys):
+    from cluster.cli import main
+    from node import config as node_config
+
+    src = populated(tmp_path / "src" / "db", n=5)
+    take_backup(src.sm, tmp_path / "b.skb")
+    src.sm.close()
+    cfg_path = tmp_path / "new" / "cluster.toml"
+    cfg_path.parent.mkdir()
+    assert main(["restore", str(tmp_path / "b.skb"), "--config", str(cfg_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {cfg_path}" in out and f"cluster up --config {cfg_path}" in out
+    cfg = node_config.load(cfg_path)
+    assert all((cfg.node_data_dir(n.id) / "db").is_dir() for n in cfg.nodes)
