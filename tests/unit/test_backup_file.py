@@ -230,3 +230,13 @@ def test_cli_restore_writes_a_config_when_there_is_none(tmp_path, capsys):
     assert f"wrote {cfg_path}" in out and f"cluster up --config {cfg_path}" in out
     cfg = node_config.load(cfg_path)
     assert all((cfg.node_data_dir(n.id) / "db").is_dir() for n in cfg.nodes)
+
+
+def test_a_checkpoint_left_by_a_crash_is_removed_at_the_next_start(tmp_path):
+    node = populated(tmp_path / "db", n=5)
+    work, _ = node.sm.backup_checkpoint()  # the process "dies" before packing it
+    node.sm.close()
+    assert work.is_dir() and work.name.startswith("db.ckpt-")
+    again = Node(tmp_path / "db")
+    assert not work.exists() and again.value("k1") == b"v1"
+    again.sm.close()
