@@ -139,14 +139,20 @@ def _print_meta(meta: dict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(meta, indent=2, sort_keys=True))
         return
-    created = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(meta["created_ms"] / 1000))
+    created, clock = (_utc(meta.get(k)) for k in ("created_ms", "clock_ms"))
     print(
         f"backup of cluster {meta.get('cluster')!r} by {meta.get('source_node')} at {created}\n"
         f"  revision {meta['revision']} (compacted up to {meta.get('compact_revision')}), "
-        f"raft index {meta.get('applied_index')}, cluster clock {meta.get('clock_ms')} ms\n"
+        f"raft index {meta.get('applied_index')}, cluster clock {clock}\n"
         f"  size {size(meta['size'])}, sha256 {meta['sha256']}, statekeeper "
         f"{meta.get('version')}"
     )
+
+
+def _utc(ms: Any) -> str:
+    if not isinstance(ms, int):
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
 
 
 def _backup(args: argparse.Namespace) -> int:
@@ -275,7 +281,11 @@ def cmd_restore(args: argparse.Namespace) -> int:
             if not args.data_dir
             else ("start each node on its data dir")
         )
-        print(f"restored into {len(dirs)} data dir(s); start it: {start}")
+        print(
+            f"restored into {len(dirs)} data dir(s): each node starts a new raft log (no "
+            "members, term or log of the source); revision, history, tokens and cluster "
+            f"clock are the backup's.\nstart it: {start}"
+        )
     return EXIT_OK
 
 
