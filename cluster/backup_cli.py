@@ -72,7 +72,7 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
         help="seed a new (stopped) cluster's data dirs from a backup file",
         epilog="  statekeeper restore sk.skb --config new/cluster.toml && "
         "statekeeper cluster up --config new/cluster.toml\n"
-        "  statekeeper restore sk.skb --data-dir /var/lib/sk/node-0   # one node's dir\n"
+        "  statekeeper restore sk.skb --config cluster.toml --node node-0   # one node\n"
         "  statekeeper restore sk.skb --config cluster.toml --force   # replace old state\n\n"
         + EXIT_CODES,
         args=[
@@ -86,10 +86,11 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
                 "(3 local nodes, like 'cluster up') if missing (default: cluster.toml)",
             ),
             arg(
-                "--data-dir",
+                "--node",
                 action="append",
-                metavar="DIR",
-                help="seed this node data dir instead of the config's (repeatable)",
+                metavar="ID",
+                help="seed only this node of the config (repeatable; default: every node), "
+                "e.g. each pod of a StatefulSet its own",
             ),
             arg("--force", action="store_true", help="replace the state in non-empty data dirs"),
             arg("--json", action="store_true", help="print the backup's metadata as JSON"),
@@ -258,33 +259,29 @@ def cmd_restore(args: argparse.Namespace) -> int:
     """Seed a new cluster from a backup file.
 
     Verifies the whole file first (magic, version, sha256): a corrupted, truncated or
-    foreign file is refused and nothing is written. Then every data dir of --config's
-    nodes (or each --data-dir) gets its own copy of the store, with a fresh raft state:
+    foreign file is refused and nothing is written. Then every node of --config (or each
+    --node) gets its own copy of the store and a raft snapshot of it, and no raft log:
     start the cluster with 'statekeeper cluster up --config ...'. The nodes must be
     stopped, and their data dirs empty unless --force (which replaces their store and
-    raft log). The new cluster keeps the revision, history and cluster clock of the
-    backup; its members, addresses and secret are the config's."""
+    raft state). The new cluster keeps the revision, history, auth tokens and cluster
+    clock of the backup; its members, addresses and secret are the config's."""
     from node.backup_file import BackupError
     from node.backup_seed import SeedError, seed
 
     try:
-        dirs = _targets(args)
-        meta = seed(args.file, dirs, force=args.force, say=print)
+        cfg, node_ids = _targets(args)
+        meta = seed(args.file, cfg, node_ids, force=args.force, say=print)
     except (BackupError, SeedError, _Running) as e:
         print(f"statekeeper: error: {e}", file=sys.stderr)
         return EXIT_FAILURE if isinstance(e, _Running) else EXIT_USAGE
     meta["size"] = os.path.getsize(args.file)
     _print_meta(meta, args.json)
     if not args.json:
-        start = (
-            f"statekeeper cluster up --config {args.config}"
-            if not args.data_dir
-            else ("start each node on its data dir")
-        )
+        start = f"statekeeper cluster up --config {args.config}"
         print(
-            f"restored into {len(dirs)} data dir(s): each node starts a new raft log (no "
-            "members, term or log of the source); revision, history, tokens and cluster "
-            f"clock are the backup's.\nstart it: {start}"
+            f"restored {len(node_ids)} node(s): each starts from a raft snapshot at index "
+            f"{meta['raft_index']} (no members, term or log of the source); revision, "
+            f"history, tokens and cluster clock are the backup's.\nstart it: {start}"
         )
     return EXIT_OK
 
@@ -293,22 +290,24 @@ class _Running(Exception):
     """A node of the target cluster is running."""
 
 
-def _targets(args: argparse.Namespace) -> list[Path]:
-    if args.data_dir:
-        return [Path(d).resolve() for d in args.data_dir]
+def _targets(args: argparse.Namespace) -> tuple[Any, list[str]]:
+    """The new cluster's config (written if missing) and the nodes to seed."""
     cfg = cluster_config(args)
     if cfg is None:
         from cluster.cli import create_config_if_missing  # (loaded: it runs this command)
 
         cfg, _ = create_config_if_missing(args.config)
         print(f"wrote {args.config} ({len(cfg.nodes)} local nodes, data in {cfg.data_dir}/)")
+    node_ids = args.node or [n.id for n in cfg.nodes]
+    for nid in node_ids:
+        cfg.node(nid)  # an unknown id is a ConfigError: usage, exit 2
     from cluster.supervisor import LocalCluster
 
     lc = LocalCluster(cfg, args.config)
-    running = [n.id for n in cfg.nodes if lc.is_running(n.id)]
+    running = [nid for nid in node_ids if lc.is_running(nid)]
     if running:
         raise _Running(
             f"{', '.join(running)} of {args.config} running: restore seeds a stopped "
             "cluster ('statekeeper cluster down' first)"
         )
-    return [cfg.node_data_dir(n.id) for n in cfg.nodes]
+    return cfg, node_ids

@@ -13,6 +13,9 @@ Interface (what the rest of the node uses):
     .on_leadership_lost(fn)      fn() called on the raft thread when this node stops leading
     .transfer_leadership()
     .destroy()
+    write_seed_snapshot(cluster_config, node_id, index, write_body)
+                                 the raft snapshot a restored node starts from
+                                 (node/backup_seed.py)
 
 The package, one job per module:
     interface.py   SubmitError, RaftStatus, FSM (the state machine as raft sees it)
@@ -129,7 +132,7 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
 """
 
 from node.raft.interface import FSM, RaftStatus, SubmitError
-from node.raft.raft_node import RaftNode
+from node.raft.raft_node import RaftNode, write_seed_snapshot
 from node.raft.readindex import READ_INDEX_NOT_LEADER, READ_INDEX_NOT_YET
 from node.raft.syncobj import NEXT_NODE_IDX, PEER_PICKLE_PROTOCOL, replicated_command_size
 
@@ -143,4 +146,5 @@ __all__ = [
     "RaftStatus",
     "SubmitError",
     "replicated_command_size",
+    "write_seed_snapshot",
 ]

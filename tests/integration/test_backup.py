@@ -6,6 +6,7 @@ writes after the restore survive a restart of every node. Real nodes, real CLI."
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -199,3 +200,19 @@ def test_backup_under_writes_and_restore_into_a_new_cluster(tmp_path):
             assert c.get(key(KEYS - 1)).value == f"v{KEYS - 1}".encode()
             assert c.put("after/2", "two").revision == after + 1
             assert c.get("h/0", revision=expect["history"][2]).value == b"h2"
+        # The restored state is raft's snapshot: a node that loses its DB restores it from
+        # its own snapshot.bin, one that loses everything gets the leader's.
+        lost_db, lost_all = (n for n in lc.node_ids if n != lc.leader_id())
+        for nid, lose in ((lost_db, "db"), (lost_all, "all")):
+            lc.stop_node(nid)
+            if lose == "db":
+                shutil.rmtree(lc.data_dir(nid) / "db")
+            else:
+                lc.wipe_node(nid)
+            lc.start_and_wait(nid)
+            url = lc.config.url(nid)
+            tok = root_token(lc.config.secret)
+            with Client([url], token=tok, tls=lc.tls, consistency="serializable") as local:
+                assert local.get("after/2", min_revision=after + 1).value == b"two", lose
+                assert local.get(key(12_345)).value == b"v12345", lose
+                assert sum(1 for _ in local.scan("k/", keys_only=True, page_size=10_000)) == KEYS

@@ -1,5 +1,5 @@
 """node/backup_file.py (the format), node/backup_ops.py (taking one from a real
-StateMachine) and node/backup_seed.py (seeding data dirs from one), without a network."""
+StateMachine) and node/backup_seed.py (seeding a new cluster from one), without a network."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from node import backup_file
+from node import backup_file, snapshot_file
+from node import config as node_config
 from node.backup_file import BackupError, BackupWriter, copy_body, verify
 from node.backup_ops import Backups
 from node.backup_seed import SeedError, seed
+from node.config import ClusterConfig
 from node.errors import OpError
 from node.store import StateMachine
 from tests.unit.store.util import Node, populated, put, raw_items
@@ -119,60 +121,94 @@ def without_meta(sm: StateMachine) -> list:
     return [kv for kv in raw_items(sm) if kv[0] != b"m"]
 
 
-def test_backup_then_seed_gives_every_dir_the_state_with_a_fresh_raft_position(tmp_path):
+def new_cluster(tmp_path: Path, size: int = 2) -> ClusterConfig:
+    return node_config.local_cluster(size=size, data_dir=str(tmp_path / "new"), secret="s")
+
+
+def test_backup_then_seed_gives_every_node_the_state_as_a_raft_snapshot(tmp_path):
     src = populated(tmp_path / "src" / "db", n=300)
     meta = take_backup(src.sm, tmp_path / "b.skb")
     assert (meta["revision"], meta["applied_index"]) == (src.sm.revision, src.index)
     assert meta["clock_ms"] == src.sm.clock_ms > 0 and meta["apply_pause_ms"] >= 0
     assert not list((tmp_path / "src").glob("db.ckpt-*"))  # the checkpoint is removed
-    dirs = [tmp_path / "new" / f"node-{i}" for i in range(2)]
-    info = seed(str(tmp_path / "b.skb"), dirs)
-    assert info["revision"] == src.sm.revision
-    for d in dirs:
-        assert sorted(p.name for p in d.iterdir()) == ["db"]
+    cfg = new_cluster(tmp_path)
+    info = seed(str(tmp_path / "b.skb"), cfg, ["node-0", "node-1"])
+    assert (info["revision"], info["raft_index"]) == (src.sm.revision, src.index)
+    for n in cfg.nodes:
+        d = cfg.node_data_dir(n.id)
+        assert sorted(p.name for p in d.iterdir()) == ["db", "raft"]
+        assert sorted(p.name for p in (d / "raft").iterdir()) == ["snapshot.bin"]
+        header, offset = snapshot_file.read_header(str(d / "raft" / "snapshot.bin"))
+        assert header == {
+            "last": [b"\x01", src.index, 0],  # pysyncobj's no-op entries, term 0
+            "prev": [b"\x01", src.index - 1, 0],
+            "cluster": sorted(m.raft_address for m in cfg.nodes),
+        }
         node = Node(d / "db")
+        lost = Node(tmp_path / f"lost-{n.id}" / "db")  # a node that lost its DB
         try:
-            assert node.sm.applied_index == 0  # the new raft log starts empty
+            assert node.sm.applied_index == src.index  # raft and store agree
             assert (node.sm.revision, node.sm.clock_ms) == (src.sm.revision, src.sm.clock_ms)
-            # Everything but the meta record is byte for byte the source's.
-            assert without_meta(node.sm) == without_meta(src.sm)
+            assert raw_items(node.sm) == raw_items(src.sm)
             assert node.sm.get("default", "k5", revision=meta["revision"] - 5)["kv"] is not None
-            # The new cluster's first entry (raft index 1) is applied, not skipped.
+            # ...restores the same state from the raft snapshot (what RaftNode does).
+            snapshot_file.extract_body(
+                str(d / "raft" / "snapshot.bin"), offset, str(tmp_path / "x")
+            )
+            lost.sm.restore(tmp_path / "x")
+            assert raw_items(lost.sm) == raw_items(src.sm)
+            # The new cluster's log continues after the snapshot's index.
+            node.index = src.index
             node.apply(put("after", b"restore"), t=meta["clock_ms"] + 1)
             assert node.value("after") == b"restore"
             assert node.sm.revision == src.sm.revision + 1
         finally:
             node.sm.close()
+            lost.sm.close()
     src.sm.close()
+
+
+def test_a_backup_of_an_empty_store_seeds_index_2(tmp_path):
+    src = Node(tmp_path / "src" / "db")
+    take_backup(src.sm, tmp_path / "b.skb")
+    src.sm.close()
+    cfg = new_cluster(tmp_path, size=1)
+    assert seed(str(tmp_path / "b.skb"), cfg, ["node-0"])["raft_index"] == 2
+    node = Node(cfg.node_data_dir("node-0") / "db")
+    assert node.sm.applied_index == 2
+    node.sm.close()
 
 
 def test_seed_refuses_a_used_dir_and_a_bad_file_before_writing(tmp_path):
     src = populated(tmp_path / "src" / "db", n=20)
     take_backup(src.sm, tmp_path / "b.skb")
     src.sm.close()
-    used = tmp_path / "used"
+    cfg = new_cluster(tmp_path)
+    empty, used = (cfg.node_data_dir(n.id) for n in cfg.nodes)
     (used / "raft").mkdir(parents=True)
-    empty = tmp_path / "empty"
     with pytest.raises(SeedError, match="already holds raft"):
-        seed(str(tmp_path / "b.skb"), [empty, used])
+        seed(str(tmp_path / "b.skb"), cfg, ["node-0", "node-1"])
     assert not empty.exists()
     mutate(tmp_path / "b.skb", flip(-100))
     with pytest.raises(BackupError, match="checksum mismatch"):
-        seed(str(tmp_path / "b.skb"), [empty], force=True)
-    assert not empty.exists() and not list(tmp_path.glob(".restore-*"))
+        seed(str(tmp_path / "b.skb"), cfg, ["node-0"], force=True)
+    assert not empty.exists() and not list(used.parent.glob(".restore-*"))
 
 
 def test_force_replaces_the_store_and_raft_log(tmp_path):
     src = populated(tmp_path / "src" / "db", n=20)
     take_backup(src.sm, tmp_path / "b.skb")
-    target = tmp_path / "t"
+    cfg = new_cluster(tmp_path, size=1)
+    target = cfg.node_data_dir("node-0")
     old = Node(target / "db")
     old.put("stale", b"x")
     old.sm.close()
     (target / "raft").mkdir()
+    (target / "raft" / "journal.log").write_text("old log")
     (target / "node.log").write_text("kept")
-    seed(str(tmp_path / "b.skb"), [target], force=True)
-    assert sorted(p.name for p in target.iterdir()) == ["db", "node.log"]
+    seed(str(tmp_path / "b.skb"), cfg, ["node-0"], force=True)
+    assert sorted(p.name for p in target.iterdir()) == ["db", "node.log", "raft"]
+    assert not (target / "raft" / "journal.log").exists()
     node = Node(target / "db")
     assert node.value("stale") is None and node.value("k1") == src.value("k1")
     node.sm.close()
@@ -198,7 +234,7 @@ def test_one_backup_at_a_time_and_the_next_right_after(tmp_path):
     src.sm.close()
 
 
-def test_cli_restore_into_data_dirs_and_inspect(tmp_path, capsys):
+def test_cli_restore_one_node_and_inspect(tmp_path, capsys):
     from cluster.cli import main
 
     src = populated(tmp_path / "src" / "db", n=20)
@@ -206,11 +242,17 @@ def test_cli_restore_into_data_dirs_and_inspect(tmp_path, capsys):
     src.sm.close()
     assert main(["backup", "--inspect", str(tmp_path / "b.skb")]) == 0
     assert "revision 21" in capsys.readouterr().out
-    dirs = [str(tmp_path / "n0"), str(tmp_path / "n1")]
-    assert main(["restore", str(tmp_path / "b.skb"), *(f"--data-dir={d}" for d in dirs)]) == 0
-    assert "restored into 2 data dir(s)" in capsys.readouterr().out
-    assert main(["restore", str(tmp_path / "b.skb"), f"--data-dir={dirs[0]}"]) == 2
-    assert "already holds db" in capsys.readouterr().err
+    cfg_path = tmp_path / "cluster.toml"
+    node_config.write(new_cluster(tmp_path, size=3), cfg_path)
+    restore = ["restore", str(tmp_path / "b.skb"), "--config", str(cfg_path)]
+    assert main([*restore, "--node", "node-1"]) == 0
+    assert "restored 1 node(s): each starts from a raft snapshot at index 21" in (
+        capsys.readouterr().out
+    )
+    assert [p.name for p in (tmp_path / "new").iterdir()] == ["node-1"]
+    assert main(restore) == 2
+    assert "already holds db, raft" in capsys.readouterr().err
+    assert main([*restore, "--node", "node-9"]) == 2
     mutate(tmp_path / "b.skb", lambda d: d[:100])
     assert main(["backup", "--inspect", str(tmp_path / "b.skb")]) == 2
     assert "truncated" in capsys.readouterr().err
