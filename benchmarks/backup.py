@@ -113,7 +113,9 @@ def run(args: argparse.Namespace) -> tuple[list[list[str]], list[str]]:
         new_path.parent.mkdir()
         node_config.write(new, new_path)
         _, took = _cli("restore", str(work / "b0.skb"), "--config", str(new_path))
-        notes.append(f"restore into 3 data dirs (verify, extract, 3 copies): {took:.2f} s")
+        notes.append(
+            f"restore of 3 nodes (verify, extract, store + raft snapshot each): {took:.2f} s"
+        )
         pauses = [float(r[1]) for r in rows]
         notes.append(
             f"apply pause median {statistics.median(pauses):.1f} ms, max {max(pauses):.1f} ms"

@@ -13,9 +13,11 @@ The apply pause: the raft thread waits for the checkpoint (RocksDB flushes what 
 written since the unlocked flush, then hard-links the files). Measured with
 `python -m benchmarks.backup` (3-node cluster, fsync=always, 100,000 keys of ~100 B plus
 5 versions of 1,000 of them and 1,000 stream events, one client putting throughout; 2
-shared cores with other clusters running): 12.5, 17.6 and 57.9 ms in three backups
-(3.5 MiB each, 4-5 s per `statekeeper backup` including the CLI's start and the check of
-the file; the writer's longest gap between two acknowledged puts 111 ms). Every backup
+shared cores with other clusters running), two runs of three backups: 12.5, 17.6, 57.9
+and 4.4, 50.1, 11.0 ms (median ~12 ms; the outliers coincide with RocksDB flushing a
+memtable under the lock). A backup is 1.9-3.5 MiB (as compacted) and `statekeeper backup`
+takes 2.3-5 s including the CLI's start and its check of the file; the writer's longest
+gap between two acknowledged puts during the backups was 78-111 ms. Every backup
 reports its own pause in its meta (apply_pause_ms) and the node's log.
 
 What a backup holds: everything the store holds at that revision: keys and their
