@@ -206,6 +206,9 @@ def _backup(args: argparse.Namespace) -> int:
         os.replace(partial, out)
         _fsync_dir(out.parent)
         took = time.monotonic() - started
+        if args.json:
+            print(json.dumps({**meta, "file": str(out), "size": written, "sha256": digest}))
+            return EXIT_OK
         print(
             f"backup of revision {meta['revision']} from {meta.get('source_node')} "
             f"written to {out}: {size(written)} in {took:.1f} s "

@@ -143,11 +143,13 @@ def test_backup_under_writes_and_restore_into_a_new_cluster(tmp_path):
             while len(writer.acked) < 20:
                 threading.Event().wait(0.05)
             acked_before = dict(writer.acked)
-            p = cli("backup", "--out", str(backup), "--config", str(src.config_path), "-q")
+            p = cli("backup", "--out", str(backup), "--config", str(src.config_path), "--json")
             writer.stop.set()
             writer.join(30)
         assert p.returncode == 0, (p.stdout, p.stderr)
-        assert "sha256" in p.stdout and not backup.with_name("sk.skb.partial").exists()
+        taken = json.loads(p.stdout)
+        assert taken["size"] == backup.stat().st_size and len(taken["sha256"]) == 64
+        assert not backup.with_name("sk.skb.partial").exists()
         reader_token = tmp_path / "reader.token"
         reader_token.write_text(expect["token"])
         reader_token.chmod(0o600)
@@ -162,6 +164,7 @@ def test_backup_under_writes_and_restore_into_a_new_cluster(tmp_path):
     inspect = cli("backup", "--inspect", str(backup), "--json")
     assert inspect.returncode == 0, inspect.stderr
     meta = json.loads(inspect.stdout)
+    assert meta["sha256"] == taken["sha256"] and meta["revision"] == taken["revision"]
     rev = meta["revision"]
     assert all(r <= rev for r in acked_before.values())  # at least as new as the request
     assert any(r > rev for r in writer.acked.values())  # writes went on meanwhile
