@@ -464,7 +464,8 @@ class _Builder:
                     "`statekeeper backup --out FILE` fetches and checks it.",
                     "responses": {
                         "200": _response(
-                            "The backup file.",
+                            "The backup file; `X-Statekeeper-Revision` (an integer) is its "
+                            "revision.",
                             {
                                 "application/vnd.statekeeper.backup": {
                                     "schema": {"type": "string", "format": "binary"}
