@@ -29,6 +29,7 @@ The package, one job per module:
     readindex.py   ReadIndexMixin of _SyncObj: leadership confirmed by one message round
     prevote.py     PreVoteMixin of _SyncObj
     log.py         _RaftLog: the journal as pysyncobj sees it
+    seed.py        write_seed_snapshot: a restored node's raft snapshot
     peers.py       _AuthenticatingEncryptor: AES-GCM peer messages
     tls_pipe.py    TlsPipe: sans-IO TLS (ssl.SSLObject over memory BIOs) for the raft port
 
@@ -132,8 +133,9 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
 """
 
 from node.raft.interface import FSM, RaftStatus, SubmitError
-from node.raft.raft_node import RaftNode, write_seed_snapshot
+from node.raft.raft_node import RaftNode
 from node.raft.readindex import READ_INDEX_NOT_LEADER, READ_INDEX_NOT_YET
+from node.raft.seed import write_seed_snapshot
 from node.raft.syncobj import NEXT_NODE_IDX, PEER_PICKLE_PROTOCOL, replicated_command_size
 
 __all__ = [

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 from node import failpoints, snapshot_file
 from node.cluster_clock import ClusterClock
@@ -22,15 +22,7 @@ from node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
 from node.raft.interface import FSM, ApplyFn, Callback, RaftStatus
 from node.raft.log import _entry_tuple, _RaftLog
 from node.raft.peers import _AuthenticatingEncryptor
-from node.raft.syncobj import (
-    NO_OP_COMMAND,
-    SERIALIZER_STATE,
-    SNAPSHOT_FILE,
-    _DialNode,
-    _SyncObj,
-    build_conf,
-    submit_callback,
-)
+from node.raft.syncobj import SERIALIZER_STATE, _DialNode, _SyncObj, build_conf, submit_callback
 from node.tls import raft_contexts
 
 if TYPE_CHECKING:
@@ -296,30 +288,3 @@ class RaftNode:
 
     def destroy(self) -> None:
         self._obj.destroy_synchronous()  # also closes the journal
-
-
-def write_seed_snapshot(
-    cluster: ClusterConfig, node_id: str, index: int, write_body: Callable[[BinaryIO], None]
-) -> Path:
-    """Write the raft snapshot a node of a restored cluster starts from (node/backup_seed.py):
-    `write_body(f)` writes the store snapshot, whose applied_index must be `index`.
-
-    It covers entries up to `index` as two no-ops of term 0 (index - 1, index), as if this
-    new cluster had applied `index` entries; its members are the config's nodes. At start
-    pysyncobj loads it (the log continues at index + 1) and RaftNode keeps RocksDB as it is
-    (not ahead of it); a node that later loses its DB restores from it, and one that loses
-    its data dir gets it from the leader (its log starts at index - 1) until the leader
-    takes a snapshot of its own."""
-    raft_dir = cluster.node_data_dir(node_id) / "raft"
-    raft_dir.mkdir(parents=True, exist_ok=True)
-    header = {
-        "last": [NO_OP_COMMAND, index, 0],
-        "prev": [NO_OP_COMMAND, index - 1, 0],
-        "cluster": sorted(n.raft_address for n in cluster.nodes),
-    }
-    path = raft_dir / SNAPSHOT_FILE
-    tmp = path.with_name(SNAPSHOT_FILE + ".seeding")
-    snapshot_file.write(str(tmp), header, write_body, durable=True)
-    os.replace(tmp, path)
-    snapshot_file.fsync_dir(str(raft_dir))
-    return path
