@@ -160,6 +160,8 @@ def test_backup_under_writes_and_restore_into_a_new_cluster(tmp_path):
         assert denied.returncode == 1 and "permission_denied" in denied.stderr, denied.stderr
         assert not list(tmp_path.glob("no.skb*"))
         from_follower(src, tmp_path / "follower.skb")
+        busy = cli("restore", str(backup), "--config", str(src.config_path), "--force")
+        assert busy.returncode == 1 and "running: restore seeds a stopped" in busy.stderr
     assert backup.stat().st_mode & 0o777 == 0o600
     inspect = cli("backup", "--inspect", str(backup), "--json")
     assert inspect.returncode == 0, inspect.stderr
