@@ -708,6 +708,7 @@ from cluster import (  # noqa: E402 (their groups register here)
     agent_cli,
     archive_cli,
     auth_cli,
+    backup_cli,
     crdt_cli,
     gc_cli,
     kv_cli,
@@ -730,6 +731,7 @@ tls_cli.register(command, arg, GROUPS)
 auth_cli.register(command, arg, GROUPS)
 kv_cli.register(command, arg, GROUPS)
 supervise_cli.register(command, CONFIG_ARG)
+backup_cli.register(command, arg, GROUPS)
 
 
 if __name__ == "__main__":

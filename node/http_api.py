@@ -14,6 +14,9 @@ from typing import Any
 from client.auth_tokens import parse_token, root_token
 from node import codec, liveness
 from node.authz import Authorizer, Principal
+from node.backup_ops import CONTENT_TYPE as BACKUP_TYPE
+from node.backup_ops import PATH as BACKUP_PATH
+from node.backup_ops import Backups
 from node.config import ClusterConfig
 from node.errors import OpError, status_for
 from node.http_limits import fd_budget
@@ -104,6 +107,7 @@ class Api:
             )
             auth_log.warning(warning)
             self.auth_status = {"enabled": False, "warning": warning}
+        self.backups = Backups(sm, cluster.name, node_id)
         # path template -> method -> handler
         self._methods: dict[str, dict[str, Any]] = {}
         for (method, path), handler in self.routes().items():
@@ -140,6 +144,7 @@ class Api:
             ("GET", "/v1/health/ready"): self.handle_ready,
             ("GET", "/v1/openapi.json"): self.handle_openapi,
             ("GET", "/metrics"): self.handle_metrics,
+            ("GET", BACKUP_PATH): self.handle_backup,
         }
 
     def _route(self, request: Request):
@@ -457,6 +462,19 @@ class Api:
             "journal_size_bytes": self.raft.journal_size_bytes(),
             "revision": self.sm.revision,
         }
+
+    async def handle_backup(self, request: Request) -> Response | StreamedResponse:
+        """GET /v1/admin/backup: the backup file, after a read barrier (node/backup_ops.py).
+        Needs admin on every namespace: it holds all of them, auth tokens included."""
+        if self.authz is not None:
+            self._authorize(request, "backup", {})
+        if request.method == "HEAD":  # the route is there and the caller may use it
+            return Response(200, b"", BACKUP_TYPE)
+        self._check_serving()
+        await self.reads.wait("linearizable", None)
+        meta, chunks = await self.backups.start()
+        head = (("X-Statekeeper-Revision", str(meta["revision"])),)
+        return StreamedResponse(200, BACKUP_TYPE, chunks, headers=head)
 
     async def handle_metrics(self, request: Request) -> Response:
         """GET /metrics: Prometheus exposition (text, or OpenMetrics when the Accept header

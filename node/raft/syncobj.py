@@ -107,6 +107,11 @@ def replicated_command_size(payload: bytes) -> int:
     return 1 + len(_pysyncobj_pickle.dumps((0, (payload,))))
 
 
+SNAPSHOT_FILE = "snapshot.bin"  # in the raft dir
+# pysyncobj's no-op entry (a new leader's first); a restored node's snapshot names two.
+NO_OP_COMMAND = bytes([_syncobj_module._COMMAND_TYPE.NO_OP])
+
+
 def build_conf(
     raft_dir: str,
     bind_address: str,
@@ -120,7 +125,7 @@ def build_conf(
     `r` ([raft] in the cluster config), snapshots through the three callbacks."""
     return SyncObjConf(
         journalFile=os.path.join(raft_dir, "journal.log"),
-        fullDumpFile=os.path.join(raft_dir, "snapshot.bin"),
+        fullDumpFile=os.path.join(raft_dir, SNAPSHOT_FILE),
         bindAddress=bind_address,
         appendEntriesUseBatch=False,
         appendEntriesBatchSizeBytes=MAX_MESSAGE_BYTES,

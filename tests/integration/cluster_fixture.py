@@ -258,7 +258,14 @@ def running_cluster(directory: Path, **options: Any) -> Iterator[LocalCluster]:
     """A cluster configured by write_test_config(directory, **options), up for the block;
     its nodes' logs are printed if the block fails, and it is killed after."""
     written = write_test_config(directory, **options)
-    lc = LocalCluster(written.config, written.path, progress=_progress)
+    with running(LocalCluster(written.config, written.path, progress=_progress)) as lc:
+        yield lc
+
+
+@contextlib.contextmanager
+def running(lc: LocalCluster) -> Iterator[LocalCluster]:
+    """`lc` started for the block; its nodes' logs are printed if the block fails, and it
+    is killed after (for a cluster whose config a test prepared itself)."""
     try:
         lc.up()
         yield lc
