@@ -29,6 +29,7 @@ from cluster.supervisor import (
 )
 from node import config as node_config
 from node.config import FSYNC_MODES, ClusterConfig, ConfigError
+from node.pod_identity import node_id_from_hostname
 
 PROG = "statekeeper"
 DEFAULT_CONFIG = "cluster.toml"
@@ -391,10 +392,17 @@ def how_to_connect(cfg: ClusterConfig) -> str:
 @command(
     "node",
     help="run one node in the foreground (what 'cluster up' starts for each node)",
-    epilog="  statekeeper node --config cluster.toml --id node-0",
+    epilog="  statekeeper node --config cluster.toml --id node-0\n"
+    "  statekeeper node --config /etc/statekeeper/cluster.toml --id-from-hostname   # a pod",
     args=[
         CONFIG_ARG,
-        arg("--id", required=True, dest="node_id", metavar="NODE_ID", help="this node's id"),
+        arg("--id", dest="node_id", metavar="NODE_ID", help="this node's id"),
+        arg(
+            "--id-from-hostname",
+            action="store_true",
+            help="take the id from the hostname: a [[nodes]] id equal to it, or the one "
+            "ending in its StatefulSet ordinal (node-2, statekeeper-2 -> node-2)",
+        ),
         arg(
             "--unsafe-reads",
             action="store_true",
@@ -409,6 +417,13 @@ def cmd_node(args: argparse.Namespace) -> int:
     The node reads its ports, data directory and peers from the cluster config.
     """
     cfg = node_config.load(args.config)  # a bad file or id is reported before importing
+    if (args.node_id is None) == (not args.id_from_hostname):
+        raise UserError("give exactly one of --id NODE_ID and --id-from-hostname")
+    if args.id_from_hostname:
+        try:
+            args.node_id = node_id_from_hostname(cfg)
+        except ConfigError as e:
+            raise UserError(str(e)) from None
     check_node_id(cfg, args.node_id)
     # Imported here: `statekeeper cluster ...` must work without the node's dependencies loaded.
     try:

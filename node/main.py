@@ -120,8 +120,7 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     after_apply.append(api.reads.revisions.applied)
     http = api.server()
     await http.start(
-        me.host,
-        me.http_port,
+        *me.http_listen,
         client_port_context(cfg, node_id),
         require_client_cert=cfg.tls.enabled and cfg.tls.client_auth == "required",
     )
