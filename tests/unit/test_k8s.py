@@ -171,7 +171,7 @@ def test_grace_period_covers_prestop_and_the_graceful_shutdown(pod: dict) -> Non
     pre_stop = float(command[1])
     cfg = node_config.load(K8S / "cluster.toml")
     # The hand-over waits up to a few election timeouts after in-flight requests drained.
-    needed = pre_stop + cfg.shutdown_grace_seconds + 4 * cfg.raft.election_timeout_max
+    needed = pre_stop + cfg.http.shutdown_grace_seconds + 4 * cfg.raft.election_timeout_max
     assert pod["terminationGracePeriodSeconds"] >= needed
 
 
