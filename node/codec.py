@@ -100,20 +100,26 @@ def _msgpack_numbers(obj: Any) -> Any:
     return obj
 
 
+def _b64decode(raw: Any, field: str) -> bytes:
+    if not isinstance(raw, str):
+        raise OpError("invalid_argument", f"{field} must be a base64 string")
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise OpError("invalid_argument", f"{field} is not valid base64: {e}") from e
+
+
 def _json_value(d: dict, name: str = "value", compare: bool = False) -> None:
     b64 = f"{name}_b64"
-    # A compare's value is bytes only for target "value" (else an integer or a boolean,
-    # and value_b64 is an unknown field: ignored).
+    # A compare's value is bytes only for target "value" (else an integer or a boolean);
+    # a value_b64 beside another target is not used, but the schema still says what it
+    # must look like, so a malformed one is refused like anywhere else.
     if compare and d.get("target") not in (None, "value"):
+        if b64 in d:
+            _b64decode(d.pop(b64), b64)
         return
     if b64 in d:
-        raw = d.pop(b64)
-        if not isinstance(raw, str):
-            raise OpError("invalid_argument", f"{b64} must be a base64 string")
-        try:
-            d[name] = base64.b64decode(raw, validate=True)
-        except (binascii.Error, ValueError) as e:
-            raise OpError("invalid_argument", f"{b64} is not valid base64: {e}") from e
+        d[name] = _b64decode(d.pop(b64), b64)
     elif isinstance(d.get(name), str):
         d[name] = d[name].encode()
 
@@ -138,7 +144,8 @@ def _json_values_in(
         if isinstance(items, list):
             for item in items:
                 if isinstance(item, dict):
-                    _json_values_in(item, ops_with_values, item.get("op"))
+                    op = item.get("op")  # anything a client sent; validation names it
+                    _json_values_in(item, ops_with_values, op if isinstance(op, str) else None)
     compares = obj.get("compare")
     if isinstance(compares, list):
         for item in compares:

@@ -422,3 +422,25 @@ def test_value_b64_is_an_unknown_field_of_ops_without_values(op: str) -> None:
     # Without the op names (tests, tools): every body is translated, as before.
     with pytest.raises(OpError):
         codec.decode(body, codec.JSON)
+
+
+def test_codec_survives_an_op_name_that_is_not_a_string() -> None:
+    """schemathesis: a batch item whose "op" was an object made the codec's lookup raise
+    TypeError (500 internal). Validation refuses it with a code instead."""
+    body = json.dumps({"ops": [{"op": {"x": 1}, "value_b64": "!"}]}).encode()
+    out = codec.decode(body, codec.JSON, "batch", {"batch", "put"})
+    with pytest.raises(OpError) as e:
+        validate_ops(out["ops"], Limits())
+    assert e.value.status == 400
+
+
+def test_a_malformed_value_b64_beside_another_compare_target_is_refused() -> None:
+    """schemathesis: the schema gives a compare's value_b64 a base64 pattern whatever the
+    target; a txn whose `exists` compare carried a malformed one was accepted (200)."""
+    compare = {"key": "k", "target": "exists", "op": "==", "value": True}
+    bad = {"compare": [{**compare, "value_b64": "RkmN*"}], "success": [], "failure": []}
+    with pytest.raises(OpError, match="value_b64 is not valid base64"):
+        codec.decode(json.dumps(bad).encode(), codec.JSON, "txn", {"txn"})
+    good = {**bad, "compare": [{**compare, "value_b64": "AQ=="}]}
+    out = codec.decode(json.dumps(good).encode(), codec.JSON, "txn", {"txn"})
+    assert out["compare"][0] == compare  # unused beside `exists`: dropped
