@@ -150,7 +150,7 @@ class Fault:
 
     name: ClassVar[str] = ""
     kind: ClassVar[str] = "process"  # process | partition | proxy | failpoint | clock | none
-    topology: ClassVar[str] = "plain"  # plain | links | proxy | lazyfs
+    topology: ClassVar[str] = "plain"  # plain | links | proxy | lazyfs | smallfs
     description: ClassVar[str] = ""
     # The cluster this fault needs (see the module docstring).
     min_nodes: ClassVar[int] = 3
