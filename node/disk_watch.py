@@ -3,7 +3,10 @@
 A timer on the HTTP loop walks the data dir every `check_interval_seconds` (a few dozen
 files: RocksDB's SSTs and WAL, the raft journal, snapshot files) and reads statvfs; each
 growing write reads statvfs once more (~2 us) so a filesystem filled by someone else is
-seen at once. Nothing here runs on the raft thread.
+seen at once. Nothing here runs on the raft thread. Measured with `python -m
+node.disk_watch DATA_DIR` on the 2-core dev machine, a running node's dir of 14 files
+(75.6 MiB): dir_bytes 222 us, statvfs 8.6 us (2.2 us on an idle machine); a put costs
+~5 ms, so the per-write statvfs is < 0.2 % and the walk, once a second, nothing.
 
 While space is tight (node/quota.py StorageQuota.tight: the alarm is raised or close to
 it), a measurement that sees the store's compact revision move
@@ -156,3 +159,25 @@ class DiskWatch:
             log.info("NOSPACE alarm: RocksDB flushed and compacted its files to free space")
         except Exception as e:  # the disk may be too full for it: tried after the next compact
             log.warning("freeing space under the NOSPACE alarm failed: %s", e)
+
+
+def _bench(path: Path, n: int = 2000) -> dict[str, float]:
+    """Microseconds per dir_bytes / disk_free call on `path` (a node's data dir)."""
+    import time
+
+    out = {}
+    for name, fn in (("dir_bytes", dir_bytes), ("statvfs", disk_free)):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn(path)
+        out[name] = (time.perf_counter() - t0) / n * 1e6
+    files = sum(len(f) for _, _, f in os.walk(path))
+    print(f"{path}: {files} files, {dir_bytes(path) / 2**20:.1f} MiB")
+    return out
+
+
+if __name__ == "__main__":  # python -m node.disk_watch DATA_DIR
+    import sys
+
+    for k, v in _bench(Path(sys.argv[1])).items():
+        print(f"{k:10s} {v:8.1f} us")
