@@ -263,9 +263,16 @@ def running_cluster(directory: Path, **options: Any) -> Iterator[LocalCluster]:
     """A cluster configured by write_test_config(directory, **options), up for the block;
     its nodes' logs are printed if the block fails, and it is killed after."""
     written = write_test_config(directory, **options)
-    lc = LocalCluster(written.config, written.path, progress=_progress)
-    try:
+    with killed_after(LocalCluster(written.config, written.path, progress=_progress)) as lc:
         lc.up()
+        yield lc
+
+
+@contextlib.contextmanager
+def killed_after(lc: LocalCluster) -> Iterator[LocalCluster]:
+    """`lc` for the block (its nodes started by the block); their logs are printed if the
+    block fails, and every node is killed after."""
+    try:
         yield lc
     except BaseException:
         print_logs(lc)

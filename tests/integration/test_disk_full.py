@@ -23,7 +23,7 @@ from chaos.smallfs import SmallFs, available, fill_to
 from client import Client, InsufficientStorage
 from cluster.supervisor import LocalCluster
 from node.fatal import REPORT_NAME
-from tests.integration.cluster_fixture import print_logs, running_cluster, write_test_config
+from tests.integration.cluster_fixture import killed_after, running_cluster, write_test_config
 
 ok, why = available()
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(not ok, reason=why)]
@@ -109,43 +109,36 @@ def test_a_node_whose_disk_fills_anyway_says_why_and_rejoins(tmp_path: Path) -> 
     the next 1 MiB entry, so it stops, saying so; the other two go on. Given space back
     and restarted, it catches up and reports why it stopped."""
     written = write_test_config(tmp_path)
-    lc = LocalCluster(written.config, written.path)
     victim = "node-2"
-    small = lc.data_dir(victim)
-    try:
-        with SmallFs(small, 32 * MIB):
-            for n in ("node-0", "node-1"):  # a leader among these two first
-                lc.start_node(n)
-            _wait("a leader", lambda: lc.leader_id() in ("node-0", "node-1"))
-            lc.start_and_wait(victim)
-            urls = [lc.url(n) for n in ("node-0", "node-1")]
-            with Client(urls) as c:
-                c.put("before", b"b")
-                ballast = fill_to(small, 512 * 1024)  # "another process" fills the disk
-                acked = {}
-                for i in range(4):
-                    acked[f"big{i}"] = os.urandom(MIB)
-                    c.put(f"big{i}", acked[f"big{i}"])  # the two others are a quorum
-                _wait(f"{victim} stops", lambda: not lc.is_running(victim), timeout=30)
-                log = lc.log_tail(victim, 60)
-                assert "No space left on device" in log and "Free space there" in log, log
-                report = json.loads((small / REPORT_NAME).read_text())
-                assert report["disk_full"] is True, report
-                ballast.unlink()  # space is back
-                lc.start_and_wait(victim, timeout=60)
-                st = lc.status(victim)
-                assert st["storage"]["last_stop"]["disk_full"] is True, st["storage"]
-                with Client([lc.url(victim)]) as mine:
-                    _wait(
-                        f"{victim} caught up",
-                        lambda: mine.status(lc.url(victim))["revision"] >= c.status()["revision"],
-                    )
-                    for key, value in acked.items():
-                        assert mine.get(key, consistency="serializable").value == value
-                    assert mine.get("before", consistency="serializable").value == b"b"
-    except BaseException:
-        print_logs(lc)
-        raise
-    finally:
-        lc.kill_all()
-        lc.close()
+    small = written.config.node_data_dir(victim)
+    # Killed before the filesystem under node-2 is unmounted.
+    with SmallFs(small, 32 * MIB), killed_after(LocalCluster(written.config, written.path)) as lc:
+        for n in ("node-0", "node-1"):  # a leader among these two first
+            lc.start_node(n)
+        _wait("a leader", lambda: lc.leader_id() in ("node-0", "node-1"))
+        lc.start_and_wait(victim)
+        urls = [lc.url(n) for n in ("node-0", "node-1")]
+        with Client(urls) as c:
+            c.put("before", b"b")
+            ballast = fill_to(small, 512 * 1024)  # "another process" fills the disk
+            acked = {}
+            for i in range(4):
+                acked[f"big{i}"] = os.urandom(MIB)
+                c.put(f"big{i}", acked[f"big{i}"])  # the two others are a quorum
+            _wait(f"{victim} stops", lambda: not lc.is_running(victim), timeout=30)
+            log = lc.log_tail(victim, 60)
+            assert "No space left on device" in log and "Free space there" in log, log
+            report = json.loads((small / REPORT_NAME).read_text())
+            assert report["disk_full"] is True, report
+            ballast.unlink()  # space is back
+            lc.start_and_wait(victim, timeout=60)
+            st = lc.status(victim)
+            assert st["storage"]["last_stop"]["disk_full"] is True, st["storage"]
+            with Client([lc.url(victim)]) as mine:
+                _wait(
+                    f"{victim} caught up",
+                    lambda: mine.status(lc.url(victim))["revision"] >= c.status()["revision"],
+                )
+                for key, value in acked.items():
+                    assert mine.get(key, consistency="serializable").value == value
+                assert mine.get("before", consistency="serializable").value == b"b"
