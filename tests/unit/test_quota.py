@@ -181,3 +181,44 @@ def test_fresh_free_space_counts_only_writes_still_in_flight():
     assert answered.admit(MIB, growing=True, free_now=13 * MIB) is None  # 13 - 2
     assert waiting.admit(MIB, growing=True, free_now=13 * MIB) is not None  # 13 - 2 - 2
     assert waiting.check("n", [{"op": "delete"}], MIB, lambda: 0) == 0
+
+
+def test_disk_watch_counts_nodes_sharing_the_filesystem(tmp_path):
+    from node.disk_watch import DiskWatch
+
+    dirs = [tmp_path / f"node-{i}" for i in range(3)]
+    dirs[0].mkdir()
+    dirs[1].mkdir()  # node-2's dir does not exist here (another machine)
+    watch = DiskWatch(StorageQuota(GIB), dirs[0], 1.0)
+    watch.others = dirs[1:]
+    watch.measure()
+    assert watch.quota.sharing == 2 and watch.quota.free_bytes > 0
+
+
+def test_disk_watch_reclaims_once_per_compaction_while_tight(tmp_path):
+    import asyncio
+
+    from node.disk_watch import DiskWatch
+
+    (tmp_path / "data").write_bytes(b"x" * 10_000)
+    compact_rev, calls = [0], []
+    sq = StorageQuota(GIB, reserve_bytes=1)
+    watch = DiskWatch(sq, tmp_path, 0.01, lambda: compact_rev[0], lambda: calls.append(1))
+
+    async def scenario():
+        task = asyncio.create_task(watch.run())
+        await asyncio.sleep(0.1)
+        assert calls == []  # not tight: nothing to do
+        sq.configured_quota = 1  # every measurement now finds the quota exceeded
+        await asyncio.sleep(0.1)
+        assert calls == [] and sq.tight  # tight, but nobody compacted
+        compact_rev[0] = 7
+        for _ in range(500):  # generous: the reclaim runs in a worker thread
+            if calls:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # more measurements, still tight, same compaction
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert calls == [1]  # once for compaction 7, not once per measurement
