@@ -222,3 +222,11 @@ def test_disk_watch_reclaims_once_per_compaction_while_tight(tmp_path):
 
     asyncio.run(scenario())
     assert calls == [1]  # once for compaction 7, not once per measurement
+
+
+def test_client_maps_507_to_insufficient_storage_and_does_not_retry_it():
+    from client.errors import InsufficientStorage, error_class
+
+    assert error_class("insufficient_storage", 507) is InsufficientStorage
+    assert error_class(None, 507) is InsufficientStorage
+    assert not InsufficientStorage("full", code="insufficient_storage", status=507).retryable
