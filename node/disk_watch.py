@@ -80,6 +80,9 @@ class DiskWatch:
         self._reclaim = reclaim
         self._reclaimed_at = compact_revision()
         self._reclaiming: asyncio.Future | None = None
+        quota.on_raise = lambda reason: log.warning(
+            "NOSPACE alarm raised: %s; writes that add data get 507 until space is freed", reason
+        )
         # Other nodes' data dirs: those that exist here on the same filesystem share it.
         self.others: list[Path] = []
 
@@ -109,10 +112,7 @@ class DiskWatch:
         free, total = disk_free(self.data_dir)
         usage = dir_bytes(self.data_dir)
         self.quota.sample(Sample(usage, free, total, self._sharing()))
-        after = self.quota.alarm
-        if after and not before:
-            log.warning("NOSPACE alarm raised: %s; writes get 507 until space is freed", after)
-        elif before and not after:
+        if before and not self.quota.alarm:
             log.info("NOSPACE alarm cleared: %s", self._summary())
 
     def _sharing(self) -> int:

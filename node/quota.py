@@ -128,6 +128,8 @@ class StorageQuota:
         self.alarms_raised = 0
         # The report of the previous run's fatal stop (node/fatal.py), if it left one.
         self.last_stop: dict | None = None
+        # Called with the reason each time the alarm goes from cleared to raised (a log).
+        self.on_raise: Callable[[str], None] = lambda reason: None
 
     @property
     def margin(self) -> int:
@@ -183,9 +185,11 @@ class StorageQuota:
         return None
 
     def _raise(self, reason: str) -> None:
-        if self.alarm is None:
-            self.alarms_raised += 1
+        raised = self.alarm is None
         self.alarm = reason
+        if raised:
+            self.alarms_raised += 1
+            self.on_raise(reason)
 
     def admit(self, op_sizes: int, growing: bool, free_now: int | None = None) -> str | None:
         """None if a write of `op_sizes` bytes may be proposed, else why not (507).

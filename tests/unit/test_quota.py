@@ -55,6 +55,8 @@ def test_txn_grows_only_with_a_growing_branch_op():
 
 def test_admits_until_the_quota_then_raises_the_alarm():
     sq = quota(q=10 * MIB, usage=2 * MIB)
+    raised: list[str] = []
+    sq.on_raise = raised.append
     # Each 1 MiB write costs AMPLIFICATION MiB until the next measurement.
     admitted = 0
     while sq.admit(MIB, growing=True) is None:
@@ -66,6 +68,7 @@ def test_admits_until_the_quota_then_raises_the_alarm():
     assert sq.admit(1, growing=True) is not None
     assert sq.admit(MIB, growing=False) is None
     assert sq.status()["alarm"] == "nospace"
+    assert len(raised) == 1 and "quota" in raised[0]  # once: logged when it goes up
 
 
 def test_free_disk_under_the_reserve_refuses_even_under_the_quota():
