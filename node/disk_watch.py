@@ -27,6 +27,7 @@ from typing import Any
 
 from node.config import ClusterConfig
 from node.fatal import take_report
+from node.peer_storage import PeerStorage
 from node.quota import Sample, StorageQuota
 
 log = logging.getLogger("statekeeper.storage")
@@ -85,6 +86,7 @@ class DiskWatch:
         )
         # Other nodes' data dirs: those that exist here on the same filesystem share it.
         self.others: list[Path] = []
+        self.peers: PeerStorage | None = None  # polls the peers' alarms when set
 
     @classmethod
     def for_node(
@@ -103,6 +105,7 @@ class DiskWatch:
             lambda: (sm.reclaim(), compact_journal()),
         )
         watch.others = [cfg.node_data_dir(n.id) for n in cfg.nodes if n.id != node_id]
+        watch.peers = PeerStorage(quota, cfg, node_id, settings.check_interval_seconds)
         watch.measure()
         return watch
 
@@ -139,6 +142,14 @@ class DiskWatch:
             return None
 
     async def run(self) -> None:
+        peers = asyncio.create_task(self.peers.run()) if self.peers is not None else None
+        try:
+            await self._measure_forever()
+        finally:
+            if peers is not None:
+                peers.cancel()
+
+    async def _measure_forever(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.interval)

@@ -206,6 +206,12 @@ def _storage_schema() -> Schema:
             "description": "Why the previous run of this node stopped, if it stopped on a "
             "fatal error (time, message, exit_code, disk_full, free_bytes); else null.",
         },
+        "peer_alarms": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "description": "Peers (node id -> reason) whose NOSPACE alarm is raised: writes "
+            "that add data get 507 here too.",
+        },
     }
     return obj(props, tuple(props), "The storage quota and its NOSPACE alarm (node/quota.py).")
 

@@ -27,9 +27,11 @@ Alarm semantics (etcd's NOSPACE, with an automatic disarm):
   compaction, and on disk until RocksDB rewrites its files and raft snapshots its journal,
   which node/disk_watch.py asks for after a compaction while space is tight.
 
-The alarm is per node: each node refuses the writes it receives when ITS disk is over.
-All nodes hold the same data, so their usage is close; a follower whose disk fills anyway
-(another process filled it) stops with a log line saying why, and the other two go on.
+Each node raises its own alarm from its own disk, and refuses the writes it receives while
+its alarm or a peer's is raised (peers' alarms are polled, node/peer_storage.py): every
+entry lands on every node, so the alarm holds for the whole cluster, as etcd's does. A
+node whose disk fills anyway (another process filled it within a poll) stops with a log
+line saying why (node/fatal.py), and the others go on.
 
 The quota in force is min(quota_bytes, usage + free - reserve) at each measurement: never
 more than the disk can give. reserve_bytes 0 means 5 % of the filesystem, at least 64 MiB
@@ -128,6 +130,9 @@ class StorageQuota:
         self.alarms_raised = 0
         # The report of the previous run's fatal stop (node/fatal.py), if it left one.
         self.last_stop: dict | None = None
+        # Peers (node id -> reason) whose alarm is raised (node/peer_storage.py): their
+        # disks take every entry too, so growing writes are refused here as well.
+        self.peer_alarms: dict[str, str] = {}
         # Called with the reason each time the alarm goes from cleared to raised (a log).
         self.on_raise: Callable[[str], None] = lambda reason: None
 
@@ -198,6 +203,10 @@ class StorageQuota:
         fresh statvfs (it costs ~2 us), else the last measurement's."""
         if not growing:
             return None
+        if self.alarm is None and self.peer_alarms:
+            self.refused += 1
+            peer, why = next(iter(sorted(self.peer_alarms.items())))
+            return f"{peer} is out of space ({why})"
         fresh = free_now is not None
         free = free_now if fresh else self.free_bytes
         if free is None:
@@ -247,4 +256,5 @@ class StorageQuota:
             "reserve_bytes": self.reserve_bytes,
             "refused_writes": self.refused,
             "last_stop": self.last_stop,
+            "peer_alarms": dict(self.peer_alarms),
         }

@@ -262,7 +262,14 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
 def running_cluster(directory: Path, **options: Any) -> Iterator[LocalCluster]:
     """A cluster configured by write_test_config(directory, **options), up for the block;
     its nodes' logs are printed if the block fails, and it is killed after."""
-    written = write_test_config(directory, **options)
+    with running_cluster_of(write_test_config(directory, **options)) as lc:
+        yield lc
+
+
+@contextlib.contextmanager
+def running_cluster_of(written: WrittenConfig) -> Iterator[LocalCluster]:
+    """The cluster of a config written by write_test_config, up for the block (then as
+    running_cluster)."""
     with killed_after(LocalCluster(written.config, written.path, progress=_progress)) as lc:
         lc.up()
         yield lc

@@ -23,7 +23,12 @@ from chaos.smallfs import SmallFs, available, fill_to
 from client import Client, InsufficientStorage
 from cluster.supervisor import LocalCluster
 from node.fatal import REPORT_NAME
-from tests.integration.cluster_fixture import killed_after, running_cluster, write_test_config
+from tests.integration.cluster_fixture import (
+    killed_after,
+    running_cluster,
+    running_cluster_of,
+    write_test_config,
+)
 
 ok, why = available()
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(not ok, reason=why)]
@@ -42,6 +47,12 @@ def _wait(what: str, cond, timeout: float = 60.0) -> None:
 
 def _alarms(lc: LocalCluster) -> dict[str, str | None]:
     return {n: ((lc.status(n) or {}).get("storage") or {}).get("alarm") for n in lc.node_ids}
+
+
+def _all_clear(lc: LocalCluster) -> bool:
+    """No node has its alarm raised, nor knows of a peer's (writes that add data pass)."""
+    storage = [((lc.status(n) or {}).get("storage") or {}) for n in lc.node_ids]
+    return all(s and not s.get("alarm") and not s.get("peer_alarms") for s in storage)
 
 
 def _cli(*argv: str) -> str:
@@ -93,7 +104,7 @@ def test_quota_refuses_writes_before_any_node_dies(tmp_path: Path) -> None:
             for key in gone:
                 c.delete(key)
             c.compact(c.status()["revision"])
-            _wait("the alarm clears on every node", lambda: not any(_alarms(lc).values()))
+            _wait("the alarm clears on every node", lambda: _all_clear(lc))
             c.put("after", b"x" * MIB)  # writes work again
             for key in gone:
                 assert c.get(key, default=None) is None
@@ -108,11 +119,47 @@ def test_quota_refuses_writes_before_any_node_dies(tmp_path: Path) -> None:
         assert any("RocksDB flushed and compacted its files" in log for log in logs)
 
 
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_a_followers_full_disk_refuses_writes_on_every_node(tmp_path: Path, tls: bool) -> None:
+    """node-2 alone on a small filesystem, filled by another process to under its reserve:
+    its alarm is raised, and the leader (whose disk has room) refuses writes that add data
+    too, so the follower is not filled to death; reads and deletes go on; with the space
+    back the alarm clears everywhere and writes work. With TLS (mTLS required) the nodes
+    poll each other over HTTPS with their own certificates."""
+    written = write_test_config(tmp_path, tls=tls, client_auth="required" if tls else "none")
+    victim = "node-2"
+    small = written.config.node_data_dir(victim)
+    with SmallFs(small, 32 * MIB), running_cluster_of(written) as lc:
+        urls = [lc.url(n) for n in lc.node_ids if n != victim]
+        with Client(urls, tls=lc.tls) as c:
+            c.put("before", b"b")
+            ballast = fill_to(small, 4 * MIB)  # under the 8 MiB reserve of 32 MiB
+            _wait(f"{victim}'s alarm", lambda: _alarms(lc)[victim] == "nospace", timeout=30)
+
+            def refused() -> bool:
+                try:
+                    c.put("after", b"x" * 1024)
+                except InsufficientStorage as e:
+                    assert victim in e.message, e.message
+                    return True
+                return False
+
+            _wait("the other nodes refuse writes that add data", refused, timeout=30)
+            assert c.get("before").value == b"b"  # reads go on
+            c.delete("before")  # so do deletes
+            assert lc.is_running(victim)
+            ballast.unlink()
+            _wait("the alarm clears", lambda: _all_clear(lc), timeout=30)
+            assert not refused()  # writes work again
+
+
 def test_a_node_whose_disk_fills_anyway_says_why_and_rejoins(tmp_path: Path) -> None:
     """node-2 alone on a small filesystem that another process fills: it cannot journal
     the next 1 MiB entry, so it stops, saying so; the other two go on. Given space back
-    and restarted, it catches up and reports why it stopped."""
-    written = write_test_config(tmp_path)
+    and restarted, it catches up and reports why it stopped. The disk fills faster than
+    any node measures (an hour between measurements and peer polls): the alarm cannot
+    help, so this is the last line of defence."""
+    written = write_test_config(tmp_path, storage={"check_interval_seconds": 3600.0})
     victim = "node-2"
     small = written.config.node_data_dir(victim)
     # Killed before the filesystem under node-2 is unmounted.

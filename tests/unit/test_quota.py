@@ -233,3 +233,14 @@ def test_client_maps_507_to_insufficient_storage_and_does_not_retry_it():
     assert error_class("insufficient_storage", 507) is InsufficientStorage
     assert error_class(None, 507) is InsufficientStorage
     assert not InsufficientStorage("full", code="insufficient_storage", status=507).retryable
+
+
+def test_a_peers_alarm_refuses_growing_writes_here_too():
+    sq = quota(q=GIB)
+    sq.peer_alarms = {"node-2": "disk almost full: 3.0 MiB would be free"}
+    reason = sq.admit(MIB, growing=True, free_now=GIB)
+    assert reason is not None and reason.startswith("node-2 is out of space")
+    assert sq.admit(MIB, growing=False) is None  # deletes, compaction pass
+    assert sq.alarm is None and sq.status()["peer_alarms"] == sq.peer_alarms
+    sq.peer_alarms = {}
+    assert sq.admit(MIB, growing=True, free_now=GIB) is None
