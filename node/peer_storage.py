@@ -19,27 +19,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import ssl
 import urllib.request
 from typing import Any
 
 from node.config import ClusterConfig
 from node.quota import StorageQuota
-from node.tls import node_tls_files
+from node.tls import operator_tls_context
 
 log = logging.getLogger("statekeeper.storage")
-
-
-def _context(cfg: ClusterConfig, node_id: str) -> ssl.SSLContext | None:
-    """How this node reaches a peer's client port: trusting the cluster CA, presenting its
-    own certificate when the port asks for one. None when [tls] is off."""
-    if not cfg.tls.enabled:
-        return None
-    files = node_tls_files(cfg, node_id)
-    ctx = ssl.create_default_context(cafile=files.ca)
-    if cfg.tls.client_auth != "none":
-        ctx.load_cert_chain(files.cert, files.key)
-    return ctx
 
 
 class PeerStorage:
@@ -52,7 +39,7 @@ class PeerStorage:
         self.interval = interval
         self.urls = {n.id: cfg.url(n.id) for n in cfg.nodes if n.id != node_id}
         handlers: list[Any] = [urllib.request.ProxyHandler({})]
-        ctx = _context(cfg, node_id)
+        ctx = operator_tls_context(cfg, node_id)
         if ctx is not None:
             handlers.append(urllib.request.HTTPSHandler(context=ctx))
         self._opener = urllib.request.build_opener(*handlers)
