@@ -30,6 +30,7 @@ from cluster.supervisor import (
 )
 from node import config as node_config
 from node.config import FSYNC_MODES, ClusterConfig, ConfigError
+from node.pod_identity import node_id_from_hostname
 
 PROG = "statekeeper"
 DEFAULT_CONFIG = "cluster.toml"
@@ -128,9 +129,10 @@ TIMEOUT_ARG = arg(
 STOP_TIMEOUT_ARG = arg(
     "--stop-timeout",
     type=float,
-    default=10.0,
+    default=None,
     metavar="SECONDS",
-    help="how long a node may take to exit after SIGTERM before it gets SIGKILL (default: 10)",
+    help="how long a node may take to exit after SIGTERM before it gets SIGKILL "
+    "(default: the config's [http] shutdown_grace_seconds + 10, so 20 with the default grace)",
 )
 
 
@@ -394,10 +396,17 @@ def how_to_connect(cfg: ClusterConfig) -> str:
 @command(
     "node",
     help="run one node in the foreground (what 'cluster up' starts for each node)",
-    epilog="  statekeeper node --config cluster.toml --id node-0",
+    epilog="  statekeeper node --config cluster.toml --id node-0\n"
+    "  statekeeper node --config /etc/statekeeper/cluster.toml --id-from-hostname   # a pod",
     args=[
         CONFIG_ARG,
-        arg("--id", required=True, dest="node_id", metavar="NODE_ID", help="this node's id"),
+        arg("--id", dest="node_id", metavar="NODE_ID", help="this node's id"),
+        arg(
+            "--id-from-hostname",
+            action="store_true",
+            help="take the id from the hostname: a [[nodes]] id equal to it, or the one "
+            "ending in its StatefulSet ordinal (node-2, statekeeper-2 -> node-2)",
+        ),
         arg(
             "--unsafe-reads",
             action="store_true",
@@ -412,6 +421,13 @@ def cmd_node(args: argparse.Namespace) -> int:
     The node reads its ports, data directory and peers from the cluster config.
     """
     cfg = node_config.load(args.config)  # a bad file or id is reported before importing
+    if (args.node_id is None) == (not args.id_from_hostname):
+        raise UserError("give exactly one of --id NODE_ID and --id-from-hostname")
+    if args.id_from_hostname:
+        try:
+            args.node_id = node_id_from_hostname(cfg)
+        except ConfigError as e:
+            raise UserError(str(e)) from None
     check_node_id(cfg, args.node_id)
     # Imported here: `statekeeper cluster ...` must work without the node's dependencies loaded.
     try:
@@ -610,11 +626,16 @@ def cmd_start(args: argparse.Namespace) -> int:
     "cluster",
     "restart",
     help="stop one node gracefully, start it again, wait until ready",
-    epilog="  statekeeper cluster restart node-1",
+    epilog="  statekeeper cluster restart node-1\n"
+    "  for n in node-0 node-1 node-2; do statekeeper cluster restart $n; done  # rolling",
     args=[CONFIG_ARG, NODE_ARG, STOP_TIMEOUT_ARG, TIMEOUT_ARG],
 )
 def cmd_restart(args: argparse.Namespace) -> int:
-    """Restart one node: SIGTERM, wait for it to exit, start it, wait until ready."""
+    """Restart one node: SIGTERM, wait for it to exit, start it, wait until ready.
+
+    On SIGTERM the node finishes its requests in progress, answers new ones 503 (clients
+    retry on another node) and, if it leads, hands leadership over first (docs/protocol.md,
+    "Graceful shutdown"), so restarting every node in turn fails no client call."""
     lc, nid = load_node(args)
     lc.restart_node(nid, stop_timeout=args.stop_timeout, ready_timeout=args.timeout)
     return EXIT_OK
@@ -706,6 +727,7 @@ from cluster import (  # noqa: E402 (their groups register here)
     agent_cli,
     archive_cli,
     auth_cli,
+    backup_cli,
     crdt_cli,
     gc_cli,
     kv_cli,
@@ -728,6 +750,7 @@ tls_cli.register(command, arg, GROUPS)
 auth_cli.register(command, arg, GROUPS)
 kv_cli.register(command, arg, GROUPS)
 supervise_cli.register(command, CONFIG_ARG)
+backup_cli.register(command, arg, GROUPS)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,9 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 Progress = Callable[[str], None]
 StopOutcome = Literal["not running", "stopped", "killed"]
+# Seconds past a node's shutdown grace before the supervisor SIGKILLs it: the grace bounds
+# draining and the leadership hand-over; closing raft and RocksDB comes after it.
+STOP_MARGIN = 10.0
 
 
 class SupervisorError(RuntimeError):
@@ -479,11 +482,19 @@ class LocalCluster:
             time.sleep(0.05)
         return True
 
-    def stop_node(self, node_id: str, timeout: float = 10.0) -> StopOutcome:
-        """SIGTERM the node and wait; SIGKILL it (with a warning) after `timeout`."""
+    @property
+    def stop_timeout(self) -> float:
+        """The default wait before SIGKILL: the nodes' graceful stop may take up to
+        [http] shutdown_grace_seconds (node/shutdown.py), plus STOP_MARGIN to close."""
+        return self.config.http.shutdown_grace_seconds + STOP_MARGIN
+
+    def stop_node(self, node_id: str, timeout: float | None = None) -> StopOutcome:
+        """SIGTERM the node and wait; SIGKILL it (with a warning) after `timeout`
+        (default: stop_timeout)."""
         return self._stop_many([node_id], timeout)[node_id]
 
-    def _stop_many(self, node_ids: Sequence[str], timeout: float) -> dict[str, StopOutcome]:
+    def _stop_many(self, node_ids: Sequence[str], timeout: float | None) -> dict[str, StopOutcome]:
+        timeout = self.stop_timeout if timeout is None else timeout
         outcome: dict[str, StopOutcome] = {}
         pids: dict[str, int] = {}
         for nid in node_ids:
@@ -565,7 +576,7 @@ class LocalCluster:
         return pid
 
     def restart_node(
-        self, node_id: str, stop_timeout: float = 10.0, ready_timeout: float = 60.0
+        self, node_id: str, stop_timeout: float | None = None, ready_timeout: float = 60.0
     ) -> int:
         """Graceful stop (SIGKILL after stop_timeout), start, wait until ready."""
         self.stop_node(node_id, stop_timeout)
@@ -584,7 +595,7 @@ class LocalCluster:
         self.wait_ready(None, timeout=timeout)
         return pids
 
-    def down(self, timeout: float = 10.0) -> dict[str, StopOutcome]:
+    def down(self, timeout: float | None = None) -> dict[str, StopOutcome]:
         """SIGTERM every node, wait up to `timeout`, SIGKILL the rest (with a warning)."""
         return self._stop_many(self.node_ids, timeout)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Collection
 from decimal import Decimal
 from typing import Any
 
@@ -44,7 +45,15 @@ def _json_number(text: str) -> int | float:
     return float(text)
 
 
-def decode(body: bytes, fmt: str) -> dict:
+def decode(
+    body: bytes, fmt: str, op: str | None = None, ops_with_values: Collection[str] | None = None
+) -> dict:
+    """The request body as a dict; in JSON, values sent as base64 (`value_b64`, ...) are
+    bytes. With `ops_with_values` (the op names whose fields carry bytes, and "batch" for a
+    batch's body), only those objects are translated: the body itself when it is `op`, and
+    the items of its ops / success / failure lists by their own "op". Elsewhere a `value_b64` is an unknown
+    field like any other (dropped), not a base64 string that must decode: a request the
+    schema allows is not refused for a field its op does not have."""
     if not body:
         raise OpError("malformed_body", "the request body is empty; send a JSON or msgpack object")
     try:
@@ -62,7 +71,7 @@ def decode(body: bytes, fmt: str) -> dict:
     if not isinstance(obj, dict):
         raise OpError("malformed_body", "the body must be an object (a map)")
     if fmt == JSON:
-        _json_values_in(obj)
+        _json_values_in(obj, ops_with_values, top=op)
     return obj
 
 
@@ -109,9 +118,14 @@ def _json_value(d: dict, name: str = "value", compare: bool = False) -> None:
         d[name] = d[name].encode()
 
 
-def _json_values_in(obj: dict) -> None:
+def _json_values_in(
+    obj: dict, ops_with_values: Collection[str] | None = None, top: str | None = None
+) -> None:
     """JSON has no bytes: turn value / value_b64 of ops and compares, state / state_b64 of
-    CRDT merges, and data / data_b64 of stream events, into bytes."""
+    CRDT merges, and data / data_b64 of stream events, into bytes (see decode() for
+    `ops_with_values`; `top` is the op `obj` is, if the route says)."""
+    if ops_with_values is not None and top not in ops_with_values:
+        return
     _json_value(obj)
     _json_value(obj, "state")  # crdt_get's `state` is a bool: only a str is touched
     events = obj.get("events")
@@ -124,7 +138,7 @@ def _json_values_in(obj: dict) -> None:
         if isinstance(items, list):
             for item in items:
                 if isinstance(item, dict):
-                    _json_values_in(item)
+                    _json_values_in(item, ops_with_values, item.get("op"))
     compares = obj.get("compare")
     if isinstance(compares, list):
         for item in compares:

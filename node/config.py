@@ -85,6 +85,10 @@ class NodeConfig:
     # Where the raft server listens ("host:port"); empty: raft_address. Fault-injection
     # setups bind a wildcard so each peer link can use its own loopback address.
     raft_bind: str = ""
+    # Where the HTTP server listens ("host:port"); empty: host and http_port. A pod binds
+    # the wildcard so kubelet probes and `kubectl port-forward` (which dials localhost
+    # inside the pod) reach it, while peers and clients use `host`.
+    http_bind: str = ""
     # Peer id -> "host:port" this node dials to reach that peer (a proxy, or a per-link
     # address that iptables can cut); peers not listed are dialled at their raft_address.
     raft_dial: tuple[tuple[str, str], ...] = ()
@@ -92,6 +96,18 @@ class NodeConfig:
     @property
     def raft_address(self) -> str:
         return f"{self.host}:{self.raft_port}"
+
+    @property
+    def http_listen(self) -> tuple[str, int]:
+        """(host, port) the HTTP server binds."""
+        if not self.http_bind:
+            return self.host, self.http_port
+        host, sep, port = self.http_bind.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ConfigError(
+                f"node {self.id}: http_bind must be 'host:port', not {self.http_bind!r}"
+            )
+        return host, int(port)
 
     @property
     def http_url(self) -> str:
@@ -305,6 +321,7 @@ def validate(cfg: ClusterConfig) -> None:
         for peer, _ in n.raft_dial:
             if peer not in ids or peer == n.id:
                 raise ConfigError(f"{n.id}: raft_dial names {peer!r}, which is not another node")
+        n.http_listen  # noqa: B018 (raises ConfigError for a malformed http_bind)
     if cfg.fsync not in FSYNC_MODES:
         raise ConfigError(f"fsync must be one of {FSYNC_MODES}, not {cfg.fsync!r}")
     r = cfg.raft
@@ -317,6 +334,8 @@ def validate(cfg: ClusterConfig) -> None:
     h = cfg.http
     if h.max_connections < 1 or min(h.header_timeout, h.body_timeout, h.keepalive_timeout) <= 0:
         raise ConfigError("http: max_connections must be >= 1 and every timeout > 0")
+    if h.shutdown_grace_seconds <= 0:
+        raise ConfigError("http: shutdown_grace_seconds must be > 0")
     if h.max_header_bytes < 1024:
         raise ConfigError("http: max_header_bytes must be at least 1024")
     t = cfg.tls
@@ -492,7 +511,7 @@ def _node_table(n: NodeConfig) -> dict[str, Any]:
         "raft_port": n.raft_port,
         "http_port": n.http_port,
     }
-    for name in ("data_dir", "raft_bind"):  # left out when empty (the default)
+    for name in ("data_dir", "raft_bind", "http_bind"):  # left out when empty (the default)
         if getattr(n, name):
             table[name] = getattr(n, name)
     if n.raft_dial:

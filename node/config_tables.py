@@ -82,6 +82,10 @@ class HttpSettings:
     keepalive_timeout: float = 75.0
     # Bytes of request line + headers.
     max_header_bytes: int = 64 * 1024
+    # Seconds a node given SIGTERM may spend stopping gracefully: finishing the requests
+    # in progress and, if it leads, handing leadership over (node/shutdown.py). Then, or
+    # at a second SIGTERM/SIGINT, it stops at once (acknowledged writes are safe either way).
+    shutdown_grace_seconds: float = 10.0
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,9 @@ Names (each is documented where it is hit):
     raft-tick                    node/raft/syncobj.py: the start of every raft loop tick
                                  (sleep(S): a raft thread stuck in one step; the node's
                                  /v1/health/live answers 503 not_live, node/liveness.py)
+    shutdown-stall               node/shutdown.py, a switch (on): the graceful stop's
+                                 finish_requests step never ends (as if a request never
+                                 finished), so a test can send the second SIGTERM
     archive-segment-written      cluster/archive_cli.py (the archiver, not a node): the
                                  segment file is durable, its manifest not yet written
     archive-manifest-written     cluster/archive_cli.py: the manifest is durable, the
@@ -87,6 +90,7 @@ NAMES = (
     "journal-fsync",
     "read-barrier-skip",
     "raft-tick",
+    "shutdown-stall",
     "archive-segment-written",
     "archive-manifest-written",
     "archive-sealed",

@@ -14,6 +14,9 @@ from typing import Any
 from client.auth_tokens import parse_token, root_token
 from node import codec, liveness
 from node.authz import Authorizer, Principal
+from node.backup_ops import CONTENT_TYPE as BACKUP_TYPE
+from node.backup_ops import PATH as BACKUP_PATH
+from node.backup_ops import Backups
 from node.config import ClusterConfig
 from node.errors import OpError, status_for
 from node.http_limits import fd_budget
@@ -35,6 +38,9 @@ KV_OPS = ("put", "get", "delete", "range", "cas", "txn", "compact")
 # Ops with a route of their own (POST path -> op): /v1/streams/*, /v1/leases/*,
 # /v1/locks/*, /v1/crdt/*.
 OWN_ROUTES = {spec.path: name for name, spec in OPS.items() if name not in KV_OPS}
+# Bodies whose JSON may carry values as base64 (codec.decode): ops with byte fields, and a
+# batch (its ops). Any other body's `value_b64` is an unknown field, not a value to decode.
+_CARRY_VALUES = frozenset({"batch", *(name for name, spec in OPS.items() if spec.wired)})
 # Answered without a token even with [auth] enabled (docs/protocol.md).
 # /metrics too: see handle_metrics.
 OPEN_ROUTES = frozenset(
@@ -107,6 +113,7 @@ class Api:
             )
             auth_log.warning(warning)
             self.auth_status = {"enabled": False, "warning": warning}
+        self.backups = Backups(sm, cluster.name, node_id)
         # path template -> method -> handler
         self._methods: dict[str, dict[str, Any]] = {}
         for (method, path), handler in self.routes().items():
@@ -143,6 +150,7 @@ class Api:
             ("GET", "/v1/health/ready"): self.handle_ready,
             ("GET", "/v1/openapi.json"): self.handle_openapi,
             ("GET", "/metrics"): self.handle_metrics,
+            ("GET", BACKUP_PATH): self.handle_backup,
         }
 
     def _route(self, request: Request):
@@ -297,9 +305,9 @@ class Api:
         return self._respond({"error": err.to_dict()}, fmt, err.status)
 
     @staticmethod
-    def _body(request: Request) -> tuple[dict, str]:
+    def _body(request: Request, op: str) -> tuple[dict, str]:
         fmt = codec.pick_format(request.headers.get("content-type"), request.headers.get("accept"))
-        return codec.decode(request.body, fmt), fmt
+        return codec.decode(request.body, fmt, op, _CARRY_VALUES), fmt
 
     def _check_serving(self) -> None:
         if self.shutting_down:
@@ -338,7 +346,7 @@ class Api:
         return await self._handle_op(OWN_ROUTES[request.path], request)
 
     async def _handle_op(self, name: str, request: Request) -> Response:
-        body, fmt = self._body(request)
+        body, fmt = self._body(request, name)
         body["op"] = name
         if name == "auth_whoami":  # the caller's own token: nothing to read
             read_options(body)
@@ -380,7 +388,7 @@ class Api:
         return self._respond(result, fmt)
 
     async def handle_batch(self, request: Request) -> Response:
-        body, fmt = self._body(request)
+        body, fmt = self._body(request, "batch")
         consistency, min_rev = read_options(body)
         ops = validate_ops(body.get("ops"), self.limits)
         if self.authz is not None:  # a denied op fails the whole batch
@@ -421,7 +429,7 @@ class Api:
 
     async def handle_watch(self, request: Request) -> StreamedResponse:
         """POST /v1/watch: a long-lived stream of frames (node/watch.py)."""
-        body, fmt = self._body(request)
+        body, fmt = self._body(request, "watch")
         if self.authz is not None:
             await self._authorize_ops(request, [validate_watch(body, self.limits)])
         return await self.watches.open(body, fmt)
@@ -473,6 +481,19 @@ class Api:
             "revision": self.sm.revision,
             **storage_gauges(self.quota),
         }
+
+    async def handle_backup(self, request: Request) -> Response | StreamedResponse:
+        """GET /v1/admin/backup: the backup file, after a read barrier (node/backup_ops.py).
+        Needs admin on every namespace: it holds all of them, auth tokens included."""
+        if self.authz is not None:
+            self._authorize(request, "backup", {})
+        if request.method == "HEAD":  # the route is there and the caller may use it
+            return Response(200, b"", BACKUP_TYPE)
+        self._check_serving()
+        await self.reads.wait("linearizable", None)
+        meta, chunks = await self.backups.start()
+        head = (("X-Statekeeper-Revision", str(meta["revision"])),)
+        return StreamedResponse(200, BACKUP_TYPE, chunks, headers=head)
 
     async def handle_metrics(self, request: Request) -> Response:
         """GET /metrics: Prometheus exposition (text, or OpenMetrics when the Accept header

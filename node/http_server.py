@@ -16,6 +16,10 @@ for `stream_stall_seconds` gets `StreamStalled` thrown into the generator at its
 (it may yield one last chunk, say an overflow notice), and the connection is closed. When
 the client goes away the generator is cancelled; at `close()` it is cancelled too and the
 stream ends cleanly (last chunk, then the connection closes).
+
+Graceful shutdown (node/shutdown.py): `drain()` stops accepting, answers every request
+not yet started with a retryable 503 `unavailable` + Connection: close, and lets the
+requests in progress finish (`busy()` counts them); `close()` then drops what is left.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class HttpServer:
         self.connections: set[_HttpProtocol] = set()
         self._server: asyncio.base_events.Server | None = None
         self.closing = False
+        self.draining = ""  # set by drain(): the 503's message
         self.require_client_cert = False
 
     async def start(
@@ -128,6 +133,22 @@ class HttpServer:
         """The bound port (useful after start(host, 0))."""
         assert self._server is not None, "not started"
         return self._server.sockets[0].getsockname()[1]
+
+    def drain(self, message: str) -> None:
+        """Begin a graceful shutdown: stop accepting connections; from now on every request
+        not yet started gets 503 `unavailable` (`message`) with Connection: close, and an
+        answer in progress goes out with Connection: close. Idle connections stay open, so
+        a client's next request on one gets that clean, retryable 503 rather than a reset
+        it would have to read as "outcome unknown". Streamed answers end now."""
+        self.draining = message
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn._stop_stream()
+
+    def busy(self) -> int:
+        """Connections with a request in progress (drain() waits for these)."""
+        return sum(1 for c in self.connections if c._busy)
 
     async def close(self, grace: float = 5.0) -> None:
         """Stop accepting, close idle connections, wait up to `grace` s for busy ones."""
@@ -401,8 +422,12 @@ class _HttpProtocol(asyncio.Protocol):
         if self._busy or not self._queue or self._closed:
             return
         item = self._queue.popleft()
+        if self.server.draining and not isinstance(item, _Reject):
+            item = _Reject(503, "unavailable", self.server.draining)
         if isinstance(item, _Reject):
             resp = self.server.error_response(item.status, item.code, item.message)
+            if item.status == 503:
+                resp.headers = (("Retry-After", "0"),)
             self._write(resp, "GET", keep_alive=False, linger=self.limits.linger_seconds)
             return
         self._busy = True
@@ -416,11 +441,13 @@ class _HttpProtocol(asyncio.Protocol):
             resp = self.server.error_response(500, "internal", "internal error; see the node's log")
         streamed = isinstance(resp, StreamedResponse)
         if streamed:
-            keep_alive = await self._stream(resp, keep_alive and not self._close_when_idle)
+            keep_alive = await self._stream(
+                resp, keep_alive and not self._close_when_idle and not self.server.draining
+            )
         self._busy = False
         if self._closed:
             return
-        keep_alive = keep_alive and not self._close_when_idle
+        keep_alive = keep_alive and not self._close_when_idle and not self.server.draining
         if streamed:
             if not keep_alive:
                 self._close_streamed()

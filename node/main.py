@@ -23,6 +23,7 @@ from node.metrics import NodeMetrics
 from node.proposer import Proposer
 from node.raft import RaftNode
 from node.retention_gc import RetentionGC
+from node.shutdown import Shutdown
 from node.snapshot_file import fsync_dir
 from node.store import StateMachine
 from node.tls import client_port_context
@@ -123,8 +124,7 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     after_apply.append(api.reads.revisions.applied)
     http = api.server()
     await http.start(
-        me.host,
-        me.http_port,
+        *me.http_listen,
         client_port_context(cfg, node_id),
         require_client_cert=cfg.tls.enabled and cfg.tls.client_auth == "required",
     )
@@ -148,31 +148,42 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
         ).run()
     )
     disk_watch = asyncio.create_task(disk.run())
-    stop = asyncio.Event()
+    background = (ready_logger, lease_expiry, retention_gc, disk_watch)
+
+    def drain_api() -> None:
+        api.shutting_down = True  # readiness and every route answer 503 from now on
+        for task in background:
+            task.cancel()
+
     loop = asyncio.get_running_loop()
+    shutdown = Shutdown(
+        node_id,
+        http,
+        raft,
+        grace=cfg.http.shutdown_grace_seconds,
+        handover_timeout=2 * cfg.raft.election_timeout_max,
+        on_drain=drain_api,
+        release=[
+            lambda: proposer.fail_all(OpError("unavailable", f"{node_id} is shutting down")),
+            # Joins the raft thread (the journal is synced and closed), so no apply can
+            # race the store's close below.
+            lambda: loop.run_in_executor(None, raft.destroy),
+            sm.close,
+        ],
+    )
+    stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        # The first signal starts the graceful stop; a second one cuts it short.
+        loop.add_signal_handler(sig, lambda: shutdown.hurry() if stop.is_set() else stop.set())
     await stop.wait()
 
-    log.info("%s shutting down", node_id)
-    ready_logger.cancel()
-    lease_expiry.cancel()
-    retention_gc.cancel()
-    disk_watch.cancel()
-    api.shutting_down = True
-    # Hand leadership over first so the cluster does not wait an election timeout.
-    if raft.status().is_leader:
-        raft.transfer_leadership()
-        for _ in range(20):
-            await asyncio.sleep(0.05)
-            if not raft.status().is_leader:
-                break
-    proposer.fail_all(OpError("unavailable", f"{node_id} is shutting down"))
-    await http.close()
-    # Joins the raft thread, so no apply can race the close below.
-    await asyncio.get_running_loop().run_in_executor(None, raft.destroy)
-    sm.close()
-    log.info("%s stopped", node_id)
+    log.info(
+        "%s shutting down (grace %g s; a second SIGTERM/SIGINT stops it at once)",
+        node_id,
+        shutdown.grace,
+    )
+    outcome = await shutdown.run()
+    log.info("%s stopped (%s)", node_id, outcome)
     return 0
 
 

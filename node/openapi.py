@@ -456,6 +456,33 @@ class _Builder:
                 tag="meta",
                 node_header=False,
             ),
+            "/v1/admin/backup": {
+                "get": {
+                    "operationId": "backup",
+                    "tags": ["ops"],
+                    "summary": "A backup of the whole store at one revision (admin)",
+                    "description": "Taken after a read barrier, so it holds every write "
+                    "acknowledged before the request; streamed (chunked) in the backup file "
+                    "format of node/backup_file.py; header `X-Statekeeper-Revision` names its "
+                    "revision. Needs admin on every namespace. One at a time per node. "
+                    "`statekeeper backup --out FILE` fetches and checks it.",
+                    "responses": {
+                        "200": _response(
+                            "The backup file; `X-Statekeeper-Revision` (an integer) is its "
+                            "revision.",
+                            {
+                                "application/vnd.statekeeper.backup": {
+                                    "schema": {"type": "string", "format": "binary"}
+                                }
+                            },
+                        ),
+                        **self.error_responses(
+                            ("unauthenticated", "permission_denied", "unavailable", "timeout"),
+                            wires=("json",),
+                        ),
+                    },
+                }
+            },
             "/metrics": {
                 "get": {
                     "operationId": "metrics",

@@ -11,8 +11,13 @@ Interface (what the rest of the node uses):
     .progress()                  (seconds since the raft loop last ticked or applied, the
                                  longest such gap, restoring a snapshot?): node/liveness.py
     .on_leadership_lost(fn)      fn() called on the raft thread when this node stops leading
-    .transfer_leadership()
+    .transfer_leadership() -> str  any thread: one hand-over attempt at the raft thread's
+                                 next tick (denied while no follower has the whole log:
+                                 call again); returns how the previous attempt went
     .destroy()
+    write_seed_snapshot(cluster_config, node_id, index, write_body)
+                                 the raft snapshot a restored node starts from
+                                 (node/backup_seed.py)
 
 The package, one job per module:
     interface.py   SubmitError, RaftStatus, FSM (the state machine as raft sees it)
@@ -26,6 +31,7 @@ The package, one job per module:
     readindex.py   ReadIndexMixin of _SyncObj: leadership confirmed by one message round
     prevote.py     PreVoteMixin of _SyncObj
     log.py         _RaftLog: the journal as pysyncobj sees it
+    seed.py        write_seed_snapshot: a restored node's raft snapshot
     peers.py       _AuthenticatingEncryptor: AES-GCM peer messages
     tls_pipe.py    TlsPipe: sans-IO TLS (ssl.SSLObject over memory BIOs) for the raft port
 
@@ -131,6 +137,7 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
 from node.raft.interface import FSM, RaftStatus, SubmitError
 from node.raft.raft_node import RaftNode
 from node.raft.readindex import READ_INDEX_NOT_LEADER, READ_INDEX_NOT_YET
+from node.raft.seed import write_seed_snapshot
 from node.raft.syncobj import NEXT_NODE_IDX, PEER_PICKLE_PROTOCOL, replicated_command_size
 
 __all__ = [
@@ -143,4 +150,5 @@ __all__ = [
     "RaftStatus",
     "SubmitError",
     "replicated_command_size",
+    "write_seed_snapshot",
 ]

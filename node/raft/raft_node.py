@@ -286,10 +286,13 @@ class RaftNode:
             "raft_log_truncations": self._journal.truncations,
         }
 
-    def transfer_leadership(self) -> None:
-        """Ask the most caught-up follower to take over (used on graceful shutdown)."""
-        if self._obj._isLeader():
-            self._obj.transferLeadership()
+    def transfer_leadership(self) -> str:
+        """Any thread: ask the raft thread to hand leadership to the most caught-up
+        follower (graceful shutdown). One attempt, made at its next tick; it is denied
+        while no follower has the whole log, so call again until status() shows another
+        leader. Returns how the previous attempt went ("sent", "denied", "not leader", "")."""
+        self._obj.request_transfer()
+        return self._obj.last_transfer
 
     def destroy(self) -> None:
         self._obj.destroy_synchronous()  # also closes the journal

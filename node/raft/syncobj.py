@@ -107,6 +107,11 @@ def replicated_command_size(payload: bytes) -> int:
     return 1 + len(_pysyncobj_pickle.dumps((0, (payload,))))
 
 
+SNAPSHOT_FILE = "snapshot.bin"  # in the raft dir
+# pysyncobj's no-op entry (a new leader's first); a restored node's snapshot names two.
+NO_OP_COMMAND = bytes([_syncobj_module._COMMAND_TYPE.NO_OP])
+
+
 def build_conf(
     raft_dir: str,
     bind_address: str,
@@ -120,7 +125,7 @@ def build_conf(
     `r` ([raft] in the cluster config), snapshots through the three callbacks."""
     return SyncObjConf(
         journalFile=os.path.join(raft_dir, "journal.log"),
-        fullDumpFile=os.path.join(raft_dir, "snapshot.bin"),
+        fullDumpFile=os.path.join(raft_dir, SNAPSHOT_FILE),
         bindAddress=bind_address,
         appendEntriesUseBatch=False,
         appendEntriesBatchSizeBytes=MAX_MESSAGE_BYTES,
@@ -266,6 +271,11 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
         self._max_journal_bytes = max_journal_bytes
         self._flush_state_machine = flush_state_machine
         self._preflush_started: float | None = None
+        # Leadership transfer asked for by another thread (graceful shutdown); the raft
+        # thread acts on it at its next tick. last_transfer: what the last attempt did.
+        self._transfer_wanted = False
+        self._transfer_sent_at = -math.inf
+        self.last_transfer = ""
         # ReadIndex (Raft thesis 6.4): reads confirmed by a heartbeat round, no log entry.
         self._init_read_index()
         # Raft-loop progress for the liveness check (node/liveness.py): stamped by every
@@ -336,6 +346,9 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
         was_leader = self._isLeader()
         self._start_read_round()
         super()._onTick(timeToWait)
+        if self._transfer_wanted:
+            self._transfer_wanted = False
+            self._transfer_now()
         if was_leader and not self._isLeader():
             self._fail_read_rounds()
             for fn in self._leadership_lost:
@@ -345,6 +358,28 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
             self._leader_seen = leader
             self.leader_changes += 1
         self._answer_confirmed_reads()
+
+    def request_transfer(self) -> None:
+        """Any thread: try once, at the raft thread's next tick, to hand leadership to the
+        most caught-up follower (pysyncobj's TimeoutNow). pysyncobj denies it while no
+        follower has the leader's whole log, so the caller asks again until someone else
+        leads; last_transfer says how the last attempt went."""
+        self._transfer_wanted = True
+        self._SyncObj__pipeNotifier.notify()
+
+    def _transfer_now(self) -> None:
+        if not self._isLeader():
+            self.last_transfer = "not leader"
+            return
+        if time.monotonic() - self._transfer_sent_at < self._election_timeout_min:
+            return  # the target is electing itself: a TimeoutNow to another could split the vote
+
+        def done(_result, err) -> None:
+            self.last_transfer = "sent" if err == FAIL_REASON.SUCCESS else "denied"
+            if err == FAIL_REASON.SUCCESS:
+                self._transfer_sent_at = time.monotonic()
+
+        self.transferLeadership(callback=done)
 
     def _checkCommandsToApply(self) -> None:
         # This is where the leader appends queued commands (its own and forwarded ones):

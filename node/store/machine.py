@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -45,6 +47,9 @@ class StateMachine:
         self._wopts.sync = sync_writes
         self._packer = msgpack.Packer(use_bin_type=True)
         self._handle = HandleLock()
+        # Held by each apply and by backup_checkpoint(): a backup taken off the raft
+        # thread still sits between two applies.
+        self._apply_lock = threading.Lock()
         self._db: Rdict | None = None
         snapshot.recover_swap(self.path)
         self._open()
@@ -108,7 +113,7 @@ class StateMachine:
 
     def apply(self, index: int, entry: bytes) -> list[dict] | None:
         """Apply one committed raft entry; None if `index` was already applied."""
-        with self._handle.use:
+        with self._handle.use, self._apply_lock:
             if index <= self._meta.applied_index:
                 return None
             return self._apply(index, entry)
@@ -223,6 +228,19 @@ class StateMachine:
         """
         with self._handle.use:
             return snapshot.checkpoint(self._db, self.path)
+
+    def backup_checkpoint(self) -> tuple[Path, float]:
+        """checkpoint() for a backup, from any thread: (directory, seconds applies waited).
+
+        Flushes first without the lock (applies go on), then holds the apply lock for the
+        checkpoint alone, so the raft thread waits only for the hard links of the files
+        (node/backup_ops.py notes the pause measured)."""
+        self.flush()
+        with self._handle.use:
+            started = time.monotonic()
+            with self._apply_lock:
+                work = snapshot.checkpoint(self._db, self.path)
+            return work, time.monotonic() - started
 
     @staticmethod
     def write_checkpoint(work: Path, f: BinaryIO) -> None:

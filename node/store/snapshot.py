@@ -6,7 +6,8 @@ RocksDB checkpoint. Raft wraps it in its own snapshot file (node/snapshot_file.p
 
 Restoring extracts to "<db>.restore", then swaps directories: "<db>" -> "<db>.old",
 new -> "<db>"; recover_swap(), run before the DB is opened, finishes or rolls back a
-swap a crash interrupted.
+swap a crash interrupted, and removes checkpoint directories ("<db>.ckpt-*") a crash
+left behind.
 """
 
 from __future__ import annotations
@@ -149,3 +150,7 @@ def recover_swap(db_path: Path) -> None:
         else:
             os.replace(old, db_path)  # the new DB never arrived: keep the old one
     shutil.rmtree(sibling(db_path, ".restore"), ignore_errors=True)
+    # Checkpoints (a raft snapshot's or a backup's) live only while this process packs
+    # them: any found before the DB is opened were left by a crash mid-way.
+    for leftover in db_path.parent.glob(db_path.name + ".ckpt-*"):
+        shutil.rmtree(leftover, ignore_errors=True)

@@ -262,23 +262,24 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
 def running_cluster(directory: Path, **options: Any) -> Iterator[LocalCluster]:
     """A cluster configured by write_test_config(directory, **options), up for the block;
     its nodes' logs are printed if the block fails, and it is killed after."""
-    with running_cluster_of(write_test_config(directory, **options)) as lc:
+    written = write_test_config(directory, **options)
+    with running(LocalCluster(written.config, written.path, progress=_progress)) as lc:
         yield lc
 
 
 @contextlib.contextmanager
-def running_cluster_of(written: WrittenConfig) -> Iterator[LocalCluster]:
-    """The cluster of a config written by write_test_config, up for the block (then as
-    running_cluster)."""
-    with killed_after(LocalCluster(written.config, written.path, progress=_progress)) as lc:
+def running(lc: LocalCluster) -> Iterator[LocalCluster]:
+    """`lc` started for the block; its nodes' logs are printed if the block fails, and it
+    is killed after (for a cluster whose config a test prepared itself)."""
+    with killed_after(lc):
         lc.up()
         yield lc
 
 
 @contextlib.contextmanager
 def killed_after(lc: LocalCluster) -> Iterator[LocalCluster]:
-    """`lc` for the block (its nodes started by the block); their logs are printed if the
-    block fails, and every node is killed after."""
+    """`lc` for the block (a test that starts its nodes itself); their logs are printed if
+    the block fails, and every node is killed after."""
     try:
         yield lc
     except BaseException:

@@ -25,8 +25,8 @@ from cluster.supervisor import LocalCluster
 from node.fatal import REPORT_NAME
 from tests.integration.cluster_fixture import (
     killed_after,
+    running,
     running_cluster,
-    running_cluster_of,
     write_test_config,
 )
 
@@ -129,7 +129,7 @@ def test_a_followers_full_disk_refuses_writes_on_every_node(tmp_path: Path, tls:
     written = write_test_config(tmp_path, tls=tls, client_auth="required" if tls else "none")
     victim = "node-2"
     small = written.config.node_data_dir(victim)
-    with SmallFs(small, 32 * MIB), running_cluster_of(written) as lc:
+    with SmallFs(small, 32 * MIB), running(LocalCluster(written.config, written.path)) as lc:
         urls = [lc.url(n) for n in lc.node_ids if n != victim]
         with Client(urls, tls=lc.tls) as c:
             c.put("before", b"b")

@@ -1,21 +1,18 @@
 """Structural checks of docker-compose.yml, Dockerfile and docker/cluster.toml.
 
-There is no Docker engine here, so the files are only parsed and cross-checked.
-PyYAML is used when installed; otherwise a small loader for the block-YAML subset
-that docker-compose.yml keeps to (mappings, lists, quoted/plain scalars, JSON-style
-flow lists). If the compose file outgrows that subset, this loader fails loudly:
-keep to it, or add pyyaml to the test extra.
+There is no Docker engine here, so the files are parsed (PyYAML) and cross-checked;
+tests/unit/test_deploy_tools.py runs `docker-compose config` and hadolint on them.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from node import config as node_config
 
@@ -26,104 +23,8 @@ CONFIG_IN_CONTAINER = "/etc/statekeeper/cluster.toml"
 DATA_IN_CONTAINER = "/var/lib/statekeeper"
 
 
-class SubsetError(ValueError):
-    pass
-
-
-def _scalar(text: str, lineno: int) -> Any:
-    if text.startswith('"') or text.startswith("["):
-        try:
-            return json.loads(text)  # double-quoted YAML scalars and flow lists as used here
-        except ValueError as e:
-            raise SubsetError(f"line {lineno}: unsupported quoted/flow value {text!r}") from e
-    if text.startswith("'"):
-        if not text.endswith("'") or len(text) < 2:
-            raise SubsetError(f"line {lineno}: unterminated string")
-        return text[1:-1].replace("''", "'")
-    if text[:1] in "{&*!|>%@`":
-        raise SubsetError(f"line {lineno}: {text[0]!r} is outside the supported YAML subset")
-    text = re.split(r"\s+#", text, maxsplit=1)[0].rstrip()
-    if re.fullmatch(r"-?\d+", text):
-        return int(text)
-    return {"true": True, "false": False, "null": None, "~": None}.get(text, text)
-
-
-def load_yaml_subset(source: str) -> Any:
-    lines: list[tuple[int, int, str]] = []  # (line number, indent, text)
-    for no, raw in enumerate(source.splitlines(), 1):
-        if "\t" in raw[: len(raw) - len(raw.lstrip())]:
-            raise SubsetError(f"line {no}: tab in indentation")
-        text = raw.strip()
-        if not text or text.startswith("#"):
-            continue
-        lines.append((no, len(raw) - len(raw.lstrip(" ")), text))
-
-    def block(i: int, indent: int) -> tuple[Any, int]:
-        if lines[i][2].startswith("- ") or lines[i][2] == "-":
-            return seq(i, indent)
-        return mapping(i, indent)
-
-    def nested(i: int, indent: int, no: int) -> tuple[Any, int]:
-        if i < len(lines) and lines[i][1] > indent:
-            return block(i, lines[i][1])
-        return None, i
-
-    def mapping(i: int, indent: int) -> tuple[dict[str, Any], int]:
-        out: dict[str, Any] = {}
-        while i < len(lines) and lines[i][1] == indent:
-            no, _, text = lines[i]
-            if text.startswith("-"):
-                raise SubsetError(f"line {no}: list item where a key was expected")
-            key, sep, rest = text.partition(": ")
-            if not sep:
-                if not text.endswith(":"):
-                    raise SubsetError(f"line {no}: expected 'key: value' or 'key:'")
-                key, rest = text[:-1], ""
-            key = _scalar(key, no)
-            if key in out:
-                raise SubsetError(f"line {no}: duplicate key {key!r}")
-            if rest.strip():
-                out[key], i = _scalar(rest.strip(), no), i + 1
-            else:
-                out[key], i = nested(i + 1, indent, no)
-        if i < len(lines) and lines[i][1] > indent:
-            raise SubsetError(f"line {lines[i][0]}: unexpected indentation")
-        return out, i
-
-    def seq(i: int, indent: int) -> tuple[list[Any], int]:
-        out: list[Any] = []
-        while i < len(lines) and lines[i][1] == indent and lines[i][2].startswith("-"):
-            no, _, text = lines[i]
-            item = text[1:].strip()
-            if not item:
-                value, i = nested(i + 1, indent, no)
-                out.append(value)
-                continue
-            if re.match(r"^[\w.-]+:(\s|$)", item):
-                raise SubsetError(f"line {no}: mappings inside lists are outside the subset")
-            out.append(_scalar(item, no))
-            i += 1
-        return out, i
-
-    if not lines:
-        return None
-    doc, end = block(0, lines[0][1])
-    if end != len(lines):
-        raise SubsetError(f"line {lines[end][0]}: unexpected indentation")
-    return doc
-
-
 def load_compose() -> dict[str, Any]:
-    text = COMPOSE.read_text()
-    doc = load_yaml_subset(text)
-    try:
-        import yaml
-    except ImportError:
-        return doc
-    # With PyYAML around, the real parser must agree with the subset loader.
-    real = yaml.safe_load(text)
-    assert real == doc
-    return real
+    return yaml.safe_load(COMPOSE.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -206,40 +107,6 @@ def test_dockerfile() -> None:
     assert re.search(r"^FROM python:3\.1[1-9]", text, re.M)
     assert "pip install" in text
     assert re.search(r'^ENTRYPOINT \["statekeeper"\]', text, re.M)
-
-
-# -- the subset loader itself ---------------------------------------------------------
-
-
-def test_subset_loader() -> None:
-    doc = load_yaml_subset(
-        "# c\n"
-        "a: 1\n"
-        "b:\n"
-        "  c: 'it''s'\n"
-        '  d: "x:y"\n'
-        "  e:\n"
-        "    - p\n"
-        '    - "q"\n'
-        '  f: ["CMD", "y"]\n'
-        "g:\n"
-        "h: plain text # comment\n"
-    )
-    assert doc == {
-        "a": 1,
-        "b": {"c": "it's", "d": "x:y", "e": ["p", "q"], "f": ["CMD", "y"]},
-        "g": None,
-        "h": "plain text",
-    }
-
-
-@pytest.mark.parametrize(
-    "bad",
-    ["a: 1\na: 2\n", "a:\n  - k: v\n", "a: &x 1\n", "a: 1\n    b: 2\n", "a: {b: 1}\n"],
-)
-def test_subset_loader_rejects_what_it_does_not_support(bad: str) -> None:
-    with pytest.raises(SubsetError):
-        load_yaml_subset(bad)
 
 
 def test_compose_runs_with_tls_and_auth_on(compose: dict[str, Any]) -> None:
