@@ -260,6 +260,10 @@ def _run(
             mount.mkdir()
             lazyfs = stack.enter_context(LazyFS(backing, mount, log_path=work / "lazyfs.log"))
             data_dir = mount / "data"
+        elif topology == "smallfs":  # a size-limited tmpfs (the disk-full fault)
+            from chaos.smallfs import SmallFs
+
+            data_dir = stack.enter_context(SmallFs(work / "smallfs", fault.fs_bytes)) / "data"
         cfg = fault.configure(base_config(opts, data_dir))
         if opts.auth:
             cfg = dataclasses.replace(cfg, auth=node_config.AuthSettings(enabled=True))

@@ -72,6 +72,7 @@ from chaos.workload_ops import WorkloadOps
 from client import (
     Compacted,
     Conflict,
+    InsufficientStorage,
     InvalidRequest,
     NotFound,
     RetryPolicy,
@@ -84,14 +85,17 @@ __all__ = ["Workload", "classify_error"]
 def classify_error(err: BaseException) -> tuple[str, bool]:
     """(error code, whether it proves the request was not submitted anywhere).
 
-    Only two answers prove it: the connection was refused before anything was sent
-    (``connection_failed``), or the node answered ``unavailable``/``not_ready`` with
-    HTTP 503 (the protocol says nothing was submitted). Everything else may have been.
+    Only these answers prove it: the connection was refused before anything was sent
+    (``connection_failed``), the node answered ``unavailable``/``not_ready`` with HTTP 503,
+    or ``insufficient_storage`` with 507 (the NOSPACE alarm refuses before proposing; the
+    protocol says nothing was submitted). Everything else may have been.
     """
     if isinstance(err, StatekeeperError):
         if err.code == "connection_failed":
             return err.code, True
         if err.code in ("unavailable", "not_ready") and err.status == 503:
+            return err.code, True
+        if err.code == "insufficient_storage" and err.status == 507:
             return err.code, True
         return err.code, False
     if isinstance(err, TimeoutError):
@@ -315,6 +319,9 @@ class Workload(WorkloadOps, StreamOps):
             except (InvalidRequest, Compacted) as e:
                 self._note(e.code)
                 return "fail", e
+            except InsufficientStorage as e:  # refused before proposing; the alarm stays a while
+                self._note(e.code)
+                return ("info" if maybe_submitted else "fail"), e
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - any other failure: maybe retry

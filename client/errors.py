@@ -409,6 +409,13 @@ class CacheStale(Unavailable):
     ``revision``, ``known_revision``, ``lag_seconds``, ``read_floor``). Retryable."""
 
 
+class InsufficientStorage(StatekeeperError):
+    """HTTP 507 ``insufficient_storage``: the node's NOSPACE alarm is raised (its storage
+    quota is reached or its disk almost full), so it refused a write that adds data. The
+    write was not applied. Not retried: it fails the same way until someone deletes or
+    compacts data (reads, deletes and compaction still work; the alarm then clears)."""
+
+
 class InvalidRequest(StatekeeperError, ValueError):
     """The request was rejected as invalid (HTTP 400/405/413/415/422); retrying will not help.
 
@@ -497,6 +504,7 @@ _BY_CODE: dict[str, type[StatekeeperError]] = {
     "future_revision": InvalidRequest,
     "method_not_allowed": InvalidRequest,
     "idempotency_key_reused": InvalidRequest,
+    "insufficient_storage": InsufficientStorage,
 }
 
 _BY_STATUS: dict[int, type[StatekeeperError]] = {
@@ -513,6 +521,7 @@ _BY_STATUS: dict[int, type[StatekeeperError]] = {
     502: Unavailable,
     503: Unavailable,
     504: Timeout,
+    507: InsufficientStorage,
 }
 
 

@@ -23,6 +23,7 @@ from cluster.supervisor import (
     LocalCluster,
     SupervisorError,
     http_get_json,
+    status_alarm,
     status_field,
     status_leader,
     status_role,
@@ -329,7 +330,9 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-STATUS_COLUMNS = ("NODE", "PID", "ROLE", "TERM", "LEADER", "COMMIT", "APPLIED", "REVISION", "URL")
+STATUS_COLUMNS = (
+    "NODE", "PID", "ROLE", "TERM", "LEADER", "COMMIT", "APPLIED", "REVISION", "ALARM", "URL",
+)  # fmt: skip
 
 
 def format_status_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -341,7 +344,7 @@ def format_status_table(rows: Sequence[dict[str, Any]]) -> str:
         if st is None:
             # Running but not answering (starting, paused, wedged) differs from down.
             role = "no answer" if row.get("running") else "down"
-            cells = [role, None, None, None, None, None]
+            cells = [role, None, None, None, None, None, None]
         else:
             cells = [
                 status_role(st),
@@ -350,6 +353,7 @@ def format_status_table(rows: Sequence[dict[str, Any]]) -> str:
                 status_field(st, "commit_index"),
                 status_field(st, "applied_index"),
                 status_field(st, "revision"),
+                status_alarm(st),
             ]
         table.append([row["id"], _cell(pid), *map(_cell, cells), row.get("url", "")])
     widths = [max(len(r[i]) for r in table) for i in range(len(STATUS_COLUMNS))]

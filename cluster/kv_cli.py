@@ -452,13 +452,16 @@ def cmd_member_list(args: argparse.Namespace) -> int:
 
 _SIZE_FIELDS = (("db_size", ("db_size_bytes", "db_size")),
                 ("journal_size", ("journal_size_bytes", "journal_bytes", "journal_size")))
+# The storage quota (node/quota.py): this node's data dir on disk, and the quota in force.
+_DISK_FIELDS = (("data_size", "usage_bytes"), ("quota_size", "quota_bytes"))
 
 
 def cmd_endpoint_status(args: argparse.Namespace) -> int:
     """GET /v1/status of each endpoint (one attempt each): node id, role, term, leader,
-    revision, raft applied index, compaction point (and db/journal sizes when the node
-    reports them). Exit 1 if an endpoint does not answer."""
-    from cluster.supervisor import status_field
+    revision, raft applied index, compaction point, storage alarm ("nospace" while writes
+    that add data get 507; docs/protocol.md#storage-quota), and sizes when the node reports
+    them. Exit 1 if an endpoint does not answer."""
+    from cluster.supervisor import status_alarm, status_field
 
     rows = []
     for url, st, err in _statuses(args):
@@ -466,14 +469,18 @@ def cmd_endpoint_status(args: argparse.Namespace) -> int:
         row = {"endpoint": url, "id": st.get("node_id"), "role": st.get("role"),
                "term": st.get("term"), "leader": st.get("leader"),
                "revision": st.get("revision"), "applied": st.get("applied_index"),
-               "compact_revision": st.get("compact_revision")}
+               "compact_revision": st.get("compact_revision"),
+               "alarm": status_alarm(st) if st else None}
         for name, fields in _SIZE_FIELDS:
             n = status_field(st, *fields)
             if n is not None:
                 row[name] = n
+        storage = st.get("storage") or {}
+        row.update((name, storage[key]) for name, key in _DISK_FIELDS if key in storage)
         rows.append({**row, "error": err or None})
     cols = [k for k in rows[0] if k != "error"] if rows else []
-    cols += [n for n, _ in _SIZE_FIELDS if n not in cols and any(n in r for r in rows)]
+    optional = [n for n, _ in (*_SIZE_FIELDS, *_DISK_FIELDS)]
+    cols += [n for n in optional if n not in cols and any(n in r for r in rows)]
     return _print_rows(args.write_out, rows, [*cols, "error"])
 
 

@@ -96,6 +96,12 @@ def status_field(status: dict[str, Any], *names: str) -> Any:
     return None
 
 
+def status_alarm(status: dict[str, Any]) -> str | None:
+    """The node's storage alarm ("nospace" while writes that add data get 507), or None."""
+    storage = status.get("storage")
+    return storage.get("alarm") if isinstance(storage, dict) else None
+
+
 def status_role(status: dict[str, Any]) -> str | None:
     role = status_field(status, "role", "state")
     if role is None and "is_leader" in status:

@@ -35,6 +35,7 @@ from node.config_tables import (
     Limits,
     RaftSettings,
     Retention,
+    StorageSettings,
     TlsSettings,
 )
 
@@ -52,6 +53,7 @@ __all__ = [
     "ClusterSection",
     "ConfigError",
     "HttpSettings",
+    "StorageSettings",
     "Limits",
     "NodeConfig",
     "RaftSettings",
@@ -140,6 +142,7 @@ class ClusterConfig:
     http: HttpSettings = field(default_factory=HttpSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
     # Directory the relative paths above are resolved against.
     base_dir: str = "."
     # Set by `load`: where the secret came from (never the secret itself), and warnings
@@ -188,6 +191,7 @@ class _ConfigFile:
     http: HttpSettings = field(default_factory=HttpSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
 
 
 _TYPE_WORDS = {
@@ -297,6 +301,7 @@ def parse(raw: dict, base_dir: str = ".") -> ClusterConfig:
         http=f.http,
         tls=f.tls,
         auth=f.auth,
+        storage=f.storage,
         base_dir=base_dir,
     )
     validate(cfg)
@@ -340,6 +345,12 @@ def validate(cfg: ClusterConfig) -> None:
         )
     if t.enabled and not (t.ca_file and t.cert_file and t.key_file):
         raise ConfigError("tls: enabled needs ca_file, cert_file and key_file")
+    st = cfg.storage
+    if st.quota_bytes < 1024 * 1024 or st.reserve_bytes < 0 or st.check_interval_seconds <= 0:
+        raise ConfigError(
+            "storage: quota_bytes must be at least 1 MiB, reserve_bytes >= 0 and "
+            "check_interval_seconds > 0"
+        )
     if not 1 <= cfg.limits.min_lease_ttl_ms <= 86_400_000:
         raise ConfigError("limits: min_lease_ttl_ms must be within 1..86400000 (one day)")
 
@@ -487,6 +498,7 @@ def dumps(cfg: ClusterConfig) -> str:
         "http": dataclasses.asdict(cfg.http),
         "tls": dataclasses.asdict(cfg.tls),
         "auth": dataclasses.asdict(cfg.auth),
+        "storage": dataclasses.asdict(cfg.storage),
         "nodes": [_node_table(n) for n in cfg.nodes],
     }
     return _HEADER + tomli_w.dumps(doc)

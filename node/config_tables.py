@@ -114,3 +114,19 @@ class AuthSettings:
     (node/authz.py). Off: every request is allowed, and each node says so at start."""
 
     enabled: bool = False
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """The [storage] table: the disk quota and its NOSPACE alarm (node/quota.py says how)."""
+
+    # Bytes this node's data dir may take (RocksDB + raft journal + snapshots) before
+    # writes that add data get 507 insufficient_storage; 2 GiB, etcd's default. Capped at
+    # what the disk has: usage + free - reserve.
+    quota_bytes: int = 2 * 1024**3
+    # Free bytes the filesystem must keep; 0 = max(64 MiB, 5 % of the filesystem). It must
+    # hold what lands between two measurements and a raft snapshot's copy of the DB.
+    reserve_bytes: int = 0
+    # Seconds between measurements of the data dir (a walk of a few dozen files and a
+    # statvfs on the HTTP loop: 0.2 ms for a 14-file dir, see node/disk_watch.py).
+    check_interval_seconds: float = 1.0

@@ -42,6 +42,9 @@ STATUS: dict[str, int] = {
     "archived": 410,  # get / read_stream of data archived to a cold-tier segment
     "unavailable": 503,
     "too_many_connections": 503,  # the node serves http.max_connections already
+    # A write that would grow the store while the node's NOSPACE alarm is raised (storage
+    # quota reached or disk almost full, node/quota.py); nothing was proposed.
+    "insufficient_storage": 507,
     "request_timeout": 408,  # a request's head or body did not arrive in time (closed)
     "not_ready": 503,  # GET /v1/health/ready
     "not_live": 503,  # GET /v1/health/live: the raft loop is stuck (node/liveness.py)

@@ -21,9 +21,10 @@ from node.config import ClusterConfig
 from node.errors import OpError, status_for
 from node.http_limits import fd_budget
 from node.http_server import HttpServer, Request, Response, ServerLimits, StreamedResponse
-from node.metrics import NodeMetrics, StatusCollector
+from node.metrics import NodeMetrics, StatusCollector, storage_gauges
 from node.ops import OPS, is_write, validate_op, validate_ops
 from node.proposer import Proposer
+from node.quota import StorageQuota
 from node.raft import RaftNode
 from node.reads import ReadPolicy, read_options
 from node.store import StateMachine
@@ -60,6 +61,8 @@ class Api:
         raft: RaftNode,
         proposer: Proposer,
         metrics: NodeMetrics | None = None,
+        quota: StorageQuota | None = None,
+        disk_free: Any = None,
     ):
         self.cluster = cluster
         self.node_id = node_id
@@ -70,6 +73,9 @@ class Api:
         self.timeout = cluster.raft.request_timeout
         self._urls = {n.id: cluster.url(n.id) for n in cluster.nodes}
         self.shutting_down = False
+        # The NOSPACE alarm (node/quota.py); disk_free: a fresh statvfs, or None.
+        self.quota = quota or StorageQuota(cluster.storage.quota_bytes)
+        self._disk_free = disk_free or (lambda: None)
         self.metrics = metrics or NodeMetrics()
         self.metrics.attach(
             StatusCollector(lambda: self.raft.status(), self._counters, self._sizes)
@@ -351,9 +357,13 @@ class Api:
             if self.authz is not None:
                 await self._authorize_ops(request, [op])
             self._check_serving()
-            result = await self._write_within_timeout(
-                self.proposer.write(op, request.content_length)
-            )
+            admitted = self.quota.check(self.node_id, [op], request.content_length, self._disk_free)
+            try:
+                result = await self._write_within_timeout(
+                    self.proposer.write(op, request.content_length)
+                )
+            finally:
+                self.quota.release(admitted)
         else:
             consistency, min_rev = read_options(body)
             op = validate_op(body, self.limits)
@@ -387,12 +397,18 @@ class Api:
         results: list[dict | None] = [None] * len(ops)
         if writes:
             self._check_serving()
-            size = (request.content_length) // max(1, len(ops))
-            done = await self._write_within_timeout(
-                asyncio.gather(
-                    *(self.proposer.write(op, size) for _, op in writes), return_exceptions=True
-                )
+            admitted = self.quota.check(
+                self.node_id, [op for _, op in writes], request.content_length, self._disk_free
             )
+            size = (request.content_length) // max(1, len(ops))
+            try:
+                done = await self._write_within_timeout(
+                    asyncio.gather(
+                        *(self.proposer.write(op, size) for _, op in writes), return_exceptions=True
+                    )
+                )
+            finally:
+                self.quota.release(admitted)
             for (i, _), r in zip(writes, done, strict=True):
                 results[i] = r
             _raise_unless_partly_applied(done)
@@ -443,6 +459,7 @@ class Api:
                 "entries_proposed": self.proposer.entries_proposed,
                 "ops_proposed": self.proposer.ops_proposed,
                 "auth": self.auth_status,
+                "storage": self.quota.status(),
             },
             fmt,
         )
@@ -452,6 +469,7 @@ class Api:
             **self.raft.counters(),
             "proposals": self.proposer.ops_proposed,
             "raft_entries_proposed": self.proposer.entries_proposed,
+            "storage_refused_writes": self.quota.refused,
         }
 
     def _sizes(self) -> dict[str, int]:
@@ -461,6 +479,7 @@ class Api:
             "rocksdb_memtable_bytes": memtables,
             "journal_size_bytes": self.raft.journal_size_bytes(),
             "revision": self.sm.revision,
+            **storage_gauges(self.quota),
         }
 
     async def handle_backup(self, request: Request) -> Response | StreamedResponse:

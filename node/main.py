@@ -12,8 +12,9 @@ import time
 from prometheus_client import disable_created_metrics
 
 from node import config as config_mod
-from node import failpoints, recovery
+from node import failpoints, fatal, recovery
 from node.cluster_clock import ClusterClock
+from node.disk_watch import DiskWatch
 from node.errors import OpError
 from node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
 from node.http_api import Api
@@ -67,6 +68,7 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     data_dir = cfg.node_data_dir(node_id)
     recovery.note_lost_state(data_dir)  # a lost disk: said loudly, then caught up
     data_dir.mkdir(parents=True, exist_ok=True)
+    fatal.report_to(data_dir)  # where a fatal stop leaves last_stop.json
     started = time.monotonic()
     # A corrupt RocksDB is moved aside and rebuilt from raft (node/recovery.py).
     sm = recovery.open_state_machine(
@@ -100,6 +102,8 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     log.info(
         "raft journal loaded in %.2f s (%s)", time.monotonic() - opened, raft.journal_summary()
     )
+    # The storage quota's NOSPACE alarm, fed by a timer (node/disk_watch.py, node/quota.py).
+    disk = DiskWatch.for_node(cfg, node_id, sm, raft.compact_journal)
     if cfg.fsync == "always":
         # A new directory entry is durable only once its parent is fsynced: without this a
         # power loss right after the first start can take the whole data dir with it.
@@ -116,7 +120,7 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     raft.on_leadership_lost(proposer.leadership_lost)
     if unsafe_reads:
         failpoints.enable("read-barrier-skip")
-    api = Api(cfg, node_id, sm, raft, proposer, metrics)
+    api = Api(cfg, node_id, sm, raft, proposer, metrics, disk.quota, disk.free_now)
     after_apply.append(api.reads.revisions.applied)
     http = api.server()
     await http.start(
@@ -143,7 +147,8 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
             sm, raft, clock, proposer, grace, cfg.retention.gc_interval_seconds
         ).run()
     )
-    background = (ready_logger, lease_expiry, retention_gc)
+    disk_watch = asyncio.create_task(disk.run())
+    background = (ready_logger, lease_expiry, retention_gc, disk_watch)
 
     def drain_api() -> None:
         api.shutting_down = True  # readiness and every route answer 503 from now on

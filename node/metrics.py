@@ -195,6 +195,7 @@ COUNTERS = {
     "read_index_rounds": "ReadIndex confirmation rounds this node sent as leader",
     "snapshots": "Snapshots this node wrote",
     "raft_log_truncations": "Journal truncations (a follower's conflicting suffix dropped)",
+    "storage_refused_writes": "Writes refused with 507 insufficient_storage (NOSPACE alarm)",
 }
 # Gauge families read at scrape time (keys of StatusCollector's sizes()).
 SIZES = {
@@ -202,7 +203,21 @@ SIZES = {
     "rocksdb_memtable_bytes": "RocksDB's memtables (property rocksdb.cur-size-all-mem-tables)",
     "journal_size_bytes": "Bytes of the raft journal file",
     "revision": "The store's revision",
+    "storage_alarm": "1 while the NOSPACE alarm is raised (writes that add data get 507)",
+    "storage_usage_bytes": "Bytes of this node's data dir on disk (RocksDB, journal, snapshots)",
+    "storage_quota_bytes": "The storage quota in force: min(quota_bytes, usage + free - reserve)",
+    "disk_free_bytes": "Free bytes of the data dir's filesystem at the last measurement",
 }
+
+
+def storage_gauges(quota: Any) -> dict[str, int]:
+    """The storage_* / disk_free_bytes values of SIZES from a node.quota.StorageQuota."""
+    return {
+        "storage_alarm": int(quota.alarm is not None),
+        "storage_usage_bytes": quota.usage_bytes,
+        "storage_quota_bytes": quota.quota_bytes,
+        "disk_free_bytes": quota.free_bytes or 0,
+    }
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -83,6 +83,7 @@ ERROR_WHEN: dict[str, str] = {
     "not_ready": "no leader known, or this node lags behind the leader's commit index",
     "not_live": "this node's raft loop has made no progress for [raft] live_stall_seconds (a stuck raft thread: restart the node)",
     "timeout": "a write whose outcome is unknown (it may still commit: retry with the same idempotency_key), or a serializable read whose min_revision was not reached within the request timeout",
+    "insufficient_storage": "the node's NOSPACE alarm is raised ([storage] quota_bytes reached, or the disk's free space under the reserve) and the write adds data (put, cas, append, merge, lease_grant, lock_acquire, retention_set, archive_restore, a txn with a put); nothing was proposed. Reads, deletes and compaction still work; the alarm clears once space is freed",
     "too_many_connections": "the node already serves [http] max_connections connections (the node answers, then closes the connection; retry later)",
     "client_certificate_required": '[tls] client_auth is "required" and the connection brought no client certificate (answered, then closed)',
     "request_timeout": "the request's head or body did not arrive within [http] header_timeout / body_timeout (the node answers, then closes the connection)",
@@ -120,7 +121,10 @@ _BODY_ERRORS = (
     "unauthenticated",
     "permission_denied",
 )
-_WRITE_ERRORS = (*_BODY_ERRORS, "key_too_large", "unavailable", "timeout")
+# insufficient_storage: only writes that add data (node/quota.py GROWING_OPS, txns with one).
+_WRITE_ERRORS = (
+    *_BODY_ERRORS, "key_too_large", "unavailable", "timeout", "insufficient_storage",
+)  # fmt: skip
 _READ_ERRORS = (
     *_BODY_ERRORS,
     "key_too_large",

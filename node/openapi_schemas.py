@@ -179,8 +179,41 @@ def _status_schema() -> Schema:
             ("enabled",),
             "Whether the client port checks bearer tokens (docs/protocol.md).",
         ),
+        "storage": _storage_schema(),
     }
     return obj(props, tuple(props))
+
+
+def _storage_schema() -> Schema:
+    size = "Bytes."
+    nullable_int = {"type": ["integer", "null"], "description": f"{size} Null: never measured."}
+    props = {
+        "alarm": {
+            "type": ["string", "null"],
+            "enum": ["nospace", None],
+            "description": "nospace while writes that add data get 507 insufficient_storage.",
+        },
+        "reason": {"type": ["string", "null"], "description": "Why the alarm is raised."},
+        "usage_bytes": int_schema(f"{size} This node's data dir on disk (last measurement)."),
+        "quota_bytes": int_schema(
+            f"{size} The quota in force: min(quota, usage + free - reserve)."
+        ),
+        "free_bytes": nullable_int,
+        "reserve_bytes": int_schema(f"{size} Free space the filesystem must keep."),
+        "refused_writes": int_schema("Writes refused with 507 since this node started."),
+        "last_stop": {
+            "type": ["object", "null"],
+            "description": "Why the previous run of this node stopped, if it stopped on a "
+            "fatal error (time, message, exit_code, disk_full, free_bytes); else null.",
+        },
+        "peer_alarms": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "description": "Peers (node id -> reason) whose NOSPACE alarm is raised: writes "
+            "that add data get 507 here too.",
+        },
+    }
+    return obj(props, tuple(props), "The storage quota and its NOSPACE alarm (node/quota.py).")
 
 
 # -- value-carrying results (one per wire) ------------------------------------------------

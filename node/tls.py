@@ -102,13 +102,15 @@ def raft_contexts(cfg: ClusterConfig, node_id: str) -> tuple[ssl.SSLContext, ssl
     return server, client
 
 
-def operator_tls_context(cfg: ClusterConfig) -> ssl.SSLContext | None:
-    """How a tool on a node's machine (the supervisor, the CLI) reaches the https port:
-    trusting the cluster CA and, when the port asks for client certificates, presenting
-    the first node's certificate (it carries clientAuth). None when [tls] is off."""
+def operator_tls_context(cfg: ClusterConfig, node_id: str | None = None) -> ssl.SSLContext | None:
+    """How a tool on a node's machine (the supervisor, the CLI), or a node itself (polling
+    its peers' status, node/peer_storage.py), reaches the https port: trusting the cluster
+    CA and, when the port asks for client certificates, presenting node `node_id`'s
+    certificate (the first node's by default; it carries clientAuth). None when [tls] is
+    off."""
     if not cfg.tls.enabled:
         return None
-    files = node_tls_files(cfg, cfg.nodes[0].id)
+    files = node_tls_files(cfg, node_id or cfg.nodes[0].id)
     ctx = ssl.create_default_context(cafile=files.ca)
     if cfg.tls.client_auth != "none":
         ctx.load_cert_chain(files.cert, files.key)

@@ -149,8 +149,8 @@ class Fault:
     """Base class: override start() / stop(); class attributes describe the fault."""
 
     name: ClassVar[str] = ""
-    kind: ClassVar[str] = "process"  # process | partition | proxy | failpoint | clock | none
-    topology: ClassVar[str] = "plain"  # plain | links | proxy | lazyfs
+    kind: ClassVar[str] = "process"  # process | partition | proxy | failpoint | clock | disk | none
+    topology: ClassVar[str] = "plain"  # plain | links | proxy | lazyfs | smallfs
     description: ClassVar[str] = ""
     # The cluster this fault needs (see the module docstring).
     min_nodes: ClassVar[int] = 3

@@ -7,6 +7,7 @@ from chaos.faults.base import Fault, NoFault
 from chaos.faults.clock import ClockJump
 from chaos.faults.crash import CrashFollowerFsync, CrashInstall, CrashSnapshot
 from chaos.faults.deposed import DeposedLeaderSnapshot
+from chaos.faults.disk import DiskFull
 from chaos.faults.partitions import (
     OneWayLoss,
     PacketLoss,
@@ -69,6 +70,7 @@ FAULTS: dict[str, type[Fault]] = {
         CrashFollowerFsync,
         ClockJump,
         DeposedLeaderSnapshot,
+        DiskFull,
     )
 }
 

@@ -206,6 +206,11 @@ class RaftNode:
     def journal_size_bytes(self) -> int:
         return self._journal.size_bytes
 
+    def compact_journal(self) -> None:
+        """Any thread: snapshot at the next tick and drop the journal entries it covers
+        (what deletes freed leaves the journal only then; node/disk_watch.py)."""
+        self._obj.forceLogCompaction()  # sets a flag the raft thread reads
+
     def journal_summary(self) -> str:
         """Entries and bytes of the raft journal (for start-up logs)."""
         j = self._journal

@@ -209,6 +209,17 @@ class StateMachine:
         except Exception as e:
             raise StorageError(f"RocksDB flush failed: {e}") from e
 
+    def reclaim(self) -> None:
+        """Flush, then compact every RocksDB file (any thread; applies go on meanwhile):
+        what deletes and compaction removed leaves the disk only when RocksDB rewrites its
+        files. Run under the NOSPACE alarm (node/disk_watch.py), like etcd's defrag."""
+        with self._handle.use:
+            try:
+                self._db.flush(True)
+                self._db.compact_range(None, None)
+            except Exception as e:
+                raise StorageError(f"RocksDB compaction failed: {e}") from e
+
     def checkpoint(self) -> Path:
         """A consistent checkpoint of the DB in a new directory (hard links: fast).
 

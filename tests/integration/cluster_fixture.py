@@ -44,6 +44,7 @@ _CONFIG_OPTIONS = {
     "tls",
     "client_auth",
     "auth",
+    "storage",
 } | {f.name for f in dataclasses.fields(node_config.RaftSettings)}
 _CLUSTER_OPTIONS = {"node_command", "env", "ready_timeout"}
 
@@ -62,6 +63,7 @@ def write_test_config(
     tls: bool = False,
     client_auth: str = "none",
     auth: bool = False,
+    storage: dict[str, Any] | None = None,
     **raft: Any,
 ) -> WrittenConfig:
     """Write `<directory>/cluster.toml` for `size` nodes on free loopback ports.
@@ -70,6 +72,7 @@ def write_test_config(
     tls: a CA and certificates in `<directory>/tls` (cluster.certs, with a client
     certificate `client-test`), [tls] on with `client_auth`; clients then need
     `ca=` (tls_env() gives the variables).
+    storage: [storage] settings (StorageSettings fields), e.g. {"reserve_bytes": 8 << 20}.
     Extra keyword arguments override RaftSettings fields.
     """
     ports = free_ports(2 * size)
@@ -86,6 +89,8 @@ def write_test_config(
     if gc_interval_seconds is not None:  # the leader's retention GC period
         retention = dataclasses.replace(cfg.retention, gc_interval_seconds=gc_interval_seconds)
         cfg = dataclasses.replace(cfg, retention=retention)
+    if storage:  # [storage]: the quota and its NOSPACE alarm
+        cfg = dataclasses.replace(cfg, storage=node_config.StorageSettings(**storage))
     if auth:  # [auth] enabled = true
         cfg = dataclasses.replace(cfg, auth=node_config.AuthSettings(enabled=True))
     if link_addresses:  # one loopback address per raft link, for iptables partitions
@@ -266,8 +271,16 @@ def running_cluster(directory: Path, **options: Any) -> Iterator[LocalCluster]:
 def running(lc: LocalCluster) -> Iterator[LocalCluster]:
     """`lc` started for the block; its nodes' logs are printed if the block fails, and it
     is killed after (for a cluster whose config a test prepared itself)."""
-    try:
+    with killed_after(lc):
         lc.up()
+        yield lc
+
+
+@contextlib.contextmanager
+def killed_after(lc: LocalCluster) -> Iterator[LocalCluster]:
+    """`lc` for the block (a test that starts its nodes itself); their logs are printed if
+    the block fails, and every node is killed after."""
+    try:
         yield lc
     except BaseException:
         print_logs(lc)

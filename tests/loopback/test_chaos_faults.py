@@ -19,7 +19,7 @@ EXPECTED = {
     "proxy-latency", "proxy-bandwidth", "proxy-blackhole", "proxy-reset-peer",
     "proxy-slow-close", "proxy-limit-data", "proxy-slicer", "proxy-down",
     "crash-snapshot", "crash-install", "crash-follower-fsync", "clock-jump",
-    "deposed-leader-snapshot",
+    "deposed-leader-snapshot", "disk-full",
 }  # fmt: skip
 
 
@@ -28,8 +28,8 @@ def test_registry_names_descriptions_topologies() -> None:
     for name, cls in FAULTS.items():
         assert cls.name == name
         assert len(cls.description) > 20
-        assert cls.topology in ("plain", "links", "proxy", "lazyfs")
-        assert cls.kind in ("none", "process", "partition", "proxy", "failpoint", "clock")
+        assert cls.topology in ("plain", "links", "proxy", "lazyfs", "smallfs")
+        assert cls.kind in ("none", "process", "partition", "proxy", "failpoint", "clock", "disk")
         if cls.topology in ("plain", "proxy"):  # the others probe iptables / FUSE
             ok, why = cls.available()
             assert isinstance(ok, bool) and (ok or why)

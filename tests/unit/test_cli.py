@@ -307,6 +307,7 @@ SAMPLE_ROWS = [
             "commit_index": 1200,
             "applied_index": 1198,
             "revision": 986,
+            "storage": {"alarm": "nospace"},  # writes that add data get 507
         },
     },
     {"id": "node-2", "url": "http://127.0.0.1:7002", "pid": None, "running": False, "status": None},
@@ -317,11 +318,11 @@ SAMPLE_ROWS = [
 def test_status_table_formatting() -> None:
     table = cli.format_status_table(SAMPLE_ROWS)
     assert table == (
-        "NODE    PID   ROLE       TERM  LEADER  COMMIT  APPLIED  REVISION  URL\n"
-        "node-0  4242  leader     3     node-0  1200    1200     987       http://127.0.0.1:7000\n"
-        "node-1  4243  follower   3     node-0  1200    1198     986       http://127.0.0.1:7001\n"
-        "node-2  -     down       -     -       -       -        -         http://127.0.0.1:7002\n"
-        "node-3  99    no answer  -     -       -       -        -         http://127.0.0.1:7003"
+        "NODE    PID   ROLE       TERM  LEADER  COMMIT  APPLIED  REVISION  ALARM    URL\n"
+        "node-0  4242  leader     3     node-0  1200    1200     987       -        http://127.0.0.1:7000\n"
+        "node-1  4243  follower   3     node-0  1200    1198     986       nospace  http://127.0.0.1:7001\n"
+        "node-2  -     down       -     -       -       -        -         -        http://127.0.0.1:7002\n"
+        "node-3  99    no answer  -     -       -       -        -         -        http://127.0.0.1:7003"
     )
 
 
