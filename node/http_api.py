@@ -22,6 +22,7 @@ from node.metrics import NodeMetrics, StatusCollector
 from node.ops import OPS, is_write, validate_op, validate_ops
 from node.proposer import Proposer
 from node.raft import RaftNode
+from node.member_api import member_routes, member_url, status_fields
 from node.reads import ReadPolicy, read_options
 from node.store import StateMachine
 from node.watch import Watches
@@ -137,6 +138,7 @@ class Api:
             ("GET", "/v1/health/ready"): self.handle_ready,
             ("GET", "/v1/openapi.json"): self.handle_openapi,
             ("GET", "/metrics"): self.handle_metrics,
+            **member_routes(self),  # /v1/cluster/members/{add,remove}
         }
 
     def _route(self, request: Request):
@@ -419,7 +421,7 @@ class Api:
                 "role": st.role,
                 "term": st.term,
                 "leader": st.leader_id,
-                "leader_url": self._urls.get(st.leader_id) if st.leader_id else None,
+                "leader_url": self._urls.get(st.leader_id) or member_url(self, st.leader_id),
                 "commit_index": st.commit_index,
                 "applied_index": st.applied_index,
                 "leader_commit_index": st.leader_commit_index,
@@ -435,6 +437,7 @@ class Api:
                 "entries_proposed": self.proposer.entries_proposed,
                 "ops_proposed": self.proposer.ops_proposed,
                 "auth": self.auth_status,
+                **status_fields(self),
             },
             fmt,
         )

@@ -33,6 +33,8 @@ from node.cluster_clock import ClusterClock
 from node.config import RaftSettings
 from node.raft.interface import ApplyFn, Callback, SubmitError
 from node.raft.log import _entry_tuple, _RaftLog
+from node.raft.members import Member
+from node.raft.membership import MembershipMixin
 from node.raft.peers import _AuthenticatingEncryptor
 from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
 from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST, ReadIndexMixin
@@ -141,7 +143,8 @@ def build_conf(
         serializeChecker=serialize_checker,
         connectionRetryTime=0.3,
         connectionTimeout=max(1.0, 2 * r.election_timeout_max),
-        dynamicMembershipChange=False,
+        # Online membership change (membership.py takes over how changes are applied).
+        dynamicMembershipChange=True,
     )
 
 
@@ -231,13 +234,13 @@ logging.getLogger("pysyncobj.syncobj").addFilter(_TruncationLogFilter())
 _journal_patch_lock = threading.Lock()
 
 
-class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
+class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, SyncObj):
     """pysyncobj's SyncObj with this node's workarounds (listed in node/raft/__init__.py)."""
 
     def __init__(
         self,
         self_addr: str,
-        peers: list[TCPNode],
+        members: dict[str, Member],
         conf: SyncObjConf,
         apply_fn: ApplyFn,
         journal: _RaftLog,
@@ -247,6 +250,7 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
         max_journal_bytes: float = math.inf,
         flush_state_machine: Callable[[], None] = lambda: None,
         tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None,
+        make_node: Callable[[str, Member | None], TCPNode],
     ):
         # Everything the raft thread touches must exist before SyncObj.__init__ starts it.
         self._sk_tls = tls  # (accepting, dialling) contexts; read by _PeerTransport
@@ -268,11 +272,19 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
         self._preflush_started: float | None = None
         # ReadIndex (Raft thesis 6.4): reads confirmed by a heartbeat round, no log entry.
         self._init_read_index()
+        self._init_membership(self_addr, members, make_node)
+        peers = [self.node_for(m.to_dict()) for a, m in members.items() if a != self_addr]
         with _journal_patch_lock:
             original = _syncobj_module.createJournal
             _syncobj_module.createJournal = lambda _path: journal
             try:
-                super().__init__(self_addr, peers, conf=conf, transportClass=_PeerTransport)
+                super().__init__(
+                    self_addr,
+                    peers,
+                    conf=conf,
+                    nodeClass=self.node_for,
+                    transportClass=_PeerTransport,
+                )
             finally:
                 _syncobj_module.createJournal = original
         self._tolerate_full_wakeup_pipe()
