@@ -696,6 +696,7 @@ from cluster import (  # noqa: E402 (their groups register here)
     kv_cli,
     lease_cli,
     lock_cli,
+    members_cli,
     stream_cli,
     tls_cli,
     watch_cli,
@@ -712,6 +713,7 @@ archive_cli.register(command, arg, GROUPS)
 tls_cli.register(command, arg, GROUPS)
 auth_cli.register(command, arg, GROUPS)
 kv_cli.register(command, arg, GROUPS)
+members_cli.register(command, arg, GROUPS)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,14 @@ from node.config import ClusterConfig, NodeConfig
 
 Say = Callable[[str], None]
 # Codes worth another try (elsewhere or a moment later); anything else is final.
-RETRY_CODES = {"not_leader", "unavailable", "member_change_pending", "member_is_leader", 0}
+RETRY_CODES = {
+    "not_leader",
+    "unavailable",
+    "member_change_pending",
+    "member_is_leader",
+    "transfer_refused",
+    0,
+}
 
 
 class MemberChangeError(RuntimeError):
@@ -76,8 +83,10 @@ class Membership:
         node_command: Sequence[str] | None = None,
         env: dict[str, str] | None = None,
         timeout: float = 60.0,
+        token: str | None = None,
     ) -> None:
         self.path = Path(config_path)
+        self._token = token
         self.say = say
         self.node_command = node_command
         self.env = env
@@ -100,7 +109,7 @@ class Membership:
 
     @property
     def token(self) -> str:
-        return os.environ.get("STATEKEEPER_TOKEN") or root_token(self.cfg.secret)
+        return self._token or os.environ.get("STATEKEEPER_TOKEN") or root_token(self.cfg.secret)
 
     # -- looking at the cluster -------------------------------------------------------------
 
@@ -257,3 +266,17 @@ class Membership:
         members = ", ".join(m["id"] for m in doc.get("members", ()))
         self.say(f"{node_id}: gone from {self.path}; members: {members}")
         return doc
+
+    # -- leadership -----------------------------------------------------------------------
+
+    def transfer_leader(self, to: str) -> float:
+        """Hand leadership to member `to`; wait until it leads. Returns the seconds taken."""
+        started = time.monotonic()
+        deadline = started + self.timeout
+        while True:
+            if self.leader(deadline).get("node_id") == to:
+                took = time.monotonic() - started
+                self.say(f"{to}: leads ({took:.1f} s)")
+                return took
+            self.change("/v1/cluster/leader/transfer", {"to": to}, deadline)
+            time.sleep(0.3)

@@ -56,7 +56,8 @@ STATUS: dict[str, int] = {
     "member_not_found": 404,
     "member_change_pending": 409,  # one change at a time
     "member_is_leader": 409,  # the leader removes itself: leadership is moving; retry there
-    "member_unreachable": 409,  # nothing listens on the new member's raft port  # auth_token_create of an id that exists (draw a new token)
+    "member_unreachable": 409,
+    "transfer_refused": 409,  # leader transfer to a member not fully caught up: retry  # nothing listens on the new member's raft port  # auth_token_create of an id that exists (draw a new token)
     "timeout": 504,
     "internal": 500,
 }

@@ -3,12 +3,15 @@ the leader (node/raft/members.py has the rules; docs/protocol.md "Membership").
 
     POST /v1/cluster/members/add     {"id", "host", "raft_port", "http_port"}
     POST /v1/cluster/members/remove  {"id"}
+    POST /v1/cluster/leader/transfer {"to": id or null}: hand leadership over (sent, not
+                                     awaited: watch GET /v1/status)
     both answer {"members": [...], "leader": id} once the change is COMMITTED.
 
 Refusals change nothing: not_leader (421, `error.leader_url`), member_exists,
 member_not_found, member_change_pending (one change at a time), member_is_leader (the
 leader removes itself only after handing leadership over: the answer says leadership is
-moving; ask the new leader), member_unreachable (nothing listens on the new member's raft
+moving; ask the new leader), transfer_refused (the target has not replicated the whole
+log yet: retry), member_unreachable (nothing listens on the new member's raft
 port: a member that never comes up would count towards the quorum). A change queued but
 not committed within the request timeout answers `timeout`: its outcome is unknown (GET
 /v1/status's `members` tells).
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
 
 ADD_PATH = "/v1/cluster/members/add"
 REMOVE_PATH = "/v1/cluster/members/remove"
+TRANSFER_PATH = "/v1/cluster/leader/transfer"
 # How long the leader waits for a TCP connection to the new member's raft port.
 PROBE_TIMEOUT = 2.0
 
@@ -36,7 +40,11 @@ PROBE_TIMEOUT = 2.0
 def member_routes(api: Api) -> dict[tuple[str, str], Callable[[Request], Awaitable[Response]]]:
     """The routes this module adds to Api.routes()."""
     routes = MemberRoutes(api)
-    return {("POST", ADD_PATH): routes.add, ("POST", REMOVE_PATH): routes.remove}
+    return {
+        ("POST", ADD_PATH): routes.add,
+        ("POST", REMOVE_PATH): routes.remove,
+        ("POST", TRANSFER_PATH): routes.transfer,
+    }
 
 
 def members_view(api: Api) -> list[dict[str, Any]]:
@@ -82,13 +90,41 @@ class MemberRoutes:
         if not found:
             raise OpError("member_not_found", f"{node_id} is not a member")
         if node_id == self.api.node_id:
-            self.api.raft.transfer_leadership()
+            self.api.raft.request_transfer(None, lambda sent: None)
             raise OpError(
                 "member_is_leader",
                 f"{node_id} leads and cannot remove itself: leadership is being handed to "
                 "another member; send the removal to the new leader (GET /v1/status)",
             )
         return await self._change(REMOVE, found[0], fmt)
+
+    async def transfer(self, request: Request) -> Response:
+        """Hand leadership to `to` (a member id; absent or null: the most caught-up one)."""
+        body, fmt = self._admin_body(request, "leader_transfer")
+        if set(body) - {"to"}:
+            raise OpError("invalid_argument", f"unknown fields: {sorted(set(body) - {'to'})}")
+        to = body.get("to")
+        if to is not None and not isinstance(to, str):
+            raise OpError("invalid_argument", "to must be a member id (string) or null")
+        self._check_leader(pending_ok=True)
+        if to is not None and not any(m.id == to for m in self.api.raft.members()):
+            raise OpError("member_not_found", f"{to} is not a member")
+        if to == self.api.node_id:
+            return self.api._respond({"leader": to, "sent": False}, fmt)
+        loop = asyncio.get_running_loop()
+        sent: asyncio.Future[bool] = loop.create_future()
+        self.api.raft.request_transfer(
+            to, lambda ok: loop.call_soon_threadsafe(lambda: sent.done() or sent.set_result(ok))
+        )
+        async with asyncio.timeout(self.api.timeout):
+            ok = await sent
+        if not ok:
+            raise OpError(
+                "transfer_refused",
+                f"{to or 'no follower'} has not replicated the whole log yet (or this node "
+                "stopped leading); retry",
+            )
+        return self.api._respond({"leader": self.api.node_id, "sent": True}, fmt)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -100,7 +136,7 @@ class MemberRoutes:
             raise OpError("malformed_body", "the body must be an object")
         return body, fmt
 
-    def _check_leader(self) -> None:
+    def _check_leader(self, pending_ok: bool = False) -> None:
         api = self.api
         api._check_serving()
         if not api.raft.is_leader():
@@ -111,7 +147,7 @@ class MemberRoutes:
                 leader=leader,
                 leader_url=member_url(api, leader),
             )
-        if api.raft.member_change_pending():
+        if not pending_ok and api.raft.member_change_pending():
             raise OpError(
                 "member_change_pending",
                 "the previous membership change is not committed yet; one change at a time",

@@ -7,6 +7,7 @@ from chaos.faults.base import Fault, NoFault
 from chaos.faults.clock import ClockJump
 from chaos.faults.crash import CrashFollowerFsync, CrashInstall, CrashSnapshot
 from chaos.faults.deposed import DeposedLeaderSnapshot
+from chaos.faults.membership import MembershipChange
 from chaos.faults.partitions import (
     OneWayLoss,
     PacketLoss,
@@ -50,6 +51,7 @@ FAULTS: dict[str, type[Fault]] = {
         KillAll,
         WipeFollower,
         PowerLoss,
+        MembershipChange,
         PartitionLeader,
         PartitionFollower,
         PartitionMajorityMinority,

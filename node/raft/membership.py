@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+from collections import deque
 from collections.abc import Callable
 
 from node.raft.members import (
@@ -54,6 +55,7 @@ class MembershipMixin:
         self._sk_make_node = make_node  # (address, Member | None) -> pysyncobj node
         self._member_change_idx: int | None = None  # last membership entry's index
         self._member_refusal: MemberError | None = None
+        self._raft_calls: deque[Callable[[], None]] = deque()  # run_on_raft_thread
         self._journal.on_membership = self._on_membership_entry
         j = self._journal
         for i in range(len(j) - 1, -1, -1):  # the last membership entry (pending or not)
@@ -69,6 +71,30 @@ class MembershipMixin:
             member = Member.from_dict(spec)
             return self._sk_make_node(member.raft_address, member)
         return self._sk_make_node(spec, self.members.get(spec))
+
+    # -- hand-off -------------------------------------------------------------------------
+
+    def run_on_raft_thread(self, fn: Callable[[], None]) -> None:
+        """Run fn() on the raft thread at its next tick (pysyncobj is not thread-safe)."""
+        self._raft_calls.append(fn)
+
+    def _run_raft_calls(self) -> None:
+        while self._raft_calls:
+            try:
+                self._raft_calls.popleft()()
+            except Exception:
+                log.exception("a call handed to the raft thread failed")
+
+    def transfer_to(self, address: str | None, done: Callable[[bool], None]) -> None:
+        """Ask `address` (None: the most caught-up follower) to take over leadership;
+        done(True) once the request is sent, done(False) when pysyncobj refuses (not the
+        leader, or the target is not fully caught up). Any thread."""
+        from node.raft.syncobj import FAIL_REASON
+
+        def call() -> None:
+            self.transferLeadership(address, lambda _r, err: done(err == FAIL_REASON.SUCCESS))
+
+        self.run_on_raft_thread(call)
 
     # -- the leader's side ----------------------------------------------------------------
 

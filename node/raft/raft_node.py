@@ -302,13 +302,17 @@ class RaftNode:
             return
         self._obj.change_member(kind, member, done)
 
-    def member_match_index(self, raft_address: str) -> int | None:
-        """The leader's match index for that member (how far it has caught up), else None."""
-        match = self._obj._SyncObj__raftMatchIndex  # type: ignore[attr-defined]
-        for node, idx in list(match.items()):
-            if node.address == raft_address:
-                return idx
-        return None
+    def request_transfer(self, to_id: str | None, done: Callable[[bool], None]) -> None:
+        """Hand leadership to member `to_id` (None: the most caught-up follower), on the
+        raft thread; done(sent) there: False when this node is not the leader or the target
+        has not replicated the whole log yet (retry)."""
+        addr = None
+        if to_id is not None:
+            addr = next((a for a, m in self._obj.members.items() if m.id == to_id), None)
+            if addr is None:
+                done(False)
+                return
+        self._obj.transfer_to(addr, done)
 
     def counters(self) -> dict[str, int]:
         """Plain counters kept by raft, for metrics (read from any thread)."""

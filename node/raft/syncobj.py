@@ -332,6 +332,7 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, SyncObj):
             threading.Thread(target=self._flush_then_compact, name="preflush", daemon=True).start()
         self._prevote_tick()
         self._sweep_unauthenticated()
+        self._run_raft_calls()
         was_leader = self._isLeader()
         self._start_read_round()
         super()._onTick(timeToWait)
