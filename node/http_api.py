@@ -18,11 +18,11 @@ from node.config import ClusterConfig
 from node.errors import OpError, status_for
 from node.http_limits import fd_budget
 from node.http_server import HttpServer, Request, Response, ServerLimits, StreamedResponse
+from node.member_api import member_routes, member_url, status_fields
 from node.metrics import NodeMetrics, StatusCollector
 from node.ops import OPS, is_write, validate_op, validate_ops
 from node.proposer import Proposer
 from node.raft import RaftNode
-from node.member_api import member_routes, member_url, status_fields
 from node.reads import ReadPolicy, read_options
 from node.store import StateMachine
 from node.watch import Watches

@@ -10,6 +10,11 @@ Interface (what the rest of the node uses):
     .is_leader() / .leader_known() / .status() -> RaftStatus / .journal_summary()
     .on_leadership_lost(fn)      fn() called on the raft thread when this node stops leading
     .transfer_leadership()
+    .members() / .member_change_pending()
+    .change_member(kind, member, done)   online membership change, leader only: kind "add" or
+                                 "rem", member a members.Member; done(None | MemberError)
+                                 on the raft thread once committed / refused
+    .request_transfer(to_id, done)       leadership hand-over on the raft thread; done(sent)
     .destroy()
 
 The package, one job per module:
@@ -22,6 +27,9 @@ The package, one job per module:
     tls_connection.py  raft TLS as mixins (no pysyncobj import): TlsConnectionMixin of
                    syncobj._TlsConnection, TlsTransportMixin of _PeerTransport
     readindex.py   ReadIndexMixin of _SyncObj: leadership confirmed by one message round
+    members.py     Member, the membership entry format and the rule "members are a function
+                   of the log" (no pysyncobj, no I/O)
+    membership.py  MembershipMixin of _SyncObj: dynamic membership on pysyncobj's engine
     prevote.py     PreVoteMixin of _SyncObj
     log.py         _RaftLog: the journal as pysyncobj sees it
     peers.py       _AuthenticatingEncryptor: AES-GCM peer messages
@@ -121,6 +129,14 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   tests/unit/test_raft_tls_pipe.py; test_raft_tls.py (the write event:
   ::test_a_tls_cluster_replicates_and_a_large_entry_crosses_at_once, the claimed node:
   ::test_a_node_presenting_another_nodes_certificate_cannot_join, and the cluster tests)
+- dynamic membership: pysyncobj undoes membership changes after prevLogIdx on every
+  AppendEntries that does not extend the log's end (with our never-shortening journal it
+  would drop members whose entry is still there), and its "one change at a time" check never
+  fires (it never records the pending index). Changes are applied when the journal appends
+  their entry and undone when it truncates it; the leader refuses a change while the last
+  one is uncommitted; entries and snapshot headers carry each member's id and ports.
+  [members.py, membership.py, log.py, raft_node.py] Tests: tests/unit/test_members.py;
+  test_membership.py
 - entries carry the time of whichever node built them: the leader restamps every regular
   command it appends (node/cluster_clock.py bounds that time). [syncobj.py, log.py] Test:
   test_raft_defects.py::test_a_follower_clock_a_day_ahead_does_not_expire_idempotency

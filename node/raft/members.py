@@ -79,8 +79,6 @@ class Member:
             if type(v) is not int or not 1 <= v <= 65535:
                 raise MemberError("invalid_argument", f"{name} must be an integer 1..65535")
             ports.append(v)
-        if ports[0] == ports[1]:
-            raise MemberError("invalid_argument", "raft_port and http_port must differ")
         return cls(node_id, host, ports[0], ports[1])
 
 
