@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from node.errors import OpError
-from node.raft.members import ADD, REMOVE, Member, MemberError
+from node.raft.members import ADD, NODE_ID, REMOVE, Member, MemberError
 
 if TYPE_CHECKING:
     from node.http_api import Api
@@ -82,9 +82,7 @@ class MemberRoutes:
         body, fmt = self._admin_body(request, "member_remove")
         if set(body) - {"id"}:
             raise OpError("invalid_argument", f"unknown fields: {sorted(set(body) - {'id'})}")
-        node_id = body.get("id")
-        if not isinstance(node_id, str):
-            raise OpError("invalid_argument", "id (string) is required")
+        node_id = _node_id(body.get("id"), "id")
         self._check_leader()
         found = [m for m in self.api.raft.members() if m.id == node_id]
         if not found:
@@ -103,9 +101,7 @@ class MemberRoutes:
         body, fmt = self._admin_body(request, "leader_transfer")
         if set(body) - {"to"}:
             raise OpError("invalid_argument", f"unknown fields: {sorted(set(body) - {'to'})}")
-        to = body.get("to")
-        if to is not None and not isinstance(to, str):
-            raise OpError("invalid_argument", "to must be a member id (string) or null")
+        to = None if body.get("to") is None else _node_id(body["to"], "to")
         self._check_leader(pending_ok=True)
         if to is not None and not any(m.id == to for m in self.api.raft.members()):
             raise OpError("member_not_found", f"{to} is not a member")
@@ -176,6 +172,15 @@ class MemberRoutes:
             raise OpError(code, err.message)
         body = {"members": members_view(api), "leader": api.raft.status().leader_id}
         return api._respond(body, fmt)
+
+
+def _node_id(v: object, name: str) -> str:
+    """A node id, checked before anything else (a bad one is 400 on any node)."""
+    if not isinstance(v, str) or not NODE_ID.fullmatch(v):
+        raise OpError(
+            "invalid_argument", f"{name} must be a node id: 1-63 letters, digits, '.', '_', '-'"
+        )
+    return v
 
 
 def _member(body: dict) -> Member:

@@ -83,6 +83,8 @@ def member_schemas() -> dict[str, Schema]:
                 {
                     "to": {
                         "type": ["string", "null"],
+                        "pattern": NODE_ID.pattern,
+                        "maxLength": 63,
                         "description": "Member id to hand leadership to; null or absent: "
                         "the most caught-up follower.",
                     }

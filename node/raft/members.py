@@ -67,15 +67,17 @@ class Member:
         if unknown:
             raise MemberError("invalid_argument", f"unknown member fields: {sorted(unknown)}")
         node_id, host = d.get("id"), d.get("host")
-        if not isinstance(node_id, str) or not NODE_ID.match(node_id):
+        if not isinstance(node_id, str) or not NODE_ID.fullmatch(node_id):
             raise MemberError(
                 "invalid_argument", "id must be 1-63 letters, digits, '.', '_' or '-'"
             )
-        if not isinstance(host, str) or not HOST.match(host):
+        if not isinstance(host, str) or not HOST.fullmatch(host):
             raise MemberError("invalid_argument", "host must be a host name or IP address")
         ports = []
         for name in ("raft_port", "http_port"):
             v = d.get(name)
+            if type(v) is float and v.is_integer():  # JSON's 7100.0 is the integer 7100
+                v = int(v)
             if type(v) is not int or not 1 <= v <= 65535:
                 raise MemberError("invalid_argument", f"{name} must be an integer 1..65535")
             ports.append(v)
