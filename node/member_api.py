@@ -112,8 +112,11 @@ class MemberRoutes:
         self.api.raft.request_transfer(
             to, lambda ok: loop.call_soon_threadsafe(lambda: sent.done() or sent.set_result(ok))
         )
-        async with asyncio.timeout(self.api.timeout):
-            ok = await sent
+        try:
+            async with asyncio.timeout(self.api.timeout):
+                ok = await sent
+        except TimeoutError:
+            raise OpError("timeout", "the raft thread did not take the request in time") from None
         if not ok:
             raise OpError(
                 "transfer_refused",
