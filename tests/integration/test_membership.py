@@ -16,6 +16,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,18 @@ def _put_many(m: Membership, n: int) -> None:
     with Client(m.cfg.http_urls(), tls=m.lc.tls, token=m.token) as c:
         for i in range(n):
             c.put(f"k{i}", b"v" * 64)
+
+
+@pytest.fixture
+def membership(cluster: LocalCluster) -> Iterator[Membership]:
+    """Membership of the `cluster` fixture's cluster; nodes it added and that are still
+    configured are killed after the test (the fixture knows only the first three)."""
+    m = Membership(cluster.config_path, say=print, timeout=30.0)
+    yield m
+    m.reload()
+    for n in m.cfg.nodes:
+        if n.id not in cluster.node_ids:
+            m.lc.kill_node(n.id)
 
 
 def test_grow_to_five_and_back_to_three_under_the_chaos_workload(tmp_path: Path) -> None:
@@ -73,9 +86,9 @@ def test_grow_to_five_and_back_to_three_under_the_chaos_workload(tmp_path: Path)
 
 @pytest.mark.cluster_options(snapshot_min_entries=100)
 def test_members_survive_restarts_and_snapshots_and_the_log_wins_over_the_toml(
-    cluster: LocalCluster,
+    cluster: LocalCluster, membership: Membership
 ) -> None:
-    m = Membership(cluster.config_path, say=print)
+    m = membership
     old_toml = cluster.config_path.read_text()
     new = m.new_node()
     m.add_node(new)
@@ -167,7 +180,7 @@ def test_a_second_change_while_one_is_pending_is_refused(
         s.close()
 
 
-def test_the_cli_adds_and_removes_a_node(cluster: LocalCluster) -> None:
+def test_the_cli_adds_and_removes_a_node(cluster: LocalCluster, membership: Membership) -> None:
     """`statekeeper cluster add-node` / `remove-node`: progress on stdout, cluster.toml
     follows, exit 0; removing an unknown node fails with exit 1 and says why."""
     import subprocess
