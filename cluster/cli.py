@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster import supervise_cli
 from cluster.supervisor import (
     LocalCluster,
     SupervisorError,
@@ -424,7 +425,8 @@ def cmd_node(args: argparse.Namespace) -> int:
     help="create cluster.toml if missing, start the nodes, wait until ready",
     epilog="  statekeeper cluster up\n"
     "  statekeeper cluster up --base-port 8000 --data-dir /tmp/sk --fsync never\n"
-    "  statekeeper cluster up --config other.toml --timeout 120",
+    "  statekeeper cluster up --config other.toml --timeout 120\n"
+    "  statekeeper cluster up --supervise   # then restart nodes that die or get stuck",
     args=[
         CONFIG_ARG,
         arg(
@@ -459,6 +461,13 @@ def cmd_node(args: argparse.Namespace) -> int:
             "('statekeeper auth token create'; the CLI uses the root token from the secret)",
         ),
         TIMEOUT_ARG,
+        arg(
+            "--supervise",
+            action="store_true",
+            help="then stay in the foreground and keep the nodes running (what "
+            "'statekeeper cluster supervise' does; its options apply; Ctrl-C stops it)",
+        ),
+        *supervise_cli.POLICY_ARGS,
     ],
 )
 def cmd_up(args: argparse.Namespace) -> int:
@@ -499,6 +508,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     say(format_status_table(collect_status(lc)))
     say("")
     say(how_to_connect(cfg))
+    if args.supervise:
+        return supervise_cli.supervise(lc, args)
     return EXIT_OK
 
 
@@ -714,6 +725,7 @@ tls_cli.register(command, arg, GROUPS)
 auth_cli.register(command, arg, GROUPS)
 kv_cli.register(command, arg, GROUPS)
 members_cli.register(command, arg, GROUPS)
+supervise_cli.register(command, CONFIG_ARG)
 
 
 if __name__ == "__main__":

@@ -307,6 +307,8 @@ def validate(cfg: ClusterConfig) -> None:
         raise ConfigError("raft: need 0 < election_timeout_min < election_timeout_max")
     if r.snapshot_max_journal_bytes < 1024 * 1024:
         raise ConfigError("raft: snapshot_max_journal_bytes must be at least 1 MiB")
+    if r.live_stall_seconds < 1:  # below a second a busy but healthy node looks stuck
+        raise ConfigError("raft: live_stall_seconds must be at least 1 (default 10)")
     h = cfg.http
     if h.max_connections < 1 or min(h.header_timeout, h.body_timeout, h.keepalive_timeout) <= 0:
         raise ConfigError("http: max_connections must be >= 1 and every timeout > 0")

@@ -60,6 +60,11 @@ class RaftSettings:
     # Raft entries a node may have proposed and not yet seen applied (pipelining depth).
     max_inflight_entries: int = 1
     request_timeout: float = 5.0
+    # GET /v1/health/live answers 503 not_live once the raft loop has neither ticked nor
+    # applied an entry for this long (node/liveness.py): a stuck raft thread. The longest
+    # gap measured under an 8-writer load with snapshots on 2 shared cores was well under
+    # a second (docs/protocol.md "Health"); 10 s leaves room for a much worse stall.
+    live_stall_seconds: float = 10.0
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ STATUS: dict[str, int] = {
     "too_many_connections": 503,  # the node serves http.max_connections already
     "request_timeout": 408,  # a request's head or body did not arrive in time (closed)
     "not_ready": 503,  # GET /v1/health/ready
+    "not_live": 503,  # GET /v1/health/live: the raft loop is stuck (node/liveness.py)
     "method_not_allowed": 405,
     # [tls] client_auth = "required" and the connection brought no client certificate.
     "client_certificate_required": 401,

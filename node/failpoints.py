@@ -49,6 +49,9 @@ Names (each is documented where it is hit):
                                  served from local state without ReadIndex or barrier.
                                  For the chaos suite's mutation test only: it must then
                                  report stale reads. `node --unsafe-reads` turns it on.
+    raft-tick                    node/raft/syncobj.py: the start of every raft loop tick
+                                 (sleep(S): a raft thread stuck in one step; the node's
+                                 /v1/health/live answers 503 not_live, node/liveness.py)
     archive-segment-written      cluster/archive_cli.py (the archiver, not a node): the
                                  segment file is durable, its manifest not yet written
     archive-manifest-written     cluster/archive_cli.py: the manifest is durable, the
@@ -83,6 +86,7 @@ NAMES = (
     "snapshot-pack",
     "journal-fsync",
     "read-barrier-skip",
+    "raft-tick",
     "archive-segment-written",
     "archive-manifest-written",
     "archive-sealed",

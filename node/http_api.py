@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from client.auth_tokens import parse_token, root_token
-from node import codec
+from node import codec, liveness
 from node.authz import Authorizer, Principal
 from node.config import ClusterConfig
 from node.errors import OpError, status_for
@@ -471,7 +471,8 @@ class Api:
         return Response(200, body, content_type)
 
     async def handle_live(self, request: Request) -> Response:
-        return self._respond({"ok": True, "node_id": self.node_id}, codec.JSON)
+        status, body = liveness.check(self.raft, self.node_id, self.cluster.raft.live_stall_seconds)
+        return self._respond(body, codec.JSON, status)
 
     async def handle_ready(self, request: Request) -> Response:
         st = self.raft.status()

@@ -12,7 +12,7 @@ import time
 from prometheus_client import disable_created_metrics
 
 from node import config as config_mod
-from node import failpoints
+from node import failpoints, recovery
 from node.cluster_clock import ClusterClock
 from node.errors import OpError
 from node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
@@ -64,17 +64,22 @@ def _apply_fn(sm: StateMachine, applied: list):
 async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool = False) -> int:
     me = cfg.node(node_id)
     data_dir = cfg.node_data_dir(node_id)
+    recovery.note_lost_state(data_dir)  # a lost disk: said loudly, then caught up
     data_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    sm = StateMachine(
+    # A corrupt RocksDB is moved aside and rebuilt from raft (node/recovery.py).
+    sm = recovery.open_state_machine(
         data_dir / "db",
-        limits=cfg.limits,
-        retention=cfg.retention,
-        # The raft journal is the durable record (fsynced before any ack); after a power
-        # loss RocksDB recovers a consistent prefix and replays the rest from the journal
-        # (or restores the snapshot that covers it), so a sync write here would only add a
-        # second fsync per entry.
-        sync_writes=False,
+        lambda: StateMachine(
+            data_dir / "db",
+            limits=cfg.limits,
+            retention=cfg.retention,
+            # The raft journal is the durable record (fsynced before any ack); after a power
+            # loss RocksDB recovers a consistent prefix and replays the rest from the journal
+            # (or restores the snapshot that covers it), so a sync write here would only add
+            # a second fsync per entry.
+            sync_writes=False,
+        ),
     )
     opened = time.monotonic()
     log.info(

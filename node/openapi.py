@@ -42,7 +42,7 @@ X_MSGPACK = "application/x-msgpack"
 NODE_HEADER = "X-Statekeeper-Node"
 
 # Codes the HTTP layer answers that node.errors.STATUS does not map (http_api.py).
-HTTP_ONLY_STATUS = {"method_not_allowed": 405, "not_ready": 503}
+HTTP_ONLY_STATUS = {"method_not_allowed": 405, "not_ready": 503, "not_live": 503}
 
 # code -> when. docs/protocol.md "Errors" plus the codes node/errors.py and node/http_api.py
 # add; the HTTP status comes from node.errors.STATUS (or HTTP_ONLY_STATUS).
@@ -82,6 +82,7 @@ ERROR_WHEN: dict[str, str] = {
     "archived": "get of a key / read_stream from a seq that was archived to a cold-tier segment (`error` has `segment`, `url`, `sha256`, and `key` + `archived_revision` or `stream` + `from_seq` + `before_seq`)",
     "unavailable": "no leader / no quorum / shutting down: retry, possibly on another node",
     "not_ready": "no leader known, or this node lags behind the leader's commit index",
+    "not_live": "this node's raft loop has made no progress for [raft] live_stall_seconds (a stuck raft thread: restart the node)",
     "timeout": "a write whose outcome is unknown (it may still commit: retry with the same idempotency_key), or a serializable read whose min_revision was not reached within the request timeout",
     "too_many_connections": "the node already serves [http] max_connections connections (the node answers, then closes the connection; retry later)",
     "client_certificate_required": '[tls] client_auth is "required" and the connection brought no client certificate (answered, then closed)',
@@ -135,6 +136,7 @@ _ERROR_BODIES = {
     "key_not_found": "KeyNotFound",
     "compare_failed": "CompareFailed",
     "not_ready": "NotReady",
+    "not_live": "NotLive",
     "expectation_failed": "ExpectationFailed",
     "crdt_type_mismatch": "CrdtTypeMismatch",
 }
@@ -426,9 +428,12 @@ class _Builder:
             "/v1/health/live": self.get(
                 "live",
                 "Liveness",
-                "200 while the process serves HTTP. Always JSON.",
+                "200 while the process serves HTTP and its raft loop makes progress; 503 "
+                "`not_live` once the raft loop has made none for [raft] live_stall_seconds "
+                "(restart the node). Always JSON.",
                 "Live",
                 "Alive.",
+                ("not_live",),
                 tag="health",
             ),
             "/v1/health/ready": self.get(

@@ -42,6 +42,25 @@ def _array(items: Schema, description: str, **extra: Any) -> Schema:
     return {"type": "array", "items": items, "description": description, **extra}
 
 
+# GET /v1/health/live's raft-loop progress fields (node/liveness.py), in 200 and 503 alike.
+_LIVE_FIELDS: dict[str, Schema] = {
+    "raft_loop_age_seconds": {
+        "type": "number",
+        "minimum": 0,
+        "description": "Seconds since the raft loop last ticked or applied an entry.",
+    },
+    "raft_loop_max_gap_seconds": {
+        "type": "number",
+        "minimum": 0,
+        "description": "Longest such gap since the node started.",
+    },
+    "restoring_snapshot": {
+        "type": "boolean",
+        "description": "A snapshot restore is under way (counts as progress).",
+    },
+}
+
+
 def _error_with(code: str, description: str, props: dict[str, Schema], required) -> Schema:
     """`Error` whose code is `code`, with more fields beside `error`."""
     return {
@@ -92,6 +111,12 @@ def common_schemas(error_codes: Iterable[str]) -> dict[str, Schema]:
         "NotReady": _error_with(
             "not_ready", "503 of GET /v1/health/ready.", {"ready": {"const": False}}, ("ready",)
         ),
+        "NotLive": _error_with(
+            "not_live",
+            "503 of GET /v1/health/live: the raft loop is stuck.",
+            {"ok": {"const": False}, "node_id": str_schema("Id of this node."), **_LIVE_FIELDS},
+            ("ok", "node_id", *_LIVE_FIELDS),
+        ),
         "CompactResult": obj(
             {
                 "revision": rev_schema("Current revision (compaction does not advance it)."),
@@ -110,7 +135,8 @@ def common_schemas(error_codes: Iterable[str]) -> dict[str, Schema]:
         **auth_schemas(),
         "Status": _status_schema(),
         "Live": obj(
-            {"ok": {"const": True}, "node_id": str_schema("Id of this node.")}, ("ok", "node_id")
+            {"ok": {"const": True}, "node_id": str_schema("Id of this node."), **_LIVE_FIELDS},
+            ("ok", "node_id", *_LIVE_FIELDS),
         ),
         "Ready": obj(
             {"ready": {"const": True}, "node_id": str_schema("Id of this node.")},

@@ -8,6 +8,8 @@ Interface (what the rest of the node uses):
     .read_index(callback)        ReadIndex: callback(index | READ_INDEX_NOT_LEADER |
                                  READ_INDEX_NOT_YET) on the raft thread
     .is_leader() / .leader_known() / .status() -> RaftStatus / .journal_summary()
+    .progress()                  (seconds since the raft loop last ticked or applied, the
+                                 longest such gap, restoring a snapshot?): node/liveness.py
     .on_leadership_lost(fn)      fn() called on the raft thread when this node stops leading
     .transfer_leadership()
     .members() / .member_change_pending()

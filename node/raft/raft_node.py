@@ -82,6 +82,7 @@ class RaftNode:
         self.snapshots_taken = 0
         self._metrics = metrics
         self._snapshot_started = 0.0
+        self.restoring = False  # a snapshot restore is under way (see _deserialize)
         r = cluster.raft
         self._conf = conf = build_conf(
             self._raft_dir,
@@ -187,13 +188,21 @@ class RaftNode:
 
         pysyncobj catches every exception of a snapshot load, logs it and goes on, with
         the state machine closed or older than the raft position it then takes: any
-        failure here stops the node instead (node/fatal.py)."""
+        failure here stops the node instead (node/fatal.py).
+
+        A restore of a large DB is one long step of the raft thread: while it runs the
+        liveness check counts it as progress (`restoring`), not as a stuck loop."""
+        self.restoring = True
         try:
             return self._load_snapshot(path)
         except BaseException as e:
             stop_now(
                 "restoring the state machine from a snapshot failed", e, STATE_MACHINE_EXIT_CODE
             )
+        finally:
+            self.restoring = False
+            if (obj := getattr(self, "_obj", None)) is not None:  # None: a load at start
+                obj.note_progress()
 
     def _load_snapshot(self, path: str):
         if self._durable:  # a snapshot just received from the leader was renamed unsynced
@@ -233,6 +242,12 @@ class RaftNode:
         is, when called), READ_INDEX_NOT_LEADER, or READ_INDEX_NOT_YET (a new leader whose
         no-op is not committed yet: use a barrier entry instead)."""
         self._obj.request_read_index(callback)
+
+    def progress(self) -> tuple[float, float, bool]:
+        """(seconds since the raft loop last ticked or applied an entry, the longest such
+        gap since start, whether a snapshot restore is under way): node/liveness.py."""
+        o = self._obj
+        return time.monotonic() - o.last_progress, o.max_progress_gap, self.restoring
 
     def is_leader(self) -> bool:
         return self._obj._isLeader()

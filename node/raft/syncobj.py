@@ -272,6 +272,11 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, SyncObj):
         self._preflush_started: float | None = None
         # ReadIndex (Raft thesis 6.4): reads confirmed by a heartbeat round, no log entry.
         self._init_read_index()
+        # Raft-loop progress for the liveness check (node/liveness.py): stamped by every
+        # tick and every applied entry (a long journal replay is progress, not a stall);
+        # written by the raft thread only, read by the HTTP thread (a float: no lock).
+        self.last_progress = time.monotonic()
+        self.max_progress_gap = 0.0
         self._init_membership(self_addr, members, make_node)
         peers = [self.node_for(m.to_dict()) for a, m in members.items() if a != self_addr]
         with _journal_patch_lock:
@@ -311,6 +316,7 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, SyncObj):
     def _apply_entry(self, payload: bytes):
         # The index being applied is not passed in; pysyncobj increments
         # raftLastApplied right after this returns.
+        self.note_progress()
         return self._apply_fn(self.raftLastApplied + 1, payload)
 
     def leader_commit_index(self) -> int | None:
@@ -318,7 +324,14 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, SyncObj):
 
     # -- durability ---------------------------------------------------------------------
 
+    def note_progress(self) -> None:
+        now = time.monotonic()
+        self.max_progress_gap = max(self.max_progress_gap, now - self.last_progress)
+        self.last_progress = now
+
     def _onTick(self, timeToWait: float = 0.0) -> None:
+        self.note_progress()
+        failpoints.hit("raft-tick")  # sleep(S): a raft thread stuck in one step
         # The leader counts itself towards the commit index inside this tick: whatever it
         # appended since the last tick must be on disk first (one fsync per tick).
         self._journal.sync()

@@ -17,10 +17,26 @@ DOC = openapi.document()
 REGISTRY = Registry().with_resource(DOC_URI, DRAFT202012.create_resource(DOC))
 
 
+class _RaftProgress:
+    """The one thing /v1/health/live asks raft (node/liveness.py): its loop's progress."""
+
+    age = 0.05
+
+    def progress(self) -> tuple[float, float, bool]:
+        return self.age, 0.3, False
+
+
 @pytest.fixture
-async def client():
+async def raft():
+    return _RaftProgress()
+
+
+@pytest.fixture
+async def client(raft):
     # The node's own HTTP server on a free loopback port, driven by an aiohttp client.
-    server = _api().server()
+    api = _api()
+    api.raft = raft
+    server = api.server()
     await server.start("127.0.0.1", 0)
     async with aiohttp.ClientSession(f"http://127.0.0.1:{server.port}") as c:
         yield c
@@ -42,6 +58,18 @@ async def test_live_matches_schema(client):
         "paths", "/v1/health/live", "get", "responses", "200", "content", openapi.JSON, "schema"
     )
     _validator(REGISTRY, pointer).validate(await r.json())
+
+
+async def test_live_with_a_stuck_raft_loop_is_503_not_live_and_matches_schema(client, raft):
+    raft.age = 60.0  # over the default [raft] live_stall_seconds
+    r = await client.get("/v1/health/live")
+    assert r.status == 503
+    body = await r.json()
+    assert body["error"]["code"] == "not_live" and body["raft_loop_age_seconds"] == 60.0
+    pointer = _pointer(
+        "paths", "/v1/health/live", "get", "responses", "503", "content", openapi.JSON, "schema"
+    )
+    _validator(REGISTRY, pointer).validate(body)
 
 
 def _documented_error(method: str, path: str, status: int):

@@ -142,3 +142,10 @@ def test_written_toml_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     node_config.write(cfg, path)
     assert node_config.load(path) == dataclasses.replace(cfg, base_dir=str(tmp_path))
+
+
+def test_live_stall_seconds_is_read_and_checked() -> None:
+    assert _parse("").raft.live_stall_seconds == 10.0
+    assert _parse("[raft]\nlive_stall_seconds = 30\n").raft.live_stall_seconds == 30.0
+    with pytest.raises(ConfigError, match="live_stall_seconds must be at least 1"):
+        node_config.validate(_parse("[raft]\nlive_stall_seconds = 0.5\n"))

@@ -1,0 +1,51 @@
+"""GET /v1/health/live: is this process worth keeping, or should its supervisor restart it?
+
+Live means the process serves HTTP (this answer) AND its raft loop makes progress. The raft
+thread stamps a monotonic time at every tick and every applied entry (node/raft/syncobj.py,
+`note_progress`); a node whose raft thread is stuck in one step (a hung fsync, a deadlock,
+an endless loop) still answers HTTP but will never replicate, vote or apply again, and only a
+restart helps. So once the stamp is older than `[raft] live_stall_seconds` (default 10 s) the
+answer is 503 `not_live` with the age in the message.
+
+Not a stall:
+  - a long journal replay after a restart: every applied entry is progress;
+  - a snapshot restore (one long raft step on a large DB): RaftNode.restoring is set for
+    its duration and the answer stays 200 with `restoring_snapshot: true`.
+
+The body also carries `raft_loop_age_seconds` and `raft_loop_max_gap_seconds` (the longest
+gap between two progress stamps since start, i.e. the worst stall seen so far), which is
+how the default threshold was chosen (docs/protocol.md "Health").
+
+Readiness (leader known, caught up) is a different question, answered by /v1/health/ready:
+a live node may well be not ready (partitioned, catching up), and restarting it then would
+not help.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from node.errors import OpError
+
+
+class _Progress(Protocol):
+    def progress(self) -> tuple[float, float, bool]: ...
+
+
+def check(raft: _Progress, node_id: str, stall_seconds: float) -> tuple[int, dict]:
+    """(HTTP status, JSON body) of GET /v1/health/live."""
+    age, max_gap, restoring = raft.progress()
+    body: dict = {
+        "node_id": node_id,
+        "raft_loop_age_seconds": round(age, 3),
+        "raft_loop_max_gap_seconds": round(max_gap, 3),
+        "restoring_snapshot": restoring,
+    }
+    if age <= stall_seconds or restoring:
+        return 200, {"ok": True, **body}
+    err = OpError(
+        "not_live",
+        f"{node_id} is not live: its raft loop has made no progress for {age:.1f} s "
+        f"(limit [raft] live_stall_seconds = {stall_seconds:g})",
+    )
+    return 503, {"error": err.to_dict(), "ok": False, **body}
