@@ -139,6 +139,13 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   one is uncommitted; entries and snapshot headers carry each member's id and ports.
   [members.py, membership.py, log.py, raft_node.py] Tests: tests/unit/test_members.py;
   test_membership.py
+- a snapshot install streams 1 MiB chunks and the follower answers only the last one, while
+  the leader drops a connection that sent nothing for connectionTimeout even as it writes
+  to it: a stream longer than that restarted from scratch again and again (a 200 MiB store
+  never reached a new member in 300 s; one install missed a chunk and the node exited).
+  Followers acknowledge each chunk with a message the leader ignores (its arrival is what
+  counts). [syncobj._SyncObj._on_append_entries] Measured, no test of its own:
+  benchmarks/membership_catchup.py --mib 200 (before: not caught up after 300 s; after: 96 s)
 - entries carry the time of whichever node built them: the leader restamps every regular
   command it appends (node/cluster_clock.py bounds that time). [syncobj.py, log.py] Test:
   test_raft_defects.py::test_a_follower_clock_a_day_ahead_does_not_expire_idempotency

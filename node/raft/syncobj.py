@@ -77,6 +77,7 @@ UNAUTHENTICATED_GRACE = 2.0
 MAX_UNAUTHENTICATED_BYTES = 64 * 1024
 
 NEXT_NODE_IDX = "next_node_idx"
+SNAPSHOT_CHUNK_ACK = "sk_snapshot_chunk_ack"  # a follower got a snapshot chunk (see below)
 
 _FAIL_MAP = {
     FAIL_REASON.QUEUE_FULL: SubmitError.NO_LEADER,
@@ -436,6 +437,8 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, SyncObj):
             return self._on_read_index_request(node, message)
         if kind == READ_INDEX_ACK:
             return self._on_read_index_ack(node, message)
+        if kind == SNAPSHOT_CHUNK_ACK:
+            return None  # its arrival kept the connection alive; nothing else to do
         if kind == NEXT_NODE_IDX and message.get("term") != self.raftCurrentTerm:
             return None  # a reply to an earlier term's AppendEntries (see __sendNextNodeIdx)
         if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
@@ -458,6 +461,12 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, SyncObj):
             vouched = min(message["commit_index"], message["prevLogIdx"] + n)
         else:
             vouched = self._installed_snapshot or 0
+            if message.get("serialized") is not None and self._installed_snapshot is None:
+                # pysyncobj answers only the last chunk, and the leader's connection drops a
+                # peer silent for connectionTimeout even while writing to it: a snapshot
+                # streaming longer than that restarted forever, or lost a chunk and the
+                # follower exited restoring it (benchmarks/membership_catchup.py --mib 200).
+                self._SyncObj__transport.send(node, {"type": SNAPSHOT_CHUNK_ACK})
         bound = max(before, vouched)
         if self.raftCommitIndex > bound:
             self._SyncObj__raftCommitIndex = bound
