@@ -43,6 +43,10 @@ RETRY_CODES = {
 }
 
 
+# Seconds to wait for a new leader after the leader was asked to remove itself.
+HANDOVER_WAIT = 2.0
+
+
 class MemberChangeError(RuntimeError):
     """A change was refused or did not finish; the message says what to do."""
 
@@ -131,6 +135,17 @@ class Membership:
                 raise MemberChangeError("no leader answered; is the cluster up (status)?")
             time.sleep(0.2)
 
+    def _leader_for(self, deadline: float, exclude: str | None) -> dict[str, Any]:
+        """The leader to ask: after member_is_leader, one other than `exclude` if one
+        appears within HANDOVER_WAIT; else `exclude` again (its hand-over was refused, e.g.
+        no follower had the whole log under load: asking again retries it)."""
+        if exclude is not None:
+            try:
+                return self.leader(min(deadline, time.monotonic() + HANDOVER_WAIT), exclude)
+            except MemberChangeError:
+                pass
+        return self.leader(deadline)
+
     def _leader_url(self, doc: dict[str, Any]) -> str:
         for m in doc.get("members") or ():
             if m["id"] == doc["node_id"]:
@@ -142,7 +157,7 @@ class Membership:
         last = "no attempt"
         exclude = None
         while time.monotonic() < deadline:
-            leader = self.leader(deadline, exclude=exclude)
+            leader = self._leader_for(deadline, exclude)
             url = self._leader_url(leader) + path
             status, doc = _post_json(url, body, self.lc.tls, self.token, self.timeout)
             if status == 200:
