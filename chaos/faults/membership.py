@@ -71,6 +71,7 @@ class MembershipChange(Fault):
                 try:
                     m.remove_node(node_id)
                 except MemberChangeError as e:
+                    m.lc.kill_node(node_id)  # the runner's teardown knows only the first nodes
                     raise FaultError(f"could not remove {node_id} again: {e}") from e
 
     def verify(self, ctx: FaultContext) -> list[Verdict]:
