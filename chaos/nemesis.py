@@ -99,7 +99,11 @@ NAME = "nemesis"
 TOPOLOGIES = ("plain", "links", "proxy", "lazyfs")
 
 # Faults the nemesis never injects, whatever the topology, and why.
-NEVER: dict[str, str] = {"none": "the control run: injects nothing"}
+NEVER: dict[str, str] = {
+    "none": "the control run: injects nothing",
+    # It rewrites cluster.toml and its nodes come and go: not one to overlap with others.
+    "membership": "changes the member set (and cluster.toml): runs alone",
+}
 
 
 # ------------------------------------------------------------------------ fault choice

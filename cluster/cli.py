@@ -733,6 +733,7 @@ from cluster import (  # noqa: E402 (their groups register here)
     kv_cli,
     lease_cli,
     lock_cli,
+    members_cli,
     stream_cli,
     tls_cli,
     watch_cli,
@@ -749,6 +750,7 @@ archive_cli.register(command, arg, GROUPS)
 tls_cli.register(command, arg, GROUPS)
 auth_cli.register(command, arg, GROUPS)
 kv_cli.register(command, arg, GROUPS)
+members_cli.register(command, arg, GROUPS)
 supervise_cli.register(command, CONFIG_ARG)
 backup_cli.register(command, arg, GROUPS)
 

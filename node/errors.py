@@ -53,7 +53,15 @@ STATUS: dict[str, int] = {
     "client_certificate_required": 401,
     "unauthenticated": 401,  # no, a malformed, unknown, wrong or expired bearer token
     "permission_denied": 403,  # the token's grants do not cover the op
-    "token_exists": 409,  # auth_token_create of an id that exists (draw a new token)
+    "token_exists": 409,
+    # Membership changes (node/member_api.py); nothing changed.
+    "not_leader": 421,  # a change sent to a follower (`error.leader_url`)
+    "member_exists": 409,
+    "member_not_found": 404,
+    "member_change_pending": 409,  # one change at a time
+    "member_is_leader": 409,  # the leader removes itself: leadership is moving; retry there
+    "member_unreachable": 409,
+    "transfer_refused": 409,  # leader transfer to a member not fully caught up: retry  # nothing listens on the new member's raft port  # auth_token_create of an id that exists (draw a new token)
     "timeout": 504,
     "internal": 500,
 }

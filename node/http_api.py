@@ -21,6 +21,7 @@ from node.config import ClusterConfig
 from node.errors import OpError, status_for
 from node.http_limits import fd_budget
 from node.http_server import HttpServer, Request, Response, ServerLimits, StreamedResponse
+from node.member_api import member_routes, member_url, status_fields
 from node.metrics import NodeMetrics, StatusCollector, storage_gauges
 from node.ops import OPS, is_write, validate_op, validate_ops
 from node.proposer import Proposer
@@ -151,6 +152,7 @@ class Api:
             ("GET", "/v1/openapi.json"): self.handle_openapi,
             ("GET", "/metrics"): self.handle_metrics,
             ("GET", BACKUP_PATH): self.handle_backup,
+            **member_routes(self),  # /v1/cluster/members/{add,remove}
         }
 
     def _route(self, request: Request):
@@ -443,7 +445,7 @@ class Api:
                 "role": st.role,
                 "term": st.term,
                 "leader": st.leader_id,
-                "leader_url": self._urls.get(st.leader_id) if st.leader_id else None,
+                "leader_url": self._urls.get(st.leader_id) or member_url(self, st.leader_id),
                 "commit_index": st.commit_index,
                 "applied_index": st.applied_index,
                 "leader_commit_index": st.leader_commit_index,
@@ -460,6 +462,7 @@ class Api:
                 "ops_proposed": self.proposer.ops_proposed,
                 "auth": self.auth_status,
                 "storage": self.quota.status(),
+                **status_fields(self),
             },
             fmt,
         )

@@ -27,6 +27,7 @@ from node.openapi_crdt import crdt_examples, crdt_op_docs
 from node.openapi_examples import cas_examples, get_examples, put_examples
 from node.openapi_leases import lease_examples, lease_op_docs
 from node.openapi_locks import FENCE_NOTE, lock_examples, lock_op_docs
+from node.openapi_members import MEMBER_ERROR_WHEN, member_paths, member_schemas
 from node.openapi_requests import WIRES, request_name, request_schemas
 from node.openapi_retention import retention_op_docs
 from node.openapi_schemas import common_schemas, result_schemas
@@ -89,6 +90,7 @@ ERROR_WHEN: dict[str, str] = {
     "request_timeout": "the request's head or body did not arrive within [http] header_timeout / body_timeout (the node answers, then closes the connection)",
     "internal": "a bug; never expected",
 }
+ERROR_WHEN.update(MEMBER_ERROR_WHEN)  # the membership routes' (node/openapi_members.py)
 # Codes raised against a `Limits` attribute: their description names this node's value.
 _LIMIT_OF = {
     "key_too_large": "max_key_bytes",
@@ -254,6 +256,7 @@ class _Builder:
             **request_schemas(limits),
             **result_schemas(WIRES),
             **watch_schemas(limits),
+            **member_schemas(),
         }
 
     def schema_for(self, name: str, wire: str) -> Schema:
@@ -586,9 +589,10 @@ def _document(limits: Limits) -> dict:
             {"name": "watch", "description": "Streams of changes from a revision on."},
             {"name": "batch", "description": "Many ops in one request."},
             {"name": "ops", "description": "Node status."},
+            {"name": "cluster", "description": "Membership changes and leader hand-over."},
             {"name": "health", "description": "Liveness and readiness probes."},
             {"name": "meta", "description": "This document."},
         ],
-        "paths": {**b.op_paths(), **watch_paths(b), **b.other_paths()},
+        "paths": {**b.op_paths(), **watch_paths(b), **b.other_paths(), **member_paths(b)},
         "components": b.components(),
     }

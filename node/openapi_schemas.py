@@ -29,6 +29,7 @@ from node.openapi_auth import AUTH_RESULTS, auth_schemas
 from node.openapi_crdt import CRDT_RESULTS, CRDT_WIRE_SCHEMAS, crdt_schemas
 from node.openapi_leases import LEASE_RESULTS, lease_schemas
 from node.openapi_locks import LOCK_RESULTS, lock_schemas
+from node.openapi_members import members_list_schema
 from node.openapi_retention import RETENTION_RESULTS, retention_schemas
 from node.openapi_streams import STREAM_RESULTS, STREAM_WIRE_SCHEMAS, stream_schemas
 
@@ -180,6 +181,8 @@ def _status_schema() -> Schema:
             "Whether the client port checks bearer tokens (docs/protocol.md).",
         ),
         "storage": _storage_schema(),
+        "members": members_list_schema(),
+        "member_change_pending": bool_schema("A membership change is not committed yet."),
     }
     return obj(props, tuple(props))
 

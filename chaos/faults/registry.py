@@ -8,6 +8,7 @@ from chaos.faults.clock import ClockJump
 from chaos.faults.crash import CrashFollowerFsync, CrashInstall, CrashSnapshot
 from chaos.faults.deposed import DeposedLeaderSnapshot
 from chaos.faults.disk import DiskFull
+from chaos.faults.membership import MembershipChange
 from chaos.faults.partitions import (
     OneWayLoss,
     PacketLoss,
@@ -51,6 +52,7 @@ FAULTS: dict[str, type[Fault]] = {
         KillAll,
         WipeFollower,
         PowerLoss,
+        MembershipChange,
         PartitionLeader,
         PartitionFollower,
         PartitionMajorityMinority,

@@ -14,6 +14,11 @@ Interface (what the rest of the node uses):
     .transfer_leadership() -> str  any thread: one hand-over attempt at the raft thread's
                                  next tick (denied while no follower has the whole log:
                                  call again); returns how the previous attempt went
+    .members() / .member_change_pending()
+    .change_member(kind, member, done)   online membership change, leader only: kind "add" or
+                                 "rem", member a members.Member; done(None | MemberError)
+                                 on the raft thread once committed / refused
+    .request_transfer(to_id, done)       leadership hand-over on the raft thread; done(sent)
     .destroy()
     write_seed_snapshot(cluster_config, node_id, index, write_body)
                                  the raft snapshot a restored node starts from
@@ -29,6 +34,9 @@ The package, one job per module:
     tls_connection.py  raft TLS as mixins (no pysyncobj import): TlsConnectionMixin of
                    syncobj._TlsConnection, TlsTransportMixin of _PeerTransport
     readindex.py   ReadIndexMixin of _SyncObj: leadership confirmed by one message round
+    members.py     Member, the membership entry format and the rule "members are a function
+                   of the log" (no pysyncobj, no I/O)
+    membership.py  MembershipMixin of _SyncObj: dynamic membership on pysyncobj's engine
     prevote.py     PreVoteMixin of _SyncObj
     log.py         _RaftLog: the journal as pysyncobj sees it
     seed.py        write_seed_snapshot: a restored node's raft snapshot
@@ -129,6 +137,21 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   tests/unit/test_raft_tls_pipe.py; test_raft_tls.py (the write event:
   ::test_a_tls_cluster_replicates_and_a_large_entry_crosses_at_once, the claimed node:
   ::test_a_node_presenting_another_nodes_certificate_cannot_join, and the cluster tests)
+- dynamic membership: pysyncobj undoes membership changes after prevLogIdx on every
+  AppendEntries that does not extend the log's end (with our never-shortening journal it
+  would drop members whose entry is still there), and its "one change at a time" check never
+  fires (it never records the pending index). Changes are applied when the journal appends
+  their entry and undone when it truncates it; the leader refuses a change while the last
+  one is uncommitted; entries and snapshot headers carry each member's id and ports.
+  [members.py, membership.py, log.py, raft_node.py] Tests: tests/unit/test_members.py;
+  test_membership.py
+- a snapshot install streams 1 MiB chunks and the follower answers only the last one, while
+  the leader drops a connection that sent nothing for connectionTimeout even as it writes
+  to it: a stream longer than that restarted from scratch again and again (a 200 MiB store
+  never reached a new member in 300 s; one install missed a chunk and the node exited).
+  Followers acknowledge each chunk with a message the leader ignores (its arrival is what
+  counts). [syncobj._SyncObj._on_append_entries] Measured, no test of its own:
+  benchmarks/membership_catchup.py --mib 200 (before: not caught up after 300 s; after: 96 s)
 - entries carry the time of whichever node built them: the leader restamps every regular
   command it appends (node/cluster_clock.py bounds that time). [syncobj.py, log.py] Test:
   test_raft_defects.py::test_a_follower_clock_a_day_ahead_does_not_expire_idempotency

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from node import entry, snapshot_file
 from node.journal import DurableJournal
+from node.raft.members import MEMBERSHIP_COMMAND
 
 REGULAR_COMMAND = b"\x00"  # pysyncobj's _COMMAND_TYPE.REGULAR: a @replicated call
 
@@ -27,6 +28,9 @@ class _RaftLog(DurableJournal):
     syncobj._SyncObj._checkCommandsToApply) every regular command gets the leader's time."""
 
     stamp: Callable[[], int] | None = None
+    # Called with (command, idx, reverse) for each membership entry appended (False) or
+    # truncated by a conflict (True, last first): membership.MembershipMixin applies them.
+    on_membership: Callable[[bytes, int, bool], None] | None = None
 
     def add(self, command: bytes, idx: int, term: int) -> None:
         if self.stamp is not None and command[:1] == REGULAR_COMMAND:
@@ -37,8 +41,14 @@ class _RaftLog(DurableJournal):
                 pos = idx - first
                 if self[pos][2] == term:
                     return
+                if self.on_membership is not None:
+                    for gone in reversed(self[pos:]):
+                        if gone[0][:1] == MEMBERSHIP_COMMAND:
+                            self.on_membership(gone[0], gone[1], True)
                 self.deleteEntriesFrom(pos)
         super().add(command, idx, term)
+        if self.on_membership is not None and command[:1] == MEMBERSHIP_COMMAND:
+            self.on_membership(command, idx, False)
 
     def deleteEntriesTo(self, entryTo: int) -> None:
         # Called right after pysyncobj renamed a new snapshot into place: make that rename

@@ -21,6 +21,8 @@ from node.config import ClusterConfig, ConfigError
 from node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
 from node.raft.interface import FSM, ApplyFn, Callback, RaftStatus
 from node.raft.log import _entry_tuple, _RaftLog
+from node.raft.members import Member, MemberError, replay
+from node.raft.membership import ChangeCallback
 from node.raft.peers import _AuthenticatingEncryptor
 from node.raft.syncobj import SERIALIZER_STATE, _DialNode, _SyncObj, build_conf, submit_callback
 from node.tls import raft_contexts
@@ -34,6 +36,19 @@ log = logging.getLogger("statekeeper.raft")
 # counts it as known (leader_known). 2: a heartbeat goes out every ~0.1 s, so only a node
 # cut off (or stalled for over a second) gets there, not one that missed a few.
 LEADER_CONTACT_TIMEOUTS = 2
+
+
+def initial_members(cluster: ClusterConfig, snapshot_path: str) -> dict[str, Member]:
+    """The member set before the journal's membership entries (node/raft/members.py): the
+    newest snapshot's, else cluster.toml's [[nodes]]."""
+    toml = {n.raft_address: Member(n.id, n.host, n.raft_port, n.http_port) for n in cluster.nodes}
+    if not os.path.isfile(snapshot_path):
+        return toml
+    header, _ = snapshot_file.read_header(snapshot_path)
+    if "members" not in header:  # a snapshot from before online membership change
+        return {a: toml[a] for a in header["cluster"] if a in toml} or toml
+    members = (Member.from_dict(d) for d in header["members"])
+    return {m.raft_address: m for m in members}
 
 
 class RaftNode:
@@ -78,19 +93,22 @@ class RaftNode:
             serialize_checker=self._snapshot_status,
         )
         dial = dict(self._me.raft_dial)
-        peers = [
-            _DialNode(n.raft_address, dial.get(n.id), node_id=n.id)
-            for n in cluster.peers_of(node_id)
-        ]
+        members = initial_members(cluster, conf.fullDumpFile)
+
+        def make_node(address: str, member: Member | None) -> _DialNode:
+            node_id = member.id if member is not None else self._addr_to_id.get(address)
+            return _DialNode(address, dial.get(node_id or ""), node_id=node_id)
+
         # Raft TLS (node/tls.py): None keeps the plain transport exactly as it was.
         self.raft_tls = (tls := raft_contexts(cluster, node_id)) is not None
         self._journal = _RaftLog(conf.journalFile, fsync=cluster.fsync)
         if metrics is not None:
             self._journal.observe_fsync = metrics.fsync_duration.observe
         self._encryptor = _AuthenticatingEncryptor(cluster.secret)
+        members = replay(members, (e[0] for e in self._journal[:]))
         self._obj = _SyncObj(
             self._me.raft_address,
-            peers,
+            members,
             conf,
             apply_fn,
             self._journal,
@@ -99,6 +117,7 @@ class RaftNode:
             max_journal_bytes=r.snapshot_max_journal_bytes,
             flush_state_machine=fsm.flush,
             tls=tls,
+            make_node=make_node,
         )
 
     # -- snapshots (called on the raft thread by pysyncobj) ---------------------------
@@ -113,12 +132,17 @@ class RaftNode:
         pysyncobj then tries to rename `path`, which we never create, and ignores the error.
         """
         last_entry, prev_entry, cluster_nodes = data
+        addresses = {n.address for n in cluster_nodes}
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a leftover would be renamed over the snapshot
         header = {
             "last": list(last_entry),
             "prev": list(prev_entry),
             "cluster": sorted(n.address for n in cluster_nodes),
+            # The members with id and ports (node/raft/members.py's invariant).
+            "members": [
+                m.to_dict() for a, m in sorted(self._obj.members.items()) if a in addresses
+            ],
         }
         self._snapshot_started = time.monotonic()
         work = self._fsm.checkpoint()
@@ -195,7 +219,7 @@ class RaftNode:
             failpoints.hit("snapshot-restore")
             self._fsm.restore(self._snapshot_tmp)
             os.unlink(self._snapshot_tmp)
-        return last, _entry_tuple(header["prev"]), list(header["cluster"])
+        return last, _entry_tuple(header["prev"]), list(header.get("members") or header["cluster"])
 
     # -- the small interface ------------------------------------------------------------
 
@@ -257,7 +281,7 @@ class RaftNode:
     def status(self) -> RaftStatus:
         o = self._obj
         leader = o._getLeader()
-        leader_id = self._addr_to_id.get(leader.address) if leader is not None else None
+        leader_id = self.member_id(leader.address) if leader is not None else None
         applied = o.raftLastApplied
         leader_commit = o.leader_commit_index()
         caught_up = leader_commit is not None and applied >= leader_commit - self._max_ready_lag
@@ -275,6 +299,40 @@ class RaftNode:
             log_truncated_entries=self._journal.truncated_entries,
             rejected_peer_messages=self._encryptor.rejected,
         )
+
+    # -- membership (node/raft/members.py) -------------------------------------------------
+
+    def member_id(self, raft_address: str) -> str | None:
+        m = self._obj.members.get(raft_address)
+        return m.id if m is not None else self._addr_to_id.get(raft_address)
+
+    def members(self) -> list[Member]:
+        """The current member set (as this node's log says), by id."""
+        return sorted(self._obj.members.values(), key=lambda m: m.id)
+
+    def member_change_pending(self) -> bool:
+        return self._obj.change_pending()
+
+    def change_member(self, kind: str, member: Member, done: ChangeCallback) -> None:
+        """Add ("add") or remove ("rem") a member through the log (leader only); done(None)
+        on the raft thread once committed, else done(MemberError). One change at a time:
+        a second one while the first is uncommitted fails with member_change_pending."""
+        if not self._obj._isLeader():
+            done(MemberError("not_leader", f"{self.node_id} is not the leader"))
+            return
+        self._obj.change_member(kind, member, done)
+
+    def request_transfer(self, to_id: str | None, done: Callable[[bool], None]) -> None:
+        """Hand leadership to member `to_id` (None: the most caught-up follower), on the
+        raft thread; done(sent) there: False when this node is not the leader or the target
+        has not replicated the whole log yet (retry)."""
+        addr = None
+        if to_id is not None:
+            addr = next((a for a, m in self._obj.members.items() if m.id == to_id), None)
+            if addr is None:
+                done(False)
+                return
+        self._obj.transfer_to(addr, done)
 
     def counters(self) -> dict[str, int]:
         """Plain counters kept by raft, for metrics (read from any thread)."""

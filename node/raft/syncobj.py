@@ -33,6 +33,8 @@ from node.cluster_clock import ClusterClock
 from node.config import RaftSettings
 from node.raft.interface import ApplyFn, Callback, SubmitError
 from node.raft.log import _entry_tuple, _RaftLog
+from node.raft.members import Member
+from node.raft.membership import MembershipMixin
 from node.raft.peers import _AuthenticatingEncryptor
 from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
 from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST, ReadIndexMixin
@@ -75,6 +77,7 @@ UNAUTHENTICATED_GRACE = 2.0
 MAX_UNAUTHENTICATED_BYTES = 64 * 1024
 
 NEXT_NODE_IDX = "next_node_idx"
+SNAPSHOT_CHUNK_ACK = "sk_snapshot_chunk_ack"  # a follower got a snapshot chunk (see below)
 
 _FAIL_MAP = {
     FAIL_REASON.QUEUE_FULL: SubmitError.NO_LEADER,
@@ -146,7 +149,8 @@ def build_conf(
         serializeChecker=serialize_checker,
         connectionRetryTime=0.3,
         connectionTimeout=max(1.0, 2 * r.election_timeout_max),
-        dynamicMembershipChange=False,
+        # Online membership change (membership.py takes over how changes are applied).
+        dynamicMembershipChange=True,
     )
 
 
@@ -236,13 +240,13 @@ logging.getLogger("pysyncobj.syncobj").addFilter(_TruncationLogFilter())
 _journal_patch_lock = threading.Lock()
 
 
-class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
+class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, SyncObj):
     """pysyncobj's SyncObj with this node's workarounds (listed in node/raft/__init__.py)."""
 
     def __init__(
         self,
         self_addr: str,
-        peers: list[TCPNode],
+        members: dict[str, Member],
         conf: SyncObjConf,
         apply_fn: ApplyFn,
         journal: _RaftLog,
@@ -252,6 +256,7 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
         max_journal_bytes: float = math.inf,
         flush_state_machine: Callable[[], None] = lambda: None,
         tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None,
+        make_node: Callable[[str, Member | None], TCPNode],
     ):
         # Everything the raft thread touches must exist before SyncObj.__init__ starts it.
         self._sk_tls = tls  # (accepting, dialling) contexts; read by _PeerTransport
@@ -283,11 +288,19 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
         # written by the raft thread only, read by the HTTP thread (a float: no lock).
         self.last_progress = time.monotonic()
         self.max_progress_gap = 0.0
+        self._init_membership(self_addr, members, make_node)
+        peers = [self.node_for(m.to_dict()) for a, m in members.items() if a != self_addr]
         with _journal_patch_lock:
             original = _syncobj_module.createJournal
             _syncobj_module.createJournal = lambda _path: journal
             try:
-                super().__init__(self_addr, peers, conf=conf, transportClass=_PeerTransport)
+                super().__init__(
+                    self_addr,
+                    peers,
+                    conf=conf,
+                    nodeClass=self.node_for,
+                    transportClass=_PeerTransport,
+                )
             finally:
                 _syncobj_module.createJournal = original
         self._tolerate_full_wakeup_pipe()
@@ -343,6 +356,7 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
             threading.Thread(target=self._flush_then_compact, name="preflush", daemon=True).start()
         self._prevote_tick()
         self._sweep_unauthenticated()
+        self._run_raft_calls()
         was_leader = self._isLeader()
         self._start_read_round()
         super()._onTick(timeToWait)
@@ -458,6 +472,8 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
             return self._on_read_index_request(node, message)
         if kind == READ_INDEX_ACK:
             return self._on_read_index_ack(node, message)
+        if kind == SNAPSHOT_CHUNK_ACK:
+            return None  # its arrival kept the connection alive; nothing else to do
         if kind == NEXT_NODE_IDX and message.get("term") != self.raftCurrentTerm:
             return None  # a reply to an earlier term's AppendEntries (see __sendNextNodeIdx)
         if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
@@ -480,6 +496,12 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, SyncObj):
             vouched = min(message["commit_index"], message["prevLogIdx"] + n)
         else:
             vouched = self._installed_snapshot or 0
+            if message.get("serialized") is not None and self._installed_snapshot is None:
+                # pysyncobj answers only the last chunk, and the leader's connection drops a
+                # peer silent for connectionTimeout even while writing to it: a snapshot
+                # streaming longer than that restarted forever, or lost a chunk and the
+                # follower exited restoring it (benchmarks/membership_catchup.py --mib 200).
+                self._SyncObj__transport.send(node, {"type": SNAPSHOT_CHUNK_ACK})
         bound = max(before, vouched)
         if self.raftCommitIndex > bound:
             self._SyncObj__raftCommitIndex = bound

@@ -174,12 +174,16 @@ class TlsTransportMixin:
 
     def addNode(self, node):
         super().addNode(node)
-        conn = self._connections.get(node)
-        if self._tls is None or conn is None:
+        if self._tls is None:
             return
         node_id = getattr(node, "node_id", None)
         if not node_id:
             raise ValueError(f"raft TLS needs the node id of peer {node.address}")
+        # A member added online (membership.py) may dial us: its name is now expected.
+        self._tls_peer_ids = self._tls_peer_ids | {node_id}
+        conn = self._connections.get(node)
+        if conn is None:
+            return
         dial_ctx = self._tls[1]
         conn.__class__ = self._tls_connection_class
         conn.tls_setup(
@@ -188,6 +192,11 @@ class TlsTransportMixin:
             self._tls_refused,
             dialler=True,
         )
+
+    def dropNode(self, node):
+        super().dropNode(node)
+        if self._tls is not None and getattr(node, "node_id", None):
+            self._tls_peer_ids = self._tls_peer_ids - {node.node_id}
 
     def _onNewIncomingConnection(self, conn):
         if self._tls is not None:

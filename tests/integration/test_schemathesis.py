@@ -165,6 +165,17 @@ KNOWN_SEEN: dict[str, int] = {}
 # request may get them (a revision ahead of or behind what the cluster holds, an
 # idempotency_key an earlier case used for another request).
 STATE_DEPENDENT = {"future_revision", "compacted", "archived", "idempotency_key_reused"}
+# The membership routes (node/member_api.py): who leads, who is a member, whether anything
+# listens on a generated raft port, whether a change is pending.
+STATE_DEPENDENT |= {
+    "not_leader",
+    "member_exists",
+    "member_not_found",
+    "member_change_pending",
+    "member_is_leader",
+    "member_unreachable",
+    "transfer_refused",
+}
 # Codes of opaque values whose shape the document states (pattern, length) but whose
 # content it cannot: a `continuation` no page handed out (URL-safe base64 of msgpack), a
 # merge `state` that is not model.encode(type, ...). Each is a documented 400 of the ops

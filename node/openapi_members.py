@@ -1,0 +1,150 @@
+"""The membership routes in the OpenAPI document (node/member_api.py serves them): their
+request and result schemas, error texts and path items. Admin only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from node.op_fields import Schema
+from node.op_schemas import bool_schema, obj, str_schema
+from node.raft.members import HOST, NODE_ID
+
+MEMBER_ERROR_WHEN = {
+    "not_leader": "a membership change or leader transfer sent to a follower (`error.leader`, `error.leader_url`: where to send it); nothing changed",
+    "member_exists": "member_add of an id or raft address that is a member already; nothing changed",
+    "member_not_found": "member_remove / leader_transfer naming no member; nothing changed",
+    "member_change_pending": "the previous membership change is not committed yet (one change at a time); nothing changed",
+    "member_is_leader": "member_remove of the leader itself: it hands leadership over; send the removal to the new leader",
+    "member_unreachable": "member_add of a node nothing listens for on its raft port (start it first); nothing changed",
+    "transfer_refused": "leader_transfer to a member that has not replicated the whole log yet (or the leader stepped down): retry",
+}
+
+_ERRORS = (
+    "malformed_body",
+    "unsupported_media_type",
+    "invalid_argument",
+    "request_too_large",
+    "unauthenticated",
+    "permission_denied",
+    "unavailable",
+    "not_leader",
+    "internal",
+)
+
+
+def _port(description: str) -> Schema:
+    return {"type": "integer", "minimum": 1, "maximum": 65535, "description": description}
+
+
+def _node_id(description: str) -> Schema:
+    return str_schema(description, pattern=NODE_ID.pattern, maxLength=63)
+
+
+def _member_view() -> Schema:
+    return obj(
+        {
+            "id": str_schema("Node id."),
+            "raft_address": str_schema("host:raft_port, its identity in raft."),
+            "url": str_schema("Its client-port base URL."),
+        },
+        ("id", "raft_address", "url"),
+    )
+
+
+def members_list_schema() -> Schema:
+    return {
+        "type": "array",
+        "items": _member_view(),
+        "description": "The members, as this node's raft log says (node/raft/members.py).",
+    }
+
+
+def member_schemas() -> dict[str, Schema]:
+    closed = {"additionalProperties": False}
+    return {
+        "MemberAddRequest": {
+            **obj(
+                {
+                    "id": _node_id("The new member's node id (its TLS certificate names it)."),
+                    "host": str_schema("Its host.", pattern=HOST.pattern, maxLength=253),
+                    "raft_port": _port("Its raft port."),
+                    "http_port": _port("Its client port."),
+                },
+                ("id", "host", "raft_port", "http_port"),
+            ),
+            **closed,
+        },
+        "MemberRemoveRequest": {
+            **obj({"id": _node_id("The member to remove.")}, ("id",)),
+            **closed,
+        },
+        "LeaderTransferRequest": {
+            **obj(
+                {
+                    "to": {
+                        "type": ["string", "null"],
+                        "pattern": NODE_ID.pattern,
+                        "maxLength": 63,
+                        "description": "Member id to hand leadership to; null or absent: "
+                        "the most caught-up follower.",
+                    }
+                }
+            ),
+            **closed,
+        },
+        "MembersResult": obj(
+            {
+                "members": members_list_schema(),
+                "leader": {"type": ["string", "null"], "description": "The leader's id."},
+            },
+            ("members", "leader"),
+        ),
+        "LeaderTransferResult": obj(
+            {
+                "leader": str_schema("The node that answered (the leader until it hands over)."),
+                "sent": bool_schema("Whether the hand-over was asked for (false: `to` leads)."),
+            },
+            ("leader", "sent"),
+        ),
+    }
+
+
+def member_paths(builder: Any) -> dict:
+    """The path items; `builder` is node/openapi.py's _Builder."""
+    admin = " Needs admin on `*`. Sent to a follower: `not_leader` with the leader's URL."
+    return {
+        "/v1/cluster/members/add": builder.post(
+            "member_add",
+            "Add a member (raft log, one change at a time)",
+            "Answers once the change is committed; the new member counts towards the quorum "
+            "from then on, so start it first (`statekeeper cluster add-node` does)." + admin,
+            "MemberAddRequest",
+            "MembersResult",
+            "The members after the change.",
+            (*_ERRORS, "member_exists", "member_change_pending", "member_unreachable", "timeout"),
+            tag="cluster",
+        ),
+        "/v1/cluster/members/remove": builder.post(
+            "member_remove",
+            "Remove a member (raft log, one change at a time)",
+            "Answers once the change is committed; stop the removed node then. The leader "
+            "cannot remove itself: it hands leadership over and answers `member_is_leader`."
+            + admin,
+            "MemberRemoveRequest",
+            "MembersResult",
+            "The members after the change.",
+            (*_ERRORS, "member_not_found", "member_change_pending", "member_is_leader", "timeout"),
+            tag="cluster",
+        ),
+        "/v1/cluster/leader/transfer": builder.post(
+            "leader_transfer",
+            "Hand leadership to a member",
+            "Sends the hand-over (Raft TimeoutNow) and answers; watch GET /v1/status for the "
+            "new leader." + admin,
+            "LeaderTransferRequest",
+            "LeaderTransferResult",
+            "Asked.",
+            (*_ERRORS, "member_not_found", "transfer_refused", "timeout"),
+            tag="cluster",
+        ),
+    }

@@ -1,0 +1,142 @@
+"""Cluster membership as the raft log says it is (no pysyncobj import, no I/O).
+
+A member is described by a `Member` (id, host, raft_port, http_port); its raft address
+"host:raft_port" is its identity in pysyncobj. A change is one journal entry of pysyncobj's
+MEMBERSHIP type: the byte 0x02, then the pickle of [kind, raft address, member dict] with
+kind "add" or "rem" (pysyncobj's own shape, the dict in the place of its node object, so
+its code paths accept it). The dict carries id and ports so every node learns a new
+member's node id (raft TLS names it) and client port (leader_url) from the log alone.
+
+Invariant (restarts and snapshots): the member set is a function of the log.
+    members = replay(base, membership entries of the journal, in order)
+where base is the member set recorded in the newest snapshot (its header's "members"), or,
+without a snapshot, cluster.toml's [[nodes]]. Raft's single-server rule: a change takes
+effect on every node when the entry is APPENDED to its journal (not when committed), and is
+undone when a conflicting leader truncates it. One change at a time: the leader refuses a
+change while the last membership entry is not committed. cluster.toml is only the
+bootstrap set; `statekeeper cluster add-node / remove-node` keep it in step (a node is
+written to it before it is added, and deleted after its removal committed) so that a node
+started from it later begins with the current members as partners.
+
+Replay is idempotent in the way that matters: a member's presence is decided by the last
+entry naming it, so replaying entries the base already reflects changes nothing.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+MEMBERSHIP_COMMAND = b"\x02"  # pysyncobj's _COMMAND_TYPE.MEMBERSHIP
+ADD, REMOVE = "add", "rem"
+NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}$")
+
+
+class MemberError(ValueError):
+    """A member description or a change that is not acceptable; `code` is its error code."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Member:
+    id: str
+    host: str
+    raft_port: int
+    http_port: int
+
+    @property
+    def raft_address(self) -> str:
+        return f"{self.host}:{self.raft_port}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: object) -> Member:
+        """Validate a member description (from a request or a journal entry)."""
+        if not isinstance(d, dict):
+            raise MemberError("invalid_argument", "a member is an object")
+        unknown = set(d) - {"id", "host", "raft_port", "http_port"}
+        if unknown:
+            raise MemberError("invalid_argument", f"unknown member fields: {sorted(unknown)}")
+        node_id, host = d.get("id"), d.get("host")
+        if not isinstance(node_id, str) or not NODE_ID.fullmatch(node_id):
+            raise MemberError(
+                "invalid_argument", "id must be 1-63 letters, digits, '.', '_' or '-'"
+            )
+        if not isinstance(host, str) or not HOST.fullmatch(host):
+            raise MemberError("invalid_argument", "host must be a host name or IP address")
+        ports = []
+        for name in ("raft_port", "http_port"):
+            v = d.get(name)
+            if type(v) is float and v.is_integer():  # JSON's 7100.0 is the integer 7100
+                v = int(v)
+            if type(v) is not int or not 1 <= v <= 65535:
+                raise MemberError("invalid_argument", f"{name} must be an integer 1..65535")
+            ports.append(v)
+        return cls(node_id, host, ports[0], ports[1])
+
+
+def encode_change(kind: str, member: Member) -> bytes:
+    """The journal command of one change (pysyncobj's MEMBERSHIP shape)."""
+    if kind not in (ADD, REMOVE):
+        raise ValueError(kind)
+    return MEMBERSHIP_COMMAND + pickle.dumps([kind, member.raft_address, member.to_dict()], 5)
+
+
+def decode_change(command: bytes) -> tuple[str, Member | str] | None:
+    """(kind, Member) of a membership command; (kind, raft address) when it names only an
+    address (pysyncobj's own shape); None for any other command. Only journal entries
+    (written by this cluster's authenticated peers) are decoded here."""
+    if command[:1] != MEMBERSHIP_COMMAND:
+        return None
+    request = pickle.loads(command[1:])
+    kind = request[0]
+    if len(request) >= 3 and isinstance(request[2], dict):
+        return kind, Member.from_dict(request[2])
+    return kind, str(request[1])
+
+
+def replay(base: dict[str, Member], commands: Iterable[bytes]) -> dict[str, Member]:
+    """The member set (raft address -> Member) after applying, in order, the membership
+    entries among `commands` to `base`."""
+    members = dict(base)
+    for command in commands:
+        change = decode_change(command)
+        if change is None:
+            continue
+        kind, who = change
+        addr = who.raft_address if isinstance(who, Member) else who
+        if kind == ADD and isinstance(who, Member):
+            members[addr] = who
+        elif kind == REMOVE:
+            members.pop(addr, None)
+    return members
+
+
+def check_change(
+    members: dict[str, Member], kind: str, member: Member, *, self_address: str
+) -> None:
+    """Raise MemberError unless `kind` of `member` is a change of `members` (the leader's
+    check before it appends; `self_address`: the leader's own raft address)."""
+    addr = member.raft_address
+    if kind == ADD:
+        if addr in members:
+            raise MemberError("member_exists", f"{addr} is already a member")
+        if any(m.id == member.id for m in members.values()):
+            raise MemberError("member_exists", f"a member named {member.id} exists")
+        return
+    if addr not in members:
+        raise MemberError("member_not_found", f"{member.id} ({addr}) is not a member")
+    if addr == self_address:
+        raise MemberError(
+            "member_is_leader",
+            f"{member.id} leads: the leader cannot remove itself; transfer leadership first",
+        )
