@@ -128,7 +128,7 @@ class MemberRoutes:
     # -- helpers ----------------------------------------------------------------------------
 
     def _admin_body(self, request: Request, name: str) -> tuple[dict, str]:
-        body, fmt = self.api._body(request)
+        body, fmt = self.api._body(request, name)
         if self.api.authz is not None:
             self.api._authorize(request, name, {})  # not an op of OPS: admin on '*'
         if not isinstance(body, dict):
