@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 
 from prometheus_client import disable_created_metrics
 
@@ -63,8 +64,20 @@ def _apply_fn(sm: StateMachine, applied: list):
     return apply
 
 
-async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool = False) -> int:
-    me = cfg.node(node_id)
+@dataclass
+class _Parts:
+    """What one node is made of, in the order serve() builds it."""
+
+    sm: StateMachine
+    raft: RaftNode
+    clock: ClusterClock
+    metrics: NodeMetrics
+    disk: DiskWatch
+    proposer: Proposer
+    after_apply: list  # called after each apply (filled once the API exists)
+
+
+def _open_store(cfg: config_mod.ClusterConfig, node_id: str) -> StateMachine:
     data_dir = cfg.node_data_dir(node_id)
     recovery.note_lost_state(data_dir)  # a lost disk: said loudly, then caught up
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -84,13 +97,19 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
             sync_writes=False,
         ),
     )
-    opened = time.monotonic()
     log.info(
         "state machine open in %.2f s (applied index %d, revision %d)",
-        opened - started,
+        time.monotonic() - started,
         sm.applied_index,
         sm.revision,
     )
+    return sm
+
+
+def _build(cfg: config_mod.ClusterConfig, node_id: str) -> _Parts:
+    """The store, raft, the disk watch and the proposer; nothing serves yet."""
+    sm = _open_store(cfg, node_id)
+    opened = time.monotonic()
     after_apply: list = []
     # The clock the leader stamps entries with; the lease expiry task reads it too.
     clock = ClusterClock(lambda: sm.clock_ms)
@@ -108,6 +127,7 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
         # A new directory entry is durable only once its parent is fsynced: without this a
         # power loss right after the first start can take the whole data dir with it.
         # Every ancestor: `cluster up` may just have created several levels of them.
+        data_dir = cfg.node_data_dir(node_id)
         for d in (data_dir / "raft", data_dir, *data_dir.parents):
             fsync_dir(str(d))
     proposer = Proposer(
@@ -118,10 +138,62 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
         metrics=metrics,
     )
     raft.on_leadership_lost(proposer.leadership_lost)
+    return _Parts(sm, raft, clock, metrics, disk, proposer, after_apply)
+
+
+def _start_background(
+    cfg: config_mod.ClusterConfig, n: _Parts, started: float
+) -> tuple[asyncio.Task, ...]:
+    ready_logger = asyncio.create_task(_log_when_ready(n.raft, started))
+    # Only the leader expires leases, after a grace past every election (node/lease_expiry.py).
+    grace = cfg.raft.election_timeout_max + 1.0
+    lease_expiry = asyncio.create_task(
+        LeaseExpiry.for_node(n.sm, n.raft, n.clock, n.proposer, grace).run()
+    )
+    # Only the leader enforces retention policies, after the same grace (node/retention_gc.py).
+    retention_gc = asyncio.create_task(
+        RetentionGC.for_node(
+            n.sm, n.raft, n.clock, n.proposer, grace, cfg.retention.gc_interval_seconds
+        ).run()
+    )
+    disk_watch = asyncio.create_task(n.disk.run())
+    return ready_logger, lease_expiry, retention_gc, disk_watch
+
+
+def _shutdown_plan(
+    cfg: config_mod.ClusterConfig, node_id: str, n: _Parts, api: Api, http, background
+) -> Shutdown:
+    def drain_api() -> None:
+        api.shutting_down = True  # readiness and every route answer 503 from now on
+        for task in background:
+            task.cancel()
+
+    loop = asyncio.get_running_loop()
+    return Shutdown(
+        node_id,
+        http,
+        n.raft,
+        grace=cfg.http.shutdown_grace_seconds,
+        handover_timeout=2 * cfg.raft.election_timeout_max,
+        on_drain=drain_api,
+        release=[
+            lambda: n.proposer.fail_all(OpError("unavailable", f"{node_id} is shutting down")),
+            # Joins the raft thread (the journal is synced and closed), so no apply can
+            # race the store's close below.
+            lambda: loop.run_in_executor(None, n.raft.destroy),
+            n.sm.close,
+        ],
+    )
+
+
+async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool = False) -> int:
+    me = cfg.node(node_id)
+    started = time.monotonic()
+    n = _build(cfg, node_id)
     if unsafe_reads:
         failpoints.enable("read-barrier-skip")
-    api = Api(cfg, node_id, sm, raft, proposer, metrics, disk.quota, disk.free_now)
-    after_apply.append(api.reads.revisions.applied)
+    api = Api(cfg, node_id, n.sm, n.raft, n.proposer, n.metrics, n.disk.quota, n.disk.free_now)
+    n.after_apply.append(api.reads.revisions.applied)
     http = api.server()
     await http.start(
         *me.http_listen,
@@ -133,45 +205,13 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
         node_id,
         cfg.url(node_id),
         me.raft_address,
-        data_dir,
+        cfg.node_data_dir(node_id),
         cfg.fsync,
     )
-
-    ready_logger = asyncio.create_task(_log_when_ready(raft, started))
-    # Only the leader expires leases, after a grace past every election (node/lease_expiry.py).
-    grace = cfg.raft.election_timeout_max + 1.0
-    lease_expiry = asyncio.create_task(LeaseExpiry.for_node(sm, raft, clock, proposer, grace).run())
-    # Only the leader enforces retention policies, after the same grace (node/retention_gc.py).
-    retention_gc = asyncio.create_task(
-        RetentionGC.for_node(
-            sm, raft, clock, proposer, grace, cfg.retention.gc_interval_seconds
-        ).run()
-    )
-    disk_watch = asyncio.create_task(disk.run())
-    background = (ready_logger, lease_expiry, retention_gc, disk_watch)
-
-    def drain_api() -> None:
-        api.shutting_down = True  # readiness and every route answer 503 from now on
-        for task in background:
-            task.cancel()
-
-    loop = asyncio.get_running_loop()
-    shutdown = Shutdown(
-        node_id,
-        http,
-        raft,
-        grace=cfg.http.shutdown_grace_seconds,
-        handover_timeout=2 * cfg.raft.election_timeout_max,
-        on_drain=drain_api,
-        release=[
-            lambda: proposer.fail_all(OpError("unavailable", f"{node_id} is shutting down")),
-            # Joins the raft thread (the journal is synced and closed), so no apply can
-            # race the store's close below.
-            lambda: loop.run_in_executor(None, raft.destroy),
-            sm.close,
-        ],
-    )
+    background = _start_background(cfg, n, started)
+    shutdown = _shutdown_plan(cfg, node_id, n, api, http, background)
     stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         # The first signal starts the graceful stop; a second one cuts it short.
         loop.add_signal_handler(sig, lambda: shutdown.hurry() if stop.is_set() else stop.set())
