@@ -2,9 +2,10 @@
 
 A member is described by a `Member` (id, host, raft_port, http_port); its raft address
 "host:raft_port" is its identity in pysyncobj. A change is one journal entry of pysyncobj's
-MEMBERSHIP type: the byte 0x02, then the pickle of [kind, raft address, member dict] with
-kind "add" or "rem" (pysyncobj's own shape, the dict in the place of its node object, so
-its code paths accept it). The dict carries id and ports so every node learns a new
+MEMBERSHIP type: the byte 0x02, then the msgpack of [kind, raft address, member dict] with
+kind "add" or "rem" (pysyncobj's own list shape, the dict in the place of its node object,
+so its code paths accept the decoded list; pysyncobj itself would pickle it, and its one
+decoding call is replaced by decode_request, so no membership entry is ever unpickled). The dict carries id and ports so every node learns a new
 member's node id (raft TLS names it) and client port (leader_url) from the log alone.
 
 Invariant (restarts and snapshots): the member set is a function of the log.
@@ -24,10 +25,11 @@ entry naming it, so replaying entries the base already reflects changes nothing.
 
 from __future__ import annotations
 
-import pickle
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+
+import msgpack
 
 MEMBERSHIP_COMMAND = b"\x02"  # pysyncobj's _COMMAND_TYPE.MEMBERSHIP
 ADD, REMOVE = "add", "rem"
@@ -85,23 +87,39 @@ class Member:
 
 
 def encode_change(kind: str, member: Member) -> bytes:
-    """The journal command of one change (pysyncobj's MEMBERSHIP shape)."""
+    """The journal command of one change (pysyncobj's MEMBERSHIP shape, in msgpack)."""
     if kind not in (ADD, REMOVE):
         raise ValueError(kind)
-    return MEMBERSHIP_COMMAND + pickle.dumps([kind, member.raft_address, member.to_dict()], 5)
+    return MEMBERSHIP_COMMAND + msgpack.packb(
+        [kind, member.raft_address, member.to_dict()], use_bin_type=True
+    )
 
 
-def decode_change(command: bytes) -> tuple[str, Member | str] | None:
-    """(kind, Member) of a membership command; (kind, raft address) when it names only an
-    address (pysyncobj's own shape); None for any other command. Only journal entries
-    (written by this cluster's authenticated peers) are decoded here."""
+def decode_request(command: bytes) -> list | None:
+    """[kind, raft address, member dict] of a membership command (what pysyncobj's
+    change-cluster code takes), checked; None for any other command. Malformed: MemberError."""
     if command[:1] != MEMBERSHIP_COMMAND:
         return None
-    request = pickle.loads(command[1:])
-    kind = request[0]
-    if len(request) >= 3 and isinstance(request[2], dict):
-        return kind, Member.from_dict(request[2])
-    return kind, str(request[1])
+    try:
+        request = msgpack.unpackb(command[1:], raw=False)
+    except Exception as e:  # msgpack raises assorted errors on garbage
+        raise MemberError("invalid_argument", f"not a membership entry: {e}") from e
+    if (
+        not isinstance(request, list)
+        or len(request) != 3
+        or request[0] not in (ADD, REMOVE)
+        or not isinstance(request[2], dict)
+    ):
+        raise MemberError("invalid_argument", "not a membership entry of this cluster")
+    return request
+
+
+def decode_change(command: bytes) -> tuple[str, Member] | None:
+    """(kind, Member) of a membership command; None for any other command."""
+    request = decode_request(command)
+    if request is None:
+        return None
+    return request[0], Member.from_dict(request[2])
 
 
 def replay(base: dict[str, Member], commands: Iterable[bytes]) -> dict[str, Member]:
@@ -113,11 +131,10 @@ def replay(base: dict[str, Member], commands: Iterable[bytes]) -> dict[str, Memb
         if change is None:
             continue
         kind, who = change
-        addr = who.raft_address if isinstance(who, Member) else who
-        if kind == ADD and isinstance(who, Member):
-            members[addr] = who
-        elif kind == REMOVE:
-            members.pop(addr, None)
+        if kind == ADD:
+            members[who.raft_address] = who
+        else:
+            members.pop(who.raft_address, None)
     return members
 
 

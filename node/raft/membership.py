@@ -26,7 +26,6 @@ What pysyncobj 0.3.17 does on its own, and why it is taken over here:
 from __future__ import annotations
 
 import logging
-import pickle
 from collections import deque
 from collections.abc import Callable
 
@@ -38,6 +37,7 @@ from node.raft.members import (
     MemberError,
     check_change,
     decode_change,
+    decode_request,
     encode_change,
     replay,
 )
@@ -84,17 +84,6 @@ class MembershipMixin:
                 self._raft_calls.popleft()()
             except Exception:
                 log.exception("a call handed to the raft thread failed")
-
-    def transfer_to(self, address: str | None, done: Callable[[bool], None]) -> None:
-        """Ask `address` (None: the most caught-up follower) to take over leadership;
-        done(True) once the request is sent, done(False) when pysyncobj refuses (not the
-        leader, or the target is not fully caught up). Any thread."""
-        from node.raft.syncobj import FAIL_REASON
-
-        def call() -> None:
-            self.transferLeadership(address, lambda _r, err: done(err == FAIL_REASON.SUCCESS))
-
-        self.run_on_raft_thread(call)
 
     # -- the leader's side ----------------------------------------------------------------
 
@@ -155,6 +144,18 @@ class MembershipMixin:
 
     # -- every node ------------------------------------------------------------------------
 
+    def _SyncObj__parseChangeClusterRequest(self, command):
+        # pysyncobj unpickles a MEMBERSHIP command here (the leader, before appending it);
+        # ours are msgpack (members.py), decoded and checked without pickle.
+        # A malformed one must not read as "no change" (None): pysyncobj would append it
+        # as a plain command. A request of no known kind is refused by __changeCluster
+        # below and ignored by every other caller (their __doChangeCluster is a no-op).
+        try:
+            return decode_request(command)
+        except MemberError as e:
+            log.warning("a malformed membership command was refused: %s", e.message)
+            return ["malformed", None, None]
+
     def _SyncObj__doChangeCluster(self, request, reverse=False):
         return False  # pysyncobj's own calls; see the module docstring
 
@@ -166,14 +167,8 @@ class MembershipMixin:
         kind, who = change
         if reverse:
             kind = REMOVE if kind == ADD else ADD
-        if kind == ADD and not isinstance(who, Member):
-            log.warning("membership entry %d names no member description; ignored", idx)
-            return
-        if isinstance(who, Member):
-            self.members = replay(self.members, [encode_change(kind, who)])
-        else:  # pysyncobj's shape: a removal naming only the address
-            self.members = {a: m for a, m in self.members.items() if a != who}
-        request = pickle.loads(command[1:])
+        self.members = replay(self.members, [encode_change(kind, who)])
+        request = decode_request(command)
         request[0] = kind
         super()._SyncObj__doChangeCluster(request)
         if reverse:

@@ -332,7 +332,7 @@ class RaftNode:
             if addr is None:
                 done(False)
                 return
-        self._obj.transfer_to(addr, done)
+        self._obj.request_transfer(addr, done)
 
     def counters(self) -> dict[str, int]:
         """Plain counters kept by raft, for metrics (read from any thread)."""

@@ -39,6 +39,7 @@ from node.raft.peers import _AuthenticatingEncryptor
 from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
 from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST, ReadIndexMixin
 from node.raft.tls_connection import TlsConnectionMixin, TlsTransportMixin
+from node.raft.transfer import LeadershipTransferMixin
 
 log = logging.getLogger("statekeeper.raft")
 
@@ -240,7 +241,7 @@ logging.getLogger("pysyncobj.syncobj").addFilter(_TruncationLogFilter())
 _journal_patch_lock = threading.Lock()
 
 
-class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, SyncObj):
+class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransferMixin, SyncObj):
     """pysyncobj's SyncObj with this node's workarounds (listed in node/raft/__init__.py)."""
 
     def __init__(
@@ -276,11 +277,8 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, SyncObj):
         self._max_journal_bytes = max_journal_bytes
         self._flush_state_machine = flush_state_machine
         self._preflush_started: float | None = None
-        # Leadership transfer asked for by another thread (graceful shutdown); the raft
-        # thread acts on it at its next tick. last_transfer: what the last attempt did.
-        self._transfer_wanted = False
-        self._transfer_sent_at = -math.inf
-        self.last_transfer = ""
+        # Leadership hand-over asked for by another thread (node/raft/transfer.py).
+        self.init_transfer(FAIL_REASON.SUCCESS)
         # ReadIndex (Raft thesis 6.4): reads confirmed by a heartbeat round, no log entry.
         self._init_read_index()
         # Raft-loop progress for the liveness check (node/liveness.py): stamped by every
@@ -360,9 +358,8 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, SyncObj):
         was_leader = self._isLeader()
         self._start_read_round()
         super()._onTick(timeToWait)
-        if self._transfer_wanted:
-            self._transfer_wanted = False
-            self._transfer_now()
+        self.transfer_tick()
+        self.end_hold_if_over()
         if was_leader and not self._isLeader():
             self._fail_read_rounds()
             for fn in self._leadership_lost:
@@ -373,31 +370,11 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, SyncObj):
             self.leader_changes += 1
         self._answer_confirmed_reads()
 
-    def request_transfer(self) -> None:
-        """Any thread: try once, at the raft thread's next tick, to hand leadership to the
-        most caught-up follower (pysyncobj's TimeoutNow). pysyncobj denies it while no
-        follower has the leader's whole log, so the caller asks again until someone else
-        leads; last_transfer says how the last attempt went."""
-        self._transfer_wanted = True
-        self._SyncObj__pipeNotifier.notify()
-
-    def _transfer_now(self) -> None:
-        if not self._isLeader():
-            self.last_transfer = "not leader"
-            return
-        if time.monotonic() - self._transfer_sent_at < self._election_timeout_min:
-            return  # the target is electing itself: a TimeoutNow to another could split the vote
-
-        def done(_result, err) -> None:
-            self.last_transfer = "sent" if err == FAIL_REASON.SUCCESS else "denied"
-            if err == FAIL_REASON.SUCCESS:
-                self._transfer_sent_at = time.monotonic()
-
-        self.transferLeadership(callback=done)
-
     def _checkCommandsToApply(self) -> None:
         # This is where the leader appends queued commands (its own and forwarded ones):
         # each gets the leader's time (node/cluster_clock.py), whoever built it.
+        if self._isLeader() and self.holding_appends():
+            return  # a hand-over waits for its target to catch up (transfer.py)
         if self._isLeader():
             if self._clock_term != self.raftCurrentTerm:
                 self._clock.anchor()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 
+import msgpack
 import pytest
 
 from node.raft.log import _RaftLog
@@ -30,9 +31,15 @@ def test_a_change_round_trips_and_other_commands_are_not_changes() -> None:
     assert decode_change(encode_change(ADD, C)) == (ADD, C)
     assert decode_change(encode_change(REMOVE, C)) == (REMOVE, C)
     assert decode_change(b"\x00anything") is None
-    # pysyncobj's own shape (an address, no description) still decodes
-    legacy = b"\x02" + pickle.dumps(["rem", C.raft_address, C.raft_address])
-    assert decode_change(legacy) == (REMOVE, C.raft_address)
+    # Never unpickled: pysyncobj's own (pickled) shape, and any other garbage, is refused.
+    for bad in (
+        b"\x02" + pickle.dumps(["rem", C.raft_address, C.raft_address]),
+        b"\x02" + msgpack.packb(["rem", C.raft_address, C.raft_address]),
+        b"\x02" + msgpack.packb(["drop", C.raft_address, C.to_dict()]),
+        b"\x02\xc1",
+    ):
+        with pytest.raises(MemberError):
+            decode_change(bad)
 
 
 def test_replay_the_last_entry_naming_a_member_decides() -> None:
