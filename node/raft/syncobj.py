@@ -350,8 +350,10 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         self.last_progress = now
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
+        # sleep(S): a raft step stuck (the whole node: raft runs on the loop); error: every
+        # tick fails before it counts as progress (node/liveness.py then says not live).
+        failpoints.hit("raft-tick")
         self.note_progress()
-        failpoints.hit("raft-tick")  # sleep(S): a raft thread stuck in one step
         # The leader counts itself towards the commit index inside this tick: whatever it
         # appended since the last tick must be on disk first (one fsync per tick).
         self._journal.sync()
