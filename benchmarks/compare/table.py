@@ -8,7 +8,7 @@ per op (leader and followers), printed only when some row has server figures.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from benchmarks.compare.rounds import ETCD, SK, Row, RowSummary, SystemSummary, summarize_row
 
@@ -89,7 +89,13 @@ def format_cores(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def _pair(fmt, sk: SystemSummary | None, etcd: SystemSummary | None, attr: str) -> str:  # type: ignore[no-untyped-def]
+def _pair(
+    fmt: Callable[[float | None], str],
+    sk: SystemSummary | None,
+    etcd: SystemSummary | None,
+    attr: str,
+) -> str:
+    """'sk / etcd' of one SystemSummary attribute; '-' when neither has it."""
     a = getattr(sk, attr) if sk else None
     b = getattr(etcd, attr) if etcd else None
     if a is None and b is None:

@@ -4,6 +4,7 @@ client and server CPU per op). Pure functions: no cluster, no clock."""
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 
 from hypothesis import given
@@ -173,3 +174,87 @@ def test_the_bar_counts_every_round() -> None:
     workloads = [Workload("put", 1), Workload("put", 64)]
     # (2 kv rows + 5 failover trials + 2 cold-start steps) x 2 systems x 3 rounds
     assert total_steps(["put", "failover", "cold-start"], s, workloads, 2) == 9 * 2 * 3
+
+
+# ---------------------------------------------------------------- the runner, on fakes
+
+
+def fake_system(name: str, started: list[str], fail_round: int | None = None) -> type:
+    """A System class whose managed cluster logs each start; `fail_round` (1-based) makes
+    that cluster fail to start."""
+    import contextlib
+    import os
+    from collections.abc import AsyncIterator, Sequence
+    from typing import Any
+
+    from benchmarks.systems import ClusterControl, System
+
+    class Control(ClusterControl):
+        async def leader(self) -> str | None:
+            return "a"
+
+        async def kill(self, member: str) -> None: ...
+        async def stop(self, member: str) -> None: ...
+        async def start(self, member: str) -> None: ...
+
+        def is_ready(self, member: str) -> bool:
+            return True
+
+        def pid(self, member: str) -> int | None:
+            return os.getpid()
+
+    class Fake(System):
+        async def setup(self) -> None: ...
+        async def teardown(self) -> None: ...
+
+        async def put(self, key: str, value: bytes) -> None:
+            await asyncio.sleep(0.001)
+
+        async def get(self, key: str, consistency: str = "linearizable") -> object:
+            await asyncio.sleep(0.001)
+            return None
+
+        @classmethod
+        @contextlib.asynccontextmanager
+        async def managed_cluster(cls, workdir: Any, **_: Any) -> AsyncIterator[ClusterControl]:
+            started.append(name)
+            if fail_round is not None and started.count(name) == fail_round:
+                raise RuntimeError("no quorum")
+            yield Control(["mem://"], ["a", "b", "c"])
+
+        def __init__(self, endpoints: Sequence[str], **_: object) -> None:
+            super().__init__(endpoints)
+
+    Fake.name = name
+    return Fake
+
+
+async def test_runner_alternates_fresh_clusters_and_keeps_every_round(
+    tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from benchmarks.compare import runner
+    from benchmarks.compare.progress import QuietBar
+
+    started: list[str] = []
+    classes = {
+        "etcd": fake_system("etcd", started),
+        "statekeeper": fake_system("statekeeper", started, fail_round=2),
+    }
+    monkeypatch.setattr(runner, "get_system_class", classes.__getitem__)
+    s = Settings(duration=0.1, warmup=0.0, keys=100, keys_cold_start=10, failover_trials=1,
+                 max_clients=4, rounds=3)  # fmt: skip
+    workloads = [Workload("put", 2), Workload("put", 4)]
+    bar = QuietBar(total_steps(["put"], s, workloads, 2))
+    rows = await runner.run_compare(
+        ["etcd", "statekeeper"], ["put"], s, workloads=workloads, data_dir=tmp_path, bar=bar
+    )
+    # One fresh cluster per system per round, the order flipping every round.
+    assert started == ["etcd", "statekeeper", "statekeeper", "etcd", "etcd", "statekeeper"]
+    assert bar.n == bar.total  # the bar counted every round, the failed one too
+    for r in rows:
+        assert len(r.results["etcd"]) == len(r.results["statekeeper"]) == 3
+        sk = r.results["statekeeper"]
+        assert sk[1] is not None and sk[1].failed and "no quorum" in sk[1].failed
+        assert all(m is not None and m.value and m.client_us_per_op for m in (sk[0], sk[2]))
+        summary = summarize_row(r)
+        assert summary.ratios[1] is None and summary.ratio is not None
