@@ -26,6 +26,7 @@ from benchmarks.compare.rounds import Measure
 from benchmarks.compare.workloads import BATCH_OPS, Workload, make_op, supports
 from benchmarks.harness import LoadResult, run_load
 from benchmarks.load import make_keys
+from benchmarks.restart import members_rss, restart_follower, wait_leader
 from benchmarks.systems import ClusterControl, System
 from chaos.stats import percentile
 
@@ -180,17 +181,6 @@ async def first_put_after(put: Callable[[], Any], t_kill: float, timeout: float)
     return first
 
 
-async def wait_leader(control: ClusterControl, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        leader = await control.leader()
-        if leader is not None:
-            return leader
-        if time.monotonic() > deadline:
-            raise TimeoutError("no leader")
-        await asyncio.sleep(0.1)
-
-
 async def run_failover(
     system: System, control: ClusterControl, s: Settings, bar: Any, name: str
 ) -> Measure:
@@ -286,15 +276,9 @@ async def run_cold_start(
     bar.update(1)
     bar.set_description(f"{name}: restarting a follower holding {n:,} keys")
     await control.wait_ready(timeout=600.0)  # every member has caught up
-    rss = {m: control.rss_bytes(m) for m in control.members}
-    leader = await wait_leader(control)
-    member = next(m for m in control.members if m != leader)
-    await control.stop(member)
-    t0 = time.perf_counter()
-    await control.start(member)
-    await control.wait_ready([member], timeout=900.0)
-    cold = time.perf_counter() - t0
-    rss_after = control.rss_bytes(member)
+    rss = members_rss(control)
+    restart = await restart_follower(control)
+    member, cold, rss_after = restart.member, restart.seconds, restart.rss_after
     bar.update(1)
     loaded = [v for v in rss.values() if v is not None]
     mib = 1024 * 1024
