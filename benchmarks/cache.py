@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare import make_bar
+from benchmarks.compare.progress import make_bar
 from benchmarks.harness import compact_samples
 from benchmarks.load import append_section, markdown_table, statekeeper_target
 from chaos.stats import percentile

@@ -9,14 +9,23 @@ issuing at the end of the window by themselves; whatever is still in flight then
 
 The generator shares two cores with the three nodes it measures, so the per-op work here
 is kept to two clock reads, a few integer operations and one list increment.
+
+CPU over the window (`LoadResult.cpu`, a `CpuWindow`): one sampler task reads this
+process's CPU time (user+sys of every thread, so a client library's own threads, e.g.
+gRPC's, count) and, if given `cpu_pids`, each of those processes' utime+stime from
+/proc/<pid>/stat, once when the measured window opens and once when it closes, together
+with the number of operations completed so far. Per-op figures divide the CPU delta by the
+operations completed between the same two samples, so a sampler woken late by a busy loop
+shifts both ends alike instead of skewing the quotient.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -97,6 +106,53 @@ class LatencyHistogram:
         return self.total / self.count if self.count else 0.0
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")  # /proc/<pid>/stat counts CPU time in these ticks
+
+
+def proc_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of process `pid` in seconds (all its threads), or None if it is gone.
+
+    Fields 14 and 15 of /proc/<pid>/stat; the command name (field 2) may hold spaces and
+    parentheses, so the fields are counted from the last ')'.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    # fields[0] is field 3 (state): utime is field 14, stime field 15.
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+@dataclass
+class CpuWindow:
+    """CPU used between the two samples that bracket the measured window.
+
+    `client_s`: this process (the load generator); `procs`: name -> seconds of each
+    process in `cpu_pids` (missing when it vanished during the window); `ops`: operations
+    completed between the samples (successful or not: each cost client CPU).
+    """
+
+    wall_s: float
+    ops: int
+    client_s: float
+    procs: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def client_us_per_op(self) -> float | None:
+        return self.client_s * 1e6 / self.ops if self.ops else None
+
+    @property
+    def client_cores(self) -> float | None:
+        """Fraction of one core the load generator used (1.0 = one core busy)."""
+        return self.client_s / self.wall_s if self.wall_s > 0 else None
+
+    def proc_us_per_op(self, name: str) -> float | None:
+        cpu = self.procs.get(name)
+        return None if cpu is None or not self.ops else cpu * 1e6 / self.ops
+
+
 @dataclass
 class LoadResult:
     clients: int
@@ -108,6 +164,7 @@ class LoadResult:
     warmup_errors: int = 0
     # Ops still in flight when the drain timeout ran out; cancelled, counted nowhere else.
     unfinished: int = 0
+    cpu: CpuWindow | None = None  # None only if the run ended before the window closed
 
     @property
     def ops(self) -> int:
@@ -161,6 +218,14 @@ class LoadResult:
             "warmup_ops": self.warmup_ops,
             "warmup_errors": self.warmup_errors,
             "unfinished": self.unfinished,
+            "cpu": None
+            if self.cpu is None
+            else {
+                "wall_s": round(self.cpu.wall_s, 3),
+                "ops": self.cpu.ops,
+                "client_s": round(self.cpu.client_s, 4),
+                "procs": {k: round(v, 4) for k, v in self.cpu.procs.items()},
+            },
         }
 
 
@@ -224,6 +289,28 @@ class _Run:
     def error_total(self) -> int:
         return self.warmup_errors + sum(self.errors.values())
 
+    def _cpu_sample(self, pids: Mapping[str, int]) -> tuple[int, int, float, dict[str, float]]:
+        procs = {name: proc_cpu_seconds(pid) for name, pid in pids.items()}
+        return (
+            time.perf_counter_ns(),
+            self.completed() + self.error_total(),
+            time.process_time(),
+            {k: v for k, v in procs.items() if v is not None},
+        )
+
+    async def sample_cpu(self, pids: Mapping[str, int]) -> CpuWindow:
+        """Sample CPU at the window's start and end (see the module docstring)."""
+        await asyncio.sleep(max(self.measure_start - time.perf_counter_ns(), 0) / 1e9)
+        t0, n0, c0, p0 = self._cpu_sample(pids)
+        await asyncio.sleep(max(self.stop_at - time.perf_counter_ns(), 0) / 1e9)
+        t1, n1, c1, p1 = self._cpu_sample(pids)
+        return CpuWindow(
+            wall_s=(t1 - t0) / 1e9,
+            ops=n1 - n0,
+            client_s=c1 - c0,
+            procs={k: p1[k] - p0[k] for k in p0.keys() & p1.keys()},
+        )
+
 
 async def _report_progress(
     run: _Run, stream: TextIO, interval: float, label: str, warmup: float, duration: float
@@ -263,14 +350,20 @@ async def run_load(
     label: str = "",
     drain_timeout: float = 10.0,
     error_backoff: float = 0.001,
+    cpu_pids: Mapping[str, int] | None = None,
 ) -> LoadResult:
-    """Run `clients` closed-loop workers calling `op` and measure the window after warm-up."""
+    """Run `clients` closed-loop workers calling `op` and measure the window after warm-up.
+
+    `cpu_pids` (name -> pid): server processes whose CPU over the window goes into
+    `LoadResult.cpu.procs` next to the generator's own.
+    """
     if clients < 1:
         raise ValueError("clients must be >= 1")
     if duration <= 0 or warmup < 0:
         raise ValueError("need duration > 0 and warmup >= 0")
     run = _Run(int(warmup * 1e9), int(duration * 1e9), error_backoff)
     workers = [asyncio.create_task(run.worker(op)) for _ in range(clients)]
+    sampler = asyncio.create_task(run.sample_cpu(dict(cpu_pids or {})))
     reporter = (
         asyncio.create_task(
             _report_progress(run, progress, progress_interval, label, warmup, duration)
@@ -286,6 +379,9 @@ async def run_load(
     finally:
         for t in workers:
             t.cancel()
+        if time.perf_counter_ns() < run.stop_at:  # ended early: the window never closed
+            sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)  # else it is about to finish
         if reporter is not None:
             reporter.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
@@ -308,6 +404,7 @@ async def run_load(
         warmup_ops=run.warmup_ops,
         warmup_errors=run.warmup_errors,
         unfinished=unfinished,
+        cpu=None if sampler.cancelled() or sampler.exception() else sampler.result(),
     )
 
 

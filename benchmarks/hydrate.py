@@ -36,7 +36,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.compare import make_bar
+from benchmarks.compare.progress import make_bar
 from benchmarks.load import append_section, markdown_table, parse_size, statekeeper_target
 from chaos.stats import percentile
 from client import AsyncClient

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import langgraph_report as report
-from benchmarks.compare import make_bar
+from benchmarks.compare.progress import make_bar
 from benchmarks.langgraph_workload import (
     Chain,
     build_graph,

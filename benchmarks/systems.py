@@ -209,6 +209,10 @@ class ClusterControl(ABC):
             await asyncio.sleep(0.05)
         return time.monotonic() - start
 
+    def data_dir(self, member: str) -> Path | None:
+        """The member's data directory, or None when the system does not say."""
+        return None
+
     def rss_bytes(self, member: str) -> int | None:
         """Resident memory of the member's process (VmRSS), or None if it is not running."""
         pid = self.pid(member)
@@ -244,11 +248,19 @@ def rss_of_pid(pid: int) -> int | None:
     """VmRSS of `pid` in bytes, from /proc/<pid>/status; None if unknown."""
     try:
         with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024  # the kernel reports kB
-    except (OSError, ValueError, IndexError):
-        pass
+            return parse_vmrss(f.read())
+    except OSError:
+        return None
+
+
+def parse_vmrss(status: str) -> int | None:
+    """The VmRSS line of a /proc/<pid>/status text, in bytes (the kernel reports kB)."""
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            try:
+                return int(line.split()[1]) * 1024
+            except (ValueError, IndexError):
+                return None
     return None
 
 
@@ -367,6 +379,19 @@ class StatekeeperSystem(System):
     async def get(self, key: str, consistency: str = "linearizable") -> object:
         return await next(self._next).get(key, ns=self.ns, consistency=consistency)  # type: ignore[arg-type]
 
+    async def get_at(self, key: str, revision: int) -> object:
+        """`key` as it was right after store `revision` (a read of the MVCC history)."""
+        return await next(self._next).get(key, ns=self.ns, revision=revision)  # type: ignore[arg-type]
+
+    async def range_page(self, start: str | None, limit: int, revision: int | None = None) -> Any:
+        """One page of up to `limit` keys from `start` (linearizable; at `revision` if given)."""
+        c = next(self._next)  # type: ignore[arg-type]
+        return await c.range(start=start, limit=limit, revision=revision, ns=self.ns)
+
+    async def compact(self, revision: int) -> None:
+        """Drop the history older than `revision` (the whole store's, not only this ns)."""
+        await next(self._next).compact(revision)  # type: ignore[arg-type]
+
     async def cas(self, key: str, value: bytes, expect_version: int) -> tuple[bool, int]:
         from client import Conflict
 
@@ -399,9 +424,19 @@ class StatekeeperSystem(System):
     @classmethod
     @asynccontextmanager
     async def managed_cluster(
-        cls, workdir: Path, *, size: int = 3, fsync: str = "always", quiet: bool = False, **_: Any
+        cls,
+        workdir: Path,
+        *,
+        size: int = 3,
+        fsync: str = "always",
+        quiet: bool = False,
+        configure: Callable[[Any], Any] | None = None,
+        **_: Any,
     ) -> AsyncIterator[ClusterControl]:
-        """A fresh `size`-node cluster on free loopback ports, as a ClusterControl."""
+        """A fresh `size`-node cluster on free loopback ports, as a ClusterControl.
+
+        `configure(cfg)` returns the ClusterConfig to run instead of the default one (e.g.
+        a larger storage quota); ports and paths are set before it is called."""
         from cluster.supervisor import LocalCluster
         from node import config as node_config
 
@@ -412,6 +447,8 @@ class StatekeeperSystem(System):
         cfg = node_config.local_cluster(
             size=size, http_base_port=http_base, raft_base_port=raft_base, fsync=fsync
         )
+        if configure is not None:
+            cfg = configure(cfg)
         # The nodes read the config from disk; load it back so paths resolve the same way.
         path = workdir / "cluster.toml"
         node_config.write(cfg, path)
@@ -460,6 +497,9 @@ class StatekeeperControl(ClusterControl):
 
     def log_tail(self, member: str, lines: int = 20) -> str:
         return str(self.lc.log_tail(member, lines))
+
+    def data_dir(self, member: str) -> Path | None:
+        return Path(self.lc.data_dir(member))
 
 
 def _stderr_say(quiet: bool) -> Callable[[str], None]:

@@ -1,5 +1,6 @@
 """benchmarks.compare without any server: formatting, ratios, the registry, the workloads
-against an in-memory fake, and the CLI wiring. No etcd, no statekeeper node is started."""
+against an in-memory fake, and the CLI wiring. No etcd, no statekeeper node is started.
+The rounds' aggregation itself is in test_bench_rounds.py."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from benchmarks.compare import (
     row_notes,
     select_workloads,
 )
+from benchmarks.compare import measure as compare_measure
 from benchmarks.harness import run_load
 from benchmarks.systems import (
     SYSTEMS,
@@ -102,72 +104,65 @@ def test_ratio_and_its_formatting() -> None:
 
 
 def test_value_formatting_by_row_kind() -> None:
-    assert format_value("ops", Measure(value=1234.4)) == "1234"
-    assert format_value("time", Measure(value=1.234)) == "1.23 s"
-    assert format_value("memory", Measure(value=812.3)) == "812 MiB"
+    def one(m: Measure):  # type: ignore[no-untyped-def]
+        return compare.summarize_row(Row("k", "k", "ops", {"statekeeper": [m]})).systems[
+            "statekeeper"
+        ]
+
+    assert format_value("ops", one(Measure(value=1234.4))) == "1234"
+    assert format_value("time", one(Measure(value=1.234))) == "1.23 s"
+    assert format_value("memory", one(Measure(value=812.3))) == "812 MiB"
     assert format_value("ops", None) == "-"
-    assert format_value("ops", Measure(failed="boom")) == "failed"
+    assert format_value("ops", one(Measure(failed="boom"))) == "failed"
     with pytest.raises(ValueError):
-        format_value("furlongs", Measure(value=1.0))
+        format_value("furlongs", one(Measure(value=1.0)))
 
 
-def test_table_has_both_figures_and_the_ratio() -> None:
+def test_table_has_both_figures_the_median_ratio_and_its_spread() -> None:
+    def put(value: float, p50: float, p99: float, us: float, cores: float, **kw) -> Measure:  # type: ignore[no-untyped-def]
+        return Measure(value=value, p50_ms=p50, p99_ms=p99, client_us_per_op=us,
+                       client_cores=cores, **kw)  # fmt: skip
+
     rows = [
-        Row(
-            "put-256-x64",
-            "put 256 B x64",
-            "ops",
-            {
-                "statekeeper": Measure(value=2500, p50_ms=20.0, p99_ms=40.0),
-                "etcd": Measure(
-                    value=5000,
-                    p50_ms=10.0,
-                    p99_ms=150.0,
-                    errors=3,
-                    error_detail={"ConnectionFailedError": 3},
-                ),
-            },
-        ),  # fmt: skip
-        Row(
-            "failover",
-            "failover: leader SIGKILL -> first put (5 trials)",
-            "time",
-            {
-                "statekeeper": Measure(value=0.9, p50_ms=900.0, p99_ms=1100.0),
-                "etcd": Measure(value=1.2, p50_ms=1200.0, p99_ms=1500.0),
-            },
-        ),
-        Row("rss", "RSS", "memory", {"statekeeper": Measure(failed="no pid")}),
-    ]
+        Row("put-256-x64", "put 256 B x64", "ops", {
+            "statekeeper": [put(2500, 20.0, 40.0, 90, 0.3), put(3000, 22.0, 44.0, 100, 0.4),
+                            put(2000, 18.0, 38.0, 80, 0.5)],
+            "etcd": [put(5000, 10.0, 150.0, 120, 0.6), put(4000, 12.0, 140.0, 110, 0.7),
+                     put(4000, 11.0, 160.0, 130, 0.9, errors=3,
+                         error_detail={"ConnectionFailedError": 3})],
+        }),
+        Row("failover", "failover: leader SIGKILL -> first put (5 trials)", "time", {
+            "statekeeper": [Measure(value=0.9, p50_ms=900.0, p99_ms=1100.0, samples=[0.9])],
+            "etcd": [Measure(value=1.2, p50_ms=1200.0, p99_ms=1500.0, samples=[1.2])],
+        }),
+        Row("rss", "RSS", "memory", {"statekeeper": [Measure(failed="no pid")]}),
+    ]  # fmt: skip
     table = markdown_table(rows)
     lines = table.splitlines()
-    assert lines[0].startswith("| workload") and "ratio sk/etcd" in lines[0]
+    assert lines[0].startswith("| workload") and "median ratio sk/etcd" in lines[0]
+    assert "ratio spread" in lines[0] and "client CPU us/op sk / etcd" in lines[0]
     assert set(lines[1]) <= {"|", "-", ":"}
     assert len({len(line) for line in lines}) == 1  # aligned columns
-    put = lines[2]
-    cells = [c.strip() for c in put.strip("|").split("|")]
-    assert cells == [
-        "put 256 B x64",
-        "2500",
-        "5000",
-        "0.50x",
-        "20.00",
-        "10.00",
-        "40.00",
-        "150",
-        "0 / 3",
-    ]
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    # Medians per system: 2500 of (2500, 3000, 2000), 4000 of (5000, 4000, 4000); the
+    # paired ratios are 0.50, 0.75, 0.50: median 0.50, not 2500/4000 = 0.62.
+    assert cells[3] == "0.50x" and cells[4] == "0.50-0.75x"
+    assert cells[1:3] == ["2500", "4000"] and cells[5:9] == ["20.00", "11.00", "40.00", "150"]
+    assert cells[9:] == ["90 / 120", "0.40 / 0.70", "0 / 3"]
     fail = [c.strip() for c in lines[3].strip("|").split("|")]
-    assert fail[1:4] == ["0.90 s", "1.20 s", "0.75x"]
+    assert fail[1:5] == ["0.90 s", "1.20 s", "0.75x", "0.75-0.75x"]
     rss = [c.strip() for c in lines[4].strip("|").split("|")]
-    assert rss[1:4] == ["failed", "-", "-"]
+    assert rss[1:5] == ["failed", "-", "-", "-"]
     notes = row_notes(rows)
     assert any("etcd" in n and "ConnectionFailedError: 3" in n for n in notes)
-    assert any("no figure: no pid" in n for n in notes)
+    assert any("round 1: no figure: no pid" in n for n in notes)
+    # etcd's client used 0.9 of a core in one round: flagged; statekeeper's never above 0.5
+    busy = [n for n in notes if "may be what limits" in n]
+    assert len(busy) == 1 and "etcd" in busy[0] and "0.90" in busy[0]
 
 
 def test_results_section_has_command_machine_and_table(tmp_path: Path) -> None:
-    rows = [Row("put-256-x1", "put 256 B x1", "ops", {"statekeeper": Measure(value=10)})]
+    rows = [Row("put-256-x1", "put 256 B x1", "ops", {"statekeeper": [Measure(value=10)]})]
     text = compare.results_section(
         rows,
         command="python -m benchmarks.compare --quick",
@@ -177,24 +172,29 @@ def test_results_section_has_command_machine_and_table(tmp_path: Path) -> None:
         info={"etcd": "3.4.23"},
         now=dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.UTC),
         load="0.1 0.2 0.3",
+        rounds="- rounds: 3, order: etcd, statekeeper | statekeeper, etcd | etcd, statekeeper",
     )
+    assert "- rounds: 3, order: etcd, statekeeper | statekeeper, etcd" in text
     assert text.startswith("## 2026-01-02 03:04 UTC: statekeeper vs etcd")
     assert "`python -m benchmarks.compare --quick`" in text
     assert "- machine: nproc" in text and "etcd 3.4.23" in text
-    assert "| put 256 B x1" in text and "![ops/s and p99 per workload](results/c.png)" in text
+    assert (
+        "| put 256 B x1" in text
+        and "![median ratio per workload, with its spread](results/c.png)" in text
+    )
 
 
 def test_chart_is_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     rows = [
         Row(w.key, w.label, "ops", {
-            "statekeeper": Measure(value=100.0 * (i + 1), p50_ms=1.0, p99_ms=5.0),
-            "etcd": Measure(value=150.0 * (i + 1), p50_ms=1.0, p99_ms=3.0),
+            "statekeeper": [Measure(value=100.0 * (i + r + 1)) for r in range(3)],
+            "etcd": [Measure(value=150.0 * (i + 1)) for _ in range(3)],
         })
         for i, w in enumerate(select_workloads(compare.GROUPS, quick=True))
     ]  # fmt: skip
     path = tmp_path / "results" / "compare.png"
-    assert compare.write_chart(rows, ["etcd", "statekeeper"], path, "t")
+    assert compare.write_chart(rows, path, "t")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -362,7 +362,7 @@ async def test_a_stuck_put_does_not_hide_recovery() -> None:
 
 
 async def test_failover_and_cold_start_on_a_fake_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compare, "FAILOVER_SETTLE", 0.05)
+    monkeypatch.setattr(compare_measure, "FAILOVER_SETTLE", 0.05)
 
     class FakeControl(ClusterControl):
         def __init__(self) -> None:
@@ -397,6 +397,7 @@ async def test_failover_and_cold_start_on_a_fake_cluster(monkeypatch: pytest.Mon
     bar = compare.QuietBar(1)
     m = await compare.run_failover(fake, control, s, bar, "fake")
     assert m.failed is None and m.value is not None and len(control.kills) == 2
+    assert len(m.samples) == 2 and m.value in m.samples  # the trials, pooled over rounds
     assert control.up == {"a", "b", "c"}  # every killed member was started again
     cold = await compare.run_cold_start(fake, control, s, bar, "fake")
     assert cold["cold-start"].value is not None and cold["cold-start"].value >= 0

@@ -227,3 +227,39 @@ def test_compact_samples_summarizes_only_long_number_lists() -> None:
     out = compact_samples(data)
     assert out["lat"] == {"n": 2000, "min": 1, "p50": 1000, "p90": 1800, "p99": 1980, "max": 2000}
     assert out["short"] == [3, 1] and out["names"] == ["a"] * 2000 and out["n"] == 5
+
+
+def test_proc_cpu_seconds_reads_this_process() -> None:
+    import os
+
+    from benchmarks.harness import proc_cpu_seconds
+
+    before, t0 = proc_cpu_seconds(os.getpid()), time.process_time()
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:
+        pass  # burn CPU: /proc must see it as process_time() does
+    after, t1 = proc_cpu_seconds(os.getpid()), time.process_time()
+    assert before is not None and after is not None
+    # /proc counts in clock ticks (1/100 s here): agree to a few ticks.
+    assert abs((after - before) - (t1 - t0)) < 0.05
+    assert proc_cpu_seconds(2**22 + 12345) is None  # no such process
+
+
+async def test_cpu_window_brackets_the_measured_window() -> None:
+    import os
+
+    async def op() -> None:
+        sum(range(500))  # some CPU per op, so the client's share is not zero
+        await asyncio.sleep(0.001)
+
+    r = await run_load(
+        op, clients=4, duration=0.4, warmup=0.1, progress=None, cpu_pids={"me": os.getpid()}
+    )
+    cpu = r.cpu
+    assert cpu is not None
+    assert 0.35 <= cpu.wall_s < 1.0  # from the window's start to its end, not from t0
+    # The ops between the two samples are the window's, give or take those in flight.
+    assert abs(cpu.ops - r.ops) <= 4 + r.ops // 20
+    assert cpu.client_s > 0 and cpu.client_us_per_op is not None and cpu.client_cores is not None
+    assert "me" in cpu.procs and cpu.proc_us_per_op("me") is not None
+    assert r.summary()["cpu"]["ops"] == cpu.ops  # type: ignore[index]

@@ -1,0 +1,143 @@
+"""The key-value rows of the comparison and the per-request coroutine of each.
+
+A `Workload` is one row: what each of `clients` closed-loop workers does per request.
+`Workload.key` is the row's stable id (results, JSON, tests); `label` is what the table
+shows. `make_op` builds the coroutine from a `System`'s methods only, so the same code
+drives every system.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from benchmarks.harness import Op
+from benchmarks.load import format_size, key_op
+from benchmarks.systems import System
+
+GROUPS = ("put", "get", "mix", "cas", "txn", "batch", "failover", "cold-start")
+
+HOT_KEYS = 10  # compare-and-set contention
+TXN_OPS = 10
+BATCH_OPS = 64
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One key-value row: what each of `clients` closed-loop workers does per request."""
+
+    kind: str  # put | get | mix | cas | txn | batch
+    clients: int
+    value_size: int = 256
+    consistency: str = "linearizable"
+    quick: bool = False  # part of the --quick subset
+
+    @property
+    def ops_per_request(self) -> int:
+        return BATCH_OPS if self.kind == "batch" else 1
+
+    @property
+    def key(self) -> str:
+        extra = {"put": str(self.value_size), "get": self.consistency[:3]}.get(self.kind, "")
+        return f"{self.kind}{'-' + extra if extra else ''}-x{self.clients}"
+
+    @property
+    def label(self) -> str:
+        c = f"x{self.clients}"
+        if self.kind == "put":
+            return f"put {format_size(self.value_size)} {c}"
+        if self.kind == "get":
+            return f"get {self.consistency} {c}"
+        if self.kind == "mix":
+            return f"90/10 get/put {c}"
+        if self.kind == "cas":
+            return f"cas {HOT_KEYS} hot keys {c} (successful cas/s)"
+        if self.kind == "txn":
+            return f"txn {TXN_OPS} puts {c} (txn/s)"
+        if self.kind == "batch":
+            return f"batch {BATCH_OPS} puts {c} (puts/s)"
+        raise ValueError(self.kind)
+
+
+def kv_matrix() -> list[Workload]:
+    """The issue's rows; `quick=True` marks the few-minute subset."""
+    rows = []
+    for size in (256, 4096):
+        for clients in (1, 16, 64, 256):
+            quick = (size, clients) in ((256, 1), (256, 64), (4096, 64))
+            rows.append(Workload("put", clients, size, quick=quick))
+    for consistency in ("linearizable", "serializable"):
+        for clients in (1, 64):
+            rows.append(Workload("get", clients, consistency=consistency, quick=clients == 64))
+    rows += [
+        Workload("mix", 64, quick=True),
+        Workload("cas", 64, quick=True),
+        Workload("txn", 16, quick=True),
+        Workload("batch", 1),
+        Workload("batch", 16, quick=True),
+    ]
+    return rows
+
+
+def select_workloads(groups: Sequence[str], quick: bool) -> list[Workload]:
+    return [w for w in kv_matrix() if w.kind in groups and (w.quick or not quick)]
+
+
+def make_op(system: System, w: Workload, keys: Sequence[str], stats: dict[str, int]) -> Op:
+    """The per-request coroutine of one workload; random keys from `keys`."""
+    n = len(keys)
+    rand = random.random  # a C call; randrange() costs several times more per op
+    value = os.urandom(w.value_size)  # incompressible, so storage compression can't cheat
+    if w.kind in ("put", "get"):
+        return key_op(system, w.kind, keys, value, w.consistency)
+    if w.kind == "mix":
+        get, put = system.get, system.put
+
+        async def op() -> object:
+            if rand() < 0.9:
+                return await get(keys[int(rand() * n)], "linearizable")
+            return await put(keys[int(rand() * n)], value)
+
+    elif w.kind == "cas":
+        hot = [f"hot{i}" for i in range(HOT_KEYS)]
+        versions = dict.fromkeys(hot, 0)  # last version seen per key, shared by the workers
+        cas = system.cas
+        stats["attempts"] = 0
+
+        async def op() -> object:
+            # Optimistic concurrency: one op = one *successful* cas; a lost race learns the
+            # current version from the answer and tries again at once.
+            k = hot[int(rand() * HOT_KEYS)]
+            while True:
+                stats["attempts"] += 1
+                ok, version = await cas(k, value, versions[k])
+                if version > versions[k] or ok:
+                    versions[k] = version
+                if ok:
+                    return None
+
+    elif w.kind in ("txn", "batch"):
+        size = TXN_OPS if w.kind == "txn" else BATCH_OPS
+        call = system.txn_put if w.kind == "txn" else system.batch_put
+
+        async def op() -> object:
+            start = int(rand() * n)  # consecutive keys: distinct, as a txn requires
+            return await call([(keys[(start + j) % n], value) for j in range(size)])
+
+    else:
+        raise ValueError(f"unknown workload {w.kind!r}")
+    return op
+
+
+_OPTIONAL_OPS = {"cas": "cas", "txn": "txn_put", "batch": "batch_put"}
+
+
+def supports(system: System, kind: str) -> bool:
+    """False when the workload needs an optional System method the system does not override.
+
+    Checked up front: inside run_load a NotImplementedError would only count as errors.
+    """
+    method = _OPTIONAL_OPS.get(kind)
+    return method is None or getattr(type(system), method) is not getattr(System, method)
