@@ -350,8 +350,8 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         self.last_progress = now
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
-        # sleep(S): a raft step stuck (the whole node: raft runs on the loop); N*error: N
-        # ticks fail before they count as progress (node/liveness.py then says not live).
+        # sleep(S): a raft step stuck (the whole node: raft runs on the loop); N*error: from
+        # the Nth on, ticks fail before they count as progress (node/liveness.py: not live).
         failpoints.hit("raft-tick")
         self.note_progress()
         # The leader counts itself towards the commit index inside this tick: whatever it
