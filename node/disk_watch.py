@@ -3,7 +3,7 @@
 A timer on the HTTP loop walks the data dir every `check_interval_seconds` (a few dozen
 files: RocksDB's SSTs and WAL, the raft journal, snapshot files) and reads statvfs; each
 growing write reads statvfs once more (~2 us) so a filesystem filled by someone else is
-seen at once. Nothing here runs on the raft thread. Measured with `python -m
+seen at once. Nothing here runs inside a raft tick. Measured with `python -m
 node.disk_watch DATA_DIR` on the 2-core dev machine, a running node's dir of 14 files
 (75.6 MiB): dir_bytes 222 us, statvfs 8.6 us (2.2 us on an idle machine); a put costs
 ~5 ms, so the per-write statvfs is < 0.2 % and the walk, once a second, nothing.

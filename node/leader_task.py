@@ -1,6 +1,6 @@
 """What the leader's periodic tasks share (node/lease_expiry.py, node/retention_gc.py):
 act only while this node leads, and only after it has led for `grace` seconds in its
-current term; tick every `interval` on the node's asyncio loop (never the raft thread),
+current term; tick every `interval` on the node's asyncio loop (between raft ticks),
 logging a failed tick and going on. A tick that left work it can do at once (`again()`,
 e.g. it hit its per-tick cap and made progress) is followed by the next one without the
 interval (after yielding to the loop). Monotonic time and sleep are injected (tests drive

@@ -1,6 +1,6 @@
 """The leader's lease expiry task: it decides when leases expire; apply only re-checks.
 
-Runs on the node's asyncio loop, never on the raft thread. Every `interval` (0.2 s) it
+Runs on the node's asyncio loop, between raft ticks (never inside one). Every `interval` (0.2 s) it
 asks raft whether this node leads; when it does, and has led for at least `grace`
 seconds in this term, it reads the leases due by the leader's time (`now_ms`:
 ClusterClock.now, node/cluster_clock.py: the replicated clock at the election plus the

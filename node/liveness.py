@@ -1,16 +1,22 @@
 """GET /v1/health/live: is this process worth keeping, or should its supervisor restart it?
 
-Live means the process serves HTTP (this answer) AND its raft loop makes progress. The raft
-thread stamps a monotonic time at every tick and every applied entry (node/raft/syncobj.py,
-`note_progress`); a node whose raft thread is stuck in one step (a hung fsync, a deadlock,
-an endless loop) still answers HTTP but will never replicate, vote or apply again, and only a
+Live means the process serves HTTP (this answer) AND its raft loop makes progress. Every
+raft tick that gets going and every applied entry stamps a monotonic time
+(node/raft/syncobj.py, `note_progress`); a node whose ticks all fail, or stop being
+scheduled, still answers HTTP but will never replicate, vote or apply again, and only a
 restart helps. So once the stamp is older than `[raft] live_stall_seconds` (default 10 s) the
-answer is 503 `not_live` with the age in the message.
+answer is 503 `not_live` with the age in the message. Raft runs on the same loop as HTTP
+(node/raft/loop_driver.py): a raft step stuck for good (a hung fsync, an endless loop)
+freezes the whole node, and the probe gets no answer at all, which a supervisor counts the
+same way (cluster/watchdog.py).
 
 Not a stall:
   - a long journal replay after a restart: every applied entry is progress;
   - a snapshot restore (one long raft step on a large DB): RaftNode.restoring is set for
-    its duration and the answer stays 200 with `restoring_snapshot: true`.
+    its duration and the first answer after it is 200 with `restoring_snapshot` false (the
+    stamp is renewed as the restore ends). During the restore the loop is busy and the
+    probe waits: a supervisor's failures x poll interval (3 x 3 s with `supervise`'s
+    2 s timeout; the StatefulSet's 3 x 10 s) must exceed the longest restore.
 
 The body also carries `raft_loop_age_seconds` and `raft_loop_max_gap_seconds` (the longest
 gap between two progress stamps since start, i.e. the worst stall seen so far), which is

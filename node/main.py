@@ -117,7 +117,16 @@ def _build(cfg: config_mod.ClusterConfig, node_id: str) -> _Parts:
     # nothing a rate() needs; the setting is process-wide (this process is one node).
     disable_created_metrics()
     metrics = NodeMetrics()
-    raft = RaftNode(cfg, node_id, _apply_fn(sm, after_apply), sm, clock=clock, metrics=metrics)
+    # Raft runs on this loop too: one thread per node (node/raft/loop_driver.py).
+    raft = RaftNode(
+        cfg,
+        node_id,
+        _apply_fn(sm, after_apply),
+        sm,
+        clock=clock,
+        metrics=metrics,
+        loop=asyncio.get_running_loop(),
+    )
     log.info(
         "raft journal loaded in %.2f s (%s)", time.monotonic() - opened, raft.journal_summary()
     )
@@ -168,7 +177,6 @@ def _shutdown_plan(
         for task in background:
             task.cancel()
 
-    loop = asyncio.get_running_loop()
     return Shutdown(
         node_id,
         http,
@@ -178,9 +186,9 @@ def _shutdown_plan(
         on_drain=drain_api,
         release=[
             lambda: n.proposer.fail_all(OpError("unavailable", f"{node_id} is shutting down")),
-            # Joins the raft thread (the journal is synced and closed), so no apply can
-            # race the store's close below.
-            lambda: loop.run_in_executor(None, n.raft.destroy),
+            # Stops raft on the loop (the journal is synced and closed), so no apply can
+            # follow the store's close below.
+            n.raft.destroy,
             n.sm.close,
         ],
     )
@@ -228,8 +236,9 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
 
 
 def run_node(config_path: str, node_id: str, unsafe_reads: bool = False) -> int:
-    # Two threads share the GIL (HTTP loop, raft tick); the default 5 ms switch interval
-    # lets one stall the other for a whole raft round trip.
+    # Raft and HTTP share one thread, but snapshot packing, backups and reclaim run on
+    # helper threads: the default 5 ms switch interval would let one of them stall the loop
+    # for a whole raft round trip.
     sys.setswitchinterval(0.001)
     logging.basicConfig(
         level=os.environ.get("STATEKEEPER_LOG", "INFO"),

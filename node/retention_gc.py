@@ -1,7 +1,7 @@
 """The leader's retention GC task: it decides what retention policies drop; apply only
 re-checks (node/store/retention.py `gc`).
 
-Runs on the node's asyncio loop, never on the raft thread, like node/lease_expiry.py:
+Runs on the node's asyncio loop, between raft ticks, like node/lease_expiry.py:
 while this node leads, and has led for at least `grace` seconds in this term (the lease
 expiry grace), every `interval` ([retention] gc_interval_seconds, default 10) it plans
 the gc ops from a read view of the local store and the leader's clock (`now_ms`, the

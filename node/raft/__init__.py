@@ -1,8 +1,11 @@
 """The raft layer: the only package that knows pysyncobj (only syncobj.py imports it).
 
 Interface (what the rest of the node uses):
-    RaftNode(cluster_config, node_id, apply_fn, fsm)
-                                 fsm: the FSM below; apply_fn: fsm.apply or a wrapper
+    RaftNode(cluster_config, node_id, apply_fn, fsm, loop=None)
+                                 fsm: the FSM below; apply_fn: fsm.apply or a wrapper;
+                                 loop: the node's running asyncio loop, which then runs raft
+                                 too ("the raft thread" below is that loop's thread;
+                                 loop_driver.py); None: a loop on a thread of raft's own
     .submit(payload, callback)   payload: bytes; callback(results | None, SubmitError | None)
                                  called from the raft thread once the entry is applied HERE
     .read_index(callback)        ReadIndex: callback(index | READ_INDEX_NOT_LEADER |
@@ -39,6 +42,7 @@ The package, one job per module:
     membership.py  MembershipMixin of _SyncObj: dynamic membership on pysyncobj's engine
     prevote.py     PreVoteMixin of _SyncObj
     log.py         _RaftLog: the journal as pysyncobj sees it
+    loop_driver.py LoopPoller, LoopDriver: pysyncobj ticked by the node's asyncio loop
     seed.py        write_seed_snapshot: a restored node's raft snapshot
     peers.py       _AuthenticatingEncryptor: AES-GCM peer messages
     tls_pipe.py    TlsPipe: sans-IO TLS (ssl.SSLObject over memory BIOs) for the raft port
@@ -76,7 +80,12 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   state machine already recorded (the index being applied is raftLastApplied + 1).
   [syncobj._SyncObj._apply_entry, FSM.apply] Test: the same one
 - one thread does networking, elections, apply and callbacks: callbacks must not block.
-  A rule for callers, nothing to test; the snapshot follows from it (next item).
+  A rule for callers, nothing to test; the snapshot follows from it (next item). That
+  thread was pysyncobj's own (autoTick); it is now the node's asyncio loop (autoTick off,
+  loop_driver.py: pysyncobj's poller on the loop's add_reader/add_writer, ticks on
+  events, commands and a 50 ms timer), so an entry no longer crosses threads twice.
+  [loop_driver.py, syncobj.build_conf, raft_node.py] Tests: tests/unit/test_loop_driver.py,
+  and every cluster test (nothing else runs raft)
 - a custom serializer runs on the raft thread and must write the whole snapshot before
   returning: a large DB stops heartbeats for longer than an election timeout. Only the
   checkpoint runs there; a helper thread packs it and serializeChecker reports the outcome.
@@ -104,7 +113,8 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
 - pre-vote counted its majority only when a reply arrived: a one-node cluster never elected
   a leader. [prevote.py] Test: test_raft_defects.py::test_one_node_cluster_elects_itself
 - submit() raised BlockingIOError when the wake-up pipe was full although the command was
-  queued (and so applied later): a full pipe is ignored. [syncobj.py] Tests:
+  queued (and so applied later): the pipe is no longer written, a queued command asks the
+  loop driver for a tick. [syncobj._SyncObj._wake_by_driver] Tests:
   test_raft_defects.py::test_full_wakeup_pipe_does_not_fail_submit; tests/unit/test_proposer.py
 - a peer message larger than the socket buffer was sent only as far as the socket took it;
   the rest waited for the next message on that connection (one buffer per heartbeat): a

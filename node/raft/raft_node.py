@@ -5,6 +5,7 @@ node/raft/__init__.py."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -21,6 +22,7 @@ from node.config import ClusterConfig, ConfigError
 from node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
 from node.raft.interface import FSM, ApplyFn, Callback, RaftStatus
 from node.raft.log import _entry_tuple, _RaftLog
+from node.raft.loop_driver import LoopDriver
 from node.raft.members import Member, MemberError, replay
 from node.raft.membership import ChangeCallback
 from node.raft.peers import _AuthenticatingEncryptor
@@ -63,7 +65,11 @@ class RaftNode:
         max_ready_lag: int = 1000,
         clock: ClusterClock | None = None,
         metrics: NodeMetrics | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ):
+        """`loop`: the running asyncio loop of the node, which then also drives raft (one
+        thread per node, loop_driver.py); call from that loop's thread. None: raft gets a
+        loop on a thread of its own (an embedding without asyncio)."""
         if not cluster.secret:
             raise ConfigError(
                 "the cluster needs a secret ([cluster] secret or STATEKEEPER_SECRET): raft "
@@ -106,18 +112,26 @@ class RaftNode:
             self._journal.observe_fsync = metrics.fsync_duration.observe
         self._encryptor = _AuthenticatingEncryptor(cluster.secret)
         members = replay(members, (e[0] for e in self._journal[:]))
-        self._obj = _SyncObj(
-            self._me.raft_address,
-            members,
-            conf,
-            apply_fn,
-            self._journal,
-            self._encryptor,
-            clock=clock or ClusterClock(lambda: fsm.clock_ms),
-            max_journal_bytes=r.snapshot_max_journal_bytes,
-            flush_state_machine=fsm.flush,
-            tls=tls,
-            make_node=make_node,
+        if loop is not None:
+            self._driver = LoopDriver.for_running_loop(loop, conf.autoTickPeriod)
+        else:
+            self._driver = LoopDriver.in_own_thread(conf.autoTickPeriod, name=f"raft-{node_id}")
+        # pysyncobj binds and subscribes its sockets in __init__: on the loop's thread.
+        self._obj: _SyncObj = self._driver.run_sync(
+            lambda: _SyncObj(
+                self._me.raft_address,
+                members,
+                conf,
+                apply_fn,
+                self._journal,
+                self._encryptor,
+                clock=clock or ClusterClock(lambda: fsm.clock_ms),
+                max_journal_bytes=r.snapshot_max_journal_bytes,
+                flush_state_machine=fsm.flush,
+                tls=tls,
+                make_node=make_node,
+                driver=self._driver,
+            )
         )
 
     # -- snapshots (called on the raft thread by pysyncobj) ---------------------------
@@ -353,4 +367,12 @@ class RaftNode:
         return self._obj.last_transfer
 
     def destroy(self) -> None:
-        self._obj.destroy_synchronous()  # also closes the journal
+        """Any thread: stop ticking, close the peer sockets and the journal (synced), on
+        the loop's thread; returns once done."""
+
+        def on_loop() -> None:
+            self._driver.stop()
+            self._obj.destroy()  # autoTick off: closes the transport and the journal now
+
+        self._driver.run_sync(on_loop)
+        self._driver.join()

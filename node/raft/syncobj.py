@@ -8,7 +8,6 @@ pysyncobj only through self."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -31,8 +30,10 @@ from pysyncobj.transport import TCPTransport
 from node import failpoints, snapshot_file
 from node.cluster_clock import ClusterClock
 from node.config import RaftSettings
+from node.raft import loop_driver
 from node.raft.interface import ApplyFn, Callback, SubmitError
 from node.raft.log import _entry_tuple, _RaftLog
+from node.raft.loop_driver import LoopDriver
 from node.raft.members import Member
 from node.raft.membership import MembershipMixin
 from node.raft.peers import _AuthenticatingEncryptor
@@ -76,6 +77,13 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # An incoming raft connection must authenticate within this time and these many bytes.
 UNAUTHENTICATED_GRACE = 2.0
 MAX_UNAUTHENTICATED_BYTES = 64 * 1024
+
+# loop_driver.py speaks pysyncobj's poller event types without importing it.
+assert (POLL_EVENT_TYPE.READ, POLL_EVENT_TYPE.WRITE, POLL_EVENT_TYPE.ERROR) == (
+    loop_driver.READ,
+    loop_driver.WRITE,
+    loop_driver.ERROR,
+)
 
 NEXT_NODE_IDX = "next_node_idx"
 SNAPSHOT_CHUNK_ACK = "sk_snapshot_chunk_ack"  # a follower got a snapshot chunk (see below)
@@ -131,6 +139,8 @@ def build_conf(
         journalFile=os.path.join(raft_dir, "journal.log"),
         fullDumpFile=os.path.join(raft_dir, SNAPSHOT_FILE),
         bindAddress=bind_address,
+        # No thread of pysyncobj's own: the node's asyncio loop ticks it (loop_driver.py).
+        autoTick=False,
         appendEntriesUseBatch=False,
         appendEntriesBatchSizeBytes=MAX_MESSAGE_BYTES,
         sendBufferSize=SOCKET_BUFFER_BYTES,
@@ -258,8 +268,11 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         flush_state_machine: Callable[[], None] = lambda: None,
         tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None,
         make_node: Callable[[str, Member | None], TCPNode],
+        driver: LoopDriver,
     ):
-        # Everything the raft thread touches must exist before SyncObj.__init__ starts it.
+        # Built on the driver's loop thread (RaftNode): pysyncobj binds and subscribes its
+        # sockets in __init__, and the loop's reader registry is not thread-safe.
+        self._driver = driver
         self._sk_tls = tls  # (accepting, dialling) contexts; read by _PeerTransport
         self._apply_fn = apply_fn
         self._clock = clock
@@ -289,8 +302,9 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         self._init_membership(self_addr, members, make_node)
         peers = [self.node_for(m.to_dict()) for a, m in members.items() if a != self_addr]
         with _journal_patch_lock:
-            original = _syncobj_module.createJournal
+            originals = _syncobj_module.createJournal, _syncobj_module.createPoller
             _syncobj_module.createJournal = lambda _path: journal
+            _syncobj_module.createPoller = lambda _kind: driver.poller
             try:
                 super().__init__(
                     self_addr,
@@ -300,22 +314,19 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
                     transportClass=_PeerTransport,
                 )
             finally:
-                _syncobj_module.createJournal = original
-        self._tolerate_full_wakeup_pipe()
+                _syncobj_module.createJournal, _syncobj_module.createPoller = originals
+        self._wake_by_driver()
+        driver.start(self._tick_once)
 
-    def _tolerate_full_wakeup_pipe(self) -> None:
+    def _wake_by_driver(self) -> None:
         """pysyncobj queues a command, then writes a byte to a non-blocking pipe to wake
-        the raft thread; with the pipe full (the raft thread busy for a while) that write
-        raises BlockingIOError out of submit() although the command IS queued and will be
-        applied. A full pipe already guarantees a wake-up, so the error means nothing."""
-        notifier = self._SyncObj__pipeNotifier
-        write = notifier.notify
+        its thread; with the pipe full that write raised BlockingIOError out of submit()
+        although the command was queued (and applied). There is no such thread now: a
+        queued command (or read) asks the driver for a tick, which never fails."""
+        self._SyncObj__pipeNotifier.notify = self._driver.wake
 
-        def notify() -> None:
-            with contextlib.suppress(BlockingIOError):
-                write()
-
-        notifier.notify = notify
+    def _tick_once(self) -> None:
+        self._onTick(0.0)
 
     @property
     def encryptor(self):  # what pysyncobj's transport puts on every connection
@@ -339,8 +350,10 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         self.last_progress = now
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
+        # sleep(S): a raft step stuck (the whole node: raft runs on the loop); N*error: from
+        # the Nth on, ticks fail before they count as progress (node/liveness.py: not live).
+        failpoints.hit("raft-tick")
         self.note_progress()
-        failpoints.hit("raft-tick")  # sleep(S): a raft thread stuck in one step
         # The leader counts itself towards the commit index inside this tick: whatever it
         # appended since the last tick must be on disk first (one fsync per tick).
         self._journal.sync()

@@ -164,13 +164,13 @@ def test_supervise_restarts_a_node_sigkilled_three_times_in_a_row(cluster: Local
 
 
 @pytest.mark.cluster_options(live_stall_seconds=2.0)
-def test_a_stuck_raft_loop_is_not_live_and_the_supervisor_restarts_it(
+def test_a_failing_raft_loop_is_not_live_and_the_supervisor_restarts_it(
     cluster: LocalCluster,
 ) -> None:
     victim = follower_of(cluster)
     cluster.stop_node(victim)
-    # Every raft tick sleeps 10 minutes: the raft thread is stuck, HTTP still serves.
-    cluster.start_node(victim, env={"STATEKEEPER_FAILPOINTS": "raft-tick=sleep(600)"})
+    # Every raft tick fails: the loop runs and HTTP serves, but raft makes no progress.
+    cluster.start_node(victim, env={"STATEKEEPER_FAILPOINTS": "raft-tick=1*error"})
     url = cluster.url(victim)
 
     def not_live():
@@ -190,6 +190,29 @@ def test_a_stuck_raft_loop_is_not_live_and_the_supervisor_restarts_it(
     assert f"{victim}: killing it (not live for 2 probes in a row: HTTP 503 not_live" in said, said
     code, doc = http_get_json(url + "/v1/health/live", tls=cluster.tls)
     assert code == 200 and doc["ok"] is True and doc["raft_loop_age_seconds"] < 2.0
+
+
+def test_a_raft_step_stuck_freezes_the_node_and_the_supervisor_restarts_it(
+    cluster: LocalCluster,
+) -> None:
+    """Raft runs on the node's only loop (node/raft/loop_driver.py): a step that never
+    returns (a hung fsync) leaves nothing to answer HTTP, which the supervisor counts as a
+    failed probe just the same."""
+    victim = follower_of(cluster)
+    cluster.stop_node(victim)
+    cluster.start_node(victim, env={"STATEKEEPER_FAILPOINTS": "raft-tick=sleep(600)"})
+    url = cluster.url(victim)
+    wait_for(
+        "the node to stop answering",
+        lambda: http_get_json(url + "/v1/health/live", timeout=1.0, tls=cluster.tls)[0] == 0,
+        30,
+    )
+    pid = cluster.pid(victim)
+    with supervisor_thread(cluster, failures=2) as out:
+        wait_for(f"{victim} restarted", lambda: restarted(cluster, victim, pid), 60)
+    said = out.getvalue()
+    assert f"{victim}: killing it (not live for 2 probes in a row: no answer" in said, said
+    assert http_get_json(url + "/v1/health/live", tls=cluster.tls)[0] == 200
 
 
 # -- a node heals its own disk ------------------------------------------------------------
