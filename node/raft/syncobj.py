@@ -35,6 +35,7 @@ from node.raft.interface import ApplyFn, Callback, SubmitError
 from node.raft.log import _entry_tuple, _RaftLog
 from node.raft.members import Member
 from node.raft.membership import MembershipMixin
+from node.raft.peer_encoding import PassEncoder, SharedSendMixin
 from node.raft.peers import _AuthenticatingEncryptor
 from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
 from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST, ReadIndexMixin
@@ -155,6 +156,12 @@ def build_conf(
     )
 
 
+def peer_deflate_level(size: int, level: int = 3) -> int:
+    """Deflate level of a peer message of `size` bytes: pysyncobj's 3, or stored (0) from
+    COMPRESS_BELOW on."""
+    return level if size < COMPRESS_BELOW else 0
+
+
 class _PeerZlib:
     """What pysyncobj's tcp_connection calls `zlib`: messages of COMPRESS_BELOW bytes or
     more are stored (deflate level 0) instead of deflated at level 3 on the raft thread.
@@ -162,7 +169,7 @@ class _PeerZlib:
 
     @staticmethod
     def compress(data: bytes, level: int = -1) -> bytes:
-        return zlib.compress(data, level if len(data) < COMPRESS_BELOW else 0)
+        return zlib.compress(data, peer_deflate_level(len(data), level))
 
     decompress = staticmethod(zlib.decompress)
 
@@ -180,9 +187,10 @@ class _TlsConnection(TlsConnectionMixin, TcpConnection):
     _DISCONNECTED = CONNECTION_STATE.DISCONNECTED
 
 
-class _PeerTransport(TlsTransportMixin, TCPTransport):
-    """pysyncobj's TCP transport, made to finish sending what it started, and (raft TLS
-    on) running every connection through TLS.
+class _PeerTransport(TlsTransportMixin, SharedSendMixin, TCPTransport):
+    """pysyncobj's TCP transport, made to finish sending what it started, sending a
+    leader's append_entries with one pickle and deflate for all followers
+    (peer_encoding.SharedSendMixin), and (raft TLS on) running every connection through TLS.
 
     TcpConnection.send() writes what the socket accepts and keeps the rest, but asks the
     poller for a write event only while it was already writing; an idle connection (the
@@ -199,6 +207,7 @@ class _PeerTransport(TlsTransportMixin, TCPTransport):
 
     _tls_connection_class = _TlsConnection
     _POLL_ALL = _POLL_ALL
+    _CONNECTED = CONNECTION_STATE.CONNECTED
 
     def send(self, node, message) -> bool:
         sent = super().send(node, message)
@@ -267,6 +276,9 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         self._installed_snapshot: int | None = None  # last index of a snapshot just installed
         self._journal = journal
         self._sk_encryptor = encryptor
+        # The shared encodings of the leader's current AppendEntries pass (peer_encoding.py);
+        # None outside a pass.
+        self.send_pass: PassEncoder | None = None
         self._init_prevote(conf.raftMinTimeout)
         self._leadership_lost: list[Callable[[], None]] = []
         # New leaders seen (itself included), counted once per tick; read by metrics.
@@ -388,6 +400,15 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         # the followers write theirs, rather than at the next tick, after their answers.
         if self._isLeader():
             self._journal.sync()
+
+    def _SyncObj__sendAppendEntries(self) -> None:
+        # One pickle + deflate per distinct message of the pass, not per follower
+        # (peer_encoding.py); the encodings die with the pass, so none is ever stale.
+        self.send_pass = PassEncoder(PEER_PICKLE_PROTOCOL, peer_deflate_level)
+        try:
+            SyncObj._SyncObj__sendAppendEntries(self)  # type: ignore[attr-defined]
+        finally:
+            self.send_pass = None
 
     def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):
         # A follower acknowledges only entries that are on disk (one fsync per message).
