@@ -135,7 +135,10 @@ async def _one_round(system, pids: Mapping[str, int], args, keys, value) -> Roun
         await asyncio.sleep(delay)
         readings.append({k: read_cpu_seconds(p) for k, p in pids.items()})
 
-    marks = [asyncio.create_task(mark(args.warmup)), asyncio.create_task(mark(args.warmup + args.duration))]
+    marks = [
+        asyncio.create_task(mark(args.warmup)),
+        asyncio.create_task(mark(args.warmup + args.duration)),
+    ]
     result = await run_load(
         _op(system, args, keys, value),
         clients=args.clients,

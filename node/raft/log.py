@@ -1,9 +1,27 @@
 """The raft journal as pysyncobj sees it (_RaftLog, over node/journal.py's DurableJournal),
-and the exact shape pysyncobj expects its entries in."""
+the exact shape pysyncobj expects its entries in, and the command formats in it.
+
+A journal command is one type byte and a body:
+- ENTRY_COMMAND (ours, written since issue 17): the raft entry itself (node/entry.py),
+  nothing around it. syncobj._SyncObj submits these and dispatches them to the state
+  machine, without pysyncobj's @replicated.
+- REGULAR_COMMAND (pysyncobj's @replicated call; written before): a pickle of
+  (method id, (entry,)). Journals and snapshots from then still replay: entry_payload
+  reads them with an unpickler that can build nothing but tuples, ints and bytes (the one
+  global a protocol-2 pickle of bytes needs, _codecs.encode, is the only one allowed).
+- pysyncobj's NO_OP, MEMBERSHIP (members.py) and VERSION commands are left to it.
+Why: the @replicated pickle cost a pickle.dumps on the leader and a pickle.loads of
+journal data on every node for each entry; measured (2 shared cores, process time):
+0.6 + 0.6 us for a 400-byte entry, 5 + 4 us at 64 KiB, 450 + 760 us at 1 MiB, against
+0.1-45 us for the raw concatenation and slice. A node running older code skips
+ENTRY_COMMAND entries as unknown commands: every node of a cluster must run this code.
+"""
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
 from collections.abc import Callable
 
 from node import entry, snapshot_file
@@ -11,6 +29,35 @@ from node.journal import DurableJournal
 from node.raft.members import MEMBERSHIP_COMMAND
 
 REGULAR_COMMAND = b"\x00"  # pysyncobj's _COMMAND_TYPE.REGULAR: a @replicated call
+ENTRY_COMMAND = b"\x10"  # ours: the entry as it is (pysyncobj's own types are 0-3)
+_STAMPED = (REGULAR_COMMAND, ENTRY_COMMAND)
+
+
+class _LegacyUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if (module, name) == ("_codecs", "encode"):  # how protocol 2 pickles bytes
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"global {module}.{name} refused in a journal command")
+
+
+def _legacy_payload(body: bytes) -> bytes:
+    try:
+        decoded = _LegacyUnpickler(io.BytesIO(body)).load()
+        _method, (payload,) = decoded
+    except Exception:
+        return b""  # not an entry: the state machine fails its ops, the same on every node
+    return payload if isinstance(payload, bytes) else b""
+
+
+def entry_payload(command: bytes) -> bytes | None:
+    """The raft entry a journal command carries (ENTRY_COMMAND, or REGULAR_COMMAND written
+    by earlier code), or None for pysyncobj's own command types."""
+    kind = command[:1]
+    if kind == ENTRY_COMMAND:
+        return command[1:]
+    if kind == REGULAR_COMMAND:
+        return _legacy_payload(command[1:])
+    return None
 
 
 def _entry_tuple(e) -> tuple:
@@ -33,7 +80,7 @@ class _RaftLog(DurableJournal):
     on_membership: Callable[[bytes, int, bool], None] | None = None
 
     def add(self, command: bytes, idx: int, term: int) -> None:
-        if self.stamp is not None and command[:1] == REGULAR_COMMAND:
+        if self.stamp is not None and command[:1] in _STAMPED:
             command = entry.restamp(command, self.stamp())
         if len(self):
             first, last = self[0][1], self[-1][1]

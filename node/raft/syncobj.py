@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import pysyncobj.syncobj as _syncobj_module
 import pysyncobj.tcp_connection as _tcp_connection_module
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj import pickle as _pysyncobj_pickle
 from pysyncobj.config import SERIALIZER_STATE as SERIALIZER_STATE  # for RaftNode's snapshots
 from pysyncobj.node import TCPNode
@@ -32,7 +32,7 @@ from node import failpoints, snapshot_file
 from node.cluster_clock import ClusterClock
 from node.config import RaftSettings
 from node.raft.interface import ApplyFn, Callback, SubmitError
-from node.raft.log import _entry_tuple, _RaftLog
+from node.raft.log import ENTRY_COMMAND, _entry_tuple, _RaftLog, entry_payload
 from node.raft.members import Member
 from node.raft.membership import MembershipMixin
 from node.raft.peer_encoding import PassEncoder, SharedSendMixin
@@ -106,10 +106,10 @@ def submit_callback(callback: Callback) -> Callable[[object, object], None]:
 
 
 def replicated_command_size(payload: bytes) -> int:
-    """Bytes pysyncobj journals and ships for one entry carrying `payload`
-    (command-type byte + its pickle of (method id, args)); used by tests that probe
-    pysyncobj's chunking boundary."""
-    return 1 + len(_pysyncobj_pickle.dumps((0, (payload,))))
+    """Bytes pysyncobj journals and ships for one entry carrying `payload` (our command-type
+    byte + the payload, log.ENTRY_COMMAND); used by tests that probe pysyncobj's chunking
+    boundary."""
+    return len(ENTRY_COMMAND) + len(payload)
 
 
 SNAPSHOT_FILE = "snapshot.bin"  # in the raft dir
@@ -333,8 +333,15 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
     def encryptor(self):  # what pysyncobj's transport puts on every connection
         return self._sk_encryptor
 
-    @replicated
-    def _apply_entry(self, payload: bytes):
+    def _apply_entry(self, payload: bytes, callback: Callable[[object, object], None]) -> None:
+        """Submit an entry: journalled as ENTRY_COMMAND + payload (log.py), not through
+        @replicated's pickle; callback(result, FAIL_REASON) as pysyncobj calls it."""
+        self._applyCommand(ENTRY_COMMAND + payload, callback)
+
+    def _SyncObj__doApplyCommand(self, command: bytes):
+        payload = entry_payload(command)
+        if payload is None:  # NO_OP, membership, version: pysyncobj's (membership.py)
+            return SyncObj._SyncObj__doApplyCommand(self, command)  # type: ignore[attr-defined]
         # The index being applied is not passed in; pysyncobj increments
         # raftLastApplied right after this returns.
         self.note_progress()

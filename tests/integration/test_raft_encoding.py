@@ -1,14 +1,17 @@
 """How the raft layer encodes what it sends and journals (issue 17, per-op CPU): one pickle
-and deflate per AppendEntries for all followers (node/raft/peer_encoding.py), checked on
-real raft nodes on loopback with real RocksDB."""
+and deflate per AppendEntries for all followers (node/raft/peer_encoding.py), entries
+journalled without pysyncobj's @replicated pickle (node/raft/log.py), checked on real raft
+nodes on loopback with real RocksDB."""
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
 
-from node.raft import peer_encoding, syncobj
+from node import entry
+from node.raft import log, peer_encoding, syncobj
 from tests.integration.raft_harness import Member, config, leader_of, wait_for
 
 pytestmark = pytest.mark.integration
@@ -30,7 +33,9 @@ class _CountingEncoder(peer_encoding.PassEncoder):
         self.passes.append(self)
 
 
-def test_followers_share_one_encoding_per_append_entries(tmp_path: Path, members, monkeypatch) -> None:
+def test_followers_share_one_encoding_per_append_entries(
+    tmp_path: Path, members, monkeypatch
+) -> None:
     """Before: every follower's AppendEntries was pickled and deflated on its own (~70 us
     each for a small message, mostly zlib's set-up). Now the second follower reuses the
     first one's bytes, and both still apply every entry."""
@@ -44,10 +49,54 @@ def test_followers_share_one_encoding_per_append_entries(tmp_path: Path, members
     for k in keys:
         lead.put(k, b"v-" + k.encode())
     for m in members:
-        wait_for(lambda m=m: m.sm.applied_index >= lead.sm.applied_index, what="followers caught up")
+        wait_for(
+            lambda m=m: m.sm.applied_index >= lead.sm.applied_index, what="followers caught up"
+        )
         for k in keys:
             assert m.sm.get("a", k)["kv"]["value"] == b"v-" + k.encode()
     reused = sum(p.reused for p in _CountingEncoder.passes)
     encoded = sum(p.encoded for p in _CountingEncoder.passes)
     # One pass per put at least, each with two identical messages (heartbeats too).
     assert reused >= len(keys), (encoded, reused)
+
+
+def _old_journal(raft_dir: Path, protocol: int) -> None:
+    """A journal written by the code before ENTRY_COMMAND: NO_OP, then three puts as
+    pysyncobj's @replicated commands (type REGULAR + pickle of (method id, (entry,))),
+    committed in term 1."""
+    from node.raft.log import _RaftLog
+
+    def cmd(key: str) -> bytes:
+        op = {"op": "put", "ns": "a", "key": key, "value": b"old-" + key.encode()}
+        return b"\x00" + pickle.dumps((0, (entry.encode(1, [op]),)), protocol=protocol)
+
+    raft_dir.mkdir(parents=True)
+    j = _RaftLog(str(raft_dir / "journal.log"))
+    j.add(b"\x01", 1, 1)
+    for i in range(2, 5):
+        j.add(cmd(f"old{i}"), i, 1)
+    j.sync()
+    j.setCurrentTerm(1, None)
+    j.setRaftCommitIndex(4)
+    j.close()
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_a_journal_of_pickled_commands_still_replays(
+    tmp_path: Path, members, protocol: int
+) -> None:
+    """Entries are journalled as ENTRY_COMMAND + entry now; a journal of the @replicated
+    format (pickle protocol 2 before PEER_PICKLE_PROTOCOL, 5 after) must apply the same,
+    and new entries follow it."""
+    cfg = config(tmp_path, 1)
+    _old_journal(cfg.node_data_dir("n0") / "raft", protocol)
+    m = Member(cfg, "n0")
+    members.append(m)
+    wait_for(lambda: m.sm.applied_index >= 4, what="the old entries applied")
+    for i in range(2, 5):
+        assert m.sm.get("a", f"old{i}")["kv"]["value"] == f"old-old{i}".encode()
+    leader_of(members)
+    m.put("new")
+    assert m.sm.get("a", "new")["kv"] is not None
+    kinds = {c[:1] for c, _, _ in m.raft._obj._SyncObj__raftLog}
+    assert log.ENTRY_COMMAND in kinds and log.REGULAR_COMMAND in kinds
