@@ -32,16 +32,27 @@ CLIENT = "client"
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_ticks(stat_text: str) -> int:
-    """utime + stime (clock ticks) from the text of /proc/<pid>/stat. The command name
+def cpu_split(stat_text: str) -> tuple[int, int]:
+    """(utime, stime) in clock ticks from the text of /proc/<pid>/stat. The command name
     (field 2) may hold spaces and parentheses: fields are counted after its last ')'."""
     fields = stat_text.rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+    return int(fields[11]), int(fields[12])
+
+
+def cpu_ticks(stat_text: str) -> int:
+    """utime + stime (clock ticks) from the text of /proc/<pid>/stat."""
+    return sum(cpu_split(stat_text))
 
 
 def read_cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         return cpu_ticks(f.read()) / _TICK
+
+
+def read_sys_seconds(pid: int) -> float:
+    """Kernel time alone (on loopback a sender's stime includes delivering the packet)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return cpu_split(f.read())[1] / _TICK
 
 
 def role_names(members: Sequence[str], leader: str | None) -> dict[str, str]:
@@ -71,6 +82,7 @@ class Round:
     requests: int
     seconds: float
     us_per_put: dict[str, float]  # role -> CPU us per put
+    sys_per_put: dict[str, float]  # role -> of which kernel time
 
     @property
     def puts_per_s(self) -> float:
@@ -78,18 +90,20 @@ class Round:
 
 
 def summarize(rounds: Sequence[Round]) -> list[list[str]]:
-    """Rows (role, median us/put, min-max, median us/request) over the rounds."""
+    """Rows (role, median us/put, min-max, median kernel us/put, median us/request)."""
     roles = list(rounds[0].us_per_put)
     per_request = [r.puts / max(r.requests, 1) for r in rounds]
     rows = []
     for role in roles:
         xs = [r.us_per_put[role] for r in rounds]
         req = [x * k for x, k in zip(xs, per_request, strict=True)]
+        sys_us = [r.sys_per_put[role] for r in rounds]
         rows.append(
             [
                 role,
                 f"{statistics.median(xs):.1f}",
                 f"{min(xs):.1f}-{max(xs):.1f}",
+                f"{statistics.median(sys_us):.1f}",
                 f"{statistics.median(req):.1f}",
             ]
         )
@@ -97,7 +111,7 @@ def summarize(rounds: Sequence[Round]) -> list[list[str]]:
 
 
 def markdown(rows: Sequence[Sequence[str]], rounds: Sequence[Round]) -> str:
-    head = ["process", "CPU us/put (median)", "range", "CPU us/request"]
+    head = ["process", "CPU us/put (median)", "range", "of which kernel", "CPU us/request"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     rates = ", ".join(f"{r.puts_per_s:,.0f}" for r in rounds)
@@ -130,10 +144,12 @@ async def _one_round(system, pids: Mapping[str, int], args, keys, value) -> Roun
     from benchmarks.harness import run_load
 
     readings: list[dict[str, float]] = []
+    kernel: list[dict[str, float]] = []
 
     async def mark(delay: float) -> None:
         await asyncio.sleep(delay)
         readings.append({k: read_cpu_seconds(p) for k, p in pids.items()})
+        kernel.append({k: read_sys_seconds(p) for k, p in pids.items()})
 
     marks = [
         asyncio.create_task(mark(args.warmup)),
@@ -150,7 +166,13 @@ async def _one_round(system, pids: Mapping[str, int], args, keys, value) -> Roun
     await asyncio.gather(*marks)
     per_request = args.batch if args.workload == "batch" else 1
     puts = result.ops * per_request
-    return Round(puts, result.ops, args.duration, per_op_us(readings[0], readings[1], puts))
+    return Round(
+        puts,
+        result.ops,
+        args.duration,
+        per_op_us(readings[0], readings[1], puts),
+        per_op_us(kernel[0], kernel[1], puts),
+    )
 
 
 async def run(args: argparse.Namespace) -> list[Round]:

@@ -19,6 +19,7 @@ def _stat(comm: str, utime: int, stime: int) -> str:
 @pytest.mark.parametrize("comm", ["python", "odd name", "a) b (c"])
 def test_cpu_ticks_counts_user_and_system_after_the_command_name(comm: str) -> None:
     assert c.cpu_ticks(_stat(comm, 70, 5)) == 75
+    assert c.cpu_split(_stat(comm, 70, 5)) == (70, 5)
 
 
 def test_cpu_ticks_of_this_process_grow() -> None:
@@ -44,11 +45,17 @@ def test_per_op_is_cpu_microseconds_over_ops() -> None:
 
 def test_summary_gives_medians_ranges_and_per_request_cost() -> None:
     rounds = [
-        c.Round(puts=6400, requests=100, seconds=2.0, us_per_put={"leader": x, "client": 1.0})
+        c.Round(
+            puts=6400,
+            requests=100,
+            seconds=2.0,
+            us_per_put={"leader": x, "client": 1.0},
+            sys_per_put={"leader": x / 2, "client": 0.5},
+        )
         for x in (10.0, 30.0, 20.0)
     ]
     rows = c.summarize(rounds)
-    assert rows[0] == ["leader", "20.0", "10.0-30.0", "1280.0"]
+    assert rows[0] == ["leader", "20.0", "10.0-30.0", "10.0", "1280.0"]
     text = c.markdown(rows, rounds)
     assert "| leader | 20.0 |" in text and "3,200" in text
 
