@@ -141,11 +141,19 @@ def message_key(message: object) -> tuple | None:
 
 class PassEncoder:
     """The shared encodings of one leader send pass (create one per pass, then drop it).
-    `level_for(size)` is the deflate level of a pickle of `size` bytes."""
+    `level_for(size)` is the deflate level of a pickle of `size` bytes.
 
-    def __init__(self, protocol: int, level_for: Callable[[int], int]):
+    Kept for reuse: encodings under `keep_below` bytes, at most MAX_KEPT of them. A pass
+    sends a lagging follower its whole backlog, so an unbounded cache would hold a second
+    copy of it (its write buffer holds one); large messages are stored, not deflated, so
+    encoding one again is a copy, not zlib's work."""
+
+    MAX_KEPT = 256
+
+    def __init__(self, protocol: int, level_for: Callable[[int], int], keep_below: int):
         self._protocol = protocol
         self._level_for = level_for
+        self._keep_below = keep_below
         self._bodies: dict[tuple, SharedBody] = {}
         self.encoded = 0  # bodies pickled and deflated (tests and metrics)
         self.reused = 0
@@ -157,7 +165,8 @@ class PassEncoder:
         shared = self._bodies.get(key)
         if shared is None:
             shared = encode_body(message, self._protocol, self._level_for)
-            self._bodies[key] = shared
+            if shared.size < self._keep_below and len(self._bodies) < self.MAX_KEPT:
+                self._bodies[key] = shared
             self.encoded += 1
         else:
             self.reused += 1

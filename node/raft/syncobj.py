@@ -411,7 +411,7 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
     def _SyncObj__sendAppendEntries(self) -> None:
         # One pickle + deflate per distinct message of the pass, not per follower
         # (peer_encoding.py); the encodings die with the pass, so none is ever stale.
-        self.send_pass = PassEncoder(PEER_PICKLE_PROTOCOL, peer_deflate_level)
+        self.send_pass = PassEncoder(PEER_PICKLE_PROTOCOL, peer_deflate_level, COMPRESS_BELOW)
         try:
             SyncObj._SyncObj__sendAppendEntries(self)  # type: ignore[attr-defined]
         finally:

@@ -89,12 +89,25 @@ def test_message_key_names_only_shareable_messages() -> None:
 
 
 def test_pass_encoder_encodes_each_distinct_message_once() -> None:
-    enc = pe.PassEncoder(5, _level)
+    enc = pe.PassEncoder(5, _level, 64 * 1024)
     a1, a2, b = _message(2, 10), _message(2, 10), _message(1, 10)
     assert enc.body(a1) is enc.body(a2)
     assert enc.body(b) is not enc.body(a1)
     assert enc.body({"type": "request_vote"}) is None
     assert (enc.encoded, enc.reused) == (2, 2)
+
+
+def test_pass_encoder_keeps_only_small_encodings() -> None:
+    # A lagging follower gets its whole backlog in one pass: no second copy of it is kept.
+    enc = pe.PassEncoder(5, _level, 64 * 1024)
+    large = _message(1, 70 * 1024)
+    assert enc.body(large) is not enc.body(large)
+    assert (enc.encoded, enc.reused) == (2, 0)
+    few = pe.PassEncoder(5, _level, 64 * 1024)
+    few.MAX_KEPT = 1
+    a, b = _message(1, 10), _message(2, 10)
+    few.body(a), few.body(b), few.body(b)
+    assert (few.encoded, few.reused) == (3, 0)
 
 
 class _Conn:
@@ -149,7 +162,7 @@ def _receive(conn: _Conn, encryptor: _AuthenticatingEncryptor) -> object:
 
 def test_each_follower_gets_its_own_key_and_seal(encryptor) -> None:
     conns = {"b": _Conn(encryptor), "c": _Conn(encryptor)}
-    enc = pe.PassEncoder(5, _level)
+    enc = pe.PassEncoder(5, _level, 64 * 1024)
     t = _Transport(conns, enc)
     message = _message(3, 256)
     assert t.send("b", dict(message)) and t.send("c", dict(message))
@@ -164,7 +177,7 @@ def test_outside_a_pass_and_for_other_messages_pysyncobj_encodes(encryptor) -> N
     conns = {"b": _Conn(encryptor)}
     t = _Transport(conns, None)
     t.send("b", _message(1, 10))
-    t._syncObj.send_pass = pe.PassEncoder(5, _level)
+    t._syncObj.send_pass = pe.PassEncoder(5, _level, 64 * 1024)
     t.send("b", {"type": "request_vote"})
     t.send("x", _message(1, 10))  # no connection
     conns["b"].state = "disconnected"
