@@ -12,7 +12,7 @@ import pytest
 
 from node import entry
 from node.raft import log, peer_encoding, syncobj
-from tests.integration.raft_harness import Member, config, leader_of, wait_for
+from tests.integration.raft_harness import Member, config, leader_of, wait_for, write_journal
 
 pytestmark = pytest.mark.integration
 
@@ -64,21 +64,13 @@ def _old_journal(raft_dir: Path, protocol: int) -> None:
     """A journal written by the code before ENTRY_COMMAND: NO_OP, then three puts as
     pysyncobj's @replicated commands (type REGULAR + pickle of (method id, (entry,))),
     committed in term 1."""
-    from node.raft.log import _RaftLog
 
     def cmd(key: str) -> bytes:
         op = {"op": "put", "ns": "a", "key": key, "value": b"old-" + key.encode()}
         return b"\x00" + pickle.dumps((0, (entry.encode(1, [op]),)), protocol=protocol)
 
-    raft_dir.mkdir(parents=True)
-    j = _RaftLog(str(raft_dir / "journal.log"))
-    j.add(b"\x01", 1, 1)
-    for i in range(2, 5):
-        j.add(cmd(f"old{i}"), i, 1)
-    j.sync()
-    j.setCurrentTerm(1, None)
-    j.setRaftCommitIndex(4)
-    j.close()
+    commands = [(b"\x01", 1, 1)] + [(cmd(f"old{i}"), i, 1) for i in range(2, 5)]
+    write_journal(raft_dir, commands, term=1, commit=4)
 
 
 @pytest.mark.parametrize("protocol", [2, 5])
