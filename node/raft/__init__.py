@@ -164,10 +164,11 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   syncobj._PeerTransport] Tests: test_raft_encoding.py::
   test_followers_share_one_encoding_per_append_entries; tests/unit/test_peer_encoding.py
 - @replicated wraps every entry in a pickle (dumps on the leader, loads of journal data on
-  every node: ~1 us at 400 B, ~1.2 ms at 1 MiB): entries are journalled as our own command
-  type + the entry and dispatched by _SyncObj__doApplyCommand; journals of the pickled
-  format replay through an unpickler that builds only bytes and tuples. Every node of a
-  cluster must run this code (older code skips such entries). [log.py, syncobj.py] Tests:
+  every node: ~1 us at 400 B, ~1.2 ms at 1 MiB): entries are journalled as the REGULAR
+  type byte + the entry itself and dispatched by _SyncObj__doApplyCommand; journals of the
+  pickled format (told apart by the body's first byte) replay through an unpickler that
+  builds only bytes and tuples. Every node of a cluster must run this code: older code
+  fails to unpickle such an entry and stops (it never skips it). [log.py, syncobj.py] Tests:
   test_raft_encoding.py::test_a_journal_of_pickled_commands_still_replays;
   tests/unit/test_journal_commands.py
 """

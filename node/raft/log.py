@@ -2,19 +2,26 @@
 the exact shape pysyncobj expects its entries in, and the command formats in it.
 
 A journal command is one type byte and a body:
-- ENTRY_COMMAND (ours, written since issue 17): the raft entry itself (node/entry.py),
-  nothing around it. syncobj._SyncObj submits these and dispatches them to the state
-  machine, without pysyncobj's @replicated.
-- REGULAR_COMMAND (pysyncobj's @replicated call; written before): a pickle of
-  (method id, (entry,)). Journals and snapshots from then still replay: entry_payload
-  reads them with an unpickler that can build nothing but tuples, ints and bytes (the one
-  global a protocol-2 pickle of bytes needs, _codecs.encode, is the only one allowed).
+- ENTRY_COMMAND (ours, written since issue 17): pysyncobj's REGULAR type byte, then the
+  raft entry itself (node/entry.py: msgpack, first byte 0x82), nothing around it.
+  syncobj._SyncObj submits these and dispatches them to the state machine itself, without
+  pysyncobj's @replicated.
+- the same type byte then a pickle of (method id, (entry,)): pysyncobj's @replicated call,
+  written before. A pickle of protocol 2 or later (pysyncobj never wrote another) starts
+  with PROTO, 0x80: that first body byte tells the two apart. Journals and snapshots of
+  that format still replay: entry_payload reads them with an unpickler that can build
+  nothing but tuples, ints and bytes (the one global a protocol-2 pickle of bytes needs,
+  _codecs.encode, is the only one allowed).
 - pysyncobj's NO_OP, MEMBERSHIP (members.py) and VERSION commands are left to it.
 Why: the @replicated pickle cost a pickle.dumps on the leader and a pickle.loads of
 journal data on every node for each entry; measured (2 shared cores, process time):
 0.6 + 0.6 us for a 400-byte entry, 5 + 4 us at 64 KiB, 450 + 760 us at 1 MiB, against
-0.1-45 us for the raw concatenation and slice. A node running older code skips
-ENTRY_COMMAND entries as unknown commands: every node of a cluster must run this code.
+0.1-45 us for the raw concatenation and slice.
+Why the REGULAR byte and not a type byte of our own: a node still running older code skips
+a command of a type it does not know and counts it applied, so a cluster in the middle of
+an upgrade would silently lose those writes on that node. Under the REGULAR byte, older
+code fails to unpickle the entry (ValueError out of its raft thread) and stops applying:
+the node halts where it is, its state never diverges. Every node must run this code.
 """
 
 from __future__ import annotations
@@ -28,9 +35,9 @@ from node import entry, snapshot_file
 from node.journal import DurableJournal
 from node.raft.members import MEMBERSHIP_COMMAND
 
-REGULAR_COMMAND = b"\x00"  # pysyncobj's _COMMAND_TYPE.REGULAR: a @replicated call
-ENTRY_COMMAND = b"\x10"  # ours: the entry as it is (pysyncobj's own types are 0-3)
-_STAMPED = (REGULAR_COMMAND, ENTRY_COMMAND)
+REGULAR_COMMAND = b"\x00"  # pysyncobj's _COMMAND_TYPE.REGULAR
+ENTRY_COMMAND = REGULAR_COMMAND  # + the entry as it is (see above)
+_PICKLE_PROTO = b"\x80"  # the first byte of the body of an older @replicated command
 
 
 class _LegacyUnpickler(pickle.Unpickler):
@@ -50,14 +57,18 @@ def _legacy_payload(body: bytes) -> bytes:
 
 
 def entry_payload(command: bytes) -> bytes | None:
-    """The raft entry a journal command carries (ENTRY_COMMAND, or REGULAR_COMMAND written
-    by earlier code), or None for pysyncobj's own command types."""
-    kind = command[:1]
-    if kind == ENTRY_COMMAND:
-        return command[1:]
-    if kind == REGULAR_COMMAND:
+    """The raft entry a journal command carries (the entry as it is, or the @replicated
+    pickle of earlier code), or None for pysyncobj's own command types."""
+    if command[:1] != REGULAR_COMMAND:
+        return None
+    if command[1:2] == _PICKLE_PROTO:
         return _legacy_payload(command[1:])
-    return None
+    return command[1:]
+
+
+def is_pickled(command: bytes) -> bool:
+    """A command in the @replicated format of earlier code."""
+    return command[:1] == REGULAR_COMMAND and command[1:2] == _PICKLE_PROTO
 
 
 def _entry_tuple(e) -> tuple:
@@ -80,7 +91,7 @@ class _RaftLog(DurableJournal):
     on_membership: Callable[[bytes, int, bool], None] | None = None
 
     def add(self, command: bytes, idx: int, term: int) -> None:
-        if self.stamp is not None and command[:1] in _STAMPED:
+        if self.stamp is not None and command[:1] == REGULAR_COMMAND:
             command = entry.restamp(command, self.stamp())
         if len(self):
             first, last = self[0][1], self[-1][1]

@@ -106,7 +106,7 @@ def submit_callback(callback: Callback) -> Callable[[object, object], None]:
 
 
 def replicated_command_size(payload: bytes) -> int:
-    """Bytes pysyncobj journals and ships for one entry carrying `payload` (our command-type
+    """Bytes pysyncobj journals and ships for one entry carrying `payload` (the command-type
     byte + the payload, log.ENTRY_COMMAND); used by tests that probe pysyncobj's chunking
     boundary."""
     return len(ENTRY_COMMAND) + len(payload)

@@ -90,5 +90,7 @@ def test_a_journal_of_pickled_commands_still_replays(
     leader_of(members)
     m.put("new")
     assert m.sm.get("a", "new")["kv"] is not None
-    kinds = {c[:1] for c, _, _ in m.raft._obj._SyncObj__raftLog}
-    assert log.ENTRY_COMMAND in kinds and log.REGULAR_COMMAND in kinds
+    commands = [c for c, _, _ in m.raft._obj._SyncObj__raftLog]
+    assert sum(map(log.is_pickled, commands)) == 3  # the old ones, kept
+    assert commands[-1] == log.ENTRY_COMMAND + log.entry_payload(commands[-1])
+    assert not log.is_pickled(commands[-1])

@@ -16,11 +16,21 @@ PAYLOAD = entry.encode(5, [{"op": "put", "ns": "a", "key": "k", "value": b"v" * 
 
 def test_new_entries_are_the_payload_behind_one_byte() -> None:
     assert log.entry_payload(log.ENTRY_COMMAND + PAYLOAD) == PAYLOAD
+    assert not log.is_pickled(log.ENTRY_COMMAND + PAYLOAD)
+    assert log.entry_payload(log.ENTRY_COMMAND + b"anything else") == b"anything else"
+
+
+def test_older_code_fails_loudly_on_new_entries() -> None:
+    # Older code unpickles every REGULAR command: a new entry must raise there (its raft
+    # thread stops), never be skipped as an unknown command type (its state would diverge).
+    with pytest.raises((ValueError, pickle.UnpicklingError)):
+        pickle.loads((log.ENTRY_COMMAND + PAYLOAD)[1:])
 
 
 @pytest.mark.parametrize("protocol", [2, 3, 4, 5])
 def test_pickled_commands_of_earlier_code_still_read(protocol: int) -> None:
     old = log.REGULAR_COMMAND + pickle.dumps((0, (PAYLOAD,)), protocol=protocol)
+    assert log.is_pickled(old)
     assert log.entry_payload(old) == PAYLOAD
 
 
@@ -37,7 +47,7 @@ def test_a_pickled_command_builds_no_objects(tmp_path) -> None:
     evil = log.REGULAR_COMMAND + pickle.dumps((0, (_Exploit(str(marker)),)))
     assert log.entry_payload(evil) == b""  # the state machine fails it, on every node
     assert not marker.exists()
-    assert log.entry_payload(log.REGULAR_COMMAND + b"garbage") == b""
+    assert log.entry_payload(log.REGULAR_COMMAND + b"\x80garbage") == b""
     assert log.entry_payload(log.REGULAR_COMMAND + pickle.dumps((0, ("str",)))) == b""
 
 
