@@ -25,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.cpu_per_op import read_cpu_seconds
 from benchmarks.harness import LoadResult
 from benchmarks.load import Spec, append_section, fs_type, make_keys, markdown_table, run_spec
 from benchmarks.systems import StatekeeperSystem, _free_port_block
@@ -35,16 +36,10 @@ from node.config import TlsSettings
 
 OUT = Path(__file__).resolve().parent / "out"
 CLIENTS = (1, 64)
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _cpu_seconds(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / _TICK
+    return sum(read_cpu_seconds(pid) for pid in pids)
 
 
 @dataclasses.dataclass

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import pysyncobj.syncobj as _syncobj_module
 import pysyncobj.tcp_connection as _tcp_connection_module
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj import pickle as _pysyncobj_pickle
 from pysyncobj.config import SERIALIZER_STATE as SERIALIZER_STATE  # for RaftNode's snapshots
 from pysyncobj.node import TCPNode
@@ -32,10 +32,11 @@ from node.cluster_clock import ClusterClock
 from node.config import RaftSettings
 from node.raft import loop_driver
 from node.raft.interface import ApplyFn, Callback, SubmitError
-from node.raft.log import _entry_tuple, _RaftLog
+from node.raft.log import ENTRY_COMMAND, _entry_tuple, _RaftLog, entry_payload
 from node.raft.loop_driver import LoopDriver
 from node.raft.members import Member
 from node.raft.membership import MembershipMixin
+from node.raft.peer_encoding import PassEncoder, SharedSendMixin
 from node.raft.peers import _AuthenticatingEncryptor
 from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
 from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST, ReadIndexMixin
@@ -113,10 +114,10 @@ def submit_callback(callback: Callback) -> Callable[[object, object], None]:
 
 
 def replicated_command_size(payload: bytes) -> int:
-    """Bytes pysyncobj journals and ships for one entry carrying `payload`
-    (command-type byte + its pickle of (method id, args)); used by tests that probe
-    pysyncobj's chunking boundary."""
-    return 1 + len(_pysyncobj_pickle.dumps((0, (payload,))))
+    """Bytes pysyncobj journals and ships for one entry carrying `payload` (the command-type
+    byte + the payload, log.ENTRY_COMMAND); used by tests that probe pysyncobj's chunking
+    boundary."""
+    return len(ENTRY_COMMAND) + len(payload)
 
 
 SNAPSHOT_FILE = "snapshot.bin"  # in the raft dir
@@ -165,6 +166,12 @@ def build_conf(
     )
 
 
+def peer_deflate_level(size: int, level: int = 3) -> int:
+    """Deflate level of a peer message of `size` bytes: pysyncobj's 3, or stored (0) from
+    COMPRESS_BELOW on."""
+    return level if size < COMPRESS_BELOW else 0
+
+
 class _PeerZlib:
     """What pysyncobj's tcp_connection calls `zlib`: messages of COMPRESS_BELOW bytes or
     more are stored (deflate level 0) instead of deflated at level 3 on the raft thread.
@@ -172,7 +179,7 @@ class _PeerZlib:
 
     @staticmethod
     def compress(data: bytes, level: int = -1) -> bytes:
-        return zlib.compress(data, level if len(data) < COMPRESS_BELOW else 0)
+        return zlib.compress(data, peer_deflate_level(len(data), level))
 
     decompress = staticmethod(zlib.decompress)
 
@@ -190,9 +197,10 @@ class _TlsConnection(TlsConnectionMixin, TcpConnection):
     _DISCONNECTED = CONNECTION_STATE.DISCONNECTED
 
 
-class _PeerTransport(TlsTransportMixin, TCPTransport):
-    """pysyncobj's TCP transport, made to finish sending what it started, and (raft TLS
-    on) running every connection through TLS.
+class _PeerTransport(TlsTransportMixin, SharedSendMixin, TCPTransport):
+    """pysyncobj's TCP transport, made to finish sending what it started, sending a
+    leader's append_entries with one pickle and deflate for all followers
+    (peer_encoding.SharedSendMixin), and (raft TLS on) running every connection through TLS.
 
     TcpConnection.send() writes what the socket accepts and keeps the rest, but asks the
     poller for a write event only while it was already writing; an idle connection (the
@@ -209,6 +217,7 @@ class _PeerTransport(TlsTransportMixin, TCPTransport):
 
     _tls_connection_class = _TlsConnection
     _POLL_ALL = _POLL_ALL
+    _CONNECTED = CONNECTION_STATE.CONNECTED
 
     def send(self, node, message) -> bool:
         sent = super().send(node, message)
@@ -280,6 +289,9 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         self._installed_snapshot: int | None = None  # last index of a snapshot just installed
         self._journal = journal
         self._sk_encryptor = encryptor
+        # The shared encodings of the leader's current AppendEntries pass (peer_encoding.py);
+        # None outside a pass.
+        self.send_pass: PassEncoder | None = None
         self._init_prevote(conf.raftMinTimeout)
         self._leadership_lost: list[Callable[[], None]] = []
         # New leaders seen (itself included), counted once per tick; read by metrics.
@@ -332,8 +344,15 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
     def encryptor(self):  # what pysyncobj's transport puts on every connection
         return self._sk_encryptor
 
-    @replicated
-    def _apply_entry(self, payload: bytes):
+    def _apply_entry(self, payload: bytes, callback: Callable[[object, object], None]) -> None:
+        """Submit an entry: journalled as ENTRY_COMMAND + payload (log.py), not through
+        @replicated's pickle; callback(result, FAIL_REASON) as pysyncobj calls it."""
+        self._applyCommand(ENTRY_COMMAND + payload, callback)
+
+    def _SyncObj__doApplyCommand(self, command: bytes):
+        payload = entry_payload(command)
+        if payload is None:  # NO_OP, membership, version: pysyncobj's (membership.py)
+            return SyncObj._SyncObj__doApplyCommand(self, command)  # type: ignore[attr-defined]
         # The index being applied is not passed in; pysyncobj increments
         # raftLastApplied right after this returns.
         self.note_progress()
@@ -401,6 +420,15 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         # the followers write theirs, rather than at the next tick, after their answers.
         if self._isLeader():
             self._journal.sync()
+
+    def _SyncObj__sendAppendEntries(self) -> None:
+        # One pickle + deflate per distinct message of the pass, not per follower
+        # (peer_encoding.py); the encodings die with the pass, so none is ever stale.
+        self.send_pass = PassEncoder(PEER_PICKLE_PROTOCOL, peer_deflate_level, COMPRESS_BELOW)
+        try:
+            SyncObj._SyncObj__sendAppendEntries(self)  # type: ignore[attr-defined]
+        finally:
+            self.send_pass = None
 
     def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):
         # A follower acknowledges only entries that are on disk (one fsync per message).

@@ -299,9 +299,21 @@ def _canonical(v: Any) -> Any:
     return v
 
 
+# Values _canonical leaves as they are: the top-level fields of a put or delete.
+_FLAT = frozenset((str, bytes, int, bool, float, type(None)))
+
+
 def op_digest(op: dict) -> bytes:
     """What binds an idempotency key to its request: a digest of the validated op without
-    the key itself, independent of the order of its fields (a retry is re-validated)."""
-    body = {k: v for k, v in op.items() if k != "idempotency_key"}
-    packed = msgpack.packb(_canonical(body), use_bin_type=True)
-    return hashlib.blake2b(packed, digest_size=16).digest()
+    the key itself, independent of the order of its fields (a retry is re-validated).
+    The digest is stored in idempotency records and must stay the same bytes on every
+    node and version: msgpack of [[field, _canonical(value)], ...] sorted by field. Flat
+    values skip the walk and the pairs are tuples (msgpack packs a tuple as the same array
+    as a list): ~5 -> ~3 us per op (process time, 2 shared cores), a batch of 64 puts
+    spent 14% of a follower's CPU here (py-spy, issue 17)."""
+    body = []
+    for k in sorted(op):
+        if k != "idempotency_key":
+            v = op[k]
+            body.append((k, v if type(v) in _FLAT else _canonical(v)))
+    return hashlib.blake2b(msgpack.packb(body, use_bin_type=True), digest_size=16).digest()

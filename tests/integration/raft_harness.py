@@ -108,5 +108,19 @@ class Exploit:
         return (os.system, (f"touch {self.marker}",))
 
 
+def write_journal(raft_dir: Path, commands: list[tuple[bytes, int, int]], term: int, commit: int) -> None:
+    """A raft journal of (command, index, term) entries, as a node left it (fsynced)."""
+    from node.raft.log import _RaftLog
+
+    raft_dir.mkdir(parents=True)
+    j = _RaftLog(str(raft_dir / "journal.log"))
+    for command, idx, t in commands:
+        j.add(command, idx, t)
+    j.sync()
+    j.setCurrentTerm(term, None)
+    j.setRaftCommitIndex(commit)
+    j.close()
+
+
 def raft_frame(payload: bytes) -> bytes:
     return struct.pack("i", len(payload)) + payload  # pysyncobj's framing

@@ -16,7 +16,7 @@ from cluster.ports import free_ports
 from node import entry, failpoints
 from node.config import ClusterConfig, NodeConfig, RaftSettings
 from node.raft import NEXT_NODE_IDX
-from tests.integration.raft_harness import Member, config, leader_of, wait_for
+from tests.integration.raft_harness import Member, config, leader_of, wait_for, write_journal
 
 pytestmark = pytest.mark.integration
 
@@ -115,23 +115,15 @@ def test_crash_after_snapshot_rename_keeps_later_entries(tmp_path: Path, members
 
 def _stale_tail_journal(raft_dir: Path) -> None:
     """Log 1..5 committed in term 1, 6..7 written by a deposed leader of term 2."""
-    from node.raft.log import _RaftLog
 
     def cmd(key: str) -> bytes:
         op = {"op": "put", "ns": "a", "key": key, "value": b"v"}
         return b"\x00" + pysyncobj_pickle.dumps((0, (entry.encode(1, [op]),)))
 
-    raft_dir.mkdir(parents=True)
-    j = _RaftLog(str(raft_dir / "journal.log"))
-    j.add(b"\x01", 1, 0)
-    for i in range(2, 6):
-        j.add(cmd(f"committed{i}"), i, 1)
-    for i in range(6, 8):
-        j.add(cmd(f"STALE{i}"), i, 2)
-    j.sync()
-    j.setCurrentTerm(2, None)
-    j.setRaftCommitIndex(5)
-    j.close()
+    commands = [(b"\x01", 1, 0)]
+    commands += [(cmd(f"committed{i}"), i, 1) for i in range(2, 6)]
+    commands += [(cmd(f"STALE{i}"), i, 2) for i in range(6, 8)]
+    write_journal(raft_dir, commands, term=2, commit=5)
 
 
 def test_snapshot_install_message_never_commits_a_stale_tail(tmp_path: Path, members) -> None:
