@@ -404,10 +404,9 @@ class Api:
             )
             size = (request.content_length) // max(1, len(ops))
             try:
+                queued = self.proposer.write_many([op for _, op in writes], size)
                 done = await self._write_within_timeout(
-                    asyncio.gather(
-                        *(self.proposer.write(op, size) for _, op in writes), return_exceptions=True
-                    )
+                    asyncio.gather(*queued, return_exceptions=True)
                 )
             finally:
                 self.quota.release(admitted)

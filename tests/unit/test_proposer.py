@@ -87,6 +87,31 @@ def test_an_explicit_no_leader_still_says_not_applied() -> None:
     asyncio.run(main())
 
 
+def test_write_many_queues_a_batch_into_one_entry_with_one_future_per_op() -> None:
+    """A client batch's writes go in without a coroutine per op; each op still gets its
+    own result, in order, and the entry size bound still splits them."""
+    entries: list[list[dict]] = []
+
+    def submit(payload, cb):
+        ops = entry.decode(payload)[1]
+        entries.append(ops)
+        cb([{"revision": i, "key": op["key"]} for i, op in enumerate(ops)], None)
+
+    async def main(max_entry_bytes: int) -> list:
+        p = Proposer(submit, max_entry_bytes=max_entry_bytes)
+        ops = [dict(PUT, key=f"k{i}") for i in range(5)]
+        futures = p.write_many(ops, size_hint=10)
+        assert len(futures) == 5 and not any(f.done() for f in futures)
+        return await asyncio.gather(*futures)
+
+    results = asyncio.run(main(1 << 20))
+    assert len(entries) == 1 and [r["key"] for r in results] == [f"k{i}" for i in range(5)]
+    entries.clear()
+    results = asyncio.run(main(25))  # 10 bytes an op: two ops an entry
+    assert [len(e) for e in entries] == [2, 2, 1]
+    assert [r["key"] for r in results] == [f"k{i}" for i in range(5)]
+
+
 def _api(submit) -> Api:
     cfg = ClusterConfig(
         nodes=(NodeConfig(id="n0", host="127.0.0.1", raft_port=1, http_port=2),), secret="s"
