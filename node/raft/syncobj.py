@@ -302,6 +302,7 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         self._max_journal_bytes = max_journal_bytes
         self._flush_state_machine = flush_state_machine
         self._preflush_started: float | None = None
+        self._preflush_snapshot = None  # pysyncobj's last snapshot entry when it started
         # Leadership hand-over asked for by another thread (node/raft/transfer.py).
         self.init_transfer(FAIL_REASON.SUCCESS)
         # ReadIndex (Raft thesis 6.4): reads confirmed by a heartbeat round, no log entry.
@@ -376,14 +377,7 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         # The leader counts itself towards the commit index inside this tick: whatever it
         # appended since the last tick must be on disk first (one fsync per tick).
         self._journal.sync()
-        if self._journal.size_bytes <= self._max_journal_bytes:
-            self._preflush_started = None
-        elif self._preflush_started is None or time.monotonic() - self._preflush_started > 30:
-            # The checkpoint (raft thread) flushes RocksDB's memtable first: ~0.3 s for a
-            # full one, a stall every snapshot. Flush on a helper thread, then snapshot;
-            # once per journal overflow (again after 30 s if the snapshot failed).
-            self._preflush_started = time.monotonic()
-            threading.Thread(target=self._flush_then_compact, name="preflush", daemon=True).start()
+        self._compact_if_journal_too_big()
         self._prevote_tick()
         self._sweep_unauthenticated()
         self._run_raft_calls()
@@ -554,6 +548,26 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         pos = prev[1] - j[0][1]
         if j[pos] == prev and j[pos + 1] == last and pos > 0:
             j.deleteEntriesTo(pos)  # crash-safe: new file, fsync, rename, fsync dir
+
+    def _compact_if_journal_too_big(self) -> None:
+        """The checkpoint (raft thread) flushes RocksDB's memtable first: ~0.3 s for a full
+        one, a stall every snapshot. So flush on a helper thread, then snapshot; once per
+        journal overflow, again once that snapshot is done if the journal is still too big
+        (entries kept coming while it was taken: test_journal_size_bounds_the_journal saw a
+        follower keep a 3 MiB journal for 20 s waiting out the retry), and again after 30 s
+        if it failed."""
+        if self._journal.size_bytes <= self._max_journal_bytes:
+            self._preflush_started = None
+            return
+        done = self._SyncObj__lastSerializedEntry  # type: ignore[attr-defined]
+        if (
+            self._preflush_started is None
+            or time.monotonic() - self._preflush_started > 30
+            or done != self._preflush_snapshot
+        ):
+            self._preflush_started = time.monotonic()
+            self._preflush_snapshot = done
+            threading.Thread(target=self._flush_then_compact, name="preflush", daemon=True).start()
 
     def _flush_then_compact(self) -> None:
         try:
