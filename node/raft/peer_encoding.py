@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import pickle
 import struct
-import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -177,9 +176,16 @@ class SharedSendMixin:
     """(with syncobj._PeerTransport) send(): an append_entries message of a leader's send
     pass goes out with the pass's shared encoding (PassEncoder) under the connection's own
     rand_key and seal; everything else through pysyncobj's TcpConnection.send.
-    The combining class sets _CONNECTED (pysyncobj's CONNECTION_STATE.CONNECTED)."""
+    The combining class sets _CONNECTED (pysyncobj's CONNECTION_STATE.CONNECTED) and
+    _seal_clock (the clock TcpConnection.send stamps seals with: pysyncobj's monotonic,
+    CLOCK_MONOTONIC_RAW). A receiver drops the connection when a seal's whole-second stamp
+    goes back: stamped with time.monotonic (another clock), a shared message and a plain one
+    sent around a second boundary could arrive out of stamp order; the connection dropped
+    and the read rounds and entries on it were lost (a linearizable read at one client
+    waited 5 s, in 1 of 2 runs of 5 s)."""
 
     _CONNECTED: int
+    _seal_clock: Callable[[], float]
 
     def send(self, node, message) -> bool:
         encoder = getattr(self._syncObj, "send_pass", None)
@@ -197,7 +203,7 @@ class SharedSendMixin:
             return super().send(node, message)
         data = frame(conn.sendRandKey, shared)
         if conn.encryptor:
-            data = conn.encryptor.encrypt_at_time(data, int(time.monotonic()))
+            data = conn.encryptor.encrypt_at_time(data, int(self._seal_clock()))
         # What TcpConnection.send does with the bytes it made.
         conn._TcpConnection__writeBuffer += struct.pack("i", len(data)) + data
         conn._TcpConnection__trySendBuffer()

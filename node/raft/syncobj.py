@@ -22,6 +22,7 @@ import pysyncobj.tcp_connection as _tcp_connection_module
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj import pickle as _pysyncobj_pickle
 from pysyncobj.config import SERIALIZER_STATE as SERIALIZER_STATE  # for RaftNode's snapshots
+from pysyncobj.monotonic import monotonic as _pysyncobj_monotonic
 from pysyncobj.node import TCPNode
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
@@ -218,6 +219,7 @@ class _PeerTransport(TlsTransportMixin, SharedSendMixin, TCPTransport):
     _tls_connection_class = _TlsConnection
     _POLL_ALL = _POLL_ALL
     _CONNECTED = CONNECTION_STATE.CONNECTED
+    _seal_clock = staticmethod(_pysyncobj_monotonic)  # what TcpConnection.send stamps with
 
     def send(self, node, message) -> bool:
         sent = super().send(node, message)

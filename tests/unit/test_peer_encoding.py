@@ -135,6 +135,7 @@ class _Base:
 
 class _Transport(pe.SharedSendMixin, _Base):
     _CONNECTED = "connected"
+    _seal_clock = staticmethod(lambda: 1000.5)
 
     def __init__(self, conns, encoder) -> None:
         super().__init__()
@@ -184,3 +185,23 @@ def test_outside_a_pass_and_for_other_messages_pysyncobj_encodes(encryptor) -> N
     t.send("b", _message(1, 10))
     assert len(t.fallback) == 4
     assert conns["b"]._TcpConnection__writeBuffer == b""
+
+
+def test_shared_seals_are_stamped_with_the_transports_clock(encryptor) -> None:
+    """pysyncobj stamps seals with CLOCK_MONOTONIC_RAW and a receiver drops the connection
+    when a stamp goes back; stamped with time.monotonic, shared messages and plain ones
+    crossed a second boundary out of order (a read round lost: a 5 s stall)."""
+    conns = {"b": _Conn(encryptor)}
+    t = _Transport(conns, pe.PassEncoder(5, _level, 64 * 1024))
+    t._seal_clock = lambda: 7.9  # far from time.monotonic() on any machine up > 8 s
+    t.send("b", _message(3, 16))
+    token = conns["b"]._TcpConnection__writeBuffer[4:]
+    assert encryptor.extract_timestamp(token) == 7
+
+
+def test_the_transport_stamps_with_pysyncobjs_clock() -> None:
+    from pysyncobj import tcp_connection
+
+    from node.raft.syncobj import _PeerTransport
+
+    assert _PeerTransport._seal_clock is tcp_connection.monotonicTime
