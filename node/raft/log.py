@@ -56,19 +56,19 @@ def _legacy_payload(body: bytes) -> bytes:
     return payload if isinstance(payload, bytes) else b""
 
 
+def is_pickled(command: bytes) -> bool:
+    """A command in the @replicated format of earlier code."""
+    return command[:1] == REGULAR_COMMAND and command[1:2] == _PICKLE_PROTO
+
+
 def entry_payload(command: bytes) -> bytes | None:
     """The raft entry a journal command carries (the entry as it is, or the @replicated
     pickle of earlier code), or None for pysyncobj's own command types."""
     if command[:1] != REGULAR_COMMAND:
         return None
-    if command[1:2] == _PICKLE_PROTO:
+    if is_pickled(command):
         return _legacy_payload(command[1:])
     return command[1:]
-
-
-def is_pickled(command: bytes) -> bool:
-    """A command in the @replicated format of earlier code."""
-    return command[:1] == REGULAR_COMMAND and command[1:2] == _PICKLE_PROTO
 
 
 def _entry_tuple(e) -> tuple:
