@@ -520,6 +520,8 @@ class Api:
         reason = (
             "shutting down"
             if self.shutting_down
+            else f"restoring a snapshot (state machine at applied index {st.applied_index})"
+            if st.restoring
             else "no leader known"
             if st.leader_id is None
             else f"catching up (applied {st.applied_index}, leader commit {st.leader_commit_index})"

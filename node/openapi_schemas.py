@@ -56,7 +56,7 @@ _LIVE_FIELDS: dict[str, Schema] = {
     },
     "restoring_snapshot": {
         "type": "boolean",
-        "description": "A snapshot restore is under way (counts as progress).",
+        "description": "The state machine is being restored from a snapshot (off the raft loop: live, not ready).",
     },
 }
 

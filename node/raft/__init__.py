@@ -92,6 +92,16 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   returning: a large DB stops heartbeats for longer than an election timeout. Only the
   checkpoint runs there; a helper thread packs it and serializeChecker reports the outcome.
   [raft_node.py] Test: test_raft_workarounds.py::test_a_slow_snapshot_does_not_stall_raft
+- a custom deserializer runs on the raft thread too, which is the node's loop: restoring a
+  large DB there froze the node, HTTP included (over ten minutes for a 10M-key store). It
+  returns the snapshot's raft position at once and restores the state machine on a helper
+  thread; meanwhile nothing is applied, no snapshot is taken or received, the node stands
+  for no election and answers no ReadIndex, and it reports not ready.
+  [raft_node.py _deserialize, syncobj._SyncObj (state_machine_restoring)] Test:
+  test_restore_off_loop.py::test_a_node_restoring_a_snapshot_answers_and_serves_nothing_stale
+- pysyncobj's deadlines are on CLOCK_MONOTONIC_RAW, not time.monotonic (they drift apart
+  with uptime): pre-vote reads and sets them through `raft_clock`. [prevote.py] Test:
+  tests/unit/test_prevote.py
 - compaction counts only entries and time, and a restart reads the whole journal back into
   memory: a snapshot is also taken once the journal holds [raft] snapshot_max_journal_bytes
   (the state machine flushed first, on a helper thread). [syncobj._SyncObj._onTick]

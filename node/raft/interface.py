@@ -32,6 +32,7 @@ class RaftStatus:
     log_truncations: int
     log_truncated_entries: int
     rejected_peer_messages: int
+    restoring: bool = False  # replacing the state machine from a snapshot
 
     @property
     def role(self) -> str:

@@ -4,7 +4,9 @@ depose a healthy leader.
 
 A mixin of the SyncObj subclass (node/raft/syncobj.py): it works through pysyncobj's
 attributes on self (the name-mangled ones spelt out: self._SyncObj__raftElectionDeadline)
-and never imports pysyncobj."""
+and never imports pysyncobj. pysyncobj's deadlines are on its own clock (CLOCK_MONOTONIC_RAW,
+which NTP does not slew: it drifts from time.monotonic by up to 0.05% of the uptime), so
+they are read and set through `self.raft_clock`, never time.monotonic."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ class PreVoteMixin:
         if self._isLeader() or self._SyncObj__transferInProgress:
             self._prevote, self._prevote_won = None, False
             return
-        now = time.monotonic()
+        now = self.raft_clock()
         if self._SyncObj__raftElectionDeadline >= now:
             return
         if self._prevote_won:  # pysyncobj starts the real election in this tick

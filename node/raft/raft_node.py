@@ -88,7 +88,8 @@ class RaftNode:
         self.snapshots_taken = 0
         self._metrics = metrics
         self._snapshot_started = 0.0
-        self.restoring = False  # a snapshot restore is under way (see _deserialize)
+        # A snapshot restore is under way (_deserialize); read by _SyncObj on the loop.
+        self.restoring = False
         r = cluster.raft
         self._conf = conf = build_conf(
             self._raft_dir,
@@ -131,6 +132,7 @@ class RaftNode:
                 tls=tls,
                 make_node=make_node,
                 driver=self._driver,
+                state_machine_restoring=lambda: self.restoring,
             )
         )
 
@@ -198,42 +200,81 @@ class RaftNode:
         return state
 
     def _deserialize(self, path: str):
-        """Load the snapshot at `path` (at start, or just received from the leader).
+        """Load the snapshot at `path` (at start, or just received from the leader): raft's
+        side at once, the state machine's on a helper thread (restore_in_background).
+
+        Raft runs on the node's loop: a restore inside this raft step froze the whole node,
+        HTTP included, for as long as it took (over ten minutes for a follower of a
+        10M-key store, issue 17), and a liveness probe would kill it mid-restore, again on
+        every restart. So this returns the snapshot's raft position as soon as the file is
+        durable, and pysyncobj takes it (journal, last applied, members) while the old state
+        machine is still in place. Until the restore ends (`restoring`, _SyncObj's
+        state_machine_restoring): nothing is applied (entries after the snapshot wait in
+        the journal, which still takes and acknowledges them), no snapshot is taken, no
+        snapshot is received, this node stands for no election, ReadIndex answers nothing,
+        and status() reports the state machine's applied index and not ready. Reads that
+        must be linearizable wait for an apply, so none is served from the old state.
+
+        A crash during the restore: at the next start the snapshot is still ahead of the
+        state machine and this runs again (the journal's entries after it are kept).
 
         pysyncobj catches every exception of a snapshot load, logs it and goes on, with
         the state machine closed or older than the raft position it then takes: any
-        failure here stops the node instead (node/fatal.py).
-
-        A restore of a large DB is one long step of the raft thread: while it runs the
-        liveness check counts it as progress (`restoring`), not as a stuck loop."""
-        self.restoring = True
+        failure here or in the restore stops the node instead (node/fatal.py)."""
         try:
-            return self._load_snapshot(path)
+            header, offset = self._durable_header(path)
+            last = _entry_tuple(header["last"])
+            if last[1] > self._fsm.applied_index:
+                # Restore only when the snapshot is ahead of what RocksDB already holds: on
+                # a plain restart RocksDB is newer than the last snapshot and must be kept.
+                self._start_restore(path, offset, last[1])
+            return last, _entry_tuple(header["prev"]), list(header.get("members") or header["cluster"])
         except BaseException as e:
-            stop_now(
-                "restoring the state machine from a snapshot failed", e, STATE_MACHINE_EXIT_CODE
-            )
-        finally:
-            self.restoring = False
-            if (obj := getattr(self, "_obj", None)) is not None:  # None: a load at start
-                obj.note_progress()
+            self._restore_failed(e)
 
-    def _load_snapshot(self, path: str):
+    def _durable_header(self, path: str) -> tuple[dict, int]:
         if self._durable:  # a snapshot just received from the leader was renamed unsynced
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
             snapshot_file.fsync_dir(self._raft_dir)
-        header, offset = snapshot_file.read_header(path)
-        last = _entry_tuple(header["last"])
-        # Restore only when the snapshot is ahead of what RocksDB already holds: on a
-        # plain restart RocksDB is newer than the last snapshot and must be kept.
-        if last[1] > self._fsm.applied_index:
-            log.info("restoring state machine from snapshot at index %d", last[1])
+        return snapshot_file.read_header(path)
+
+    def _start_restore(self, path: str, offset: int, index: int) -> None:
+        log.info("restoring state machine from snapshot at index %d", index)
+        self.restoring = True
+        threading.Thread(
+            target=self._restore_in_background,
+            args=(path, offset, index),
+            name="snapshot-restore",
+            daemon=True,
+        ).start()
+
+    def _restore_in_background(self, path: str, offset: int, index: int) -> None:
+        started = time.monotonic()
+        try:
             snapshot_file.extract_body(path, offset, self._snapshot_tmp)
             failpoints.hit("snapshot-restore")
             self._fsm.restore(self._snapshot_tmp)
             os.unlink(self._snapshot_tmp)
-        return last, _entry_tuple(header["prev"]), list(header.get("members") or header["cluster"])
+        except BaseException as e:
+            self._restore_failed(e)
+        log.info(
+            "state machine restored from snapshot at index %d in %.1f s",
+            index,
+            time.monotonic() - started,
+        )
+        self._driver.call(self._restore_done)
+
+    def _restore_done(self) -> None:
+        """Loop thread: the state machine holds the snapshot; apply what waited."""
+        self.restoring = False
+        if (obj := getattr(self, "_obj", None)) is not None:  # None: still in __init__
+            obj.note_progress()
+        self._driver.tick_soon()
+
+    @staticmethod
+    def _restore_failed(e: BaseException) -> None:
+        stop_now("restoring the state machine from a snapshot failed", e, STATE_MACHINE_EXIT_CODE)
 
     # -- the small interface ------------------------------------------------------------
 
@@ -296,7 +337,9 @@ class RaftNode:
         o = self._obj
         leader = o._getLeader()
         leader_id = self.member_id(leader.address) if leader is not None else None
-        applied = o.raftLastApplied
+        restoring = self.restoring
+        # While a restore runs raft stands at the snapshot, the state machine before it.
+        applied = self._fsm.applied_index if restoring else o.raftLastApplied
         leader_commit = o.leader_commit_index()
         caught_up = leader_commit is not None and applied >= leader_commit - self._max_ready_lag
         return RaftStatus(
@@ -308,7 +351,8 @@ class RaftNode:
             applied_index=applied,
             leader_commit_index=leader_commit,
             has_quorum=o.hasQuorum,
-            ready=leader_id is not None and o.isReady() and caught_up,
+            ready=leader_id is not None and o.isReady() and caught_up and not restoring,
+            restoring=restoring,
             log_truncations=self._journal.truncations,
             log_truncated_entries=self._journal.truncated_entries,
             rejected_peer_messages=self._encryptor.rejected,

@@ -280,10 +280,14 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None,
         make_node: Callable[[str, Member | None], TCPNode],
         driver: LoopDriver,
+        state_machine_restoring: Callable[[], bool] = lambda: False,
     ):
         # Built on the driver's loop thread (RaftNode): pysyncobj binds and subscribes its
         # sockets in __init__, and the loop's reader registry is not thread-safe.
         self._driver = driver
+        # True while RaftNode replaces the state machine from a snapshot off the loop: raft
+        # stands at the snapshot, the state machine before it (raft_node._deserialize).
+        self._state_machine_restoring = state_machine_restoring
         self._sk_tls = tls  # (accepting, dialling) contexts; read by _PeerTransport
         self._apply_fn = apply_fn
         self._clock = clock
@@ -332,6 +336,9 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
                 _syncobj_module.createJournal, _syncobj_module.createPoller = originals
         self._wake_by_driver()
         driver.start(self._tick_once)
+
+    # The clock of pysyncobj's deadlines (election, heartbeats); prevote.py sets them too.
+    raft_clock = staticmethod(_pysyncobj_monotonic)
 
     def _wake_by_driver(self) -> None:
         """pysyncobj queues a command, then writes a byte to a non-blocking pipe to wake
@@ -383,6 +390,8 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         self._prevote_tick()
         self._sweep_unauthenticated()
         self._run_raft_calls()
+        if self._state_machine_restoring():
+            self._stand_for_no_election()
         was_leader = self._isLeader()
         self._start_read_round()
         super()._onTick(timeToWait)
@@ -397,6 +406,28 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
             self._leader_seen = leader
             self.leader_changes += 1
         self._answer_confirmed_reads()
+
+    # -- while the state machine is restored off the loop (raft_node._deserialize) --------
+
+    def _stand_for_no_election(self) -> None:
+        """A leader must serve reads and apply writes at once; this node can do neither
+        until its state machine holds the snapshot raft already stands at."""
+        self._SyncObj__raftElectionDeadline = self.raft_clock() + self._SyncObj__generateRaftTimeout()
+        self._prevote, self._prevote_won = None, False
+
+    def _SyncObj__applyLogEntries(self) -> bool:
+        if self._state_machine_restoring():
+            return False  # they wait in the journal for the restored state machine
+        return SyncObj._SyncObj__applyLogEntries(self)  # type: ignore[attr-defined]
+
+    def _SyncObj__tryLogCompaction(self) -> None:
+        if self._state_machine_restoring():
+            return  # a checkpoint now would label the old state with the snapshot's index
+        return SyncObj._SyncObj__tryLogCompaction(self)  # type: ignore[attr-defined]
+
+    def _answer_confirmed_reads(self) -> None:
+        if not self._state_machine_restoring():
+            super()._answer_confirmed_reads()
 
     def _checkCommandsToApply(self) -> None:
         # This is where the leader appends queued commands (its own and forwarded ones):
@@ -478,6 +509,12 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
 
     def _SyncObj__onMessageReceived(self, node, message):
         kind = message.get("type") if isinstance(message, dict) else None
+        if self._state_machine_restoring() and (
+            kind == "timeout_now" or (kind == "append_entries" and "serialized" in message)
+        ):
+            # No hand-over to a node that cannot serve yet, and no second snapshot while
+            # the first is restored from the same file: dropped, as if lost (raft resends).
+            return None
         if kind == PREVOTE_REQUEST:
             return self._on_prevote_request(node, message)
         if kind == PREVOTE_RESPONSE:
