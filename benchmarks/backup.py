@@ -26,8 +26,8 @@ import threading
 import time
 from pathlib import Path
 
+from benchmarks.cluster_control import _free_port_block
 from benchmarks.load import append_section, markdown_table
-from benchmarks.systems import _free_port_block
 from client import Client
 from cluster.supervisor import LocalCluster
 from node import config as node_config

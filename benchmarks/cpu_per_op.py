@@ -12,13 +12,16 @@ busy machine (it does not count time spent waiting for a core), but a loaded mac
 inflates it (cache misses, more wake-ups per op at lower throughput): compare only runs
 taken alternately on the same machine.
 
-Output: a markdown table on stdout, and with --json the raw rounds.
+Output: a markdown table on stdout, a PNG bar chart of the same figures in --chart-dir
+(benchmarks/results/ by default, like the other benchmarks' charts; --no-chart skips it),
+and with --json the raw rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import os
 import statistics
@@ -29,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 CLIENT = "client"
+DEFAULT_CHART_DIR = Path(__file__).resolve().parent / "results"
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -117,6 +121,59 @@ def markdown(rows: Sequence[Sequence[str]], rounds: Sequence[Round]) -> str:
     rates = ", ".join(f"{r.puts_per_s:,.0f}" for r in rounds)
     lines.append(f"\nputs/s per round: {rates}")
     return "\n".join(lines)
+
+
+def write_chart(rounds: Sequence[Round], path: Path, title: str) -> bool:
+    """Draw to `path` one bar per process: the median CPU us/put over the rounds, its
+    kernel share darker inside it, each round as a dot and the min-max as an error bar.
+    False when matplotlib is missing or there is no round. Agg backend: no display needed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    if not rounds:
+        return False
+    roles = list(rounds[0].us_per_put)
+    per_round = [[r.us_per_put[role] for r in rounds] for role in roles]
+    medians = [statistics.median(xs) for xs in per_round]
+    kernel = [statistics.median(r.sys_per_put[role] for r in rounds) for role in roles]
+    xs = range(len(roles))
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(roles), 4.2))
+    ax.bar(xs, medians, width=0.6, color="#9ecae1", label="CPU us/put, median of rounds")
+    ax.bar(xs, kernel, width=0.6, color="#3182bd", label="of which kernel (median)")
+    ax.errorbar(
+        xs,
+        medians,
+        yerr=[
+            [m - min(v) for m, v in zip(medians, per_round, strict=True)],
+            [max(v) - m for m, v in zip(medians, per_round, strict=True)],
+        ],
+        fmt="none",
+        ecolor="#333333",
+        capsize=5,
+        label=f"min-max over {len(rounds)} rounds",
+    )
+    for x, values in zip(xs, per_round, strict=True):
+        ax.plot([x] * len(values), values, ".", color="#333333", ms=4)
+    for x, m in zip(xs, medians, strict=True):
+        ax.annotate(f"{m:.0f}", (x, m), xytext=(9, 2), textcoords="offset points", fontsize="small")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(roles)
+    ax.set_ylabel("CPU microseconds per put (lower is better)")
+    ax.set_ylim(0, max(max(v) for v in per_round) * 1.15)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize="small",
+              frameon=False)  # fmt: skip
+    rates = ", ".join(f"{r.puts_per_s:,.0f}" for r in rounds)
+    ax.set_title(f"{title}\nputs/s per round: {rates}", fontsize="medium")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return True
 
 
 # ------------------------------------------------------------------------------- running
@@ -213,14 +270,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=3, help="measured windows (default 3)")
     p.add_argument("--data-dir", type=Path, help="parent of the cluster's temp dir")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the rounds as JSON")
+    p.add_argument(
+        "--chart-dir", type=Path, default=DEFAULT_CHART_DIR, help="where the PNG chart goes"
+    )
+    p.add_argument("--no-chart", action="store_true", help="do not write the PNG chart")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     return p
+
+
+def chart_title(args: argparse.Namespace) -> str:
+    load = f"batches of {args.batch} puts" if args.workload == "batch" else "puts"
+    return (
+        f"CPU per put, 3 nodes (fsync=always): {load}, {args.clients} clients, "
+        f"{args.value_size} B values, {args.duration:g} s x {args.rounds} rounds"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     rounds = asyncio.run(run(args))
     print(markdown(summarize(rounds), rounds))
+    if not args.no_chart:
+        now = dt.datetime.now()
+        png = args.chart_dir / f"cpu-per-op-{args.workload}-{now:%Y-%m-%d-%H%M}.png"
+        if write_chart(rounds, png, chart_title(args)):
+            print(f"chart: {png}", file=sys.stderr)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rounds], indent=1))
     return 0

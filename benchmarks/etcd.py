@@ -34,14 +34,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.systems import (
-    ClusterControl,
-    System,
-    _free_port_block,
-    _stderr_say,
-    register,
-    running,
-)
+from benchmarks.cluster_control import ClusterControl, _free_port_block, _stderr_say, running
+from benchmarks.systems import System, register
 
 APT_PACKAGE = "etcd-server"
 # etcd's --max-txn-ops default: the most ops one Txn may carry.

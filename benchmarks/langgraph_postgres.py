@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-from benchmarks.systems import _free_port_block
+from benchmarks.cluster_control import _free_port_block
 
 SERVER_SETTINGS = {
     "fsync": "on",

@@ -63,9 +63,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import reclaim_report as rep
+from benchmarks.cluster_control import rss_of_pid
 from benchmarks.load import append_section, fs_type
 from benchmarks.reclaim_report import KEEP_LAST, PREFIX, Run, per_version, report
-from benchmarks.systems import rss_of_pid
 from client import AsyncClient, RetryPolicy
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -92,7 +92,8 @@ class Target:
 async def fresh_cluster(workdir: Path, args: argparse.Namespace) -> AsyncIterator[Target]:
     """A 3-node cluster like StatekeeperSystem.managed_cluster's, with this run's
     [retention] settings; stopped (down, then kill on failure) on exit."""
-    from benchmarks.systems import StatekeeperControl, _free_port_block, running
+    from benchmarks.cluster_control import _free_port_block, running
+    from benchmarks.systems import StatekeeperControl
     from cluster.supervisor import LocalCluster
     from node import config as node_config
 

@@ -25,10 +25,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.cluster_control import _free_port_block
 from benchmarks.cpu_per_op import read_cpu_seconds
 from benchmarks.harness import LoadResult
 from benchmarks.load import Spec, append_section, fs_type, make_keys, markdown_table, run_spec
-from benchmarks.systems import StatekeeperSystem, _free_port_block
+from benchmarks.systems import StatekeeperSystem
 from cluster.certs import init_cluster_tls
 from cluster.supervisor import LocalCluster
 from node import config as node_config

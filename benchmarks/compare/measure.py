@@ -21,13 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks.cluster_control import ClusterControl
 from benchmarks.compare.progress import BarStream, LoadProgress
 from benchmarks.compare.rounds import Measure
 from benchmarks.compare.workloads import BATCH_OPS, Workload, make_op, supports
 from benchmarks.harness import LoadResult, run_load
 from benchmarks.load import make_keys
 from benchmarks.restart import members_rss, restart_follower, wait_leader
-from benchmarks.systems import ClusterControl, System
+from benchmarks.systems import System
 from chaos.stats import percentile
 
 FAILOVER_LOAD_CLIENTS = 16

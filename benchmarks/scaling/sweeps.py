@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cluster_control import ClusterControl
 from benchmarks.restart import members_rss, restart_follower
 from benchmarks.scaling.measure import (
     KeyRange,
@@ -35,7 +36,7 @@ from benchmarks.scaling.measure import (
     random_value,
 )
 from benchmarks.scaling.points import MIB, Point, format_bytes, value_keys
-from benchmarks.systems import ClusterControl, StatekeeperSystem
+from benchmarks.systems import StatekeeperSystem
 
 SIZE_VALUE = 256
 VALUE_SWEEP_KEYS = 2000

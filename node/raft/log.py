@@ -20,8 +20,13 @@ journal data on every node for each entry; measured (2 shared cores, process tim
 Why the REGULAR byte and not a type byte of our own: a node still running older code skips
 a command of a type it does not know and counts it applied, so a cluster in the middle of
 an upgrade would silently lose those writes on that node. Under the REGULAR byte, older
-code fails to unpickle the entry (ValueError out of its raft thread) and stops applying:
-the node halts where it is, its state never diverges. Every node must run this code.
+code fails to unpickle the entry (the entry's first byte, 0x82, is pickle's EXT1: "ValueError:
+unregistered extension code 161"). The error leaves pysyncobj's tick before the tick reads
+the network; its tick thread logs it and retries every 0.05 s, failing the same way. That
+node applies nothing more (its state stops just before the entry: it never diverges) and
+reads no peer message (no acknowledgement, vote or leadership), while its process stays up
+and answers HTTP. Every node must run this code: stop all, upgrade, start (docs/protocol.md,
+"Journal format and upgrades", has what a mixed cluster did when tried).
 """
 
 from __future__ import annotations

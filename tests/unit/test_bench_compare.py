@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import compare
+from benchmarks.cluster_control import ClusterControl, rss_of_pid
 from benchmarks.compare import (
     Measure,
     Row,
@@ -32,14 +33,7 @@ from benchmarks.compare import (
 )
 from benchmarks.compare import measure as compare_measure
 from benchmarks.harness import run_load
-from benchmarks.systems import (
-    SYSTEMS,
-    ClusterControl,
-    StatekeeperSystem,
-    System,
-    get_system_class,
-    rss_of_pid,
-)
+from benchmarks.systems import SYSTEMS, StatekeeperSystem, System, get_system_class
 
 
 class FakeStore(System):

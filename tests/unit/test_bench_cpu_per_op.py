@@ -64,3 +64,22 @@ def test_help_runs() -> None:
     with pytest.raises(SystemExit) as e:
         c.build_parser().parse_args(["--help"])
     assert e.value.code == 0
+
+
+def test_chart_is_a_png_of_every_process(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("matplotlib")
+    roles = ("leader", "follower-1", "follower-2", c.CLIENT)
+    rounds = [
+        c.Round(
+            puts=9_000 + 500 * i,
+            requests=9_000 + 500 * i,
+            seconds=3.0,
+            us_per_put={r: 100.0 + 20 * k + 5 * i for k, r in enumerate(roles)},
+            sys_per_put={r: 30.0 + k + i for k, r in enumerate(roles)},
+        )
+        for i in range(3)
+    ]
+    path = tmp_path / "results" / "cpu.png"
+    assert c.write_chart(rounds, path, "put x64, 256 B")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    assert not c.write_chart([], tmp_path / "none.png", "no rounds")

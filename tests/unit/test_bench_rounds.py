@@ -187,7 +187,8 @@ def fake_system(name: str, started: list[str], fail_round: int | None = None) ->
     from collections.abc import AsyncIterator, Sequence
     from typing import Any
 
-    from benchmarks.systems import ClusterControl, System
+    from benchmarks.cluster_control import ClusterControl
+    from benchmarks.systems import System
 
     class Control(ClusterControl):
         async def leader(self) -> str | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.cluster_control import parse_vmrss
 from benchmarks.scaling.__main__ import build_parser, plan, sweep_table
 from benchmarks.scaling.measure import KeyRange, Repeated, dir_bytes
 from benchmarks.scaling.plot import write_plot
@@ -24,7 +25,6 @@ from benchmarks.scaling.points import (
     value_keys,
     value_points,
 )
-from benchmarks.systems import parse_vmrss
 
 
 def test_size_points_are_capped_by_max_keys() -> None:
