@@ -96,7 +96,7 @@ def test_kustomization_lists_every_manifest_and_generates_config_and_secrets() -
 def test_statefulset_shape() -> None:
     sts = _one("StatefulSet")["spec"]
     headless = _one("Service", "statekeeper")["spec"]
-    assert sts["replicas"] == 3 and sts["podManagementPolicy"] == "OrderedReady"
+    assert sts["replicas"] == 3 and sts["podManagementPolicy"] == "Parallel"
     assert sts["serviceName"] == "statekeeper"
     assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
     labels = sts["template"]["metadata"]["labels"]
