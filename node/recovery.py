@@ -22,6 +22,9 @@ RocksDB corrupt
       cache bypassed, in chunks of CHUNK_RECORDS re-seeking after the last key, holding the
       handle lock's `use` side for one chunk only (a snapshot restore waits for one chunk),
       and sleeping PAUSE_SECONDS between chunks so the raft/HTTP thread gets the GIL.
+      (rocksdict 0.3.29 exposes no DB::VerifyChecksum, hence a Python loop over the
+      records, 0.72 us each.) A restore during the scan swaps the DB under it: the scan
+      goes on in the new DB after the same key, so that DB's lower keys go unchecked.
     - A "Corruption" (`is_corruption`: RocksDB's status, or an error raised from one, like
       an apply's StorageError) found by that scan or by any apply writes the marker
       `<db>.corrupt-detected` next to the DB (`db.corrupt-detected` in the data dir: the
@@ -32,6 +35,8 @@ RocksDB corrupt
       DB, and only removes the marker). So a corrupt DB costs one extra restart, never a
       loop; the window in which a node serves from a DB with an undetected bad block is
       the scan's length (reads of a bad block fail with an error, they return nothing wrong).
+      A client read meeting a bad block gets an error and marks nothing; a restore failing
+      on one stops the node unmarked (node/raft/raft_node.py), as before.
 
     Moving aside: the DB is renamed to `db.corrupt-<UTC time>` (kept for forensics, never
     deleted by us; an operator removes it) with a CRITICAL log line, and the node starts on
