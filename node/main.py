@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from typing import NoReturn
 
 from prometheus_client import disable_created_metrics
 
@@ -45,17 +46,40 @@ async def _log_when_ready(raft: RaftNode, started: float) -> None:
     )
 
 
+def _stop_on_corruption(sm: StateMachine, what: str, e: BaseException) -> NoReturn:
+    """Leave word for the next start to move the corrupt DB aside, then stop
+    (node/recovery.py): a restart then rebuilds the DB instead of failing again."""
+    recovery.mark_corrupt(sm.path, e)
+    stop_now(
+        f"{what}: RocksDB is corrupt; the next start moves it aside ({recovery.marker_path(sm.path)})",
+        e,
+        STATE_MACHINE_EXIT_CODE,
+    )
+
+
+async def _verify_when_ready(raft: RaftNode, scan: recovery.BackgroundVerify) -> None:
+    # After ready, so the scan does not slow the start it was moved out of; 10 s at most,
+    # so a node that cannot reach a quorum is still checked.
+    deadline = time.monotonic() + 10.0
+    while not raft.status().ready and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    scan.start()
+
+
 def _apply_fn(sm: StateMachine, applied: list):
     """What raft calls for every committed entry: apply it, then wake whoever waits for
     the new revision (`applied` is filled with those callbacks once they exist).
 
     apply() may raise only when RocksDB fails; a node that cannot persist an entry it
-    must apply cannot continue with a state it trusts, so it stops at once."""
+    must apply cannot continue with a state it trusts, so it stops at once (marking a
+    corrupt DB for the next start first)."""
 
     def apply(index: int, payload: bytes):
         try:
             result = sm.apply(index, payload)
         except BaseException as e:
+            if recovery.is_corruption(e):
+                _stop_on_corruption(sm, f"applying raft entry {index} failed", e)
             stop_now(f"applying raft entry {index} failed", e, STATE_MACHINE_EXIT_CODE)
         for fn in applied:
             fn()
@@ -75,6 +99,7 @@ class _Parts:
     disk: DiskWatch
     proposer: Proposer
     after_apply: list  # called after each apply (filled once the API exists)
+    verify: recovery.BackgroundVerify  # the DB's checksum scan, started once ready
 
 
 def _open_store(cfg: config_mod.ClusterConfig, node_id: str) -> StateMachine:
@@ -147,7 +172,10 @@ def _build(cfg: config_mod.ClusterConfig, node_id: str) -> _Parts:
         metrics=metrics,
     )
     raft.on_leadership_lost(proposer.leadership_lost)
-    return _Parts(sm, raft, clock, metrics, disk, proposer, after_apply)
+    verify = recovery.BackgroundVerify(
+        sm.verify_chunk, lambda e: _stop_on_corruption(sm, "verifying RocksDB's checksums", e)
+    )
+    return _Parts(sm, raft, clock, metrics, disk, proposer, after_apply, verify)
 
 
 def _start_background(
@@ -166,7 +194,8 @@ def _start_background(
         ).run()
     )
     disk_watch = asyncio.create_task(n.disk.run())
-    return ready_logger, lease_expiry, retention_gc, disk_watch
+    verify = asyncio.create_task(_verify_when_ready(n.raft, n.verify))
+    return ready_logger, lease_expiry, retention_gc, disk_watch, verify
 
 
 def _shutdown_plan(
@@ -189,6 +218,7 @@ def _shutdown_plan(
             # Stops raft on the loop (the journal is synced and closed), so no apply can
             # follow the store's close below.
             n.raft.destroy,
+            n.verify.stop,  # ends after its chunk: close waits for that chunk's `use`
             n.sm.close,
         ],
     )

@@ -49,6 +49,36 @@ def db_iter(db: Rdict) -> Any:
         raise StorageError(f"RocksDB iterator failed: {e}") from e
 
 
+def read_verified(db: Rdict, after: bytes | None, limit: int) -> tuple[int, bytes | None]:
+    """Read up to `limit` records (key and value) of `db` in key order, starting after key
+    `after` (at the first key when None), with every block's checksum verified and without
+    filling the block cache (a scan must not evict what serving reads); (records read, the
+    last key read, or None once the end of the DB was reached). Raises RocksDB's own
+    exception ("Corruption: ...") on a bad block (node/recovery.py)."""
+    opts = ReadOptions()
+    opts.set_verify_checksums(True)
+    opts.fill_cache(False)
+    it = db.iter(opts)
+    try:
+        if after is None:
+            it.seek_to_first()
+        else:
+            it.seek(after + b"\x00")  # the smallest key above `after`, bytewise
+        n = 0
+        last = None
+        while n < limit and it.valid():
+            last = it.key()
+            it.value()
+            n += 1
+            it.next()
+        if it.valid():
+            return n, last
+        it.status()  # an iterator stopped by a bad block is invalid; this raises its error
+        return n, None
+    finally:
+        del it
+
+
 def check(it: Any) -> None:
     """Raise StorageError if a RocksDB iterator stopped because of an error."""
     try:

@@ -18,7 +18,7 @@ from node.config import Limits, Retention
 from node.errors import OpError
 from node.store import reads, snapshot, tokens
 from node.store.apply import EntryTx
-from node.store.backend import HandleLock, StorageError, open_db
+from node.store.backend import HandleLock, StorageError, open_db, read_verified
 from node.store.keys import META, Meta
 from node.store.lease_state import LeaseRecord
 
@@ -196,6 +196,17 @@ class StateMachine:
             raise OpError("unknown_op", f"{op.get('op')!r} is not a read op")
         with self.read_view() as view:
             return reader(view, self.limits, op)
+
+    def verify_chunk(self, after: bytes | None, limit: int) -> tuple[int, bytes | None]:
+        """Read up to `limit` raw records after key `after` with checksums verified
+        (backend.read_verified), through this store's own handle, so compaction cannot
+        delete a file under the scan; the `use` side of the handle lock is held for this
+        chunk only, so a restore waits for one chunk, not a whole scan (node/recovery.py).
+        Raises OpError("unavailable") once the store is closed."""
+        with self._handle.use:
+            if self._db is None:
+                raise OpError("unavailable", "the state machine is closed")
+            return read_verified(self._db, after, limit)
 
     # -- snapshots -----------------------------------------------------------
 

@@ -229,21 +229,18 @@ def garble(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("what", ["sst-blocks", "manifest-and-current"])
 @pytest.mark.cluster_options(snapshot_max_journal_bytes=SMALL_JOURNAL)
-def test_a_follower_with_corrupt_rocksdb_recovers_the_right_contents(
-    cluster: LocalCluster, what: str
+def test_a_follower_whose_rocksdb_cannot_open_recovers_the_right_contents(
+    cluster: LocalCluster,
 ) -> None:
+    """A garbled MANIFEST and CURRENT fail RocksDB's open: the DB is moved aside at once."""
     victim = follower_of(cluster)
     with Client([cluster.url(n) for n in cluster.node_ids]) as c:
         early = write_data(c, "a", 200)  # 1.6 MiB: snapshots on every node
         middle = write_data(c, "b", 100)
     cluster.stop_node(victim)
     db = cluster.data_dir(victim) / "db"
-    ssts = sorted(db.glob("*.sst"))
-    assert ssts, f"no SST files in {db}: nothing to corrupt"
-    targets = ssts if what == "sst-blocks" else [*db.glob("MANIFEST-*"), db / "CURRENT"]
-    for path in targets:
+    for path in [*db.glob("MANIFEST-*"), db / "CURRENT"]:
         garble(path)
     with Client([cluster.url(n) for n in cluster.node_ids if n != victim]) as c:
         late = write_data(c, "c", 50)  # it also has entries to fetch from the leader
@@ -252,6 +249,48 @@ def test_a_follower_with_corrupt_rocksdb_recovers_the_right_contents(
     log = cluster.log_file(victim).read_text()
     assert "is CORRUPT" in log and "Corruption" in log
     kept = list(db.parent.glob("db.corrupt-*"))
+    assert len(kept) == 1 and any(kept[0].iterdir()), "the corrupt DB is kept for forensics"
+
+
+@pytest.mark.cluster_options(snapshot_max_journal_bytes=SMALL_JOURNAL)
+def test_garbled_sst_blocks_are_found_after_the_start_and_healed_by_one_restart(
+    cluster: LocalCluster,
+) -> None:
+    """Garbled data blocks open fine: the node is ready first, then the background scan
+    (or an apply) meets the Corruption, marks the DB and stops; the restart moves the DB
+    aside and raft rebuilds it (node/recovery.py)."""
+    victim = follower_of(cluster)
+    with Client([cluster.url(n) for n in cluster.node_ids]) as c:
+        early = write_data(c, "a", 200)  # 1.6 MiB: snapshots on every node
+        middle = write_data(c, "b", 100)
+    cluster.stop_node(victim)
+    data = cluster.data_dir(victim)
+    ssts = sorted((data / "db").glob("*.sst"))
+    assert ssts, "no SST files: nothing to corrupt"
+    for path in ssts:
+        garble(path)
+    logged = cluster.log_file(victim).stat().st_size  # the runs before this one: not ours
+    cluster.start_node(victim)
+    with supervisor_thread(cluster):
+        wait_for(
+            f"{victim} healed",
+            lambda: (
+                list(data.glob("db.corrupt-2*"))
+                and not (data / "db.corrupt-detected").exists()
+                and cluster.is_ready(victim)
+            ),
+            90,
+        )
+    with Client([cluster.url(n) for n in cluster.node_ids]) as c:
+        late = write_data(c, "c", 50)
+    assert_same_contents(cluster, victim, [early, middle, late])
+    log = cluster.log_file(victim).read_bytes()[logged:].decode(errors="replace")
+    first_run = log[: log.index("RocksDB is corrupt; the next start moves it aside")]
+    assert "Corruption: block checksum mismatch" in log[len(first_run) :]  # its traceback
+    assert "is CORRUPT (found by the previous run:" in log
+    if "verifying RocksDB's checksums" in log:  # the scan, not an apply, found it: after ready
+        assert "ready " in first_run and "after start" in first_run, first_run[-3000:]
+    kept = list(data.glob("db.corrupt-2*"))
     assert len(kept) == 1 and any(kept[0].iterdir()), "the corrupt DB is kept for forensics"
 
 
