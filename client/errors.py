@@ -12,6 +12,8 @@ code                   meaning
 ``connection_failed``  could not connect; the request was never sent
 ``connection_lost``    the connection broke after the request was sent
 ``client_timeout``     no answer within ``timeout``; the outcome is unknown
+``outcome_unknown``    (Timeout) a write gave up with a 503 after an earlier attempt
+                       timed out or lost its connection: it may have been applied
 =====================  =====================================================
 
 Catch :class:`StatekeeperError` for everything. Errors raised for a write carry the
@@ -53,7 +55,13 @@ __all__ = [
     "error_class",
 ]
 
-CLIENT_CODES = ("connection_failed", "connection_lost", "client_timeout", "tls_failed")
+CLIENT_CODES = (
+    "connection_failed",
+    "connection_lost",
+    "client_timeout",
+    "outcome_unknown",
+    "tls_failed",
+)
 
 
 class StatekeeperError(Exception):

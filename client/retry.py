@@ -191,6 +191,7 @@ class Exchange:
         "_policy",
         "_rand",
         "_timeout",
+        "_unknown",
         "attempts",
         "endpoint",
         "request",
@@ -218,6 +219,8 @@ class Exchange:
         )
         self.attempts = 0
         self.endpoint = endpoints.current
+        # The first attempt of a write whose outcome is unknown: (its number, its error).
+        self._unknown: tuple[int, StatekeeperError] | None = None
 
     def next_attempt(self) -> tuple[str, float]:
         """The endpoint and the timeout (seconds) for the next attempt."""
@@ -243,18 +246,46 @@ class Exchange:
         return result
 
     def failed(self, err: StatekeeperError) -> Backoff:
-        """Feed a failure: returns a :class:`Backoff` or raises ``err`` (final)."""
+        """Feed a failure: returns a :class:`Backoff` or raises the call's error (final)."""
         err.attempts = self.attempts
         if self.request.idempotency_key is not None:
             err.idempotency_key = self.request.idempotency_key
+            if self._unknown is None and _outcome_unknown(err):
+                self._unknown = (self.attempts, err)
         if not self._policy.is_retryable(err):
             if err.status is not None:
                 self._endpoints.succeeded(self.endpoint)  # the node answered properly
             raise err
         self._endpoints.failed(self.endpoint)
         if self.attempts >= self._policy.max_attempts:
-            raise err
+            raise self._giving_up(err)
         delay = self._policy.backoff(self.attempts, self._rand)
         if self._deadline is not None and self._clock() + delay >= self._deadline:
-            raise err
+            raise self._giving_up(err)
         return Backoff(delay)
+
+    def _giving_up(self, last: StatekeeperError) -> StatekeeperError:
+        """The error a write gives up with. A 503 ("no leader; nothing was applied") is
+        true of its own attempt only: after an attempt whose outcome is unknown the write
+        may have been applied (a mixed-version cluster answered 503 after 8 s to a put
+        that was in the store), so the call's outcome is unknown, never "not applied"."""
+        if self._unknown is None or _outcome_unknown(last):
+            return last
+        n, first = self._unknown
+        err = Timeout(
+            f"the outcome is unknown: attempt {n} of {self.attempts} ended without an answer "
+            f"({first.code}: {first.message}) and may have been applied; the last attempt "
+            f"failed with {last}. Retry with the same idempotency_key",
+            code="outcome_unknown",
+            status=last.status,
+            endpoint=last.endpoint,
+        )
+        err.attempts, err.idempotency_key = last.attempts, last.idempotency_key
+        err.__cause__ = last
+        return err
+
+
+def _outcome_unknown(err: StatekeeperError) -> bool:
+    """The attempt may have been applied: it timed out, or its connection broke after the
+    request was sent (connection_error's ``lost``)."""
+    return isinstance(err, Timeout) or err.code == "connection_lost"

@@ -553,6 +553,33 @@ def test_gives_up_after_max_attempts_with_key_attached() -> None:
     assert ei.value.attempts == 4 and ei.value.idempotency_key == "ik"
 
 
+@pytest.mark.parametrize("unknown", ["timeout", "lost", (504, {"error": {"code": "timeout", "message": ""}})])
+def test_a_write_that_gives_up_after_an_unknown_attempt_says_unknown(unknown) -> None:
+    """A later attempt's 503 ("no leader, nothing was applied") is true of that attempt
+    only: an earlier one that timed out or lost its connection may have been applied (a
+    mixed-version cluster showed it: 503 after 8 s, the put was in the store). The call
+    gives up with Timeout, code outcome_unknown, never with a claim of not applied."""
+    req = write_request(ops.put("k", b"v"), "n", "ik")
+    no_leader = (503, {"error": {"code": "unavailable", "message": "nothing was applied"}})
+    with pytest.raises(Timeout) as ei:
+        _drive(req, [unknown, no_leader, "connect", no_leader], policy=RetryPolicy(max_attempts=4))
+    err = ei.value
+    assert err.code == "outcome_unknown" and err.attempts == 4 and err.idempotency_key == "ik"
+    assert "attempt 1" in err.message and "same idempotency_key" in err.message
+    assert isinstance(err.__cause__, Unavailable)  # the last attempt's own answer
+
+
+def test_a_read_or_a_write_without_an_unknown_attempt_keeps_its_last_error() -> None:
+    no_leader = (503, {"error": {"code": "unavailable", "message": ""}})
+    with pytest.raises(Unavailable):
+        _drive(get_request("n", "k"), ["timeout", no_leader], policy=RetryPolicy(max_attempts=2))
+    with pytest.raises(Unavailable):
+        _drive(write_request(ops.put("k", b"v"), "n"), ["connect", no_leader], policy=RetryPolicy(max_attempts=2))
+    with pytest.raises(Timeout) as ei:  # the last attempt is the unknown one: as it was
+        _drive(write_request(ops.put("k", b"v"), "n"), [no_leader, "timeout"], policy=RetryPolicy(max_attempts=2))
+    assert ei.value.code == "client_timeout"
+
+
 def test_retry_timeouts_can_be_disabled() -> None:
     with pytest.raises(Timeout):
         _drive(
