@@ -78,11 +78,13 @@ def ratio_chart(
     highest = max(p[1] + p[3] for p in points)
     ax.set_xlim(0, max(highest, target or 1.0) * 1.08)
     ax.grid(axis="x", alpha=0.3)
-    # Below the axes: inside, it hides the points of whichever rows sit in its corner.
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5 / (1 + 0.1 * len(points))),
-              ncol=3, fontsize="small", frameon=False)  # fmt: skip
     ax.set_title(title)
     fig.tight_layout()
+    # Below the axes: inside, it hides the points of whichever rows sit in its corner. Its
+    # top sits 0.5 in under the axes (clear of the x label) whatever the number of rows.
+    axes_in = ax.get_position().height * fig.get_figheight()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5 / axes_in),
+              ncol=3, fontsize="small", frameon=False)  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
