@@ -141,12 +141,21 @@ def revision_env(tree: Path) -> dict[str, str]:
 
 def check_tree(side: str, tree: Path) -> None:
     """The worktree's code is what Python imports there, and its load generator has every
-    option a run passes (ValueError otherwise): caught before any cluster starts."""
-    probe = "import benchmarks.load, node; print(node.__file__)"
+    option a run passes (ValueError otherwise): caught before any cluster starts. The
+    venv's editable install maps these packages to the main checkout; PYTHONPATH has to
+    win over it, and cluster.supervisor puts its own tree on the nodes' PYTHONPATH, so
+    `cluster` from the worktree means nodes from the worktree too."""
+    packages = ("benchmarks", "client", "cluster", "node")
+    probe = f"import benchmarks.load, {', '.join(packages)}; " + "; ".join(
+        f"print({p}.__file__)" for p in packages
+    )
     got = subprocess.run([sys.executable, "-c", probe], cwd=tree, env=revision_env(tree),
                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    if got.returncode != 0 or not got.stdout.strip().startswith(str(tree)):
-        raise ValueError(f"{side}: node is not imported from {tree}: {got.stdout}{got.stderr}")
+    files = got.stdout.split()
+    if got.returncode != 0 or not all(f.startswith(f"{tree}/") for f in files):
+        raise ValueError(
+            f"{side}: not all of {packages} come from {tree}: {got.stdout}{got.stderr}"
+        )
     helptext = subprocess.run([sys.executable, "-m", "benchmarks.load", "--help"], cwd=tree,
                               env=revision_env(tree), capture_output=True, text=True,
                               timeout=120).stdout  # fmt: skip

@@ -176,3 +176,10 @@ def test_nodes_left_by_a_killed_run_are_killed_by_their_pid_files(tmp_path: Path
         for proc in (node, other):
             proc.kill()
             proc.wait()
+
+
+def test_a_tree_whose_code_python_would_not_import_is_refused(tmp_path: Path) -> None:
+    # No packages there: the venv's editable install would run the main checkout instead.
+    with pytest.raises(ValueError, match="come from"):
+        ab.check_tree(A, tmp_path)
+    ab.check_tree(A, Path(ab.__file__).resolve().parent.parent)  # this tree is fine
