@@ -10,7 +10,7 @@ A run whose load generator fails or does not write its JSON counts as a failed r
 that side (no ratio in that round); the other runs go on. Each load generator starts in
 its own session: ^C reaches this process only, which forwards one SIGINT so the child
 stops its cluster, and after STOP_GRACE_S kills it and any node whose pid file is left
-under the run's data dir.
+under the run's data dir; the runs done before the ^C are still reported.
 
 Output: the header (revisions, command, settings, machine) and the table on stdout,
 progress on stderr, `--json` the raw rounds, a PNG of the B/A ratios (--chart).
@@ -65,9 +65,9 @@ DEFAULT_DATA_DIR = PROJECT / "benchmarks" / "out"  # git-ignored, on disk (not t
 DEFAULT_CHART_DIR = PROJECT / "benchmarks" / "results"
 LOAD_OPTIONS = ("--start-cluster", "--fsync", "--json", "--no-results", "--no-progress",
                 "--value-size", "--consistency", "--data-dir")  # fmt: skip
-STOP_GRACE_S = (
-    60.0  # a load generator stopping its cluster after SIGINT: LocalCluster.down's 15 s, and more
-)
+# How long a load generator may take to stop its cluster after SIGINT (LocalCluster.down
+# waits up to 15 s for the nodes; the rest is margin on a busy machine).
+STOP_GRACE_S = 60.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -215,8 +215,9 @@ def measure_one(run: Run, tree: Path, args: argparse.Namespace, work: Path) -> t
 
 
 def run_all(rows: Sequence[AbRow], trees: dict[str, Path], args: argparse.Namespace,
-            bar: Any) -> tuple[list[Row], list[dict[str, Any]]]:  # fmt: skip
-    """Every run of the plan: the rows with their rounds, and the raw record of each run."""
+            bar: Any) -> tuple[list[Row], list[dict[str, Any]], bool]:  # fmt: skip
+    """Every run of the plan: the rows with their rounds, the raw record of each run, and
+    whether ^C cut it short (the runs done until then are kept, to be reported)."""
     table = {r.key: r for r in make_rows(rows)}
     raw: list[dict[str, Any]] = []
     args.data_dir.mkdir(parents=True, exist_ok=True)
@@ -224,14 +225,18 @@ def run_all(rows: Sequence[AbRow], trees: dict[str, Path], args: argparse.Namesp
         for run in plan(rows, args.rounds):
             tag = f"r{run.round_no + 1}/{args.rounds} {run.row.key} {run.side}"
             bar.set_description(tag)
-            m, entry = measure_one(run, trees[run.side], args, Path(work))
+            try:
+                m, entry = measure_one(run, trees[run.side], args, Path(work))
+            except KeyboardInterrupt:
+                bar.write(f"{tag}: interrupted; reporting the {len(raw)} runs done")
+                return list(table.values()), raw, True
             table[run.row.key].put(run.side, run.round_no, args.rounds, m)
             shown = m.failed or f"{m.value:.2f} {'ops/s' if run.row.figure == OPS else 'ms p50'}"
             bar.write(f"{tag}: {shown}")
             raw.append({"round": run.round_no + 1, "row": run.row.key, "side": run.side,
                         "failed": m.failed, "load": entry})  # fmt: skip
             bar.update(1)
-    return list(table.values()), raw
+    return list(table.values()), raw, False
 
 
 # ---------------------------------------------------------------------------- output
@@ -295,11 +300,13 @@ def amain(args: argparse.Namespace, command: str) -> int:
             check_tree(side, trees[side])
         bar = make_bar(len(plan(rows, args.rounds)), not args.no_progress)
         try:
-            table, raw = run_all(rows, trees, args, bar)
+            table, raw, interrupted = run_all(rows, trees, args, bar)
         finally:
             bar.close()
     print(f"(total {(time.monotonic() - t0) / 60:.1f} min)", file=sys.stderr)
     report(table, raw, args, command=command, revisions=revisions, load=load, now=now)
+    if interrupted:
+        return 130
     return 1 if any(r["failed"] for r in raw) else 0
 
 

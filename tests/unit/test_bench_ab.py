@@ -183,3 +183,30 @@ def test_a_tree_whose_code_python_would_not_import_is_refused(tmp_path: Path) ->
     with pytest.raises(ValueError, match="come from"):
         ab.check_tree(A, tmp_path)
     ab.check_tree(A, Path(ab.__file__).resolve().parent.parent)  # this tree is fine
+
+
+class _Bar:
+    def set_description(self, s: str) -> None: ...
+    def write(self, s: str) -> None: ...
+    def update(self, n: int = 1) -> None: ...
+
+
+def test_a_ctrl_c_keeps_the_runs_done_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    def measure_one(run, tree, args, work):  # type: ignore[no-untyped-def]
+        calls.append(run.side)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return Measure(value=10.0 * len(calls)), {"ops_per_s": 1}
+
+    monkeypatch.setattr(ab, "measure_one", measure_one)
+    args = ab.build_parser().parse_args(["a", "b", "--rows", "put64", "--data-dir", str(tmp_path)])
+    rows, raw, interrupted = ab.run_all(
+        parse_rows("put64"), {A: tmp_path, B: tmp_path}, args, _Bar()
+    )
+    assert interrupted and calls == [A, B, B]
+    assert [r["side"] for r in raw] == [A, B]
+    assert table_cells(rows[0])[1:4] == ["10 (10-10)", "20 (20-20)", "2.00x"]
