@@ -14,8 +14,9 @@ Invariants and formats:
   p99 (each its own median), CPU per op likewise. Failover rows (`Measure.samples`, the
   trial times in seconds) instead pool the trials of all rounds: p50/p99 (nearest rank)
   over the pooled trials, and the value is the pooled p50.
-- The ratio is statekeeper / etcd of the paired round values; the row reports their
-  median and the spread min-max. A round where either side failed has no ratio.
+- The ratio is statekeeper / etcd of the paired round values (summarize_row's `pair`;
+  benchmarks.ab passes (B, A)); the row reports their median and the spread min-max. A
+  round where either side failed has no ratio.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class SystemSummary:
 @dataclass
 class RowSummary:
     systems: dict[str, SystemSummary]
-    ratios: list[float | None]  # per round, statekeeper / etcd of the paired values
+    ratios: list[float | None]  # per round, pair[0] / pair[1] of the paired values
     ratio: float | None = None  # median of the per-round ratios
     ratio_min: float | None = None
     ratio_max: float | None = None
@@ -152,9 +153,11 @@ def paired_ratios(
     ]
 
 
-def summarize_row(row: Row) -> RowSummary:
+def summarize_row(row: Row, pair: tuple[str, str] = (SK, ETCD)) -> RowSummary:
+    """Each system's figures, and the per-round ratios pair[0] / pair[1] with their median."""
     systems = {name: summarize_system(ms) for name, ms in row.results.items()}
-    ratios = paired_ratios(row.results.get(SK, []), row.results.get(ETCD, []))
+    top, bottom = pair
+    ratios = paired_ratios(row.results.get(top, []), row.results.get(bottom, []))
     have = [r for r in ratios if r is not None]
     return RowSummary(
         systems=systems,

@@ -259,3 +259,13 @@ async def test_runner_alternates_fresh_clusters_and_keeps_every_round(
         assert all(m is not None and m.value and m.client_us_per_op for m in (sk[0], sk[2]))
         summary = summarize_row(r)
         assert summary.ratios[1] is None and summary.ratio is not None
+
+
+def test_the_ratio_can_be_of_any_pair_of_sides() -> None:
+    # benchmarks.ab: B / A of the same round, whatever the sides are called.
+    r = Row("k", "label", "ops", {"A": [Measure(value=100), Measure(value=200)],
+                                  "B": [Measure(value=150), Measure(value=100)]})  # fmt: skip
+    s = summarize_row(r, ("B", "A"))
+    assert s.ratios == [1.5, 0.5]
+    assert (s.ratio, s.ratio_min, s.ratio_max) == (1.0, 0.5, 1.5)
+    assert s.systems["A"].value == 150 and s.systems["B"].value == 125
