@@ -39,10 +39,3 @@ def read_header(path: str) -> tuple[dict, int]:
             raise ValueError(f"{path}: not a statekeeper snapshot")
         (n,) = struct.unpack(">I", f.read(4))
         return msgpack.unpackb(f.read(n), raw=False), len(MAGIC) + 4 + n
-
-
-def extract_body(path: str, offset: int, dest: str) -> None:
-    with open(path, "rb") as src, open(dest, "wb") as dst:
-        src.seek(offset)
-        while chunk := src.read(1 << 20):
-            dst.write(chunk)

@@ -41,6 +41,8 @@ The package, one job per module:
                    of the log" (no pysyncobj, no I/O)
     membership.py  MembershipMixin of _SyncObj: dynamic membership on pysyncobj's engine
     prevote.py     PreVoteMixin of _SyncObj
+    install.py     SnapshotInstallMixin of _SyncObj: the follower's side of snapshots (commit
+                   bound, chunk acks, journal kept on load, gates while restoring)
     log.py         _RaftLog: the journal as pysyncobj sees it
     loop_driver.py LoopPoller, LoopDriver: pysyncobj ticked by the node's asyncio loop
     seed.py        write_seed_snapshot: a restored node's raft snapshot
@@ -97,7 +99,7 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   returns the snapshot's raft position at once and restores the state machine on a helper
   thread; meanwhile nothing is applied, no snapshot is taken or received, the node stands
   for no election and answers no ReadIndex, and it reports not ready.
-  [raft_node.py _deserialize, syncobj._SyncObj (state_machine_restoring)] Test:
+  [raft_node.py _deserialize, install.py] Test:
   test_restore_off_loop.py::test_a_node_restoring_a_snapshot_answers_and_serves_nothing_stale
 - pysyncobj's deadlines are on CLOCK_MONOTONIC_RAW, not time.monotonic (they drift apart
   with uptime): pre-vote reads and sets them through `raft_clock`. [prevote.py] Test:
@@ -113,11 +115,11 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
 - a crash between a snapshot's rename and the journal's prefix drop made the next start
   cut the journal to the snapshot's two entries, losing acknowledged entries after it:
   loading keeps the entries after the snapshot's last one (Raft's InstallSnapshot rule).
-  [syncobj._SyncObj._SyncObj__loadDumpFile, log.py] Test: test_raft_defects.py::
+  [install.SnapshotInstallMixin._SyncObj__loadDumpFile, log.py] Test: test_raft_defects.py::
   test_crash_after_snapshot_rename_keeps_later_entries
 - a snapshot-install message (no prevLogIdx) set commit = min(leaderCommit, last index),
   applying a deposed leader's never-committed tail: it now commits at most the snapshot.
-  [syncobj._SyncObj._on_append_entries] Test: test_raft_defects.py::
+  [install.SnapshotInstallMixin._on_append_entries] Test: test_raft_defects.py::
   test_snapshot_install_message_never_commits_a_stale_tail
 - replies to AppendEntries carry no term and the leader takes any success: we tag them with
   the term and the leader drops other terms' replies. [syncobj.py] Test: test_raft_defects.py::
@@ -172,7 +174,7 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   to it: a stream longer than that restarted from scratch again and again (a 200 MiB store
   never reached a new member in 300 s; one install missed a chunk and the node exited).
   Followers acknowledge each chunk with a message the leader ignores (its arrival is what
-  counts). [syncobj._SyncObj._on_append_entries] Measured, no test of its own:
+  counts). [install.SnapshotInstallMixin._on_append_entries] Measured, no test of its own:
   benchmarks/membership_catchup.py --mib 200 (before: not caught up after 300 s; after: 96 s)
 - entries carry the time of whichever node built them: the leader restamps every regular
   command it appends (node/cluster_clock.py bounds that time). [syncobj.py, log.py] Test:

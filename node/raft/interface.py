@@ -62,8 +62,9 @@ class FSM(Protocol):
         """Pack a checkpoint() directory into the snapshot bytes restore() reads."""
         ...
 
-    def restore(self, path: str) -> None:
-        """Replace the whole state with a snapshot file written by write_checkpoint()."""
+    def restore(self, path: str, offset: int = 0) -> None:
+        """Replace the whole state with a snapshot written by write_checkpoint(), read in
+        place at `offset` of file `path` (off the raft thread: raft_node._deserialize)."""
         ...
 
     def flush(self) -> None:

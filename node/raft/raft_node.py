@@ -83,7 +83,6 @@ class RaftNode:
         self._addr_to_id = {n.raft_address: n.id for n in cluster.nodes}
         self._raft_dir = str(cluster.node_data_dir(node_id) / "raft")
         os.makedirs(self._raft_dir, exist_ok=True)
-        self._snapshot_tmp = os.path.join(self._raft_dir, "snapshot.db.tmp")
         self._snapshot_state = SERIALIZER_STATE.NOT_SERIALIZING
         self.snapshots_taken = 0
         self._metrics = metrics
@@ -252,10 +251,11 @@ class RaftNode:
     def _restore_in_background(self, path: str, offset: int, index: int) -> None:
         started = time.monotonic()
         try:
-            snapshot_file.extract_body(path, offset, self._snapshot_tmp)
             failpoints.hit("snapshot-restore")
-            self._fsm.restore(self._snapshot_tmp)
-            os.unlink(self._snapshot_tmp)
+            # The snapshot's DB is read in place: nothing replaces this file meanwhile (no
+            # snapshot is taken or received while restoring), and an open file outlives a
+            # rename over it anyway.
+            self._fsm.restore(path, offset)
         except BaseException as e:
             self._restore_failed(e)
         log.info(

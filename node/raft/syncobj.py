@@ -28,12 +28,13 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.transport import TCPTransport
 
-from node import failpoints, snapshot_file
+from node import failpoints
 from node.cluster_clock import ClusterClock
 from node.config import RaftSettings
 from node.raft import loop_driver
+from node.raft.install import SNAPSHOT_CHUNK_ACK, SnapshotInstallMixin
 from node.raft.interface import ApplyFn, Callback, SubmitError
-from node.raft.log import ENTRY_COMMAND, _entry_tuple, _RaftLog, entry_payload
+from node.raft.log import ENTRY_COMMAND, _RaftLog, entry_payload
 from node.raft.loop_driver import LoopDriver
 from node.raft.members import Member
 from node.raft.membership import MembershipMixin
@@ -88,7 +89,6 @@ assert (POLL_EVENT_TYPE.READ, POLL_EVENT_TYPE.WRITE, POLL_EVENT_TYPE.ERROR) == (
 )
 
 NEXT_NODE_IDX = "next_node_idx"
-SNAPSHOT_CHUNK_ACK = "sk_snapshot_chunk_ack"  # a follower got a snapshot chunk (see below)
 
 _FAIL_MAP = {
     FAIL_REASON.QUEUE_FULL: SubmitError.NO_LEADER,
@@ -262,7 +262,14 @@ logging.getLogger("pysyncobj.syncobj").addFilter(_TruncationLogFilter())
 _journal_patch_lock = threading.Lock()
 
 
-class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransferMixin, SyncObj):
+class _SyncObj(
+    SnapshotInstallMixin,
+    ReadIndexMixin,
+    PreVoteMixin,
+    MembershipMixin,
+    LeadershipTransferMixin,
+    SyncObj,
+):
     """pysyncobj's SyncObj with this node's workarounds (listed in node/raft/__init__.py)."""
 
     def __init__(
@@ -285,14 +292,11 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
         # Built on the driver's loop thread (RaftNode): pysyncobj binds and subscribes its
         # sockets in __init__, and the loop's reader registry is not thread-safe.
         self._driver = driver
-        # True while RaftNode replaces the state machine from a snapshot off the loop: raft
-        # stands at the snapshot, the state machine before it (raft_node._deserialize).
-        self._state_machine_restoring = state_machine_restoring
+        self._init_install(state_machine_restoring)
         self._sk_tls = tls  # (accepting, dialling) contexts; read by _PeerTransport
         self._apply_fn = apply_fn
         self._clock = clock
         self._clock_term = -1  # term in which the clock was last anchored
-        self._installed_snapshot: int | None = None  # last index of a snapshot just installed
         self._journal = journal
         self._sk_encryptor = encryptor
         # The shared encodings of the leader's current AppendEntries pass (peer_encoding.py);
@@ -407,28 +411,6 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
             self.leader_changes += 1
         self._answer_confirmed_reads()
 
-    # -- while the state machine is restored off the loop (raft_node._deserialize) --------
-
-    def _stand_for_no_election(self) -> None:
-        """A leader must serve reads and apply writes at once; this node can do neither
-        until its state machine holds the snapshot raft already stands at."""
-        self._SyncObj__raftElectionDeadline = self.raft_clock() + self._SyncObj__generateRaftTimeout()
-        self._prevote, self._prevote_won = None, False
-
-    def _SyncObj__applyLogEntries(self) -> bool:
-        if self._state_machine_restoring():
-            return False  # they wait in the journal for the restored state machine
-        return SyncObj._SyncObj__applyLogEntries(self)  # type: ignore[attr-defined]
-
-    def _SyncObj__tryLogCompaction(self) -> None:
-        if self._state_machine_restoring():
-            return  # a checkpoint now would label the old state with the snapshot's index
-        return SyncObj._SyncObj__tryLogCompaction(self)  # type: ignore[attr-defined]
-
-    def _answer_confirmed_reads(self) -> None:
-        if not self._state_machine_restoring():
-            super()._answer_confirmed_reads()
-
     def _checkCommandsToApply(self) -> None:
         # This is where the leader appends queued commands (its own and forwarded ones):
         # each gets the leader's time (node/cluster_clock.py), whoever built it.
@@ -509,11 +491,7 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
 
     def _SyncObj__onMessageReceived(self, node, message):
         kind = message.get("type") if isinstance(message, dict) else None
-        if self._state_machine_restoring() and (
-            kind == "timeout_now" or (kind == "append_entries" and "serialized" in message)
-        ):
-            # No hand-over to a node that cannot serve yet, and no second snapshot while
-            # the first is restored from the same file: dropped, as if lost (raft resends).
+        if self.dropped_while_restoring(kind, message):
             return None
         if kind == PREVOTE_REQUEST:
             return self._on_prevote_request(node, message)
@@ -532,61 +510,6 @@ class _SyncObj(ReadIndexMixin, PreVoteMixin, MembershipMixin, LeadershipTransfer
             self._prevote, self._prevote_won = None, False
             return self._on_append_entries(node, message)
         return SyncObj._SyncObj__onMessageReceived(self, node, message)  # type: ignore[attr-defined]
-
-    def _on_append_entries(self, node, message: dict) -> None:
-        """pysyncobj sets commit = min(leaderCommit, our last index) after any AppendEntries.
-        Our log may end in a stale term's entries (we truncate only at a real conflict), so
-        commit only what THIS message vouched for: up to prevLogIdx + its entries, or, for a
-        snapshot-install message (no prevLogIdx: a chunk, or None while the leader is still
-        packing), up to the snapshot's last index once it is installed, else not at all."""
-        before = self.raftCommitIndex
-        self._installed_snapshot = None
-        SyncObj._SyncObj__onMessageReceived(self, node, message)  # type: ignore[attr-defined]
-        if "prevLogIdx" in message:
-            n = 1 if message.get("transmission") == "finish" else len(message.get("entries", ()))
-            vouched = min(message["commit_index"], message["prevLogIdx"] + n)
-        else:
-            vouched = self._installed_snapshot or 0
-            if message.get("serialized") is not None and self._installed_snapshot is None:
-                # pysyncobj answers only the last chunk, and the leader's connection drops a
-                # peer silent for connectionTimeout even while writing to it: a snapshot
-                # streaming longer than that restarted forever, or lost a chunk and the
-                # follower exited restoring it (benchmarks/membership_catchup.py --mib 200).
-                self._SyncObj__transport.send(node, {"type": SNAPSHOT_CHUNK_ACK})
-        bound = max(before, vouched)
-        if self.raftCommitIndex > bound:
-            self._SyncObj__raftCommitIndex = bound
-            self._journal.setRaftCommitIndex(bound)
-
-    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
-        """Load the snapshot at start (clearJournal False) or after receiving it from the
-        leader (True). pysyncobj keeps the journal only if it starts exactly with the
-        snapshot's (prev, last) entries, and otherwise cuts it to those two: after a crash
-        between the snapshot's rename and the journal's prefix drop that threw away every
-        entry after the snapshot, entries this node had fsynced, acknowledged and applied.
-        Raft's rule instead: if the journal holds the snapshot's last entry (same index and
-        term), keep what follows it and drop only what precedes; else start from the
-        snapshot alone."""
-        try:
-            header, _ = snapshot_file.read_header(self._SyncObj__conf.fullDumpFile)
-            prev, last = _entry_tuple(header["prev"]), _entry_tuple(header["last"])
-        except Exception:
-            log.exception("reading the snapshot header failed")
-            return SyncObj._SyncObj__loadDumpFile(self, clearJournal)  # type: ignore[attr-defined]
-        if clearJournal:
-            failpoints.hit("snapshot-install")
-        self._cut_journal_before(prev, last)
-        SyncObj._SyncObj__loadDumpFile(self, False)  # type: ignore[attr-defined]
-        if clearJournal:
-            self._installed_snapshot = last[1]
-
-    def _cut_journal_before(self, prev: tuple, last: tuple) -> None:
-        j = self._journal
-        if len(j) < 2 or not j[0][1] <= prev[1] < j[-1][1]:
-            return
-        pos = prev[1] - j[0][1]
-        if j[pos] == prev and j[pos + 1] == last and pos > 0:
-            j.deleteEntriesTo(pos)  # crash-safe: new file, fsync, rename, fsync dir
 
     def _compact_if_journal_too_big(self) -> None:
         """The checkpoint (raft thread) flushes RocksDB's memtable first: ~0.3 s for a full

@@ -258,11 +258,12 @@ class StateMachine:
         """Pack a checkpoint() directory into `f` as the snapshot format restore() reads."""
         snapshot.write_checkpoint(work, f)
 
-    def restore(self, path: str | os.PathLike) -> None:
-        """Replace the whole DB with a snapshot file written by write_checkpoint()."""
+    def restore(self, path: str | os.PathLike, offset: int = 0) -> None:
+        """Replace the whole DB with a snapshot written by write_checkpoint(), at `offset`
+        of file `path`."""
         staging = snapshot.sibling(self.path, ".restore")
         try:
-            new_db = snapshot.stage(Path(path), staging)
+            new_db = snapshot.stage(Path(path), staging, offset)
             with self._handle.replace:
                 self._close_db()
                 snapshot.swap_in(new_db, self.path)

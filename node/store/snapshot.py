@@ -74,13 +74,19 @@ def write_checkpoint(work: Path, f: BinaryIO) -> None:
             tar.add(p, arcname=f"db/{p.name}", recursive=False)
 
 
-def read_header(path: str | os.PathLike) -> dict:
+def read_header(path: str | os.PathLike, offset: int = 0) -> dict:
     """The header of a snapshot file: format, applied_index, revision, compact_revision.
+    `offset`: where the snapshot starts in the file (inside a raft snapshot file, after
+    its own header: node/snapshot_file.py).
 
     Raises ValueError if `path` is not a snapshot of a format this version reads."""
-    path = Path(path)
+    with open(path, "rb") as f:
+        return _header(f, offset, Path(path))
+
+
+def _header(f: BinaryIO, offset: int, path: Path) -> dict:
     try:
-        with tarfile.open(path, "r:") as tar:
+        with _tar_at(f, offset) as tar:
             first = tar.next()
             if first is None or first.name != HEADER or not first.isfile():
                 raise ValueError(f"{path}: not a statekeeper snapshot")
@@ -92,15 +98,19 @@ def read_header(path: str | os.PathLike) -> dict:
     return header
 
 
-def stage(path: Path, staging: Path) -> Path:
-    """Extract the snapshot file `path` into `staging` (made anew) and check it.
+def stage(path: Path, staging: Path, offset: int = 0) -> Path:
+    """Extract the snapshot at `offset` of file `path` into `staging` (made anew) and check
+    it. Read in place, through one open file (a rename over `path` meanwhile changes
+    nothing): a raft snapshot used to be copied out of its file first, one more write of
+    the whole DB (GiBs for a 10M-key store) before the extraction's own.
 
     Returns the extracted DB directory, synced to disk; the caller removes `staging`."""
-    header = read_header(path)
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    new_db = staging / "db"
-    _extract(path, staging)
+    with open(path, "rb") as f:
+        header = _header(f, offset, path)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        new_db = staging / "db"
+        _extract(f, offset, path, staging)
     _fsync_tree(new_db)
     meta = read_meta(new_db)  # refuse a broken checkpoint before the swap
     if meta.applied_index != header["applied_index"]:
@@ -108,8 +118,13 @@ def stage(path: Path, staging: Path) -> Path:
     return new_db
 
 
-def _extract(path: Path, dest: Path) -> None:
-    with tarfile.open(path, "r:") as tar:
+def _tar_at(f: BinaryIO, offset: int) -> tarfile.TarFile:
+    f.seek(offset)
+    return tarfile.open(fileobj=f, mode="r:")  # members are read relative to `offset`
+
+
+def _extract(f: BinaryIO, offset: int, path: Path, dest: Path) -> None:
+    with _tar_at(f, offset) as tar:
         members = []
         for m in tar.getmembers():
             if m.name == HEADER:

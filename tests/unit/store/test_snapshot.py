@@ -12,6 +12,24 @@ from node.store.snapshot import read_header
 from tests.unit.store.util import Node, entry, populated, put, raw_items, write_snapshot
 
 
+def test_a_snapshot_is_restored_in_place_at_an_offset(tmp_path):
+    """RaftNode restores the snapshot inside the raft snapshot file, after that file's own
+    header, without copying it out first."""
+    src = populated(tmp_path / "src")
+    snap = tmp_path / "snap.bin"
+    write_snapshot(src.sm, snap)
+    framed = tmp_path / "framed.bin"
+    framed.write_bytes(b"raft header " * 100 + snap.read_bytes())
+    assert read_header(framed, 1200)["applied_index"] == 51
+    dst = StateMachine(tmp_path / "dst", retention=Retention(history_revisions=20))
+    dst.restore(framed, 1200)
+    assert raw_items(dst) == raw_items(src.sm)
+    with pytest.raises(ValueError):
+        dst.restore(framed, 0)  # not a snapshot there
+    assert raw_items(dst) == raw_items(src.sm)  # and nothing was replaced
+    dst.close()
+
+
 def test_snapshot_restore_round_trip(tmp_path):
     src = populated(tmp_path / "src")
     snap = tmp_path / "snap.bin"

@@ -1,0 +1,125 @@
+"""The follower's side of snapshots, a mixin of syncobj._SyncObj (no pysyncobj import: it
+reaches pysyncobj through self and super(), the name-mangled attributes spelt out).
+
+What pysyncobj got wrong, and what this does instead (node/raft/__init__.py lists each
+with its test):
+- an AppendEntries sets commit = min(leaderCommit, our last index), which committed a
+  deposed leader's stale tail: commit only what the message vouched for;
+- only a snapshot's last chunk was answered, so a leader dropped a follower that was busy
+  receiving a long snapshot: every chunk is acknowledged (SNAPSHOT_CHUNK_ACK);
+- loading a snapshot cut the journal to the snapshot's two entries unless it started with
+  them, losing acknowledged entries after a crash between a snapshot's rename and the
+  journal's prefix drop: keep what follows the snapshot's last entry (Raft's rule);
+- the state machine was restored inside the raft step, on the node's loop: RaftNode
+  restores it on a helper thread (raft_node._deserialize), and while
+  `state_machine_restoring()` is true raft stands at the snapshot, the state machine before
+  it: nothing is applied, no snapshot is taken or received, no election is stood for, no
+  hand-over accepted, and no ReadIndex answered.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from node import failpoints, snapshot_file
+from node.raft.log import _entry_tuple
+
+log = logging.getLogger("statekeeper.raft")
+
+SNAPSHOT_CHUNK_ACK = "sk_snapshot_chunk_ack"  # a follower got a snapshot chunk
+
+
+class SnapshotInstallMixin:
+    """Call _init_install() before SyncObj.__init__; the subclass routes AppendEntries of
+    the current term to _on_append_entries, calls _stand_for_no_election() from its tick
+    while restoring, and drops what `dropped_while_restoring` says."""
+
+    def _init_install(self, state_machine_restoring: Callable[[], bool]) -> None:
+        # True while RaftNode replaces the state machine from a snapshot off the loop.
+        self._state_machine_restoring = state_machine_restoring
+        self._installed_snapshot: int | None = None  # last index of a snapshot just installed
+
+    def dropped_while_restoring(self, kind: str | None, message: dict) -> bool:
+        """No hand-over to a node that cannot serve yet, and no second snapshot while the
+        first is restored from the same file: dropped, as if lost (raft resends)."""
+        return self._state_machine_restoring() and (
+            kind == "timeout_now" or (kind == "append_entries" and "serialized" in message)
+        )
+
+    def _stand_for_no_election(self) -> None:
+        """A leader must serve reads and apply writes at once; this node can do neither
+        until its state machine holds the snapshot raft already stands at."""
+        self._SyncObj__raftElectionDeadline = (
+            self.raft_clock() + self._SyncObj__generateRaftTimeout()
+        )
+        self._prevote, self._prevote_won = None, False
+
+    def _SyncObj__applyLogEntries(self) -> bool:
+        if self._state_machine_restoring():
+            return False  # they wait in the journal for the restored state machine
+        return super()._SyncObj__applyLogEntries()  # type: ignore[misc]
+
+    def _SyncObj__tryLogCompaction(self) -> None:
+        if self._state_machine_restoring():
+            return  # a checkpoint now would label the old state with the snapshot's index
+        return super()._SyncObj__tryLogCompaction()  # type: ignore[misc]
+
+    def _answer_confirmed_reads(self) -> None:
+        if not self._state_machine_restoring():
+            super()._answer_confirmed_reads()  # type: ignore[misc]
+
+    def _on_append_entries(self, node, message: dict) -> None:
+        """pysyncobj sets commit = min(leaderCommit, our last index) after any AppendEntries.
+        Our log may end in a stale term's entries (we truncate only at a real conflict), so
+        commit only what THIS message vouched for: up to prevLogIdx + its entries, or, for a
+        snapshot-install message (no prevLogIdx: a chunk, or None while the leader is still
+        packing), up to the snapshot's last index once it is installed, else not at all."""
+        before = self.raftCommitIndex
+        self._installed_snapshot = None
+        super()._SyncObj__onMessageReceived(node, message)  # type: ignore[misc]
+        if "prevLogIdx" in message:
+            n = 1 if message.get("transmission") == "finish" else len(message.get("entries", ()))
+            vouched = min(message["commit_index"], message["prevLogIdx"] + n)
+        else:
+            vouched = self._installed_snapshot or 0
+            if message.get("serialized") is not None and self._installed_snapshot is None:
+                # pysyncobj answers only the last chunk, and the leader's connection drops a
+                # peer silent for connectionTimeout even while writing to it: a snapshot
+                # streaming longer than that restarted forever, or lost a chunk and the
+                # follower exited restoring it (benchmarks/membership_catchup.py --mib 200).
+                self._SyncObj__transport.send(node, {"type": SNAPSHOT_CHUNK_ACK})
+        bound = max(before, vouched)
+        if self.raftCommitIndex > bound:
+            self._SyncObj__raftCommitIndex = bound
+            self._journal.setRaftCommitIndex(bound)
+
+    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
+        """Load the snapshot at start (clearJournal False) or after receiving it from the
+        leader (True). pysyncobj keeps the journal only if it starts exactly with the
+        snapshot's (prev, last) entries, and otherwise cuts it to those two: after a crash
+        between the snapshot's rename and the journal's prefix drop that threw away every
+        entry after the snapshot, entries this node had fsynced, acknowledged and applied.
+        Raft's rule instead: if the journal holds the snapshot's last entry (same index and
+        term), keep what follows it and drop only what precedes; else start from the
+        snapshot alone."""
+        try:
+            header, _ = snapshot_file.read_header(self._SyncObj__conf.fullDumpFile)
+            prev, last = _entry_tuple(header["prev"]), _entry_tuple(header["last"])
+        except Exception:
+            log.exception("reading the snapshot header failed")
+            return super()._SyncObj__loadDumpFile(clearJournal)  # type: ignore[misc]
+        if clearJournal:
+            failpoints.hit("snapshot-install")
+        self._cut_journal_before(prev, last)
+        super()._SyncObj__loadDumpFile(False)  # type: ignore[misc]
+        if clearJournal:
+            self._installed_snapshot = last[1]
+
+    def _cut_journal_before(self, prev: tuple, last: tuple) -> None:
+        j = self._journal
+        if len(j) < 2 or not j[0][1] <= prev[1] < j[-1][1]:
+            return
+        pos = prev[1] - j[0][1]
+        if j[pos] == prev and j[pos + 1] == last and pos > 0:
+            j.deleteEntriesTo(pos)  # crash-safe: new file, fsync, rename, fsync dir
