@@ -101,6 +101,11 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   for no election and answers no ReadIndex, and it reports not ready.
   [raft_node.py _deserialize, install.py] Test:
   test_restore_off_loop.py::test_a_node_restoring_a_snapshot_answers_and_serves_nothing_stale
+- a node's own snapshot, packed on a helper thread, was renamed over a newer one the leader
+  sent meanwhile; the next start cut the journal to the older snapshot's entries and lost
+  acknowledged ones: a pack that a loaded snapshot superseded is dropped.
+  [raft_node.py _pack_snapshot] Test: test_raft_defects.py::
+  test_a_snapshot_packed_while_a_newer_one_is_installed_does_not_replace_it
 - pysyncobj's deadlines are on CLOCK_MONOTONIC_RAW, not time.monotonic (they drift apart
   with uptime): pre-vote reads and sets them through `raft_clock`. [prevote.py] Test:
   tests/unit/test_prevote.py

@@ -85,6 +85,10 @@ class RaftNode:
         os.makedirs(self._raft_dir, exist_ok=True)
         self._snapshot_state = SERIALIZER_STATE.NOT_SERIALIZING
         self.snapshots_taken = 0
+        # A snapshot loaded (installed from the leader) since this node's own pack started:
+        # the pack must not rename its older file over it (_pack_snapshot).
+        self._pack_lock = threading.Lock()
+        self._pack_superseded = False
         self._metrics = metrics
         self._snapshot_started = 0.0
         # A snapshot restore is under way (_deserialize); read by _SyncObj on the loop.
@@ -162,6 +166,7 @@ class RaftNode:
         self._snapshot_started = time.monotonic()
         work = self._fsm.checkpoint()
         self._snapshot_state = SERIALIZER_STATE.SERIALIZING
+        self._pack_superseded = False
         threading.Thread(
             target=self._pack_snapshot, args=(work, header), name="snapshot", daemon=True
         ).start()
@@ -174,7 +179,15 @@ class RaftNode:
             snapshot_file.write(
                 tmp, header, lambda f: self._fsm.write_checkpoint(work, f), durable=self._durable
             )
-            os.replace(tmp, final)
+            with self._pack_lock:
+                if self._pack_superseded:
+                    # Renamed over the leader's newer snapshot, the older file made the
+                    # next start cut the journal to its own entries, dropping acknowledged
+                    # ones after the installed snapshot (test_raft_defects.py).
+                    log.info("a newer snapshot was installed while this one was packed: dropped")
+                    self._snapshot_state = SERIALIZER_STATE.FAILED
+                    return
+                os.replace(tmp, final)
             if self._durable:  # before the journal drops the entries the snapshot covers
                 snapshot_file.fsync_dir(self._raft_dir)
             failpoints.hit("snapshot-after-rename")
@@ -221,6 +234,8 @@ class RaftNode:
         the state machine closed or older than the raft position it then takes: any
         failure here or in the restore stops the node instead (node/fatal.py)."""
         try:
+            with self._pack_lock:
+                self._pack_superseded = True  # whatever this node is packing is older
             header, offset = self._durable_header(path)
             last = _entry_tuple(header["last"])
             if last[1] > self._fsm.applied_index:

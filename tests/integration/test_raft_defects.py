@@ -16,6 +16,7 @@ from cluster.ports import free_ports
 from node import entry, failpoints
 from node.config import ClusterConfig, NodeConfig, RaftSettings
 from node.raft import NEXT_NODE_IDX
+from node.raft.syncobj import SERIALIZER_STATE
 from tests.integration.raft_harness import Member, config, leader_of, wait_for, write_journal
 
 pytestmark = pytest.mark.integration
@@ -226,3 +227,51 @@ def test_a_failed_snapshot_restore_stops_the_node(tmp_path: Path, members) -> No
     err = child.stderr.read()
     assert code == 70, err[-2000:]
     assert "restoring the state machine from a snapshot failed" in err
+
+
+def test_a_snapshot_packed_while_a_newer_one_is_installed_does_not_replace_it(
+    tmp_path: Path, members
+) -> None:
+    """A follower packing its own snapshot (minutes for a large DB, on a helper thread)
+    while the leader's newer one arrives renamed its older file over the installed one
+    when done. The next start then found a journal that does not start with that older
+    snapshot's entries and cut it to them: the entries after the installed snapshot,
+    which this node had acknowledged, were gone from its journal."""
+    import threading as _threading
+
+    from node import snapshot_file
+
+    cfg = config(tmp_path, 3, snapshot_min_entries=20, snapshot_min_seconds=1)
+    members.extend(Member(cfg, f"n{i}") for i in range(3))
+    leader = leader_of(members)
+    slow = next(m for m in members if m is not leader)
+    release = _threading.Event()
+    pack = slow.sm.write_checkpoint
+
+    def blocked_pack(work, f):
+        release.wait(60)
+        pack(work, f)
+
+    slow.sm.write_checkpoint = blocked_pack  # a large DB's pack
+    try:
+        for i in range(40):
+            leader.put(f"k{i}")
+        wait_for(lambda: slow.raft._snapshot_state == SERIALIZER_STATE.SERIALIZING, what="packing")
+        # The follower stops hearing the leader while the leader writes on and compacts
+        # past it: it can catch up only from the leader's snapshot.
+        stall = _threading.Thread(target=lambda: slow.on_raft_thread(lambda: time.sleep(3), 10))
+        stall.start()
+        start = leader.raft._journal[0][1]
+        for i in range(40, 120):
+            leader.put(f"k{i}")
+        wait_for(lambda: leader.raft._journal[0][1] > start + 40, what="the leader compacted")
+        stall.join()
+        wait_for(lambda: slow.sm.applied_index > start + 40, 20, "caught up through a snapshot")
+        installed = snapshot_file.read_header(slow.raft._conf.fullDumpFile)[0]["last"][1]
+        assert installed > start, "the follower must have installed the leader's snapshot"
+    finally:
+        release.set()
+    wait_for(lambda: slow.raft._snapshot_state != SERIALIZER_STATE.SERIALIZING, what="pack done")
+    time.sleep(0.5)
+    header, _ = snapshot_file.read_header(slow.raft._conf.fullDumpFile)
+    assert header["last"][1] >= installed, (header["last"], installed)
