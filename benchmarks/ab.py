@@ -56,6 +56,7 @@ from benchmarks.ab_rounds import (
     plan,
 )
 from benchmarks.compare.chart import ratio_chart, ratio_points
+from benchmarks.compare.cli import exit_status
 from benchmarks.compare.progress import make_bar
 from benchmarks.compare.rounds import Measure, Row, summarize_row
 from benchmarks.load import machine_info
@@ -314,14 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        return amain(args, shlex.join(["python", "-m", "benchmarks.ab", *argv]))
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return exit_status(lambda: amain(args, shlex.join(["python", "-m", "benchmarks.ab", *argv])))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -261,8 +261,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.co
     """`python -m benchmarks.compare`, and `statekeeper bench compare` (with its own prog)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(prog).parse_args(argv)
+    return exit_status(lambda: asyncio.run(amain(args, shlex.join([*prog.split(), *argv]))))
+
+
+def exit_status(run: Callable[[], int]) -> int:
+    """run()'s status; 2 with the message for a ValueError (bad arguments found late), 130
+    on Ctrl-C. Shared by the benchmark commands."""
     try:
-        return asyncio.run(amain(args, shlex.join([*prog.split(), *argv])))
+        return run()
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
