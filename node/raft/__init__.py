@@ -46,7 +46,9 @@ The package, one job per module:
     log.py         _RaftLog: the journal as pysyncobj sees it
     loop_driver.py LoopPoller, LoopDriver: pysyncobj ticked by the node's asyncio loop
     seed.py        write_seed_snapshot: a restored node's raft snapshot
-    peers.py       _AuthenticatingEncryptor: AES-GCM peer messages
+    peers.py       _AuthenticatingEncryptor: AES-GCM peer messages; UnauthenticatedSweepMixin
+                   of _SyncObj: connections that never authenticate are dropped
+    compaction.py  JournalBoundMixin of _SyncObj: a snapshot once the journal is too big
     peer_encoding.py  one pickle + deflate of an AppendEntries for all followers
                    (SharedSendMixin of _PeerTransport; no pysyncobj import)
     tls_pipe.py    TlsPipe: sans-IO TLS (ssl.SSLObject over memory BIOs) for the raft port
@@ -111,7 +113,7 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   tests/unit/test_prevote.py
 - compaction counts only entries and time, and a restart reads the whole journal back into
   memory: a snapshot is also taken once the journal holds [raft] snapshot_max_journal_bytes
-  (the state machine flushed first, on a helper thread). [syncobj._SyncObj._onTick]
+  (the state machine flushed first, on a helper thread). [compaction.py]
   Test: test_raft_workarounds.py::test_journal_size_bounds_the_journal
 - commands and peer messages are pickled with protocol 2, which encodes bytes through a
   latin-1 str (14x slower than protocol 5 for a 60 KB entry): protocol 5 is set whenever

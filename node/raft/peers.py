@@ -66,3 +66,38 @@ class _AuthenticatingEncryptor:
         except (InvalidTag, ValueError):
             self.reject()
             raise
+
+
+# An incoming raft connection must authenticate within this time and these many bytes.
+UNAUTHENTICATED_GRACE = 2.0
+MAX_UNAUTHENTICATED_BYTES = 64 * 1024
+
+
+class UnauthenticatedSweepMixin:
+    """Of syncobj._SyncObj (no pysyncobj import): call _init_sweep() before SyncObj.__init__
+    and _sweep_unauthenticated() from every tick; `_sk_encryptor` counts the rejections."""
+
+    def _init_sweep(self) -> None:
+        self._unknown_since: dict[object, float] = {}
+        self._next_sweep = 0.0
+
+    def _sweep_unauthenticated(self) -> None:
+        """pysyncobj checks a connection's timeout only when bytes arrive, so a client that
+        sends half a frame (or a huge length prefix) and waits is kept forever. A real peer
+        authenticates within one round trip: drop connections that have not done so."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + 0.2
+        transport = self._SyncObj__transport
+        unknown = getattr(transport, "_unknownConnections", set())
+        for conn in list(unknown):
+            since = self._unknown_since.setdefault(conn, now)
+            buffered = len(getattr(conn, "_TcpConnection__readBuffer", b""))
+            if now - since > UNAUTHENTICATED_GRACE or buffered > MAX_UNAUTHENTICATED_BYTES:
+                self._sk_encryptor.reject("connection sent no authenticated message in time")
+                conn.disconnect()
+                unknown.discard(conn)
+        for conn in list(self._unknown_since):
+            if conn not in unknown:
+                del self._unknown_since[conn]
