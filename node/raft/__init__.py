@@ -103,6 +103,15 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   for no election and answers no ReadIndex, and it reports not ready.
   [raft_node.py _deserialize, install.py] Test:
   test_restore_off_loop.py::test_a_node_restoring_a_snapshot_answers_and_serves_nothing_stale
+- snapshot chunks carry no position: a chunk lost with a dropped connection left a gap in
+  the follower's file, which it installed (a restore found no CURRENT; the node stopped, and
+  again at every start): the leader stamps each chunk's offset, a follower drops a transfer
+  at the first gap and the leader starts it again. [install.ChunkOffsets, syncobj.
+  _PeerTransport.send] Test: tests/unit/test_raft_install.py
+- the sweep of unauthenticated connections ran after a long loop step before the reads that
+  were waiting, and dropped a peer that had authenticated in time: a connection is dropped
+  only once several sweeps saw it unauthenticated. [peers.py] Test: tests/unit/
+  test_raft_install.py::test_a_loop_stall_does_not_drop_a_peer_whose_message_waits_to_be_read
 - a node's own snapshot, packed on a helper thread, was renamed over a newer one the leader
   sent meanwhile; the next start cut the journal to the older snapshot's entries and lost
   acknowledged ones: a pack that a loaded snapshot superseded is dropped.

@@ -68,8 +68,13 @@ class _AuthenticatingEncryptor:
             raise
 
 
-# An incoming raft connection must authenticate within this time and these many bytes.
+# An incoming raft connection must authenticate within this time and these many bytes,
+# and must have been seen unauthenticated by this many sweeps (0.2 s apart): raft runs on
+# the node's loop, and after a long step (a RocksDB write stall under a 10M-key load) the
+# sweep ran before the reads that were waiting, and dropped a peer whose first message
+# had arrived in time (the leader's connection, mid-snapshot, in the 10M-key sweep).
 UNAUTHENTICATED_GRACE = 2.0
+UNAUTHENTICATED_SWEEPS = 3
 MAX_UNAUTHENTICATED_BYTES = 64 * 1024
 
 
@@ -78,7 +83,8 @@ class UnauthenticatedSweepMixin:
     and _sweep_unauthenticated() from every tick; `_sk_encryptor` counts the rejections."""
 
     def _init_sweep(self) -> None:
-        self._unknown_since: dict[object, float] = {}
+        # connection -> [first seen unauthenticated, sweeps that saw it so]
+        self._unknown_since: dict[object, list] = {}
         self._next_sweep = 0.0
 
     def _sweep_unauthenticated(self) -> None:
@@ -92,9 +98,11 @@ class UnauthenticatedSweepMixin:
         transport = self._SyncObj__transport
         unknown = getattr(transport, "_unknownConnections", set())
         for conn in list(unknown):
-            since = self._unknown_since.setdefault(conn, now)
+            seen = self._unknown_since.setdefault(conn, [now, 0])
+            seen[1] += 1
             buffered = len(getattr(conn, "_TcpConnection__readBuffer", b""))
-            if now - since > UNAUTHENTICATED_GRACE or buffered > MAX_UNAUTHENTICATED_BYTES:
+            late = now - seen[0] > UNAUTHENTICATED_GRACE and seen[1] > UNAUTHENTICATED_SWEEPS
+            if late or buffered > MAX_UNAUTHENTICATED_BYTES:
                 self._sk_encryptor.reject("connection sent no authenticated message in time")
                 conn.disconnect()
                 unknown.discard(conn)

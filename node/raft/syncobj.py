@@ -219,6 +219,8 @@ class _PeerTransport(TlsTransportMixin, SharedSendMixin, TCPTransport):
     _seal_clock = staticmethod(_pysyncobj_monotonic)  # what TcpConnection.send stamps with
 
     def send(self, node, message) -> bool:
+        if type(message) is dict and message.get("type") == "append_entries":
+            self._syncObj.chunk_offsets.stamp(node, message)  # install.ChunkOffsets
         sent = super().send(node, message)
         conn = self._connections.get(node)
         if sent and conn is not None and conn.getSendBufferSize() and conn.fileno() is not None:
