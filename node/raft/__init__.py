@@ -46,7 +46,9 @@ The package, one job per module:
     log.py         _RaftLog: the journal as pysyncobj sees it
     loop_driver.py LoopPoller, LoopDriver: pysyncobj ticked by the node's asyncio loop
     seed.py        write_seed_snapshot: a restored node's raft snapshot
-    peers.py       _AuthenticatingEncryptor: AES-GCM peer messages
+    peers.py       _AuthenticatingEncryptor: AES-GCM peer messages; UnauthenticatedSweepMixin
+                   of _SyncObj: connections that never authenticate are dropped
+    compaction.py  JournalBoundMixin of _SyncObj: a snapshot once the journal is too big
     peer_encoding.py  one pickle + deflate of an AppendEntries for all followers
                    (SharedSendMixin of _PeerTransport; no pysyncobj import)
     tls_pipe.py    TlsPipe: sans-IO TLS (ssl.SSLObject over memory BIOs) for the raft port
@@ -101,6 +103,15 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   for no election and answers no ReadIndex, and it reports not ready.
   [raft_node.py _deserialize, install.py] Test:
   test_restore_off_loop.py::test_a_node_restoring_a_snapshot_answers_and_serves_nothing_stale
+- snapshot chunks carry no position: a chunk lost with a dropped connection left a gap in
+  the follower's file, which it installed (a restore found no CURRENT; the node stopped, and
+  again at every start): the leader stamps each chunk's offset, a follower drops a transfer
+  at the first gap and the leader starts it again. [install.ChunkOffsets, syncobj.
+  _PeerTransport.send] Test: tests/unit/test_raft_install.py
+- the sweep of unauthenticated connections ran after a long loop step before the reads that
+  were waiting, and dropped a peer that had authenticated in time: a connection is dropped
+  only once several sweeps saw it unauthenticated. [peers.py] Test: tests/unit/
+  test_raft_install.py::test_a_loop_stall_does_not_drop_a_peer_whose_message_waits_to_be_read
 - a node's own snapshot, packed on a helper thread, was renamed over a newer one the leader
   sent meanwhile; the next start cut the journal to the older snapshot's entries and lost
   acknowledged ones: a pack that a loaded snapshot superseded is dropped.
@@ -111,7 +122,7 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   tests/unit/test_prevote.py
 - compaction counts only entries and time, and a restart reads the whole journal back into
   memory: a snapshot is also taken once the journal holds [raft] snapshot_max_journal_bytes
-  (the state machine flushed first, on a helper thread). [syncobj._SyncObj._onTick]
+  (the state machine flushed first, on a helper thread). [compaction.py]
   Test: test_raft_workarounds.py::test_journal_size_bounds_the_journal
 - commands and peer messages are pickled with protocol 2, which encodes bytes through a
   latin-1 str (14x slower than protocol 5 for a 60 KB entry): protocol 5 is set whenever

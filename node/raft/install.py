@@ -7,6 +7,12 @@ with its test):
   deposed leader's stale tail: commit only what the message vouched for;
 - only a snapshot's last chunk was answered, so a leader dropped a follower that was busy
   receiving a long snapshot: every chunk is acknowledged (SNAPSHOT_CHUNK_ACK);
+- snapshot chunks carry no position: when a connection died with chunks in flight and the
+  leader went on over a new one, the follower appended the rest after a gap and installed
+  a broken file (the 10M-key sweep: a restore found no CURRENT and the node stopped, then
+  failed the same way at every start). The leader stamps each chunk with its offset
+  (ChunkOffsets), and a follower drops a transfer at the first gap; the leader then sends
+  the snapshot again from its start;
 - loading a snapshot cut the journal to the snapshot's two entries unless it started with
   them, losing acknowledged entries after a crash between a snapshot's rename and the
   journal's prefix drop: keep what follows the snapshot's last entry (Raft's rule);
@@ -28,6 +34,44 @@ from node.raft.log import _entry_tuple
 log = logging.getLogger("statekeeper.raft")
 
 SNAPSHOT_CHUNK_ACK = "sk_snapshot_chunk_ack"  # a follower got a snapshot chunk
+CHUNK_OFFSET = "sk_offset"  # where a snapshot chunk's bytes start in the snapshot file
+
+
+class ChunkOffsets:
+    """Sans-IO: the byte offset of each snapshot chunk, stamped by the leader per follower
+    (stamp) and checked by the follower (in_order), which so sees a chunk that never came.
+
+    pysyncobj's chunk is (data, first, last); a transfer restarts with first=True. A chunk
+    that was never delivered (its connection died, or the follower was not connected)
+    still advances the leader's offset: the next one arrives past a gap."""
+
+    def __init__(self) -> None:
+        self._sent: dict[object, int] = {}
+        self._received: int | None = None  # bytes of the transfer under way, None: broken
+
+    def stamp(self, node: object, message: dict) -> None:
+        chunk = message.get("serialized")
+        if chunk is None:
+            return
+        data, first, _last = chunk
+        at = 0 if first else self._sent.get(node, 0)
+        message[CHUNK_OFFSET] = at
+        self._sent[node] = at + len(data)
+
+    def in_order(self, message: dict) -> bool:
+        """Whether this chunk continues the transfer under way (False also for every chunk
+        after a gap, until the leader starts the transfer again)."""
+        data, first, _last = message["serialized"]
+        at = message.get(CHUNK_OFFSET)
+        if first:
+            self._received = 0
+        if at is None:  # a leader that does not stamp (mixed versions are not supported)
+            return True
+        if at != self._received:
+            self._received = None
+            return False
+        self._received = at + len(data)
+        return True
 
 
 class SnapshotInstallMixin:
@@ -39,6 +83,7 @@ class SnapshotInstallMixin:
         # True while RaftNode replaces the state machine from a snapshot off the loop.
         self._state_machine_restoring = state_machine_restoring
         self._installed_snapshot: int | None = None  # last index of a snapshot just installed
+        self.chunk_offsets = ChunkOffsets()  # stamped as leader, checked as follower
 
     def dropped_while_restoring(self, kind: str | None, message: dict) -> bool:
         """No hand-over to a node that cannot serve yet, and no second snapshot while the
@@ -75,6 +120,8 @@ class SnapshotInstallMixin:
         commit only what THIS message vouched for: up to prevLogIdx + its entries, or, for a
         snapshot-install message (no prevLogIdx: a chunk, or None while the leader is still
         packing), up to the snapshot's last index once it is installed, else not at all."""
+        if message.get("serialized") is not None and not self.chunk_offsets.in_order(message):
+            return self._drop_broken_transfer(message)
         before = self.raftCommitIndex
         self._installed_snapshot = None
         super()._SyncObj__onMessageReceived(node, message)  # type: ignore[misc]
@@ -93,6 +140,24 @@ class SnapshotInstallMixin:
         if self.raftCommitIndex > bound:
             self._SyncObj__raftCommitIndex = bound
             self._journal.setRaftCommitIndex(bound)
+
+    def _drop_broken_transfer(self, message: dict) -> None:
+        """A chunk went missing: what was received is useless. pysyncobj appends chunks to
+        its incoming file until the last one, then installs it: close that file, so it
+        takes no more chunks until the leader starts the transfer again (the leader does
+        once its AppendEntries after the snapshot fail here)."""
+        serializer = self._SyncObj__serializer
+        incoming = getattr(serializer, "_Serializer__incomingTransmissionFile", None)
+        if incoming is not None:
+            log.warning(
+                "a snapshot chunk from the leader arrived at offset %s after a gap (a chunk "
+                "was lost with a dropped connection): transfer dropped, the leader sends "
+                "the snapshot again",
+                message.get(CHUNK_OFFSET),
+            )
+            incoming.close()
+            serializer._Serializer__incomingTransmissionFile = None
+        return None
 
     def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
         """Load the snapshot at start (clearJournal False) or after receiving it from the

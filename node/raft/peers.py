@@ -66,3 +66,46 @@ class _AuthenticatingEncryptor:
         except (InvalidTag, ValueError):
             self.reject()
             raise
+
+
+# An incoming raft connection must authenticate within this time and these many bytes,
+# and must have been seen unauthenticated by this many sweeps (0.2 s apart): raft runs on
+# the node's loop, and after a long step (a RocksDB write stall under a 10M-key load) the
+# sweep ran before the reads that were waiting, and dropped a peer whose first message
+# had arrived in time (the leader's connection, mid-snapshot, in the 10M-key sweep).
+UNAUTHENTICATED_GRACE = 2.0
+UNAUTHENTICATED_SWEEPS = 3
+MAX_UNAUTHENTICATED_BYTES = 64 * 1024
+
+
+class UnauthenticatedSweepMixin:
+    """Of syncobj._SyncObj (no pysyncobj import): call _init_sweep() before SyncObj.__init__
+    and _sweep_unauthenticated() from every tick; `_sk_encryptor` counts the rejections."""
+
+    def _init_sweep(self) -> None:
+        # connection -> [first seen unauthenticated, sweeps that saw it so]
+        self._unknown_since: dict[object, list] = {}
+        self._next_sweep = 0.0
+
+    def _sweep_unauthenticated(self) -> None:
+        """pysyncobj checks a connection's timeout only when bytes arrive, so a client that
+        sends half a frame (or a huge length prefix) and waits is kept forever. A real peer
+        authenticates within one round trip: drop connections that have not done so."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + 0.2
+        transport = self._SyncObj__transport
+        unknown = getattr(transport, "_unknownConnections", set())
+        for conn in list(unknown):
+            seen = self._unknown_since.setdefault(conn, [now, 0])
+            seen[1] += 1
+            buffered = len(getattr(conn, "_TcpConnection__readBuffer", b""))
+            late = now - seen[0] > UNAUTHENTICATED_GRACE and seen[1] > UNAUTHENTICATED_SWEEPS
+            if late or buffered > MAX_UNAUTHENTICATED_BYTES:
+                self._sk_encryptor.reject("connection sent no authenticated message in time")
+                conn.disconnect()
+                unknown.discard(conn)
+        for conn in list(self._unknown_since):
+            if conn not in unknown:
+                del self._unknown_since[conn]

@@ -32,6 +32,7 @@ from node import failpoints
 from node.cluster_clock import ClusterClock
 from node.config import RaftSettings
 from node.raft import loop_driver
+from node.raft.compaction import JournalBoundMixin
 from node.raft.install import SNAPSHOT_CHUNK_ACK, SnapshotInstallMixin
 from node.raft.interface import ApplyFn, Callback, SubmitError
 from node.raft.log import ENTRY_COMMAND, _RaftLog, entry_payload
@@ -39,7 +40,7 @@ from node.raft.loop_driver import LoopDriver
 from node.raft.members import Member
 from node.raft.membership import MembershipMixin
 from node.raft.peer_encoding import PassEncoder, SharedSendMixin
-from node.raft.peers import _AuthenticatingEncryptor
+from node.raft.peers import UnauthenticatedSweepMixin, _AuthenticatingEncryptor
 from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
 from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST, ReadIndexMixin
 from node.raft.tls_connection import TlsConnectionMixin, TlsTransportMixin
@@ -76,10 +77,6 @@ SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 # sends a group-committed entry of a few MiB as dozens of chunked messages; on loopback
 # one message per entry is cheaper.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-
-# An incoming raft connection must authenticate within this time and these many bytes.
-UNAUTHENTICATED_GRACE = 2.0
-MAX_UNAUTHENTICATED_BYTES = 64 * 1024
 
 # loop_driver.py speaks pysyncobj's poller event types without importing it.
 assert (POLL_EVENT_TYPE.READ, POLL_EVENT_TYPE.WRITE, POLL_EVENT_TYPE.ERROR) == (
@@ -222,6 +219,8 @@ class _PeerTransport(TlsTransportMixin, SharedSendMixin, TCPTransport):
     _seal_clock = staticmethod(_pysyncobj_monotonic)  # what TcpConnection.send stamps with
 
     def send(self, node, message) -> bool:
+        if type(message) is dict and message.get("type") == "append_entries":
+            self._syncObj.chunk_offsets.stamp(node, message)  # install.ChunkOffsets
         sent = super().send(node, message)
         conn = self._connections.get(node)
         if sent and conn is not None and conn.getSendBufferSize() and conn.fileno() is not None:
@@ -264,6 +263,8 @@ _journal_patch_lock = threading.Lock()
 
 class _SyncObj(
     SnapshotInstallMixin,
+    JournalBoundMixin,
+    UnauthenticatedSweepMixin,
     ReadIndexMixin,
     PreVoteMixin,
     MembershipMixin,
@@ -307,12 +308,8 @@ class _SyncObj(
         # New leaders seen (itself included), counted once per tick; read by metrics.
         self.leader_changes = 0
         self._leader_seen = None
-        self._unknown_since: dict[object, float] = {}
-        self._next_sweep = 0.0
-        self._max_journal_bytes = max_journal_bytes
-        self._flush_state_machine = flush_state_machine
-        self._preflush_started: float | None = None
-        self._preflush_snapshot = None  # pysyncobj's last snapshot entry when it started
+        self._init_sweep()
+        self._init_journal_bound(max_journal_bytes, flush_state_machine)
         # Leadership hand-over asked for by another thread (node/raft/transfer.py).
         self.init_transfer(FAIL_REASON.SUCCESS)
         # ReadIndex (Raft thesis 6.4): reads confirmed by a heartbeat round, no log entry.
@@ -459,29 +456,6 @@ class _SyncObj(
             },
         )
 
-    # -- peers that never authenticate -------------------------------------------------
-
-    def _sweep_unauthenticated(self) -> None:
-        """pysyncobj checks a connection's timeout only when bytes arrive, so a client that
-        sends half a frame (or a huge length prefix) and waits is kept forever. A real peer
-        authenticates within one round trip: drop connections that have not done so."""
-        now = time.monotonic()
-        if now < self._next_sweep:
-            return
-        self._next_sweep = now + 0.2
-        transport = self._SyncObj__transport
-        unknown = getattr(transport, "_unknownConnections", set())
-        for conn in list(unknown):
-            since = self._unknown_since.setdefault(conn, now)
-            buffered = len(getattr(conn, "_TcpConnection__readBuffer", b""))
-            if now - since > UNAUTHENTICATED_GRACE or buffered > MAX_UNAUTHENTICATED_BYTES:
-                self._sk_encryptor.reject("connection sent no authenticated message in time")
-                conn.disconnect()
-                unknown.discard(conn)
-        for conn in list(self._unknown_since):
-            if conn not in unknown:
-                del self._unknown_since[conn]
-
     # -- safe truncation ----------------------------------------------------------------
 
     def _SyncObj__deleteEntriesFrom(self, fromIDx):
@@ -510,31 +484,3 @@ class _SyncObj(
             self._prevote, self._prevote_won = None, False
             return self._on_append_entries(node, message)
         return SyncObj._SyncObj__onMessageReceived(self, node, message)  # type: ignore[attr-defined]
-
-    def _compact_if_journal_too_big(self) -> None:
-        """The checkpoint (raft thread) flushes RocksDB's memtable first: ~0.3 s for a full
-        one, a stall every snapshot. So flush on a helper thread, then snapshot; once per
-        journal overflow, again once that snapshot is done if the journal is still too big
-        (entries kept coming while it was taken: test_journal_size_bounds_the_journal saw a
-        follower keep a 3 MiB journal for 20 s waiting out the retry), and again after 30 s
-        if it failed."""
-        if self._journal.size_bytes <= self._max_journal_bytes:
-            self._preflush_started = None
-            return
-        done = self._SyncObj__lastSerializedEntry  # type: ignore[attr-defined]
-        if (
-            self._preflush_started is None
-            or time.monotonic() - self._preflush_started > 30
-            or done != self._preflush_snapshot
-        ):
-            self._preflush_started = time.monotonic()
-            self._preflush_snapshot = done
-            threading.Thread(target=self._flush_then_compact, name="preflush", daemon=True).start()
-
-    def _flush_then_compact(self) -> None:
-        try:
-            self._flush_state_machine()
-        except Exception:
-            log.exception("flushing the state machine before a snapshot failed")
-        # Only sets a flag; the raft thread snapshots at its next tick.
-        self.forceLogCompaction()
