@@ -21,6 +21,11 @@ that belongs to a different request. `clock` = max of all entry timestamps seen
 leader changes); a record expires at clock + idempotency_seconds when stored and is
 pruned (node/store/compaction.py) once clock passes it. Results of failed ops (errors)
 are not stored: a failed op leaves no trace.
+
+Validation: every op is validated (node/ops.validate_op, internal ops allowed) before it
+runs, except a put or delete the proposing node marked as validate_op's own output
+(node/entry.py `validated_op` has the argument why that is safe); a malformed op fails
+with validation's error code instead of reaching a handler.
 """
 
 from __future__ import annotations
@@ -239,7 +244,10 @@ class EntryTx:
         saved = (self.compact_revision, self.hist_written, self.idem_written, self.stored_min_exp)
         self.wrote = False
         try:
-            return self._run_valid(validate_op(raw, self.limits, internal=True))
+            op = raft_entry.validated_op(raw)  # node/entry.py says why it can be trusted
+            if op is None:
+                op = validate_op(raw, self.limits, internal=True)
+            return self._run_valid(op)
         except StorageError:
             raise
         except OpError as e:
