@@ -12,6 +12,27 @@ must only ever see time that the LEADER read from its clock (an entry built on a
 a forwarded write or read barrier, carries the follower's clock until the leader restamps
 it when it appends the entry). The non-minimal integer encoding is valid msgpack, so
 entries written before this layout (minimal encoding) still decode.
+
+Validated ops. A top-level op of TRUSTED_OPS (put, delete) may carry the field
+`VALIDATED` ("~v") = VALIDATED_SHAPE: the node that proposed the entry built the op with
+node/ops.validate_op from a request (node/http_api.py marks it with `mark_validated`
+right before proposing), so apply takes it as it is instead of validating it again
+(`validated_op`). Why that is safe:
+- Only nodes of this cluster append entries (peers are authenticated, docs/protocol.md
+  "Security": nodes trust each other); a request cannot set the field, validate_op drops
+  every field it does not know. Whoever can forge an entry can forge any write anyway.
+- validate_op is idempotent and its put/delete output holds only str, bytes, bool, int,
+  None and the fence {name, token}, which msgpack gives back unchanged: the op apply
+  reads IS validate_op's answer for it (tests/unit/store/test_validated_ops.py).
+- A node validates with its own [limits]; every node must run with the same config (the
+  store's determinism rule), and a marked op is taken as it is by every node alike.
+- Entries without the field (older journals, internal ops such as lease_expire, any op
+  not in TRUSTED_OPS) are validated as before; a node of an older version drops the field
+  as unknown and validates, so a mixed cluster applies the same op.
+- The shape is versioned: a change to the normalized fields of a trusted op must bump
+  VALIDATED_SHAPE (a test pins them), so marks of the old shape get validated again.
+Measured: validate_op of a 256 B put with an idempotency key costs 2.3-3.3 us (timeit,
+best of 5) on every node, 6-8 % of a node's CPU under batches of 64 puts (py-spy).
 """
 
 from __future__ import annotations
@@ -64,3 +85,27 @@ def restamp(buf: bytes, time_ms: int) -> bytes:
         return buf
     at = pos + len(STAMP_PREFIX)
     return b"".join((buf[:at], _TIME.pack(time_ms), buf[at + _TIME.size :]))
+
+
+VALIDATED = "~v"
+VALIDATED_SHAPE = 1
+TRUSTED_OPS = frozenset({"put", "delete"})
+
+
+def mark_validated(op: dict) -> dict:
+    """`op`, a result of node/ops.validate_op, marked for apply to take as it is (ops of
+    TRUSTED_OPS only; others are returned unmarked). Mutates and returns `op`."""
+    if op["op"] in TRUSTED_OPS:
+        op[VALIDATED] = VALIDATED_SHAPE
+    return op
+
+
+def validated_op(raw: Any) -> dict | None:
+    """The op of an entry, without its mark, when the proposer marked it validated (see
+    the module docstring); None when apply must validate it."""
+    if type(raw) is dict:
+        mark = raw.get(VALIDATED)
+        if type(mark) is int and mark == VALIDATED_SHAPE and raw.get("op") in TRUSTED_OPS:
+            del raw[VALIDATED]
+            return raw
+    return None

@@ -18,6 +18,7 @@ from node.backup_ops import CONTENT_TYPE as BACKUP_TYPE
 from node.backup_ops import PATH as BACKUP_PATH
 from node.backup_ops import Backups
 from node.config import ClusterConfig
+from node.entry import mark_validated
 from node.errors import OpError, status_for
 from node.http_limits import fd_budget
 from node.http_server import HttpServer, Request, Response, ServerLimits, StreamedResponse
@@ -362,7 +363,7 @@ class Api:
             admitted = self.quota.check(self.node_id, [op], request.content_length, self._disk_free)
             try:
                 result = await self._write_within_timeout(
-                    self.proposer.write(op, request.content_length)
+                    self.proposer.write(mark_validated(op), request.content_length)
                 )
             finally:
                 self.quota.release(admitted)
@@ -404,7 +405,7 @@ class Api:
             )
             size = (request.content_length) // max(1, len(ops))
             try:
-                queued = self.proposer.write_many([op for _, op in writes], size)
+                queued = self.proposer.write_many([mark_validated(op) for _, op in writes], size)
                 done = await self._write_within_timeout(
                     asyncio.gather(*queued, return_exceptions=True)
                 )

@@ -4,6 +4,7 @@ cluster, must agree). The expected values were computed by the code before issue
 
 from __future__ import annotations
 
+import msgpack
 import pytest
 
 from node.config import Limits
@@ -43,3 +44,12 @@ def test_digest_ignores_field_order_and_the_key_itself() -> None:
     shuffled = dict(reversed(list(op.items())))
     assert op_digest(shuffled) == op_digest({**op, "idempotency_key": "other"}) == op_digest(op)
     assert op_digest({**op, "value": b"w"}) != op_digest(op)
+
+
+@pytest.mark.parametrize(("raw", "expected"), CASES)
+def test_digest_through_a_reused_packer_is_the_same(raw: dict, expected: str) -> None:
+    # apply passes its store's Packer; the digest must not depend on which one packed it.
+    packer = msgpack.Packer(use_bin_type=True)
+    op = validate_op(raw, Limits())
+    assert op_digest(op, packer.pack).hex() == expected
+    assert op_digest(op, packer.pack).hex() == expected  # the Packer resets between calls
