@@ -48,7 +48,7 @@ RocksDB corrupt
     vote, snapshot.bin) is untouched, so raft safety (never forget a vote or term, never
     forget an acknowledged entry) is kept. The empty DB has applied index 0: at start
     pysyncobj loads snapshot.bin, which RaftNode restores because it is ahead of the DB
-    (raft_node._load_snapshot), then re-applies the journal's entries after it; whatever
+    (raft_node._deserialize), then re-applies the journal's entries after it; whatever
     the journal lacks comes from the leader (entries, or its snapshot if this node fell
     behind its log). Without a snapshot.bin the journal still starts at index 1 (a
     journal's prefix is dropped only once a snapshot covering it is durable) and is

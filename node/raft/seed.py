@@ -21,7 +21,7 @@ def write_seed_snapshot(
     It covers entries up to `index` as two no-ops of term 0 (index - 1, index), as if this
     new cluster had applied `index` entries; its members are the config's nodes. At start
     pysyncobj loads it (the log continues at index + 1) and RaftNode keeps RocksDB as it is
-    (not ahead of it, raft_node._load_snapshot); a node that later loses its DB restores
+    (not ahead of it, raft_node._deserialize); a node that later loses its DB restores
     from it, and one that loses its data dir gets it from the leader (whose log starts at
     index - 1) until the leader takes a snapshot of its own."""
     raft_dir = cluster.node_data_dir(node_id) / "raft"
