@@ -33,10 +33,28 @@ from node.tls import client_port_context
 log = logging.getLogger("statekeeper.node")
 
 
-async def _log_when_ready(raft: RaftNode, started: float) -> None:
-    # One line operators (and the cold-start benchmark) can read recovery time from.
+async def _when_ready(
+    raft: RaftNode, started: float, scan: recovery.BackgroundVerify, scan_after: float = 10.0
+) -> None:
+    """Log the one line operators (and the cold-start benchmark) read recovery time from,
+    then start the checksum scan: in that order, from one task, so a scan that finds
+    corruption at once cannot stop the node before its ready line is written (two polling
+    tasks raced; CI saw it). The scan runs after ready so it does not slow the start it
+    was moved out of, but `scan_after` s at most: a node that cannot reach a quorum is still checked."""
+    deadline = time.monotonic() + scan_after
+    while not raft.status().ready and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    if raft.status().ready:
+        _log_ready(raft, started)
+        scan.start()
+        return
+    scan.start()
     while not raft.status().ready:
         await asyncio.sleep(0.02)
+    _log_ready(raft, started)
+
+
+def _log_ready(raft: RaftNode, started: float) -> None:
     st = raft.status()
     log.info(
         "ready %.2f s after start (applied index %d, leader %s)",
@@ -55,15 +73,6 @@ def _stop_on_corruption(sm: StateMachine, what: str, e: BaseException) -> NoRetu
         e,
         STATE_MACHINE_EXIT_CODE,
     )
-
-
-async def _verify_when_ready(raft: RaftNode, scan: recovery.BackgroundVerify) -> None:
-    # After ready, so the scan does not slow the start it was moved out of; 10 s at most,
-    # so a node that cannot reach a quorum is still checked.
-    deadline = time.monotonic() + 10.0
-    while not raft.status().ready and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    scan.start()
 
 
 def _apply_fn(sm: StateMachine, applied: list):
@@ -181,7 +190,7 @@ def _build(cfg: config_mod.ClusterConfig, node_id: str) -> _Parts:
 def _start_background(
     cfg: config_mod.ClusterConfig, n: _Parts, started: float
 ) -> tuple[asyncio.Task, ...]:
-    ready_logger = asyncio.create_task(_log_when_ready(n.raft, started))
+    when_ready = asyncio.create_task(_when_ready(n.raft, started, n.verify))
     # Only the leader expires leases, after a grace past every election (node/lease_expiry.py).
     grace = cfg.raft.election_timeout_max + 1.0
     lease_expiry = asyncio.create_task(
@@ -194,8 +203,7 @@ def _start_background(
         ).run()
     )
     disk_watch = asyncio.create_task(n.disk.run())
-    verify = asyncio.create_task(_verify_when_ready(n.raft, n.verify))
-    return ready_logger, lease_expiry, retention_gc, disk_watch, verify
+    return when_ready, lease_expiry, retention_gc, disk_watch
 
 
 def _shutdown_plan(
