@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 import pysyncobj.syncobj as _syncobj_module
 import pysyncobj.tcp_connection as _tcp_connection_module
+import pysyncobj.tcp_server as _tcp_server_module
+import pysyncobj.transport as _transport_module
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj import pickle as _pysyncobj_pickle
 from pysyncobj.config import SERIALIZER_STATE as SERIALIZER_STATE  # for RaftNode's snapshots
@@ -33,6 +35,7 @@ from node.cluster_clock import ClusterClock
 from node.config import RaftSettings
 from node.raft import loop_driver
 from node.raft.compaction import JournalBoundMixin
+from node.raft.conn_buffers import InPlaceBuffersMixin
 from node.raft.install import SNAPSHOT_CHUNK_ACK, SnapshotInstallMixin
 from node.raft.interface import ApplyFn, Callback, SubmitError
 from node.raft.log import ENTRY_COMMAND, _RaftLog, entry_payload
@@ -188,11 +191,22 @@ _tcp_connection_module.zlib = _PeerZlib
 _POLL_ALL = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR
 
 
-class _TlsConnection(TlsConnectionMixin, TcpConnection):
-    """pysyncobj's TcpConnection with raft TLS (tls_connection.TlsConnectionMixin)."""
+class _PeerConnection(InPlaceBuffersMixin, TcpConnection):
+    """pysyncobj's TcpConnection with buffers that grow and drain in place
+    (conn_buffers.py): every peer connection, dialled or accepted, is one of these."""
+
+    _DISCONNECTED = CONNECTION_STATE.DISCONNECTED
+
+
+# The two places pysyncobj makes peer connections (its transport dials, its server accepts).
+_transport_module.TcpConnection = _PeerConnection
+_tcp_server_module.TcpConnection = _PeerConnection
+
+
+class _TlsConnection(TlsConnectionMixin, _PeerConnection):
+    """_PeerConnection with raft TLS (tls_connection.TlsConnectionMixin)."""
 
     _POLL_ALL = _POLL_ALL
-    _DISCONNECTED = CONNECTION_STATE.DISCONNECTED
 
 
 class _PeerTransport(TlsTransportMixin, SharedSendMixin, TCPTransport):
