@@ -248,9 +248,13 @@ class RaftNode:
 
     def _durable_header(self, path: str) -> tuple[dict, int]:
         if self._durable:  # a snapshot just received from the leader was renamed unsynced
+            started = time.monotonic()
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
             snapshot_file.fsync_dir(self._raft_dir)
+            took = time.monotonic() - started
+            if took > 0.1:  # on the loop: worth a line
+                log.info("snapshot file synced in %.2f s", took)
         return snapshot_file.read_header(path)
 
     def _start_restore(self, path: str, offset: int, index: int) -> None:
