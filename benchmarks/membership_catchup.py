@@ -1,7 +1,7 @@
 """How long a new member takes to catch up, and how long the leader's removal takes, on a
 local 3-node cluster holding N MiB (the log compacted: the new member gets a snapshot).
 
-    python benchmarks/membership_catchup.py [--mib 20] [--dir /tmp/sk-members-bench]
+    python benchmarks/membership_catchup.py [--mib 20] [--fsync never|always] [--dir /tmp/sk-members-bench]
 
 Prints one line per step. pysyncobj counts the new member towards the quorum from the
 moment its add entry is appended (no non-voting stage), so "added -> caught up" is how long
@@ -26,11 +26,11 @@ from cluster.supervisor import LocalCluster  # noqa: E402
 from node import config as node_config  # noqa: E402
 
 
-def write_config(d: Path):
+def write_config(d: Path, fsync: str = "never"):
     """3 nodes on free loopback ports, snapshots every 200 entries (so a new member
     gets a snapshot, not the log)."""
     ports = free_ports(6, "127.0.0.1")
-    cfg = node_config.local_cluster(size=3, fsync="never", data_dir=str(d / "data"))
+    cfg = node_config.local_cluster(size=3, fsync=fsync, data_dir=str(d / "data"))
     nodes = tuple(
         dataclasses.replace(n, http_port=ports[2 * i], raft_port=ports[2 * i + 1])
         for i, n in enumerate(cfg.nodes)
@@ -45,11 +45,17 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--mib", type=int, default=20, help="MiB of values to write first")
     p.add_argument("--dir", default="/tmp/sk-members-bench")
+    p.add_argument(
+        "--fsync",
+        choices=("never", "always"),
+        default="never",
+        help="always: the new member syncs the snapshot it receives (its log says how long)",
+    )
     a = p.parse_args()
     d = Path(a.dir)
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
-    path, cfg = write_config(d)
+    path, cfg = write_config(d, a.fsync)
     lc = LocalCluster(cfg, path, progress=None)
     lc.up()
     m = Membership(path, say=lambda s: print("  " + s), timeout=300)
@@ -75,6 +81,10 @@ def main() -> None:
             )
             return
         print(f"add-node {node.id} with {a.mib} MiB: {time.monotonic() - t:.1f} s in all")
+        node_log = Path(m.cfg.node_data_dir(node.id)) / "node.log"
+        for line in node_log.read_text(errors="replace").splitlines():
+            if "snapshot file synced in" in line or "state machine restored" in line:
+                print("  " + line.split(": ", 1)[-1])
         leader = m.leader(time.monotonic() + 10)["node_id"]
         t = time.monotonic()
         m.remove_node(leader)

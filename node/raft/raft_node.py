@@ -20,6 +20,7 @@ from node import failpoints, snapshot_file
 from node.cluster_clock import ClusterClock
 from node.config import ClusterConfig, ConfigError
 from node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
+from node.raft.install import SyncBehind
 from node.raft.interface import FSM, ApplyFn, Callback, RaftStatus
 from node.raft.log import _entry_tuple, _RaftLog
 from node.raft.loop_driver import LoopDriver
@@ -80,6 +81,8 @@ class RaftNode:
         self._fsm = fsm
         self._max_ready_lag = max_ready_lag
         self._durable = cluster.fsync == "always"
+        # A snapshot received from the leader is synced while it arrives (install.py).
+        self._sync_behind = SyncBehind() if self._durable else None
         self._addr_to_id = {n.raft_address: n.id for n in cluster.nodes}
         self._raft_dir = str(cluster.node_data_dir(node_id) / "raft")
         os.makedirs(self._raft_dir, exist_ok=True)
@@ -136,6 +139,7 @@ class RaftNode:
                 make_node=make_node,
                 driver=self._driver,
                 state_machine_restoring=lambda: self.restoring,
+                sync_behind=self._sync_behind,
             )
         )
 
@@ -249,6 +253,8 @@ class RaftNode:
     def _durable_header(self, path: str) -> tuple[dict, int]:
         if self._durable:  # a snapshot just received from the leader was renamed unsynced
             started = time.monotonic()
+            assert self._sync_behind is not None
+            self._sync_behind.finish()  # the part synced while it arrived
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
             snapshot_file.fsync_dir(self._raft_dir)

@@ -36,7 +36,7 @@ from node.config import RaftSettings
 from node.raft import loop_driver
 from node.raft.compaction import JournalBoundMixin
 from node.raft.conn_buffers import InPlaceBuffersMixin
-from node.raft.install import SNAPSHOT_CHUNK_ACK, SnapshotInstallMixin
+from node.raft.install import SNAPSHOT_CHUNK_ACK, SnapshotInstallMixin, SyncBehind
 from node.raft.interface import ApplyFn, Callback, SubmitError
 from node.raft.log import ENTRY_COMMAND, _RaftLog, entry_payload
 from node.raft.loop_driver import LoopDriver
@@ -303,11 +303,12 @@ class _SyncObj(
         make_node: Callable[[str, Member | None], TCPNode],
         driver: LoopDriver,
         state_machine_restoring: Callable[[], bool] = lambda: False,
+        sync_behind: SyncBehind | None = None,
     ):
         # Built on the driver's loop thread (RaftNode): pysyncobj binds and subscribes its
         # sockets in __init__, and the loop's reader registry is not thread-safe.
         self._driver = driver
-        self._init_install(state_machine_restoring)
+        self._init_install(state_machine_restoring, sync_behind)
         self._sk_tls = tls  # (accepting, dialling) contexts; read by _PeerTransport
         self._apply_fn = apply_fn
         self._clock = clock

@@ -1,17 +1,21 @@
-"""Snapshot chunk offsets (node/raft/install.py) and the sweep of peers that never
-authenticate (node/raft/peers.py): their pure parts, no network."""
+"""Snapshot chunk offsets and the sync of a snapshot while it arrives (node/raft/install.py),
+and the sweep of peers that never authenticate (node/raft/peers.py): no network."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node.raft import peers
-from node.raft.install import CHUNK_OFFSET, ChunkOffsets
+from node.raft import install, peers
+from node.raft.install import CHUNK_OFFSET, ChunkOffsets, SyncBehind
 
 
 def _chunks(sizes: list[int]) -> list[dict]:
-    out = [{"type": "append_entries", "serialized": (b"x" * n, i == 0, False)} for i, n in enumerate(sizes)]
+    out = [
+        {"type": "append_entries", "serialized": (b"x" * n, i == 0, False)}
+        for i, n in enumerate(sizes)
+    ]
     out.append({"type": "append_entries", "serialized": (b"", False, True)})
     return out
 
@@ -105,3 +109,128 @@ def test_a_flood_of_unauthenticated_bytes_is_dropped_at_once(monkeypatch) -> Non
     node = _Node(conn)
     _sweep_at(node, 100.0, monkeypatch)
     assert conn.closed
+
+
+# -- SyncBehind: a received snapshot synced while it arrives ------------------------------
+
+
+class _Jobs:
+    """SyncBehind's thread starter, held until run()."""
+
+    def __init__(self) -> None:
+        self.pending: list = []
+
+    def __call__(self, work) -> None:
+        self.pending.append(work)
+
+    def run(self) -> None:
+        while self.pending:
+            self.pending.pop(0)()
+
+
+def test_a_sync_starts_every_so_many_bytes_one_at_a_time(tmp_path) -> None:
+    jobs = _Jobs()
+    behind = SyncBehind(every=100, start=jobs)
+    with open(tmp_path / "incoming", "wb") as f:
+        f.write(b"x" * 99)
+        behind.received(f)
+        assert behind.syncs == 0
+        f.write(b"x")
+        behind.received(f)
+        assert behind.syncs == 1 and len(jobs.pending) == 1
+        f.write(b"x" * 300)
+        behind.received(f)  # the first sync is still running: no second one
+        assert behind.syncs == 1
+        jobs.run()
+        behind.received(f)
+        assert behind.syncs == 2
+        jobs.run()
+    behind.finish()
+
+
+def test_a_new_transfer_counts_from_its_start(tmp_path) -> None:
+    jobs = _Jobs()
+    behind = SyncBehind(every=100, start=jobs)
+    with open(tmp_path / "a", "wb") as f:
+        f.write(b"x" * 150)
+        behind.received(f)
+        jobs.run()
+    with open(tmp_path / "b", "wb") as f:  # the leader started again
+        f.write(b"x" * 100)
+        behind.received(f)
+        jobs.run()
+    assert behind.syncs == 2
+
+
+def test_the_sync_runs_on_its_own_descriptor_after_the_file_is_closed(tmp_path) -> None:
+    jobs = _Jobs()
+    behind = SyncBehind(every=10, start=jobs)
+    with open(tmp_path / "incoming", "wb") as f:
+        f.write(b"y" * 10)
+        behind.received(f)
+    jobs.run()  # pysyncobj closed (and renamed) its file meanwhile
+    behind.finish()
+    assert (tmp_path / "incoming").read_bytes() == b"y" * 10  # flushed before the sync
+
+
+def test_a_failed_sync_fails_the_install(tmp_path, monkeypatch) -> None:
+    def eio(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(install.os, "fdatasync", eio)
+    jobs = _Jobs()
+    behind = SyncBehind(every=10, start=jobs)
+    with open(tmp_path / "incoming", "wb") as f:
+        f.write(b"z" * 10)
+        behind.received(f)
+    jobs.run()
+    with pytest.raises(OSError, match="syncing the snapshot being received failed"):
+        behind.finish()
+    behind.finish()  # reported once, to the install that was to claim it durable
+
+
+def test_a_real_helper_thread_syncs_and_finish_waits_for_it(tmp_path) -> None:
+    behind = SyncBehind(every=1024)
+    with open(tmp_path / "incoming", "wb") as f:
+        for _ in range(8):
+            f.write(b"r" * 1024)
+            behind.received(f)
+    behind.finish()
+    assert behind.syncs >= 1
+
+
+class _Serializer:
+    def __init__(self, f) -> None:
+        self._Serializer__incomingTransmissionFile = f
+
+
+class _Pysyncobj:
+    """What SnapshotInstallMixin reaches of pysyncobj for a chunk: its handler writes the
+    chunk to the incoming file."""
+
+    raftCommitIndex = 0
+
+    def _SyncObj__onMessageReceived(self, node, message) -> None:
+        self._SyncObj__serializer._Serializer__incomingTransmissionFile.write(
+            message["serialized"][0]
+        )
+
+
+class _Follower(install.SnapshotInstallMixin, _Pysyncobj):
+    def __init__(self, f, behind: SyncBehind) -> None:
+        self._init_install(lambda: False, behind)
+        self._SyncObj__serializer = _Serializer(f)
+        self.acks: list = []
+        self._SyncObj__transport = type("T", (), {"send": lambda _, n, m: self.acks.append(m)})()
+
+
+def test_each_chunk_received_is_handed_to_the_sync(tmp_path) -> None:
+    jobs = _Jobs()
+    behind = SyncBehind(every=100, start=jobs)
+    with open(tmp_path / "incoming", "wb") as f:
+        follower = _Follower(f, behind)
+        for i in range(3):
+            follower._on_append_entries("leader", {"serialized": (b"c" * 60, i == 0, False)})
+        assert behind.syncs == 1 and len(follower.acks) == 3
+    jobs.run()
+    behind.finish()
