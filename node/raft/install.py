@@ -96,6 +96,12 @@ class SyncBehind:
     Here, every `every` bytes received, a helper thread fdatasyncs a duplicate of the file's
     descriptor (one sync at a time), and the install waits only for what came after.
 
+    Measured on this machine's disk (1,500 chunks of 1 MiB written 2 ms apart, then the
+    install's wait and fsync; two runs each): 0.81 and 1.12 s without, 0.020 s with (23
+    syncs behind, the receive time unchanged at 3.7 s). A new member taking a 300 MiB
+    snapshot (benchmarks/membership_catchup.py --mib 300 --fsync always) stayed under the
+    0.1 s RaftNode logs either way: the stall grows with the snapshot, 1.47 GB at 10M keys.
+
     A failed sync is kept and raised by finish(): after a failed fsync, Linux reports the
     error once, so the install's own fsync (on a new descriptor) could succeed although
     the data never reached the disk."""
