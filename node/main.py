@@ -40,7 +40,8 @@ async def _when_ready(
     then start the checksum scan: in that order, from one task, so a scan that finds
     corruption at once cannot stop the node before its ready line is written (two polling
     tasks raced; CI saw it). The scan runs after ready so it does not slow the start it
-    was moved out of, but `scan_after` s at most: a node that cannot reach a quorum is still checked."""
+    was moved out of, but `scan_after` s at most: a node that cannot reach a quorum is
+    still checked."""
     deadline = time.monotonic() + scan_after
     while not raft.status().ready and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
