@@ -4,8 +4,8 @@
   returns a WrittenConfig(path, config); starts nothing (for tests that start
   nodes themselves). Any node still running from that config is killed at teardown.
 - `cluster`: the same config, started with LocalCluster.up(); yields the
-  LocalCluster; stops it gracefully after a passing test, kills it after a failing
-  one and prints the tail of every node.log.
+  LocalCluster; kills it after the test, and after a failing one prints the tail of
+  every node.log first.
 
 Options per test: @pytest.mark.cluster_options(size=5, fsync="always",
 election_timeout_min=0.2, election_timeout_max=0.5, gc_interval_seconds=0.5, auth=True,
@@ -214,11 +214,10 @@ def cluster(
     finally:
         if _test_failed(request):
             print_logs(lc)
-            lc.kill_all()
-        else:
-            outcome = lc.down(timeout=15.0)
-            if "killed" in outcome.values():
-                print_logs(lc)
+        # Killed, not stopped: a graceful stop took a median 1.52 s per test (the leader
+        # hands over first), 126 s of the default run, and asserted nothing. The graceful
+        # stop has its own tests (test_graceful.py, test_supervisor.py).
+        lc.kill_all()
         lc.close()
 
 
