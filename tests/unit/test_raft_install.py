@@ -128,18 +128,21 @@ class _Jobs:
             self.pending.pop(0)()
 
 
+def _arrives(f, data: bytes, behind: SyncBehind) -> None:
+    """One chunk as pysyncobj writes it, then handed to the sync."""
+    f.write(data)
+    behind.received(f)
+
+
 def test_a_sync_starts_every_so_many_bytes_one_at_a_time(tmp_path) -> None:
     jobs = _Jobs()
     behind = SyncBehind(every=100, start=jobs)
     with open(tmp_path / "incoming", "wb") as f:
-        f.write(b"x" * 99)
-        behind.received(f)
+        _arrives(f, b"x" * 99, behind)
         assert behind.syncs == 0
-        f.write(b"x")
-        behind.received(f)
+        _arrives(f, b"x", behind)
         assert behind.syncs == 1 and len(jobs.pending) == 1
-        f.write(b"x" * 300)
-        behind.received(f)  # the first sync is still running: no second one
+        _arrives(f, b"x" * 300, behind)  # the first sync is still running: no second one
         assert behind.syncs == 1
         jobs.run()
         behind.received(f)
@@ -152,12 +155,10 @@ def test_a_new_transfer_counts_from_its_start(tmp_path) -> None:
     jobs = _Jobs()
     behind = SyncBehind(every=100, start=jobs)
     with open(tmp_path / "a", "wb") as f:
-        f.write(b"x" * 150)
-        behind.received(f)
+        _arrives(f, b"x" * 150, behind)
         jobs.run()
     with open(tmp_path / "b", "wb") as f:  # the leader started again
-        f.write(b"x" * 100)
-        behind.received(f)
+        _arrives(f, b"x" * 100, behind)
         jobs.run()
     assert behind.syncs == 2
 
@@ -166,8 +167,7 @@ def test_the_sync_runs_on_its_own_descriptor_after_the_file_is_closed(tmp_path) 
     jobs = _Jobs()
     behind = SyncBehind(every=10, start=jobs)
     with open(tmp_path / "incoming", "wb") as f:
-        f.write(b"y" * 10)
-        behind.received(f)
+        _arrives(f, b"y" * 10, behind)
     jobs.run()  # pysyncobj closed (and renamed) its file meanwhile
     behind.finish()
     assert (tmp_path / "incoming").read_bytes() == b"y" * 10  # flushed before the sync
@@ -181,8 +181,7 @@ def test_a_failed_sync_fails_the_install(tmp_path, monkeypatch) -> None:
     jobs = _Jobs()
     behind = SyncBehind(every=10, start=jobs)
     with open(tmp_path / "incoming", "wb") as f:
-        f.write(b"z" * 10)
-        behind.received(f)
+        _arrives(f, b"z" * 10, behind)
     jobs.run()
     with pytest.raises(OSError, match="syncing the snapshot being received failed"):
         behind.finish()
@@ -193,8 +192,7 @@ def test_a_real_helper_thread_syncs_and_finish_waits_for_it(tmp_path) -> None:
     behind = SyncBehind(every=1024)
     with open(tmp_path / "incoming", "wb") as f:
         for _ in range(8):
-            f.write(b"r" * 1024)
-            behind.received(f)
+            _arrives(f, b"r" * 1024, behind)
     behind.finish()
     assert behind.syncs >= 1
 
