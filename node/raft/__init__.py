@@ -222,6 +222,13 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   connection is a _PeerConnection, whose buffers are bytearrays extended in place and
   consumed from the front; pysyncobj's parser sees one frame at a time.
   [conn_buffers.py, syncobj._PeerConnection] Test: tests/unit/test_conn_buffers.py
+- a connection stamps its last-read time once per READ event, which reads everything the
+  socket holds, and then handles the frames one by one: a follower slower than
+  connectionTimeout to handle one read's snapshot chunks timed out its own connection
+  when it acknowledged one, and the snapshot restarted from zero (a receiver slowed to
+  0.3 s per MiB: 13 drops in 30 s, never caught up). Each frame handed on is stamped.
+  [conn_buffers.py, syncobj._PeerConnection] Test: tests/unit/test_conn_buffers.py::
+  test_a_slow_handler_does_not_time_out_its_own_connection
 """
 
 from node.raft.interface import FSM, RaftStatus, SubmitError

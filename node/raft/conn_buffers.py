@@ -22,7 +22,16 @@ over the bytearrays, so `buffer += data` extends in place and a plain assignment
 - __processSend: the socket write, consuming what was sent from the front;
 - __processParseMessage: pysyncobj's parser (length prefix, seal, timestamp, rand key,
   unpickle: all of it still pysyncobj's) sees one complete frame at a time, cut from
-  the front of the read buffer, so what is buffered behind it is never copied.
+  the front of the read buffer, so what is buffered behind it is never copied; and each
+  frame handed on counts as a read for the connection's timeout (below).
+
+The timeout. pysyncobj stamps __lastReadTime once per READ event, which reads all the
+socket holds (many 1 MiB snapshot chunks), then handles the frames one by one; every send
+(a chunk's acknowledgement) checks connectionTimeout against that one stamp. A follower
+slower than connectionTimeout (1.4 s) to handle one read's frames dropped its OWN
+connection, and the leader restarted the snapshot from zero (a receiver slowed to 0.3 s
+per MiB: 13 such drops in 30 s, never caught up). The time this node spends handling what
+it received is not the peer's silence: each frame is stamped as it is handed on.
 Nothing of the wire format changes. Imports nothing of pysyncobj: syncobj.py combines it
 with TcpConnection (and sets _DISCONNECTED).
 """
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import errno
 import struct
+from collections.abc import Callable
 
 _LENGTH = struct.Struct("i")  # pysyncobj's frame prefix: native int, the frame's size
 
@@ -44,6 +54,7 @@ class InPlaceBuffersMixin:
     buffer copies (module docstring)."""
 
     _DISCONNECTED: int
+    _read_clock: Callable[[], float]  # pysyncobj's clock of __lastReadTime
     _sk_out: bytearray
     _sk_in: bytearray | bytes
 
@@ -95,6 +106,7 @@ class InPlaceBuffersMixin:
         # did) and keeps nothing; what is buffered behind it stays where it is.
         self._sk_in = bytes(memoryview(pending)[:end])
         del pending[:end]
+        self._TcpConnection__lastReadTime = self._read_clock()  # the timeout (docstring)
         try:
             return super()._TcpConnection__processParseMessage()  # type: ignore[misc]
         finally:

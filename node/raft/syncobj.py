@@ -196,6 +196,7 @@ class _PeerConnection(InPlaceBuffersMixin, TcpConnection):
     (conn_buffers.py): every peer connection, dialled or accepted, is one of these."""
 
     _DISCONNECTED = CONNECTION_STATE.DISCONNECTED
+    _read_clock = staticmethod(_pysyncobj_monotonic)
 
 
 # The two places pysyncobj makes peer connections (its transport dials, its server accepts).

@@ -13,7 +13,15 @@ import struct
 
 import pytest
 
-from node.raft.syncobj import _PeerConnection, _tcp_server_module, _transport_module
+from node.raft import loop_driver
+from node.raft.syncobj import (
+    _PeerConnection,
+    _tcp_connection_module,
+    _tcp_server_module,
+    _transport_module,
+)
+
+_READ = loop_driver.READ  # pysyncobj's READ event (syncobj.py asserts they agree)
 
 CONNECTION_CLASS = _PeerConnection  # pysyncobj's TcpConnection here: the two "copied" tests fail
 
@@ -111,3 +119,33 @@ def test_a_partial_frame_waits_for_the_rest(pair) -> None:
 def test_pysyncobj_makes_every_peer_connection_of_this_class() -> None:
     assert _transport_module.TcpConnection is _PeerConnection  # the ones it dials
     assert _tcp_server_module.TcpConnection is _PeerConnection  # the ones it accepts
+
+
+def test_a_slow_handler_does_not_time_out_its_own_connection(pair, monkeypatch) -> None:
+    """One READ event reads everything the socket holds, then handles its frames one by one;
+    pysyncobj stamped the last-read time once per read, so a follower slow to handle a burst
+    of snapshot chunks (a throttled disk) timed out its OWN connection when it acknowledged
+    one of them, and the leader restarted the snapshot from zero (probe: 0.3 s/MiB, 13 such
+    disconnects in 30 s, never caught up). A frame handled counts as a read."""
+    sender, receiver = pair
+    now = [_tcp_connection_module.monotonicTime()]
+    clock = lambda: now[0]  # noqa: E731
+    monkeypatch.setattr(_tcp_connection_module, "monotonicTime", clock)
+    monkeypatch.setattr(_PeerConnection, "_read_clock", staticmethod(clock), raising=False)
+    receiver._TcpConnection__timeout = 1.4  # connectionTimeout at the default election timeout
+    handled = []
+
+    def handle_slowly(message) -> None:  # 0.6 s per chunk, then its acknowledgement
+        now[0] += 0.6
+        handled.append(message["i"])
+        receiver.send({"type": "sk_snapshot_chunk_ack"})
+
+    receiver.setOnMessageReceivedCallback(handle_slowly)
+    for m in _messages(4):
+        sender.send(m)
+    sender._TcpConnection__trySendBuffer()
+    receiver._TcpConnection__processConnection(receiver.fileno(), _READ)
+    assert receiver.state != _PeerConnection._DISCONNECTED, (
+        f"the receiver dropped its own connection after handling chunks {handled}"
+    )
+    assert handled == [0, 1, 2, 3]
