@@ -191,8 +191,8 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   the leader drops a connection that sent nothing for connectionTimeout even as it writes
   to it: a stream longer than that restarted from scratch again and again (a 200 MiB store
   never reached a new member in 300 s; one install missed a chunk and the node exited).
-  Followers acknowledge each chunk with a message the leader ignores (its arrival is what
-  counts). [install.SnapshotInstallMixin._on_append_entries] Measured, no test of its own:
+  Followers acknowledge each chunk (its arrival is what counts; check-quorum: below).
+  [install.SnapshotInstallMixin._on_append_entries] Measured, no test of its own:
   benchmarks/membership_catchup.py --mib 200 (before: not caught up after 300 s; after: 96 s)
 - entries carry the time of whichever node built them: the leader restamps every regular
   command it appends (node/cluster_clock.py bounds that time). [syncobj.py, log.py] Test:
@@ -229,6 +229,13 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   0.3 s per MiB: 13 drops in 30 s, never caught up). Each frame handed on is stamped.
   [conn_buffers.py, syncobj._PeerConnection] Test: tests/unit/test_conn_buffers.py::
   test_a_slow_handler_does_not_time_out_its_own_connection
+- check-quorum (leaderFallbackTimeout) counts only replies to AppendEntries, and a follower
+  receiving a snapshot answers none until the last chunk: when it was the leader's majority,
+  the leader stepped down again and again (a receiver slowed to 0.3 s per MiB: 16 losses,
+  28.8 s leaderless). Chunk acks carry the follower's term; one of the leader's term counts
+  as contact. [install.SnapshotInstallMixin._on_chunk_ack, syncobj.py] Tests:
+  test_raft_defects.py::test_a_snapshot_chunk_ack_counts_for_check_quorum;
+  tests/unit/test_raft_install.py::test_a_chunk_ack_carries_the_followers_term
 """
 
 from node.raft.interface import FSM, RaftStatus, SubmitError

@@ -6,7 +6,8 @@ with its test):
 - an AppendEntries sets commit = min(leaderCommit, our last index), which committed a
   deposed leader's stale tail: commit only what the message vouched for;
 - only a snapshot's last chunk was answered, so a leader dropped a follower that was busy
-  receiving a long snapshot: every chunk is acknowledged (SNAPSHOT_CHUNK_ACK);
+  receiving a long snapshot: every chunk is acknowledged (SNAPSHOT_CHUNK_ACK), with the
+  follower's term, and the leader's check-quorum counts an ack of its term as contact;
 - snapshot chunks carry no position: when a connection died with chunks in flight and the
   leader went on over a new one, the follower appended the rest after a gap and installed
   a broken file (the 10M-key sweep: a restore found no CURRENT and the node stopped, then
@@ -220,11 +221,28 @@ class SnapshotInstallMixin:
                 # peer silent for connectionTimeout even while writing to it: a snapshot
                 # streaming longer than that restarted forever, or lost a chunk and the
                 # follower exited restoring it (benchmarks/membership_catchup.py --mib 200).
-                self._SyncObj__transport.send(node, {"type": SNAPSHOT_CHUNK_ACK})
+                # Tagged with our term: the leader counts it as contact (_on_chunk_ack).
+                self._SyncObj__transport.send(
+                    node, {"type": SNAPSHOT_CHUNK_ACK, "term": self.raftCurrentTerm}
+                )
         bound = max(before, vouched)
         if self.raftCommitIndex > bound:
             self._SyncObj__raftCommitIndex = bound
             self._journal.setRaftCommitIndex(bound)
+
+    def _on_chunk_ack(self, node, message: dict) -> None:
+        """The leader's side of SNAPSHOT_CHUNK_ACK. Its arrival kept the connection alive;
+        check-quorum (leaderFallbackTimeout) counts only replies to AppendEntries, and a
+        follower receiving a snapshot sends none until the last chunk: when that follower
+        was the leader's majority (a 3-node cluster with one node down), the leader stepped
+        down every leaderFallbackTimeout of the transfer (a receiver slowed to 0.3 s per
+        MiB: 16 leadership losses, 28.8 s without a leader). An ack of this leader's term
+        is contact with that follower; one of another term (or untagged) is not."""
+        if not self._isLeader() or message.get("term") != self.raftCurrentTerm:
+            return
+        heard = self._SyncObj__lastResponseTime
+        if node in heard:  # the leader's followers (pysyncobj sets them on election)
+            heard[node] = self.raft_clock()
 
     def _drop_broken_transfer(self, message: dict) -> None:
         """A chunk went missing: what was received is useless. pysyncobj appends chunks to

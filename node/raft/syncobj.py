@@ -492,7 +492,7 @@ class _SyncObj(
         if kind == READ_INDEX_ACK:
             return self._on_read_index_ack(node, message)
         if kind == SNAPSHOT_CHUNK_ACK:
-            return None  # its arrival kept the connection alive; nothing else to do
+            return self._on_chunk_ack(node, message)  # check-quorum (install.py)
         if kind == NEXT_NODE_IDX and message.get("term") != self.raftCurrentTerm:
             return None  # a reply to an earlier term's AppendEntries (see __sendNextNodeIdx)
         if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:

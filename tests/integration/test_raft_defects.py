@@ -16,6 +16,7 @@ from cluster.ports import free_ports
 from node import entry, failpoints
 from node.config import ClusterConfig, NodeConfig, RaftSettings
 from node.raft import NEXT_NODE_IDX
+from node.raft.install import SNAPSHOT_CHUNK_ACK
 from node.raft.syncobj import SERIALIZER_STATE
 from tests.integration.raft_harness import Member, config, leader_of, wait_for, write_journal
 
@@ -275,3 +276,30 @@ def test_a_snapshot_packed_while_a_newer_one_is_installed_does_not_replace_it(
     time.sleep(0.5)
     header, _ = snapshot_file.read_header(slow.raft._conf.fullDumpFile)
     assert header["last"][1] >= installed, (header["last"], installed)
+
+
+def test_a_snapshot_chunk_ack_counts_for_check_quorum(tmp_path: Path, members) -> None:
+    """Issue 26, defect 4: check-quorum (leaderFallbackTimeout) counted only replies to
+    AppendEntries, and a follower receiving a snapshot answers only its chunks until the
+    last: when that follower was the leader's majority, the leader stepped down again and
+    again (a slowed receiver: 16 leadership losses, 28.8 s leaderless). A chunk ack of the
+    leader's term is contact with that follower; another term's is not."""
+    cfg = config(tmp_path, 3)
+    members.extend(Member(cfg, f"n{i}") for i in range(3))
+    lead = leader_of(members)
+    follower = next(iter(lead.obj.otherNodes))
+    heard = lead.obj._SyncObj__lastResponseTime
+    term = lead.obj.raftCurrentTerm
+    seen: list[float] = []
+
+    def ack(message_term: int) -> None:  # one raft step: no heartbeat reply in between
+        heard[follower] = 0.0
+        lead.obj._SyncObj__onMessageReceived(
+            follower, {"type": SNAPSHOT_CHUNK_ACK, "term": message_term}
+        )
+        seen.append(heard[follower])
+
+    lead.on_raft_thread(lambda: ack(term - 1))
+    lead.on_raft_thread(lambda: ack(term))
+    assert seen[0] == 0.0, "an ack of an earlier term counted as contact"
+    assert seen[1] > 0.0, "the leader ignored a chunk ack of its own term (check-quorum)"

@@ -207,6 +207,7 @@ class _Pysyncobj:
     chunk to the incoming file."""
 
     raftCommitIndex = 0
+    raftCurrentTerm = 7
 
     def _SyncObj__onMessageReceived(self, node, message) -> None:
         self._SyncObj__serializer._Serializer__incomingTransmissionFile.write(
@@ -232,3 +233,11 @@ def test_each_chunk_received_is_handed_to_the_sync(tmp_path) -> None:
         assert behind.syncs == 1 and len(follower.acks) == 3
     jobs.run()
     behind.finish()
+
+
+def test_a_chunk_ack_carries_the_followers_term(tmp_path) -> None:
+    """The leader counts an ack of its own term as contact (check-quorum, issue 26)."""
+    with open(tmp_path / "incoming", "wb") as f:
+        follower = _Follower(f, SyncBehind())
+        follower._on_append_entries("leader", {"serialized": (b"c", True, False)})
+    assert follower.acks == [{"type": install.SNAPSHOT_CHUNK_ACK, "term": 7}]
