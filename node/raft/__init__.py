@@ -211,10 +211,17 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   fails to unpickle such an entry and stops (it never skips it). [log.py, syncobj.py] Tests:
   test_raft_encoding.py::test_a_journal_of_pickled_commands_still_replays;
   tests/unit/test_journal_commands.py
-- a received snapshot is written unsynced and renamed into place: RaftNode fsyncs it before
-  raft takes its position, and a helper thread syncs it every 64 MiB while it arrives, so
-  that fsync on the loop is short (1.5 GB: 0.8-1.1 s -> 0.02 s). [install.SyncBehind,
-  raft_node._durable_header] Test: tests/unit/test_raft_install.py
+- a received snapshot is written unsynced: a helper thread syncs it every 64 MiB while it
+  arrives, so the install's fsync on the loop is short (1.5 GB: 0.8-1.1 s -> 0.02 s).
+  [install.SyncBehind] Test: tests/unit/test_raft_install.py
+- pysyncobj renames a received snapshot over snapshot.bin before anything syncs it; a power
+  cut after the rename (LazyFS) left snapshot.bin 0 bytes and the node failed at every
+  start: the file is fsynced before pysyncobj handles the last chunk (a failed sync drops
+  the transfer), and the directory after the rename, before raft takes the snapshot's
+  position. [install.SnapshotInstallMixin._sync_before_rename, raft_node._durable_header]
+  Tests: tests/unit/test_raft_install.py::
+  test_a_received_snapshot_is_synced_before_it_is_renamed_into_place; the chaos scenario
+  power-loss-during-snapshot-install
 - TcpConnection's write and read buffers are `bytes`, rebuilt whole on every message
   appended, every partial socket write, every recv and every message parsed: quadratic in
   the backlog, on the node's loop (a leader streaming a 1.47 GB snapshot spent 41% of its

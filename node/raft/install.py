@@ -24,7 +24,9 @@ with its test):
   hand-over accepted, and no ReadIndex answered;
 - a received snapshot reached the disk only at its install, in one fsync of the whole file
   on the loop (fsync=always): the file is synced while it arrives (SyncBehind), on a
-  helper thread, so the install waits only for its tail.
+  helper thread, so the install waits only for its tail;
+- pysyncobj renames the received file over snapshot.bin before anything synced it (a
+  power cut then left it empty): it is synced before that rename (_sync_before_rename).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 
 from node import failpoints, snapshot_file
@@ -91,8 +94,8 @@ class SyncBehind:
     """Syncs the snapshot file a follower is receiving while it arrives (fsync=always).
 
     pysyncobj appends each chunk to its incoming file on the loop and renames the file into
-    place after the last one; RaftNode then fsyncs it, on the loop, before raft takes its
-    position. A large snapshot arrives faster than the kernel writes it back, so that one
+    place after the last one; the install fsyncs it, on the loop, just before that rename
+    (complete()). A large snapshot arrives faster than the kernel writes it back, so that one
     fsync wrote the whole file (a 1.47 GB snapshot at 10M keys) while the node stood still.
     Here, every `every` bytes received, a helper thread fdatasyncs a duplicate of the file's
     descriptor (one sync at a time), and the install waits only for what came after.
@@ -151,6 +154,17 @@ class SyncBehind:
         if failed is not None:
             raise OSError(f"syncing the snapshot being received failed: {failed}") from failed
 
+    def complete(self, incoming) -> None:
+        """The whole file on disk, before pysyncobj renames it into place (on the loop):
+        the sync in flight, then an fsync of what came after it. Raises OSError."""
+        started = time.monotonic()
+        self.finish()
+        incoming.flush()
+        os.fsync(incoming.fileno())
+        took = time.monotonic() - started
+        if took > 0.1:  # on the loop: worth a line
+            log.info("received snapshot synced in %.2f s", took)
+
 
 class SnapshotInstallMixin:
     """Call _init_install() before SyncObj.__init__; the subclass routes AppendEntries of
@@ -203,6 +217,8 @@ class SnapshotInstallMixin:
         packing), up to the snapshot's last index once it is installed, else not at all."""
         if message.get("serialized") is not None and not self.chunk_offsets.in_order(message):
             return self._drop_broken_transfer(message)
+        if message.get("serialized") is not None and message["serialized"][2]:
+            self._sync_before_rename(message)
         before = self.raftCommitIndex
         self._installed_snapshot = None
         super()._SyncObj__onMessageReceived(node, message)  # type: ignore[misc]
@@ -212,9 +228,7 @@ class SnapshotInstallMixin:
         else:
             vouched = self._installed_snapshot or 0
             if message.get("serialized") is not None and self._installed_snapshot is None:
-                incoming = getattr(
-                    self._SyncObj__serializer, "_Serializer__incomingTransmissionFile", None
-                )
+                incoming = self._incoming_file()
                 if self._sync_behind is not None and incoming is not None:
                     self._sync_behind.received(incoming)
                 # pysyncobj answers only the last chunk, and the leader's connection drops a
@@ -244,23 +258,50 @@ class SnapshotInstallMixin:
         if node in heard:  # the leader's followers (pysyncobj sets them on election)
             heard[node] = self.raft_clock()
 
+    def _incoming_file(self):
+        """pysyncobj's file of the snapshot being received (None: no transfer under way)."""
+        return getattr(self._SyncObj__serializer, "_Serializer__incomingTransmissionFile", None)
+
+    def _drop_transfer(self) -> None:
+        """pysyncobj appends chunks to its incoming file until the last one, then installs
+        it: close that file, so it takes no more chunks until the leader starts the
+        transfer again (the leader does once its AppendEntries after the snapshot fail)."""
+        self._incoming_file().close()
+        self._SyncObj__serializer._Serializer__incomingTransmissionFile = None
+
     def _drop_broken_transfer(self, message: dict) -> None:
-        """A chunk went missing: what was received is useless. pysyncobj appends chunks to
-        its incoming file until the last one, then installs it: close that file, so it
-        takes no more chunks until the leader starts the transfer again (the leader does
-        once its AppendEntries after the snapshot fail here)."""
-        serializer = self._SyncObj__serializer
-        incoming = getattr(serializer, "_Serializer__incomingTransmissionFile", None)
-        if incoming is not None:
+        """A chunk went missing: what was received is useless."""
+        if self._incoming_file() is not None:
             log.warning(
                 "a snapshot chunk from the leader arrived at offset %s after a gap (a chunk "
                 "was lost with a dropped connection): transfer dropped, the leader sends "
                 "the snapshot again",
                 message.get(CHUNK_OFFSET),
             )
-            incoming.close()
-            serializer._Serializer__incomingTransmissionFile = None
+            self._drop_transfer()
         return None
+
+    def _sync_before_rename(self, message: dict) -> None:
+        """pysyncobj handles a snapshot's last chunk by closing its incoming file and
+        renaming it over snapshot.bin (Serializer.setTransmissionData), and only the load
+        after that synced it: a power cut in between, once any later fsync committed the
+        rename, left snapshot.bin empty (LazyFS), and the node failed at every start. So
+        the file is synced here, before pysyncobj sees that chunk; the directory is synced
+        after the rename, before raft takes the snapshot's position (RaftNode
+        _durable_header). A sync that fails drops the transfer (nothing is renamed, the
+        node keeps the snapshot it had, the leader sends this one again)."""
+        incoming = self._incoming_file()
+        data, first, _last = message["serialized"]
+        if self._sync_behind is None or incoming is None or first:
+            return  # fsync off; no transfer under way; a one-chunk transfer (never a real one)
+        if data:  # pysyncobj's last chunk is empty (getTransmissionData); if not, it is ours
+            incoming.write(data)
+            message["serialized"] = (b"", first, True)
+        try:
+            self._sync_behind.complete(incoming)
+        except OSError:
+            log.exception("syncing the received snapshot failed: transfer dropped")
+            self._drop_transfer()
 
     def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
         """Load the snapshot at start (clearJournal False) or after receiving it from the

@@ -251,16 +251,8 @@ class RaftNode:
             self._restore_failed(e)
 
     def _durable_header(self, path: str) -> tuple[dict, int]:
-        if self._durable:  # a snapshot just received from the leader was renamed unsynced
-            started = time.monotonic()
-            assert self._sync_behind is not None
-            self._sync_behind.finish()  # the part synced while it arrived
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
+        if self._durable:  # a snapshot just received was synced, then renamed (install.py)
             snapshot_file.fsync_dir(self._raft_dir)
-            took = time.monotonic() - started
-            if took > 0.1:  # on the loop: worth a line
-                log.info("snapshot file synced in %.2f s", took)
         return snapshot_file.read_header(path)
 
     def _start_restore(self, path: str, offset: int, index: int) -> None:

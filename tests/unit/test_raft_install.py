@@ -3,6 +3,8 @@ and the sweep of peers that never authenticate (node/raft/peers.py): no network.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -204,15 +206,23 @@ class _Serializer:
 
 class _Pysyncobj:
     """What SnapshotInstallMixin reaches of pysyncobj for a chunk: its handler writes the
-    chunk to the incoming file."""
+    chunk to the incoming file and, after the last one, closes the file and renames it into
+    place (Serializer.setTransmissionData)."""
 
     raftCommitIndex = 0
     raftCurrentTerm = 7
 
     def _SyncObj__onMessageReceived(self, node, message) -> None:
-        self._SyncObj__serializer._Serializer__incomingTransmissionFile.write(
-            message["serialized"][0]
-        )
+        serializer = self._SyncObj__serializer
+        incoming = serializer._Serializer__incomingTransmissionFile
+        if incoming is None:
+            return  # pysyncobj takes no chunk then
+        data, _first, last = message["serialized"]
+        incoming.write(data)
+        if last:
+            incoming.close()
+            serializer._Serializer__incomingTransmissionFile = None
+            os.rename(incoming.name, incoming.name + ".installed")
 
 
 class _Follower(install.SnapshotInstallMixin, _Pysyncobj):
@@ -241,3 +251,50 @@ def test_a_chunk_ack_carries_the_followers_term(tmp_path) -> None:
         follower = _Follower(f, SyncBehind())
         follower._on_append_entries("leader", {"serialized": (b"c", True, False)})
     assert follower.acks == [{"type": install.SNAPSHOT_CHUNK_ACK, "term": 7}]
+
+
+def _record_syncs_and_renames(monkeypatch) -> list[tuple[str, str]]:
+    events: list[tuple[str, str]] = []
+
+    def recording(name: str, real):
+        def call(*args):
+            path = args[0] if name == "rename" else os.readlink(f"/proc/self/fd/{args[0]}")
+            events.append((name, os.path.basename(path)))
+            return real(*args)
+
+        return call
+
+    for name in ("fsync", "fdatasync", "rename"):
+        monkeypatch.setattr(os, name, recording(name, getattr(os, name)))
+    return events
+
+
+def test_a_received_snapshot_is_synced_before_it_is_renamed_into_place(tmp_path, monkeypatch):
+    """pysyncobj renames the received file over snapshot.bin after the last chunk; the sync
+    came only after, at the load: a power cut in between (LazyFS) left snapshot.bin empty,
+    and the node failed at every start (issue 26, defect 6)."""
+    events = _record_syncs_and_renames(monkeypatch)
+    f = open(tmp_path / "incoming", "wb")
+    follower = _Follower(f, SyncBehind(every=1 << 30))
+    follower._on_append_entries("leader", {"serialized": (b"s" * 300, True, False)})
+    follower._on_append_entries("leader", {"serialized": (b"", False, True)})
+    assert ("rename", "incoming") in events, events
+    synced = [e for e in events if e[1] == "incoming" and e[0] != "rename"]
+    assert synced and events.index(synced[-1]) < events.index(("rename", "incoming")), (
+        f"renamed into place before it was synced: {events}"
+    )
+    assert (tmp_path / "incoming.installed").read_bytes() == b"s" * 300
+
+
+def test_a_received_snapshot_that_cannot_be_synced_is_not_installed(tmp_path, monkeypatch):
+    """The leader sends it again; what the node had stays in place."""
+
+    def eio(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", eio)
+    f = open(tmp_path / "incoming", "wb")
+    follower = _Follower(f, SyncBehind(every=1 << 30))
+    follower._on_append_entries("leader", {"serialized": (b"s" * 300, True, False)})
+    follower._on_append_entries("leader", {"serialized": (b"", False, True)})
+    assert f.closed and not (tmp_path / "incoming.installed").exists()
