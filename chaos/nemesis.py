@@ -137,6 +137,8 @@ def _setup(cls: type[Fault]) -> str:
         needs.append("raft settings")
     if getattr(cls, "retention_settings", None):
         needs.append("retention settings")
+    if getattr(cls, "lazyfs_namespace", "strict") != "strict":
+        needs.append(f"LazyFS namespace {cls.lazyfs_namespace!r}")  # type: ignore[attr-defined]
     for hook in ("node_env", "configure"):
         mine, base = getattr(cls, hook, None), getattr(Fault, hook, None)
         if mine is not None and mine is not base:

@@ -258,7 +258,14 @@ def _run(
             backing, mount = work / "backing", work / "mnt"
             backing.mkdir()
             mount.mkdir()
-            lazyfs = stack.enter_context(LazyFS(backing, mount, log_path=work / "lazyfs.log"))
+            lazyfs = stack.enter_context(
+                LazyFS(
+                    backing,
+                    mount,
+                    log_path=work / "lazyfs.log",
+                    namespace=type(fault).lazyfs_namespace,
+                )
+            )
             data_dir = mount / "data"
         elif topology == "smallfs":  # a size-limited tmpfs (the disk-full fault)
             from chaos.smallfs import SmallFs

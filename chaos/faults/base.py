@@ -151,6 +151,9 @@ class Fault:
     name: ClassVar[str] = ""
     kind: ClassVar[str] = "process"  # process | partition | proxy | failpoint | clock | disk | none
     topology: ClassVar[str] = "plain"  # plain | links | proxy | lazyfs | smallfs
+    # lazyfs: "strict" (a rename is durable once its directory is fsynced) or "journal"
+    # (any fsync commits every earlier rename, as ext4 / XFS do): chaos/lazyfs/core.py
+    lazyfs_namespace: ClassVar[str] = "strict"
     description: ClassVar[str] = ""
     # The cluster this fault needs (see the module docstring).
     min_nodes: ClassVar[int] = 3

@@ -1,14 +1,24 @@
 """Process faults: SIGKILL, SIGSTOP, rolling restarts, a wiped follower, and the power
-loss of every node at once (LazyFS)."""
+loss of every node at once (LazyFS), also right after a follower's snapshot install."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Sequence
 
-from chaos.faults.base import Fault, FaultContext, FaultError
+from chaos.faults.base import (
+    Fault,
+    FaultContext,
+    FaultError,
+    log_since,
+    log_size,
+    snapshot_last_index,
+)
+from chaos.faults.failpoints import FAILPOINTS_ENV, TINY_SNAPSHOTS, failpoint_spec
+from chaos.report import FAIL, PASS, UNKNOWN, Verdict
 from cluster.supervisor import LocalCluster, SupervisorError
 
 __all__ = [
@@ -18,6 +28,7 @@ __all__ = [
     "KillRandom",
     "PauseLeader",
     "PowerLoss",
+    "PowerLossInstall",
     "RollingRestart",
     "WipeFollower",
 ]
@@ -197,3 +208,115 @@ class PowerLoss(Fault):
 
     def stop(self, ctx: FaultContext) -> None:
         _start_all(ctx)
+
+
+_AT_INSTALL = {"snapshot-install": "exit"}  # node/failpoints.py: right after the rename
+_INSTALL_EXIT = "failpoint snapshot-install: exiting"  # what it logs
+
+
+class PowerLossInstall(Fault):
+    """A follower that needs a snapshot is started with the failpoint snapshot-install=exit:
+    it receives the leader's snapshot, renames it over its snapshot.bin and exits before
+    loading it (the directory not yet synced), as a power cut there would. The others write
+    on for a moment (on ext4 / XFS their fsyncs commit the pending rename: LazyFS namespace
+    "journal"), then every node loses power. The follower must start from what its disk
+    kept, catch up and serve; no acknowledged write may be lost.
+
+    Before the fix (issue 26) the snapshot was renamed before anything synced it: after the
+    cut snapshot.bin was 0 bytes and the follower failed at every start."""
+
+    name = "power-loss-install"
+    topology = "lazyfs"
+    lazyfs_namespace = "journal"
+    raft_settings = TINY_SNAPSHOTS  # the leader compacts past a stopped follower in ~1 s
+    watch_target = "follower"
+    description = (
+        "a follower needing a snapshot exits right after the install renamed it into place "
+        "(failpoint snapshot-install), the others write on, then every node loses power "
+        "(LazyFS drops what was not fsynced); restart all when the fault window ends"
+    )
+    behind_s = 1.5  # down long enough for the leader to compact past it
+    install_s = 12.0  # per round: start (2-3 s on 2 busy cores), snapshot, exit
+    rounds_max = 4  # a round whose follower needed no snapshot is tried again
+    commit_s = 1.0  # the others' fsyncs after the exit commit its rename (ordered metadata)
+
+    def __init__(self) -> None:
+        self.victim: str | None = None
+        self.rounds = 0
+        self.fired = False
+        self.received: int | None = None  # last index of the snapshot renamed into place
+        self.kept: int | None = None  # last index of the victim's snapshot after the cut
+
+    def allows_loss(self, fsync: str) -> bool:
+        return fsync == "never"  # as power-loss
+
+    def start(self, ctx: FaultContext) -> str:
+        if ctx.lazyfs is None:
+            raise FaultError("power-loss-install needs the cluster on a LazyFS mount")
+        lc = ctx.cluster
+        self.victim = ctx.follower()
+        while not self.fired and self.rounds < self.rounds_max:
+            self.rounds += 1
+            self.fired = self._round(ctx)
+        if self.fired:
+            self.received = snapshot_last_index(lc.data_dir(self.victim))
+            time.sleep(self.commit_s)
+        _kill_many(lc, ctx.node_ids)
+        ctx.mark()  # power is off from here
+        before = ctx.lazyfs.status()
+        ctx.lazyfs.crash()
+        self.kept = snapshot_last_index(lc.data_dir(self.victim))
+        how = (
+            f"exited right after renaming a received snapshot into place (round {self.rounds})"
+            if self.fired
+            else f"never needed a snapshot in {self.rounds} rounds"
+        )
+        return (
+            f"{self.victim} (follower) {how}; power cut of every node (dropped "
+            f"{before.get('dirty_bytes', '?')} unsynced bytes); {self.victim}'s snapshot.bin "
+            f"covered index {self.received} before the cut, {self.kept} after; restart at heal"
+        )
+
+    def _round(self, ctx: FaultContext) -> bool:
+        """Stop the victim, let the leader compact past it, start it with the failpoint:
+        True once it exited there; False if it got ready without needing a snapshot."""
+        assert self.victim is not None
+        lc = ctx.cluster
+        lc.kill_node(self.victim)
+        time.sleep(self.behind_s)
+        offset = log_size(lc, self.victim)
+        lc.start_node(self.victim, env={FAILPOINTS_ENV: failpoint_spec(_AT_INSTALL)})
+        deadline = time.monotonic() + self.install_s
+        while time.monotonic() < deadline:
+            if _INSTALL_EXIT in log_since(lc, self.victim, offset):
+                lc.kill_node(self.victim)  # reaps it (it exited)
+                return True
+            if lc.is_running(self.victim) and lc.is_ready(self.victim):
+                break
+            time.sleep(0.1)
+        ctx.log(f"round {self.rounds}: {self.victim} did not exit at the install; again")
+        return False
+
+    def stop(self, ctx: FaultContext) -> None:
+        _start_all(ctx)  # without the failpoint: it was armed for one start only
+
+    def verify(self, ctx: FaultContext) -> list[Verdict]:
+        if self.victim is None:
+            return []
+        lc = ctx.cluster
+        serving = lc.is_running(self.victim) and lc.is_ready(self.victim)
+        if not self.fired:
+            status = UNKNOWN
+        else:
+            status = PASS if serving and self.kept is not None else FAIL
+        return [
+            Verdict(
+                "follower back after a power cut right after its snapshot install's rename",
+                status,
+                f"{self.victim} {'ready' if serving else 'NOT ready'}; snapshot.bin after the "
+                f"cut: {'unreadable or missing' if self.kept is None else f'index {self.kept}'} "
+                f"(received: index {self.received})",
+                f"{self.rounds} rounds; the failpoint "
+                + ("fired" if self.fired else "never fired: nothing tested"),
+            )
+        ]

@@ -24,6 +24,7 @@ from chaos.faults.process import (
     KillRandom,
     PauseLeader,
     PowerLoss,
+    PowerLossInstall,
     RollingRestart,
     WipeFollower,
 )
@@ -52,6 +53,7 @@ FAULTS: dict[str, type[Fault]] = {
         KillAll,
         WipeFollower,
         PowerLoss,
+        PowerLossInstall,
         MembershipChange,
         PartitionLeader,
         PartitionFollower,
