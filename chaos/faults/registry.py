@@ -37,6 +37,7 @@ from chaos.faults.proxy import (
     ProxySlicer,
     ProxySlowClose,
 )
+from chaos.faults.quota import QuotaRetry
 
 __all__ = ["FAULTS", "SMOKE", "fault_names", "get_fault"]
 
@@ -73,6 +74,7 @@ FAULTS: dict[str, type[Fault]] = {
         ClockJump,
         DeposedLeaderSnapshot,
         DiskFull,
+        QuotaRetry,
     )
 }
 
