@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from chaos.faults.base import Fault, FaultContext, FaultError
+from chaos.faults.disk import wait_alarms_cleared
 from chaos.report import FAIL, PASS, Verdict
 
 __all__ = ["QuotaRetry"]
@@ -151,20 +152,7 @@ class QuotaRetry(Fault):
             for kv in list(c.scan(keys_only=True)):
                 c.delete(kv.key)
             c.compact(c.status()["revision"])
-        began = time.monotonic()
-        while any(self._alarms(ctx).values()):
-            if time.monotonic() - began > 60:
-                ctx.log(f"alarm still raised 60 s after delete + compact: {self._alarms(ctx)}")
-                return
-            time.sleep(0.5)
-        self.cleared_after = time.monotonic() - began
-
-    @staticmethod
-    def _alarms(ctx: FaultContext) -> dict[str, object]:
-        return {
-            n: ((ctx.cluster.status(n) or {}).get("storage") or {}).get("alarm")
-            for n in ctx.node_ids
-        }
+        self.cleared_after = wait_alarms_cleared(ctx)
 
     def verify(self, ctx: FaultContext) -> list[Verdict]:
         out = self.out
