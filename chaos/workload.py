@@ -85,10 +85,14 @@ __all__ = ["Workload", "classify_error"]
 def classify_error(err: BaseException) -> tuple[str, bool]:
     """(error code, whether it proves the request was not submitted anywhere).
 
-    Only these answers prove it: the connection was refused before anything was sent
-    (``connection_failed``), the node answered ``unavailable``/``not_ready`` with HTTP 503,
-    or ``insufficient_storage`` with 507 (the NOSPACE alarm refuses before proposing; the
-    protocol says nothing was submitted). Everything else may have been.
+    Only these answers prove it of the attempt that got them: the connection was refused
+    before anything was sent (``connection_failed``), the node answered
+    ``unavailable``/``not_ready`` with HTTP 503, or ``insufficient_storage`` with 507 (the
+    NOSPACE alarm refuses before proposing: "this attempt was not proposed"). Everything
+    else may have been. Of the whole call they prove it only when no earlier attempt may
+    have been applied: the client library's retry loop raises such a refusal after an
+    attempt of unknown outcome as ``outcome_unknown`` (a Timeout, the refusal its cause),
+    which is "maybe submitted"; the workload's own retries keep ``maybe_submitted``.
     """
     if isinstance(err, StatekeeperError):
         if err.code == "connection_failed":
@@ -319,8 +323,8 @@ class Workload(WorkloadOps, StreamOps):
             except (InvalidRequest, Compacted) as e:
                 self._note(e.code)
                 return "fail", e
-            except InsufficientStorage as e:  # refused before proposing; the alarm stays a while
-                self._note(e.code)
+            except InsufficientStorage as e:  # this attempt not proposed; the alarm stays a while
+                self._note(e.code)  # an earlier attempt may have been: then info, not fail
                 return ("info" if maybe_submitted else "fail"), e
             except asyncio.CancelledError:
                 raise

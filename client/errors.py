@@ -12,8 +12,10 @@ code                   meaning
 ``connection_failed``  could not connect; the request was never sent
 ``connection_lost``    the connection broke after the request was sent
 ``client_timeout``     no answer within ``timeout``; the outcome is unknown
-``outcome_unknown``    (Timeout) a write gave up with a 503 after an earlier attempt
-                       timed out or lost its connection: it may have been applied
+``outcome_unknown``    (Timeout) a write ended with a refusal (503, 507, 401, 403,
+                       500, ...) after an earlier attempt timed out or lost its
+                       connection: it may have been applied; ``__cause__`` is the
+                       refusal
 =====================  =====================================================
 
 Catch :class:`StatekeeperError` for everything. Errors raised for a write carry the
@@ -419,9 +421,12 @@ class CacheStale(Unavailable):
 
 class InsufficientStorage(StatekeeperError):
     """HTTP 507 ``insufficient_storage``: the node's NOSPACE alarm is raised (its storage
-    quota is reached or its disk almost full), so it refused a write that adds data. The
-    write was not applied. Not retried: it fails the same way until someone deletes or
-    compacts data (reads, deletes and compaction still work; the alarm then clears)."""
+    quota is reached or its disk almost full), so it refused a write that adds data. This
+    attempt was not proposed; raised only when no earlier attempt of the call may have
+    been applied (after one that timed out or lost its connection the call raises
+    :class:`Timeout` ``outcome_unknown`` with this as its cause). Not retried: it fails
+    the same way until someone deletes or compacts data (reads, deletes and compaction
+    still work; the alarm then clears)."""
 
 
 class InvalidRequest(StatekeeperError, ValueError):

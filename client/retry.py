@@ -27,7 +27,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import StatekeeperError, Timeout, Unavailable
+from .errors import (
+    Compacted,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    StatekeeperError,
+    Timeout,
+    Unavailable,
+)
 from .wire import Request
 
 __all__ = ["DEFAULT_RETRY", "Backoff", "Endpoints", "Exchange", "RetryPolicy", "normalize_endpoint"]
@@ -39,8 +47,10 @@ class RetryPolicy:
 
     Retried: connection refused/reset/lost, client-side timeouts, ``unavailable`` (503)
     and ``timeout`` (504). Everything else (not found, conflict, invalid request, ...)
-    is raised at once. Writes are safe to retry because every attempt carries the same
-    idempotency key.
+    is raised at once; for a write that had an attempt of unknown outcome before, a
+    refusal (507, 401, 403, 5xx) is raised as ``Timeout`` ``outcome_unknown`` (see
+    ``Exchange._giving_up``). Writes are safe to retry because every attempt carries the
+    same idempotency key.
 
     Attributes:
         max_attempts: requests per call, the first one included (1 disables retries).
@@ -255,7 +265,7 @@ class Exchange:
         if not self._policy.is_retryable(err):
             if err.status is not None:
                 self._endpoints.succeeded(self.endpoint)  # the node answered properly
-            raise err
+            raise self._giving_up(err)
         self._endpoints.failed(self.endpoint)
         if self.attempts >= self._policy.max_attempts:
             raise self._giving_up(err)
@@ -265,11 +275,14 @@ class Exchange:
         return Backoff(delay)
 
     def _giving_up(self, last: StatekeeperError) -> StatekeeperError:
-        """The error a write gives up with. A 503 ("no leader; nothing was applied") is
-        true of its own attempt only: after an attempt whose outcome is unknown the write
-        may have been applied (a mixed-version cluster answered 503 after 8 s to a put
-        that was in the store), so the call's outcome is unknown, never "not applied"."""
-        if self._unknown is None or _outcome_unknown(last):
+        """The error a write gives up with. A refusal (503 "no leader; nothing was
+        applied", 507 "this attempt was not proposed", 401, 403, 500, ...) is true of its
+        own attempt only: after an attempt whose outcome is unknown the write may have been
+        applied (a mixed-version cluster answered 503 after 8 s to a put that was in the
+        store; a node under the NOSPACE alarm answered 507 to the retry of an applied put,
+        issue 26), so the call's outcome is unknown, never "not applied". A verdict on the
+        request itself (_verdict) is kept: every attempt would have got it."""
+        if self._unknown is None or _outcome_unknown(last) or _verdict(last):
             return last
         n, first = self._unknown
         err = Timeout(
@@ -283,6 +296,16 @@ class Exchange:
         err.attempts, err.idempotency_key = last.attempts, last.idempotency_key
         err.__cause__ = last
         return err
+
+
+def _verdict(err: StatekeeperError) -> bool:
+    """An answer about the request itself, true of every attempt that carried the same
+    bytes: invalid or too large (400/405/413/415/422, ``idempotency_key_reused`` included:
+    the key is bound to another request), or apply's answer for the key (not found, a
+    failed compare, compacted). Anything else a node answers without proposing (its
+    storage alarm, a token revoked meanwhile, an internal error) says nothing of an
+    earlier attempt."""
+    return isinstance(err, InvalidRequest | NotFound | Conflict | Compacted)
 
 
 def _outcome_unknown(err: StatekeeperError) -> bool:

@@ -43,7 +43,7 @@ STATUS: dict[str, int] = {
     "unavailable": 503,
     "too_many_connections": 503,  # the node serves http.max_connections already
     # A write that would grow the store while the node's NOSPACE alarm is raised (storage
-    # quota reached or disk almost full, node/quota.py); nothing was proposed.
+    # quota reached or disk almost full, node/quota.py); this attempt was not proposed.
     "insufficient_storage": 507,
     "request_timeout": 408,  # a request's head or body did not arrive in time (closed)
     "not_ready": 503,  # GET /v1/health/ready

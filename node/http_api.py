@@ -27,6 +27,7 @@ from node.metrics import NodeMetrics, StatusCollector, storage_gauges
 from node.ops import OPS, is_write, validate_op, validate_ops
 from node.proposer import Proposer
 from node.quota import StorageQuota
+from node.quota_gate import QuotaGate
 from node.raft import RaftNode
 from node.reads import ReadPolicy, read_options
 from node.store import StateMachine
@@ -91,6 +92,8 @@ class Api:
             stopping=lambda: self.shutting_down,
             metrics=self.metrics,
         )
+        # The quota's refusal, after the idempotency lookup (node/quota_gate.py).
+        self.gate = QuotaGate(node_id, self.quota, self._disk_free, sm, self.reads)
         self.watches = Watches(
             sm,
             self.reads,
@@ -360,13 +363,15 @@ class Api:
             if self.authz is not None:
                 await self._authorize_ops(request, [op])
             self._check_serving()
-            admitted = self.quota.check(self.node_id, [op], request.content_length, self._disk_free)
+            admission = await self.gate.admit([op], request.content_length)
+            if admission.replays is not None:  # refused, and applied before (quota_gate)
+                return self._single_result(name, admission.replays[0], fmt)
             try:
                 result = await self._write_within_timeout(
                     self.proposer.write(mark_validated(op), request.content_length)
                 )
             finally:
-                self.quota.release(admitted)
+                self.quota.release(admission.admitted)
         else:
             consistency, min_rev = read_options(body)
             op = validate_op(body, self.limits)
@@ -400,17 +405,20 @@ class Api:
         results: list[dict | None] = [None] * len(ops)
         if writes:
             self._check_serving()
-            admitted = self.quota.check(
-                self.node_id, [op for _, op in writes], request.content_length, self._disk_free
-            )
+            admission = await self.gate.admit([op for _, op in writes], request.content_length)
             size = (request.content_length) // max(1, len(ops))
-            try:
-                queued = self.proposer.write_many([mark_validated(op) for _, op in writes], size)
-                done = await self._write_within_timeout(
-                    asyncio.gather(*queued, return_exceptions=True)
-                )
-            finally:
-                self.quota.release(admitted)
+            if admission.replays is not None:  # refused, and all applied before (quota_gate)
+                done: list = admission.replays
+            else:
+                try:
+                    queued = self.proposer.write_many(
+                        [mark_validated(op) for _, op in writes], size
+                    )
+                    done = await self._write_within_timeout(
+                        asyncio.gather(*queued, return_exceptions=True)
+                    )
+                finally:
+                    self.quota.release(admission.admitted)
             for (i, _), r in zip(writes, done, strict=True):
                 results[i] = r
             _raise_unless_partly_applied(done)

@@ -3,7 +3,8 @@
 A node refuses writes that would grow its store once its disk use reaches the quota, or
 its filesystem's free space falls under a reserve, instead of writing until RocksDB or the
 journal hits ENOSPC and the node stops (node/fatal.py). node/disk_watch.py measures and
-feeds this module; node/http_api.py asks `admit` before it hands a write to the proposer.
+feeds this module; node/quota_gate.py asks `check` before node/http_api.py hands a write
+to the proposer.
 
 Usage is what the node's data dir holds on disk (RocksDB files with its WAL, the raft
 journal, snapshot files): measured by a timer, not per request. Between two measurements
@@ -16,8 +17,10 @@ Alarm semantics (etcd's NOSPACE, with an automatic disarm):
 - raised when usage + the write's cost would exceed the quota, or free disk minus that
   cost would fall under the reserve (a refused write raises it), or when a measurement
   finds usage over the quota or free space under the reserve;
-- while raised, every write that grows the store gets 507 `insufficient_storage` (nothing
-  was proposed, so "not applied" is true); reads, deletes, compaction, lease revokes /
+- while raised, every write that grows the store gets 507 `insufficient_storage`: "this
+  attempt was not proposed", which is all the refusal itself knows (an earlier attempt
+  of the same write may have been applied: node/quota_gate.py answers a retry whose
+  idempotency key has a record with that record, and says what it knows otherwise); reads, deletes, compaction, lease revokes /
   keepalives, lock releases, stream truncation, archival seals and the leader's own GC
   and lease expiry still pass (GROWING_OPS vs SHRINKING_OPS below: every write op is in
   exactly one, tests/unit/test_quota.py checks it);
@@ -240,8 +243,9 @@ class StorageQuota:
             return size if growing else 0
         raise OpError(
             "insufficient_storage",
-            f"{node_id} refuses writes that add data: {reason}; nothing was applied. "
-            "Reads, deletes and compaction still work; the alarm clears once space is freed",
+            f"{node_id} refuses writes that add data: {reason}; this attempt was not "
+            "proposed. Reads, deletes and compaction still work; the alarm clears once "
+            "space is freed",
             alarm="nospace",
         )
 

@@ -22,13 +22,36 @@ from typing import ClassVar
 from chaos.faults.base import Fault, FaultContext, FaultError
 from chaos.report import FAIL, PASS, Verdict
 
-__all__ = ["DiskFull", "SMALLFS_BYTES"]
+__all__ = ["SMALLFS_BYTES", "DiskFull", "storage_alarms", "wait_alarms_cleared"]
 
 MIB = 1 << 20
 # Three nodes' data, the workload's journal growth for a minute and the reserve (a
 # quarter of it, node/quota.py default_reserve) fit; a few dozen 1 MiB values fill it.
 SMALLFS_BYTES = 160 * MIB
 NS = "diskfull"
+
+
+def storage_alarms(ctx: FaultContext) -> dict[str, object]:
+    """Node id -> its NOSPACE alarm ("nospace" or None) as its status says."""
+    return {
+        n: ((ctx.cluster.status(n) or {}).get("storage") or {}).get("alarm")
+        for n in ctx.node_ids
+    }
+
+
+def wait_alarms_cleared(ctx: FaultContext, timeout: float = 60.0) -> float | None:
+    """Seconds until no node's alarm is raised (after a delete + compact), None if one
+    still is after `timeout` (logged)."""
+    began = time.monotonic()
+    while any(storage_alarms(ctx).values()):
+        if time.monotonic() - began > timeout:
+            ctx.log(f"alarm still raised {timeout:.0f} s after delete + compact: "
+                    f"{storage_alarms(ctx)}")
+            return None
+        time.sleep(0.5)
+    cleared = time.monotonic() - began
+    ctx.log(f"NOSPACE alarm cleared on every node {cleared:.1f} s after compact")
+    return cleared
 
 
 class DiskFull(Fault):
@@ -79,11 +102,6 @@ class DiskFull(Fault):
             raise FaultError(f"{len(self.acked)} MiB written and no 507: the disk never filled")
         return f"{len(self.acked)} x 1 MiB acknowledged, then 507: {self.refused}"
 
-    def _alarms(self, ctx: FaultContext) -> dict[str, object]:
-        return {
-            n: ((ctx.cluster.status(n) or {}).get("storage") or {}).get("alarm")
-            for n in ctx.node_ids
-        }
 
     def stop(self, ctx: FaultContext) -> None:
         for n in ctx.node_ids:  # reads under the alarm, linearizable, on every node
@@ -101,14 +119,7 @@ class DiskFull(Fault):
             for k in self.acked:
                 c.delete(k)
             c.compact(c.status()["revision"])
-        began = time.monotonic()
-        while any(self._alarms(ctx).values()):
-            if time.monotonic() - began > 60:
-                ctx.log(f"alarm still raised 60 s after delete + compact: {self._alarms(ctx)}")
-                return
-            time.sleep(0.5)
-        self.cleared_after = time.monotonic() - began
-        ctx.log(f"NOSPACE alarm cleared on every node {self.cleared_after:.1f} s after compact")
+        self.cleared_after = wait_alarms_cleared(ctx)
 
     def verify(self, ctx: FaultContext) -> list[Verdict]:
         n = len(self.acked)

@@ -38,6 +38,7 @@ from chaos.faults.proxy import (
     ProxySlicer,
     ProxySlowClose,
 )
+from chaos.faults.quota import QuotaRetry
 
 __all__ = ["FAULTS", "SMOKE", "fault_names", "get_fault"]
 
@@ -75,6 +76,7 @@ FAULTS: dict[str, type[Fault]] = {
         ClockJump,
         DeposedLeaderSnapshot,
         DiskFull,
+        QuotaRetry,
     )
 }
 

@@ -267,17 +267,9 @@ class EntryTx:
             digest = op_digest(op, self.pack)
             stored = self.point(IDEM + record_id)
             if stored is not None:
-                exp, _, result, *bound_to = unpack(stored)
-                if exp > self.clock:
-                    if bound_to and bound_to[0] != digest:
-                        raise OpError(
-                            "idempotency_key_reused",
-                            f"idempotency_key {ik!r} was already used in namespace "
-                            f"{op.get('ns', '')!r} for a different request; use a new key",
-                        )
-                    result["replayed"] = True
+                result, old_exp = recorded_result(stored, self.clock, digest, op)
+                if result is not None:
                     return result
-                old_exp = exp  # expired, not pruned yet: replaced below
         for before in BEFORE_HANDLER.get(op["op"], ()):
             before(self, op)
         result = HANDLERS[op["op"]](self, op)
@@ -297,6 +289,37 @@ class EntryTx:
         self.stage(idem_exp_key(exp, record_id), b"")
         self.idem_written += 1
         self.stored_min_exp = min(self.stored_min_exp, exp)
+
+
+def as_applied(op: dict, limits: Limits) -> dict:
+    """`op`, validated by the HTTP layer and not proposed, as apply would run it: through
+    an entry's msgpack encoding and apply's own validation (or node/entry.py's mark), so
+    that its digest is the one apply computes for it."""
+    packed = msgpack.packb(raft_entry.mark_validated(dict(op)), use_bin_type=True)
+    raw = msgpack.unpackb(packed, raw=False)
+    valid = raft_entry.validated_op(raw)
+    return valid if valid is not None else validate_op(raw, limits, internal=True)
+
+
+def recorded_result(
+    stored: bytes, clock: int, digest: bytes, op: dict
+) -> tuple[dict | None, int | None]:
+    """An idempotency record (IDEM + record id) read for `op` (whose digest is `digest`)
+    at replicated time `clock`: (its result marked replayed, None) while it lives, (None,
+    its expiry) once expired. Raises idempotency_key_reused when it is bound to another
+    request. Apply replays with it; node/quota_gate.py answers a retry refused under the
+    NOSPACE alarm with it (the same answer apply would give)."""
+    exp, _, result, *bound_to = unpack(stored)
+    if exp <= clock:
+        return None, exp
+    if bound_to and bound_to[0] != digest:
+        raise OpError(
+            "idempotency_key_reused",
+            f"idempotency_key {op.get('idempotency_key')!r} was already used in namespace "
+            f"{op.get('ns', '')!r} for a different request; use a new key",
+        )
+    result["replayed"] = True
+    return result, None
 
 
 def _canonical(v: Any) -> Any:

@@ -17,9 +17,9 @@ from rocksdict import Rdict, WriteOptions
 from node.config import Limits, Retention
 from node.errors import OpError
 from node.store import reads, snapshot, tokens
-from node.store.apply import EntryTx
+from node.store.apply import EntryTx, as_applied, op_digest, recorded_result
 from node.store.backend import HandleLock, StorageError, open_db, read_verified
-from node.store.keys import META, Meta
+from node.store.keys import IDEM, META, Meta, idem_record_id
 from node.store.lease_state import LeaseRecord
 
 DEFAULT_LIMITS = Limits()
@@ -196,6 +196,20 @@ class StateMachine:
             raise OpError("unknown_op", f"{op.get('op')!r} is not a read op")
         with self.read_view() as view:
             return reader(view, self.limits, op)
+
+    def recorded_result(self, op: dict) -> dict | None:
+        """The answer apply would replay for validated write `op` from the record of its
+        idempotency key (scoped to its namespace, bound to its request), or None: no key,
+        no record, or an expired one. Raises idempotency_key_reused like apply. Local
+        state: the caller makes it linearizable (node/quota_gate.py)."""
+        if op.get("idempotency_key") is None:
+            return None
+        ran = as_applied(op, self.limits)
+        digest = op_digest(ran)  # not self._packer: apply uses it on the raft thread
+        with self.read_view() as view:
+            stored = view.point(IDEM + idem_record_id(ran.get("ns", ""), ran["idempotency_key"]))
+            clock = view.clock
+        return None if stored is None else recorded_result(stored, clock, digest, ran)[0]
 
     def verify_chunk(self, after: bytes | None, limit: int) -> tuple[int, bytes | None]:
         """Read up to `limit` raw records after key `after` with checksums verified

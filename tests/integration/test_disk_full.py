@@ -84,7 +84,7 @@ def test_quota_refuses_writes_before_any_node_dies(tmp_path: Path) -> None:
             acked, refused = _fill(c)
             assert refused is not None, "40 MiB of 1 MiB puts on a 48 MiB disk: never refused"
             assert refused.status == 507 and refused.code == "insufficient_storage"
-            assert "nothing was applied" in refused.message
+            assert "this attempt was not proposed" in refused.message
             assert len(acked) >= 3, f"refused too early: after {len(acked)} puts"
             assert all(lc.is_running(n) for n in lc.node_ids), "a node died on the full disk"
             # The refusing node shows the alarm: status, metrics, both CLI tables.

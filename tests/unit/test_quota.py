@@ -135,7 +135,7 @@ def test_check_raises_507_insufficient_storage():
         sq.check("node-0", [{"op": "put"}], 2 * MIB, lambda: None)
     assert e.value.code == "insufficient_storage" and e.value.status == 507
     assert status_for("insufficient_storage") == 507
-    assert "nothing was applied" in e.value.message
+    assert "this attempt was not proposed" in e.value.message
     sq.check("node-0", [{"op": "delete"}, {"op": "compact"}], 2 * MIB, lambda: 1 / 0)
 
 

@@ -82,3 +82,42 @@ def test_txn_idempotency_is_bound_to_the_txn(tmp_path):
     other = {**txn, "success": [put("b", b"1")]}
     assert n.one(other)["error"]["code"] == "idempotency_key_reused"
     n.sm.close()
+
+
+def test_the_record_lookup_outside_apply_gives_apply_s_replay(tmp_path):
+    """Issue 26 defect 3: a retry refused under the NOSPACE alarm is answered from its
+    record (node/quota_gate.py, StateMachine.recorded_result), so the lookup must find
+    what apply replays, for every op that grows the store, from the op as the HTTP layer
+    validated it (the digest binding included): else a retry of an applied write gets a
+    507 or a false idempotency_key_reused."""
+    from client.crdt import model
+    from node.config import Limits
+    from node.ops import validate_op
+
+    n = Node(tmp_path / "db")
+    lease = n.one({"op": "lease_grant", "ttl_ms": 60_000, "idempotency_key": "g"})["lease"]
+    growing = [
+        put("k", b"v", idempotency_key="p"),
+        {"op": "cas", "key": "k", "value": b"w", "expect": {"version": 1}, "idempotency_key": "c"},
+        {"op": "append", "stream": "s", "events": [{"data": b"e", "id": "e1"}], "idempotency_key": "a"},
+        {"op": "lock_acquire", "name": "l", "owner": "me", "lease": lease, "idempotency_key": "l"},
+        {"op": "merge", "key": "m", "type": "gcounter", "idempotency_key": "m",
+         "state": model.encode("gcounter", {"r1": 3})},
+        {"op": "txn", "compare": [], "success": [put("t", b"1")], "failure": [], "idempotency_key": "t"},
+    ]
+    for raw in growing:
+        op = validate_op(dict(raw), Limits())
+        assert n.sm.recorded_result(op) is None  # no record yet
+        first = n.one(op)
+        assert "error" not in first, first
+        assert n.sm.recorded_result(validate_op(dict(raw), Limits())) == {**first, "replayed": True}
+        other = validate_op({**raw, "idempotency_key": raw["idempotency_key"], "ns": "x"}, Limits())
+        assert n.sm.recorded_result(other) is None  # scoped to its namespace
+    bound = validate_op(put("k", b"another", idempotency_key="p"), Limits())
+    try:
+        n.sm.recorded_result(bound)
+    except Exception as e:  # noqa: BLE001 - checked below
+        assert getattr(e, "code", None) == "idempotency_key_reused"
+    else:
+        raise AssertionError("a key bound to another request was replayed")
+    n.sm.close()
