@@ -8,7 +8,7 @@ from chaos.faults.clock import ClockJump
 from chaos.faults.crash import CrashFollowerFsync, CrashInstall, CrashSnapshot
 from chaos.faults.deposed import DeposedLeaderSnapshot
 from chaos.faults.disk import DiskFull
-from chaos.faults.membership import MembershipChange
+from chaos.faults.membership import MembershipChange, UncommittedMemberChange
 from chaos.faults.partitions import (
     OneWayLoss,
     PacketLoss,
@@ -53,6 +53,7 @@ FAULTS: dict[str, type[Fault]] = {
         WipeFollower,
         PowerLoss,
         MembershipChange,
+        UncommittedMemberChange,
         PartitionLeader,
         PartitionFollower,
         PartitionMajorityMinority,

@@ -203,8 +203,10 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   stale entry was never truncated (2 of 3 nodes could not commit). The transport keeps the
   members of the committed configuration too, and accepts an authenticated peer of any
   configuration (raft TLS: only peers its log names). [peer_set.py, membership.
-  _follow_peers, syncobj._PeerTransport] Test: test_membership_committed.py::
-  test_a_node_whose_log_ends_in_an_uncommitted_removal_hears_the_removed_leader
+  _follow_peers, syncobj._PeerTransport] Tests: test_membership_committed.py::
+  test_a_node_whose_log_ends_in_an_uncommitted_removal_hears_the_removed_leader and
+  ::test_a_follower_takes_entries_from_a_leader_outside_its_configuration; both items:
+  `statekeeper chaos run --fault membership-uncommitted`
 - a snapshot install streams 1 MiB chunks and the follower answers only the last one, while
   the leader drops a connection that sent nothing for connectionTimeout even as it writes
   to it: a stream longer than that restarted from scratch again and again (a 200 MiB store

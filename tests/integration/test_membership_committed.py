@@ -8,6 +8,7 @@ and the stale entry must be truncated when the old leader comes back.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,31 @@ def test_a_node_whose_log_ends_in_an_uncommitted_removal_hears_the_removed_leade
     wait_for(lambda: nodes[f2].raft.is_leader() or back.raft.is_leader(), 20, "a leader")
     lead = nodes[f2] if nodes[f2].raft.is_leader() else back
     lead.put("with-one-down")
+
+
+def test_a_follower_takes_entries_from_a_leader_outside_its_configuration(
+    tmp_path: Path, nodes
+) -> None:
+    """Item 2, the accepting side: a node whose log lacks the leader's "add" (here: its
+    bootstrap set omits the leader) refused the leader's connection, which names an
+    address it did not know, and so never received the entries that would teach it.
+    The leader's address is made the higher one, so the leader is the one that dials."""
+    cfg = config(tmp_path, 3, election_timeout_min=1.0, election_timeout_max=2.0)
+    by_port = sorted(cfg.nodes, key=lambda n: n.raft_address)
+    n0, n2, n1 = (
+        dataclasses.replace(n, id=i) for n, i in zip(by_port, ("n0", "n2", "n1"), strict=True)
+    )
+    full = dataclasses.replace(cfg, nodes=(n0, n1, n2))
+    assert n1.raft_address > n2.raft_address  # n1 dials n2
+    lagging = dataclasses.replace(cfg, nodes=(n0, n2))  # n2 has never heard of n1
+    nodes["n0"], nodes["n1"] = Member(full, "n0"), Member(full, "n1")
+    lead = leader_of([nodes["n0"], nodes["n1"]], timeout=20)
+    if lead.node_id != "n1":
+        lead.raft.request_transfer("n1", lambda ok: None)
+        wait_for(lambda: nodes["n1"].raft.is_leader(), 10, "n1 leads")
+    nodes["n2"] = Member(lagging, "n2")
+    nodes["n1"].put("k")
+    end = nodes["n1"].raft._journal[-1][1]
+    j2 = nodes["n2"].raft._journal
+    wait_for(lambda: j2[-1][1] >= end, 15, "n2 holds n1's entries")
+    wait_for(lambda: nodes["n2"].raft.status().commit_index >= end, 5, "n2 commits them")

@@ -19,7 +19,7 @@ EXPECTED = {
     "proxy-latency", "proxy-bandwidth", "proxy-blackhole", "proxy-reset-peer",
     "proxy-slow-close", "proxy-limit-data", "proxy-slicer", "proxy-down",
     "crash-snapshot", "crash-install", "crash-follower-fsync", "clock-jump",
-    "deposed-leader-snapshot", "disk-full", "membership",
+    "deposed-leader-snapshot", "disk-full", "membership", "membership-uncommitted",
 }  # fmt: skip
 
 
