@@ -103,6 +103,8 @@ NEVER: dict[str, str] = {
     "none": "the control run: injects nothing",
     # It rewrites cluster.toml and its nodes come and go: not one to overlap with others.
     "membership": "changes the member set (and cluster.toml): runs alone",
+    # It restarts its node twice, moves leadership and heals every cut when it wants to.
+    "membership-uncommitted": "restarts, transfers leadership and heals itself: runs alone",
 }
 
 

@@ -172,6 +172,10 @@ class Membership:
             time.sleep(0.3)
         raise MemberChangeError(f"gave up after {self.timeout:g} s; last answer {last}")
 
+    def ask(self, node_id: str, path: str, body: dict, timeout: float) -> tuple[int, dict]:
+        """POST to `node_id` itself (no leader following, no retry): (status, answer)."""
+        return _post_json(self.cfg.url(node_id) + path, body, self.lc.tls, self.token, timeout)
+
     # -- add ------------------------------------------------------------------------------
 
     def new_node(

@@ -8,7 +8,7 @@ from chaos.faults.clock import ClockJump
 from chaos.faults.crash import CrashFollowerFsync, CrashInstall, CrashSnapshot
 from chaos.faults.deposed import DeposedLeaderSnapshot
 from chaos.faults.disk import DiskFull
-from chaos.faults.membership import MembershipChange
+from chaos.faults.membership import MembershipChange, UncommittedMemberChange
 from chaos.faults.partitions import (
     OneWayLoss,
     PacketLoss,
@@ -56,6 +56,7 @@ FAULTS: dict[str, type[Fault]] = {
         PowerLoss,
         PowerLossInstall,
         MembershipChange,
+        UncommittedMemberChange,
         PartitionLeader,
         PartitionFollower,
         PartitionMajorityMinority,

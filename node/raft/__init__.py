@@ -40,6 +40,9 @@ The package, one job per module:
     members.py     Member, the membership entry format and the rule "members are a function
                    of the log" (no pysyncobj, no I/O)
     membership.py  MembershipMixin of _SyncObj: dynamic membership on pysyncobj's engine
+    peer_set.py    ConfigPeersMixin of _PeerTransport: whom the transport talks to (the
+                   members of the log's end and of the committed configuration, and any
+                   authenticated peer that connects; no pysyncobj import)
     prevote.py     PreVoteMixin of _SyncObj
     install.py     SnapshotInstallMixin of _SyncObj: the follower's side of snapshots (commit
                    bound, chunk acks, journal kept on load, gates while restoring)
@@ -187,6 +190,23 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   one is uncommitted; entries and snapshot headers carry each member's id and ports.
   [members.py, membership.py, log.py, raft_node.py] Tests: tests/unit/test_members.py;
   test_membership.py
+- a snapshot recorded the members of the log's end (pysyncobj snapshots right after
+  appending): a change appended after its last index, never committed and later
+  truncated, came back at every restart (a node restarted without a real member; 2 of 3
+  real members never elected): a snapshot at S records the configuration at S, the base
+  replayed over the membership entries at or below S only. [membership.snapshot_members,
+  raft_node._serialize] Test: test_membership_committed.py::
+  test_a_snapshot_carries_the_configuration_at_its_last_index
+- the transport knew only the members of the log's end: it dropped a member at the
+  append of its (uncommitted) removal and refused incoming connections of any address it
+  did not know, so a node whose log ended in "remove X" never heard X leading and its
+  stale entry was never truncated (2 of 3 nodes could not commit). The transport keeps the
+  members of the committed configuration too, and accepts an authenticated peer of any
+  configuration (raft TLS: only peers its log names). [peer_set.py, membership.
+  _follow_peers, syncobj._PeerTransport] Tests: test_membership_committed.py::
+  test_a_node_whose_log_ends_in_an_uncommitted_removal_hears_the_removed_leader and
+  ::test_a_follower_takes_entries_from_a_leader_outside_its_configuration; both items:
+  `statekeeper chaos run --fault membership-uncommitted`
 - a snapshot install streams 1 MiB chunks and the follower answers only the last one, while
   the leader drops a connection that sent nothing for connectionTimeout even as it writes
   to it: a stream longer than that restarted from scratch again and again (a 200 MiB store

@@ -9,12 +9,20 @@ decoding call is replaced by decode_request, so no membership entry is ever unpi
 member's node id (raft TLS names it) and client port (leader_url) from the log alone.
 
 Invariant (restarts and snapshots): the member set is a function of the log.
-    members = replay(base, membership entries of the journal, in order)
+    members_at(i) = replay(base, membership entries of the journal at or below index i)
+    members       = members_at(the log's last index)
 where base is the member set recorded in the newest snapshot (its header's "members"), or,
-without a snapshot, cluster.toml's [[nodes]]. Raft's single-server rule: a change takes
-effect on every node when the entry is APPENDED to its journal (not when committed), and is
-undone when a conflicting leader truncates it. One change at a time: the leader refuses a
-change while the last membership entry is not committed. cluster.toml is only the
+without a snapshot, cluster.toml's [[nodes]]. A snapshot whose last entry is S records
+members_at(S), the configuration at S, never a change after S: S is at most the commit
+index, so a snapshot holds a committed configuration only (membership.py snapshot_members;
+recording the log's end instead brought a truncated, never-committed change back at every
+restart: issue 26). Raft's single-server rule: a change takes effect on every node when
+the entry is APPENDED to its journal (not when committed), and is undone when a
+conflicting leader truncates it. One change at a time: the leader refuses a change while
+the last membership entry is not committed. Whom a node TALKS to is wider than whom it
+counts: the members of its log's end and of its committed configuration, and any
+authenticated peer that connects (peer_set.py), so a leader of a configuration the node's
+log has not caught up with can still correct that log. cluster.toml is only the
 bootstrap set; `statekeeper cluster add-node / remove-node` keep it in step (a node is
 written to it before it is added, and deleted after its removal committed) so that a node
 started from it later begins with the current members as partners.

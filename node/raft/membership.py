@@ -19,8 +19,17 @@ What pysyncobj 0.3.17 does on its own, and why it is taken over here:
   add-node command therefore starts the node first, so it is connected and receives the
   snapshot right away, and waits until it has caught up.
 - a leader cannot remove itself (pysyncobj refuses): leadership moves first.
-- the node removed keeps its own old member list (it never applies its own removal) but no
-  member dials it or accepts its connections any more; the operator stops it.
+- the node removed keeps its own old member list (it never applies its own removal). The
+  others keep its connection until its removal is committed in their logs (a node whose
+  log ends in an uncommitted removal must still hear the removed node if it leads:
+  _follow_peers, peer_set.py); after that nobody dials it, and an incoming connection of
+  it is accepted (peer_set.py) but it is in no configuration: nobody sends it entries or
+  vote requests, and with its log behind and a leader heard, pre-vote denies it an
+  election. The operator stops it.
+- the member set is recomputed from a base and the journal's membership entries
+  (members.py's invariant), not patched change by change: members_at(i) gives the
+  configuration at any index still in the journal, and a snapshot records the one at its
+  last index (snapshot_members), never the log's end.
 """
 
 from __future__ import annotations
@@ -49,19 +58,50 @@ ChangeCallback = Callable[[MemberError | None], None]
 
 
 class MembershipMixin:
-    def _init_membership(self, self_address: str, members: dict[str, Member], make_node):
+    def _init_membership(self, self_address: str, base: dict[str, Member], make_node):
+        """`base`: the member set before the journal's membership entries (the snapshot's
+        or cluster.toml's, RaftNode.initial_members)."""
         self._sk_self_address = self_address
-        self.members = dict(members)  # raft address -> Member; replaced, never mutated
         self._sk_make_node = make_node  # (address, Member | None) -> pysyncobj node
-        self._member_change_idx: int | None = None  # last membership entry's index
         self._member_refusal: MemberError | None = None
         self._raft_calls: deque[Callable[[], None]] = deque()  # run_on_raft_thread
         self._journal.on_membership = self._on_membership_entry
+        self._rebase_members(base)
+        # The commit index the transport's peers were last checked against (-1: never).
+        self._peers_commit = -1
+
+    def _rebase_members(self, base: dict[str, Member]) -> None:
+        """The base and the journal's membership entries after it, from scratch."""
+        self._members_base = dict(base)
+        # The journal's membership entries (index -> command) not folded into the base.
+        self._member_entries: dict[int, bytes] = {}
         j = self._journal
-        for i in range(len(j) - 1, -1, -1):  # the last membership entry (pending or not)
+        for i in range(len(j)):
             if j[i][0][:1] == MEMBERSHIP_COMMAND:
-                self._member_change_idx = j[i][1]
-                break
+                self._member_entries[j[i][1]] = j[i][0]
+        self.members = self.members_at(None)  # raft address -> Member; replaced, never mutated
+
+    def members_at(self, index: int | None) -> dict[str, Member]:
+        """The configuration as of entry `index` (None: the log's end): the base replayed
+        over the membership entries at or below it only."""
+        entries = sorted(self._member_entries.items())
+        return replay(self._members_base, (c for i, c in entries if index is None or i <= index))
+
+    def snapshot_members(self, index: int) -> dict[str, Member]:
+        """The configuration a snapshot whose last entry is `index` records (members.py's
+        invariant): the one at `index`, never an entry after it. The snapshot drops the
+        journal's entries up to `index`, so the base moves there (replay is idempotent:
+        while the journal keeps them, replaying them over the new base changes nothing)."""
+        at = self.members_at(index)
+        self._members_base = at
+        self._member_entries = {i: c for i, c in self._member_entries.items() if i > index}
+        return at
+
+    @property
+    def _member_change_idx(self) -> int | None:
+        """The last membership entry's index, committed or not (None: none after the base,
+        whose changes are all committed)."""
+        return max(self._member_entries, default=None)
 
     # -- nodes --------------------------------------------------------------------------
 
@@ -164,24 +204,56 @@ class MembershipMixin:
         change = decode_change(command)
         if change is None:
             return
-        kind, who = change
         if reverse:
-            kind = REMOVE if kind == ADD else ADD
-        self.members = replay(self.members, [encode_change(kind, who)])
-        request = decode_request(command)
-        request[0] = kind
-        super()._SyncObj__doChangeCluster(request)
-        if reverse:
-            if self._member_change_idx == idx:
-                self._member_change_idx = None
+            self._member_entries.pop(idx, None)
         else:
-            self._member_change_idx = idx
+            self._member_entries[idx] = command
+        self._take_members(self.members_at(None))
+        kind, _who = change
         log.info(
             "members (%s at index %d%s): %s",
             kind,
             idx,
             ", undone" if reverse else "",
             ", ".join(sorted(m.id for m in self.members.values())),
+        )
+
+    def _take_members(self, members: dict[str, Member]) -> None:
+        """Make `members` pysyncobj's configuration (who votes, who gets entries); the
+        transport keeps the committed configuration's members too (_follow_peers)."""
+        self.members = members
+        others = [
+            self.node_for(m.to_dict()) for a, m in members.items() if a != self._sk_self_address
+        ]
+        transport = self._SyncObj__transport
+        with transport.peers_held():  # _follow_peers decides whom it talks to
+            super()._SyncObj__updateClusterConfiguration(others)
+        if self._isLeader():  # check-quorum reads a response time of every member
+            responded = self._SyncObj__lastResponseTime
+            for node in others:
+                responded.setdefault(node, self.raft_clock())
+        self._peers_commit = -1
+        self._follow_peers()
+
+    def _follow_peers(self) -> None:
+        """Every tick: the transport talks to the members of the log's end AND of the
+        committed configuration. Raft has a server process requests from servers outside
+        its configuration: a node whose log ends in an uncommitted "remove X" must still
+        hear X leading, else X can never truncate that entry (issue 26: it stayed cut off
+        for as long as X led, and 2 of 3 nodes could not commit). A removed member is let
+        go once its removal commits. Recomputed only when the commit index passes a
+        membership entry (or the members changed)."""
+        commit = self.raftCommitIndex
+        if commit == self._peers_commit:
+            return
+        last = self._peers_commit
+        self._peers_commit = commit
+        if last >= 0 and not any(last < i <= commit for i in self._member_entries):
+            return
+        peers = {**self.members_at(commit), **self.members}
+        peers.pop(self._sk_self_address, None)
+        self._SyncObj__transport.follow_peers(
+            {a: self.node_for(m.to_dict()) for a, m in peers.items()}
         )
 
     def _SyncObj__updateClusterConfiguration(self, new_nodes) -> None:
@@ -194,11 +266,5 @@ class MembershipMixin:
                 base[member.raft_address] = member
             elif (known := self.members.get(str(spec))) is not None:
                 base[known.raft_address] = known
-        journal = self._journal
-        self.members = replay(base, (journal[i][0] for i in range(len(journal))))
-        others = [
-            self.node_for(m.to_dict())
-            for a, m in self.members.items()
-            if a != self._sk_self_address
-        ]
-        super()._SyncObj__updateClusterConfiguration(others)
+        self._rebase_members(base)
+        self._take_members(self.members)

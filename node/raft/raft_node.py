@@ -24,7 +24,7 @@ from node.raft.install import SyncBehind
 from node.raft.interface import FSM, ApplyFn, Callback, RaftStatus
 from node.raft.log import _entry_tuple, _RaftLog
 from node.raft.loop_driver import LoopDriver
-from node.raft.members import Member, MemberError, replay
+from node.raft.members import Member, MemberError
 from node.raft.membership import ChangeCallback
 from node.raft.peers import _AuthenticatingEncryptor
 from node.raft.syncobj import SERIALIZER_STATE, _DialNode, _SyncObj, build_conf, submit_callback
@@ -118,7 +118,6 @@ class RaftNode:
         if metrics is not None:
             self._journal.observe_fsync = metrics.fsync_duration.observe
         self._encryptor = _AuthenticatingEncryptor(cluster.secret)
-        members = replay(members, (e[0] for e in self._journal[:]))
         if loop is not None:
             self._driver = LoopDriver.for_running_loop(loop, conf.autoTickPeriod)
         else:
@@ -154,18 +153,19 @@ class RaftNode:
         the thread packs it into `fullDumpFile` and _snapshot_status() reports the outcome.
         pysyncobj then tries to rename `path`, which we never create, and ignores the error.
         """
-        last_entry, prev_entry, cluster_nodes = data
-        addresses = {n.address for n in cluster_nodes}
+        last_entry, prev_entry, _cluster_nodes = data
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a leftover would be renamed over the snapshot
+        # The configuration at the snapshot's last entry, not at the log's end (members.py's
+        # invariant): pysyncobj snapshots right after appending, and a change appended
+        # after that entry (uncommitted, maybe truncated later) came back from the
+        # snapshot at every restart (issue 26: 2 of 3 real members then never elected).
+        members = self._obj.snapshot_members(last_entry[1])
         header = {
             "last": list(last_entry),
             "prev": list(prev_entry),
-            "cluster": sorted(n.address for n in cluster_nodes),
-            # The members with id and ports (node/raft/members.py's invariant).
-            "members": [
-                m.to_dict() for a, m in sorted(self._obj.members.items()) if a in addresses
-            ],
+            "cluster": sorted(members),
+            "members": [m.to_dict() for _, m in sorted(members.items())],
         }
         self._snapshot_started = time.monotonic()
         work = self._fsm.checkpoint()

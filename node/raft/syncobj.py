@@ -43,6 +43,7 @@ from node.raft.loop_driver import LoopDriver
 from node.raft.members import Member
 from node.raft.membership import MembershipMixin
 from node.raft.peer_encoding import PassEncoder, SharedSendMixin
+from node.raft.peer_set import ConfigPeersMixin
 from node.raft.peers import UnauthenticatedSweepMixin, _AuthenticatingEncryptor
 from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
 from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST, ReadIndexMixin
@@ -210,7 +211,7 @@ class _TlsConnection(TlsConnectionMixin, _PeerConnection):
     _POLL_ALL = _POLL_ALL
 
 
-class _PeerTransport(TlsTransportMixin, SharedSendMixin, TCPTransport):
+class _PeerTransport(ConfigPeersMixin, TlsTransportMixin, SharedSendMixin, TCPTransport):
     """pysyncobj's TCP transport, made to finish sending what it started, sending a
     leader's append_entries with one pickle and deflate for all followers
     (peer_encoding.SharedSendMixin), and (raft TLS on) running every connection through TLS.
@@ -291,7 +292,7 @@ class _SyncObj(
     def __init__(
         self,
         self_addr: str,
-        members: dict[str, Member],
+        members: dict[str, Member],  # before the journal's membership entries
         conf: SyncObjConf,
         apply_fn: ApplyFn,
         journal: _RaftLog,
@@ -335,8 +336,8 @@ class _SyncObj(
         # written by the raft thread only, read by the HTTP thread (a float: no lock).
         self.last_progress = time.monotonic()
         self.max_progress_gap = 0.0
-        self._init_membership(self_addr, members, make_node)
-        peers = [self.node_for(m.to_dict()) for a, m in members.items() if a != self_addr]
+        self._init_membership(self_addr, members, make_node)  # replays the journal over them
+        peers = [self.node_for(m.to_dict()) for a, m in self.members.items() if a != self_addr]
         with _journal_patch_lock:
             originals = _syncobj_module.createJournal, _syncobj_module.createPoller
             _syncobj_module.createJournal = lambda _path: journal
@@ -407,6 +408,7 @@ class _SyncObj(
         self._prevote_tick()
         self._sweep_unauthenticated()
         self._run_raft_calls()
+        self._follow_peers()
         if self._state_machine_restoring():
             self._stand_for_no_election()
         was_leader = self._isLeader()

@@ -19,7 +19,8 @@ EXPECTED = {
     "proxy-latency", "proxy-bandwidth", "proxy-blackhole", "proxy-reset-peer",
     "proxy-slow-close", "proxy-limit-data", "proxy-slicer", "proxy-down",
     "crash-snapshot", "crash-install", "crash-follower-fsync", "clock-jump",
-    "deposed-leader-snapshot", "disk-full", "membership", "quota-retry",
+    "deposed-leader-snapshot", "disk-full", "membership", "membership-uncommitted",
+    "quota-retry",
 }  # fmt: skip
 
 
