@@ -22,7 +22,6 @@ from tests.integration.test_self_healing import (
     SMALL_JOURNAL,
     assert_same_contents,
     follower_of,
-    leader_of,
     wait_for,
     write_data,
 )
