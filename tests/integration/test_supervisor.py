@@ -222,7 +222,7 @@ def test_wipe_requires_stopped_and_keeps_log(stand_in) -> None:
     lc = stand_in()
     lc.start_node("node-0")
     lc.wait_live("node-0", timeout=20)
-    (lc.data_dir("node-0") / "raft").mkdir()
+    (lc.data_dir("node-0") / "raft").mkdir(exist_ok=True)  # cluster up made it
     (lc.data_dir("node-0") / "raft" / "journal.bin").write_bytes(b"x")
     with pytest.raises(SupervisorError, match="stop it"):
         lc.wipe_node("node-0")
