@@ -103,6 +103,8 @@ NEVER: dict[str, str] = {
     "none": "the control run: injects nothing",
     # It rewrites cluster.toml and its nodes come and go: not one to overlap with others.
     "membership": "changes the member set (and cluster.toml): runs alone",
+    # A second lost disk or a kill of the leader it waits for would be a loss it may not cause.
+    "lost-disk": "stops every node and wipes one, on a schedule of its own: runs alone",
 }
 
 
