@@ -96,7 +96,7 @@ class CatchUpMixin:
                 return
             self.catching_up = False
             log.info(
-                "caught up to commit index %d of term %d: this node votes again",
+                "caught up to commit index %d of term %d: this node votes from now on",
                 self.raftCommitIndex,
                 self.raftCurrentTerm,
             )
