@@ -105,6 +105,8 @@ NEVER: dict[str, str] = {
     "membership": "changes the member set (and cluster.toml): runs alone",
     # It restarts its node twice, moves leadership and heals every cut when it wants to.
     "membership-uncommitted": "restarts, transfers leadership and heals itself: runs alone",
+    # A second lost disk or a kill of the leader it waits for would be a loss it may not cause.
+    "lost-disk": "stops every node and wipes one, on a schedule of its own: runs alone",
 }
 
 

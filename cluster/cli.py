@@ -31,6 +31,7 @@ from cluster.supervisor import (
 from node import config as node_config
 from node.config import FSYNC_MODES, ClusterConfig, ConfigError
 from node.pod_identity import node_id_from_hostname
+from node.raft_state import NEW_CLUSTER_HELP
 
 PROG = "statekeeper"
 DEFAULT_CONFIG = "cluster.toml"
@@ -413,6 +414,7 @@ def how_to_connect(cfg: ClusterConfig) -> str:
             help="DEBUG ONLY (chaos mutation test): serve linearizable reads from local "
             "state without the raft barrier, i.e. break linearizability on purpose",
         ),
+        arg("--new-cluster", action="store_true", help=NEW_CLUSTER_HELP),
     ],
 )
 def cmd_node(args: argparse.Namespace) -> int:
@@ -436,7 +438,12 @@ def cmd_node(args: argparse.Namespace) -> int:
         if e.name not in ("node.main", "node"):
             raise  # a missing dependency of the node: the traceback is the useful part
         raise UserError("this installation has no node implementation (node.main)") from None
-    return run_node(str(Path(args.config).resolve()), args.node_id, unsafe_reads=args.unsafe_reads)
+    return run_node(
+        str(Path(args.config).resolve()),
+        args.node_id,
+        unsafe_reads=args.unsafe_reads,
+        new_cluster=args.new_cluster,
+    )
 
 
 @command(

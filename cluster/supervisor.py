@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from node.config import ClusterConfig
+from node.raft_state import bootstrap_new_cluster
 from node.tls import operator_tls_context
 
 PID_FILE = "node.pid"
@@ -355,6 +356,11 @@ class LocalCluster:
                 raise NodeStartError(
                     f"{node_id}: {node.host}:{port} is already in use by another process"
                 )
+        # A cluster none of whose nodes has raft state is being created: its nodes vote from
+        # their first start. Otherwise a node without raft state (wiped, a lost disk, a new
+        # member) votes only once caught up (node/raft/catchup.py).
+        if bootstrap_new_cluster(self.config):
+            self._say(f"new cluster: raft dirs created for {', '.join(self.node_ids)}")
         data_dir = self.data_dir(node_id)
         data_dir.mkdir(parents=True, exist_ok=True)
         # The node reads the secret from the config, a file or its environment: never its

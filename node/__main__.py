@@ -10,6 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from node.raft_state import NEW_CLUSTER_HELP
+
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -25,6 +27,7 @@ def parser() -> argparse.ArgumentParser:
         help="DEBUG ONLY (chaos mutation test): serve linearizable reads from local state "
         "without ReadIndex or a barrier, i.e. break linearizability on purpose",
     )
+    p.add_argument("--new-cluster", action="store_true", help=NEW_CLUSTER_HELP)
     return p
 
 
@@ -38,7 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from node.main import run_node
 
-    return run_node(args.config, args.node_id, unsafe_reads=args.unsafe_reads)
+    return run_node(
+        args.config, args.node_id, unsafe_reads=args.unsafe_reads, new_cluster=args.new_cluster
+    )
 
 
 if __name__ == "__main__":

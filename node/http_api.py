@@ -458,6 +458,7 @@ class Api:
                 "applied_index": st.applied_index,
                 "leader_commit_index": st.leader_commit_index,
                 "has_quorum": st.has_quorum,
+                "voter": st.voter,
                 "log_truncations": st.log_truncations,
                 "log_truncated_entries": st.log_truncated_entries,
                 "rejected_peer_messages": st.rejected_peer_messages,

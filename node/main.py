@@ -112,9 +112,9 @@ class _Parts:
     verify: recovery.BackgroundVerify  # the DB's checksum scan, started once ready
 
 
-def _open_store(cfg: config_mod.ClusterConfig, node_id: str) -> StateMachine:
+def _open_store(cfg: config_mod.ClusterConfig, node_id: str, new_cluster: bool) -> StateMachine:
     data_dir = cfg.node_data_dir(node_id)
-    recovery.note_lost_state(data_dir)  # a lost disk: said loudly, then caught up
+    recovery.note_lost_state(data_dir, new_cluster)  # a lost disk: no vote until caught up
     data_dir.mkdir(parents=True, exist_ok=True)
     fatal.report_to(data_dir)  # where a fatal stop leaves last_stop.json
     started = time.monotonic()
@@ -141,9 +141,9 @@ def _open_store(cfg: config_mod.ClusterConfig, node_id: str) -> StateMachine:
     return sm
 
 
-def _build(cfg: config_mod.ClusterConfig, node_id: str) -> _Parts:
+def _build(cfg: config_mod.ClusterConfig, node_id: str, new_cluster: bool) -> _Parts:
     """The store, raft, the disk watch and the proposer; nothing serves yet."""
-    sm = _open_store(cfg, node_id)
+    sm = _open_store(cfg, node_id, new_cluster)
     opened = time.monotonic()
     after_apply: list = []
     # The clock the leader stamps entries with; the lease expiry task reads it too.
@@ -161,6 +161,7 @@ def _build(cfg: config_mod.ClusterConfig, node_id: str) -> _Parts:
         clock=clock,
         metrics=metrics,
         loop=asyncio.get_running_loop(),
+        new_cluster=new_cluster,
     )
     log.info(
         "raft journal loaded in %.2f s (%s)", time.monotonic() - opened, raft.journal_summary()
@@ -233,10 +234,13 @@ def _shutdown_plan(
     )
 
 
-async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool = False) -> int:
+async def serve(
+    cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool = False, new_cluster: bool = False
+) -> int:
+    """`new_cluster`: a start with no raft state votes at once (node/raft/catchup.py)."""
     me = cfg.node(node_id)
     started = time.monotonic()
-    n = _build(cfg, node_id)
+    n = _build(cfg, node_id, new_cluster)
     if unsafe_reads:
         failpoints.enable("read-barrier-skip")
     api = Api(cfg, node_id, n.sm, n.raft, n.proposer, n.metrics, n.disk.quota, n.disk.free_now)
@@ -274,7 +278,9 @@ async def serve(cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool 
     return 0
 
 
-def run_node(config_path: str, node_id: str, unsafe_reads: bool = False) -> int:
+def run_node(
+    config_path: str, node_id: str, unsafe_reads: bool = False, new_cluster: bool = False
+) -> int:
     # Raft and HTTP share one thread, but snapshot packing, backups and reclaim run on
     # helper threads: the default 5 ms switch interval would let one of them stall the loop
     # for a whole raft round trip.
@@ -301,7 +307,7 @@ def run_node(config_path: str, node_id: str, unsafe_reads: bool = False) -> int:
     except ImportError:
         pass
     try:
-        return asyncio.run(serve(cfg, node_id, unsafe_reads))
+        return asyncio.run(serve(cfg, node_id, unsafe_reads, new_cluster))
     except config_mod.ConfigError as e:
         print(f"statekeeper node: {e}", file=sys.stderr)
         return 2

@@ -57,19 +57,16 @@ RocksDB corrupt
     data dir (node stopped) and it rejoins as below.
 
 Data dir lost
-    A node whose raft dir is missing starts with an empty journal and an empty DB and
-    catches up from the leader (pysyncobj sends its snapshot once the node is behind the
-    leader's compacted log). That is also what a brand-new node looks like, so this is a
-    WARNING, not an error: "no raft state ... first start, or this node lost its disk".
-
-    Raft hazard (known limitation, not mitigated): a node that lost its term/vote record
-    may vote a second time in a term it already voted in, so two leaders could be elected
-    in one term if the loss happens in the middle of an election and the restarted node
-    answers a second candidate of that same term. pre-vote (node/raft/prevote.py) narrows
-    the window (a pre-vote is refused while a leader is heard), and the restart takes
-    seconds while an election lasts under one election timeout, but nothing forbids it.
-    etcd's answer is the same: a member that lost its data must be removed and re-added
-    as a new member; with online membership change that is the safe procedure.
+    A node whose raft dir is missing has forgotten the entries it acknowledged and the
+    vote it cast. Started without --new-cluster it writes raft/catching-up first and does
+    not vote, nor stand for election, until it has caught up from the leader (its
+    entries, or its snapshot if the node is behind the leader's compacted log);
+    node/raft/catchup.py says why and what "caught up" means. Before this (issue 26) it
+    voted at once, and a candidate missing an acknowledged write could win with its vote.
+    A member of a cluster being created has no raft state either: `cluster up` creates
+    the raft dirs of a cluster none of whose nodes has any (node/raft_state.py), and
+    `statekeeper node --new-cluster` does it for one node. A lost disk restarted with that
+    flag votes at once, as before: replace it without (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -82,6 +79,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from node.raft_state import has_raft_state
 from node.snapshot_file import fsync_dir
 from node.store import snapshot
 
@@ -94,16 +92,18 @@ CHUNK_RECORDS = 20_000  # ~15 ms of reading at 0.72 us a record (3.04 s / 4,224,
 PAUSE_SECONDS = 0.01  # between chunks
 
 
-def note_lost_state(data_dir: Path) -> bool:
+def note_lost_state(data_dir: Path, new_cluster: bool = False) -> bool:
     """Log loudly when the node has no raft state; True if it had some."""
-    raft_dir = data_dir / "raft"
-    if raft_dir.is_dir():
+    if has_raft_state(data_dir):
         return True
+    if new_cluster:
+        log.info("no raft state in %s: a member of a new cluster (--new-cluster), votes", data_dir)
+        return False
     log.warning(
-        "no raft state in %s: starting EMPTY. On a first start that is expected; if this "
-        "node ran before, it LOST ITS DISK and will catch up from the leader's log or "
-        "snapshot (it may not vote safely in the current term: see node/recovery.py)",
-        raft_dir,
+        "no raft state in %s: starting EMPTY. If this node ran before, it LOST ITS DISK; "
+        "otherwise it is a new member. Either way it catches up from the leader's log or "
+        "snapshot and votes only then (node/raft/catchup.py)",
+        data_dir,
     )
     return False
 

@@ -1,5 +1,6 @@
-"""Process faults: SIGKILL, SIGSTOP, rolling restarts, a wiped follower, and the power
-loss of every node at once (LazyFS), also right after a follower's snapshot install."""
+"""Process faults: SIGKILL, SIGSTOP, rolling restarts, a wiped follower, a lost disk
+while another node is down, and the power loss of every node at once (LazyFS), also right
+after a follower's snapshot install."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ __all__ = [
     "KillFollower",
     "KillLeader",
     "KillRandom",
+    "LostDisk",
     "PauseLeader",
     "PowerLoss",
     "PowerLossInstall",
@@ -180,6 +182,65 @@ class WipeFollower(Fault):
     def stop(self, ctx: FaultContext) -> None:
         if self.victim is not None:
             ctx.restart(self.victim)
+
+
+class LostDisk(Fault):
+    name = "lost-disk"
+    watch_target = "follower"
+    description = (
+        "a follower loses its whole data dir while the other follower is down: writes go "
+        "on (leader + that follower), then both stop, the wiped one and the one behind "
+        "restart, and the leader only later. Before issue 26 the wiped node voted at once "
+        "and the one behind won without the writes it lacked; now nobody is elected until "
+        "the leader is back, and the wiped node votes again only once caught up"
+    )
+    # Writes the follower that is down lacks; then the two restarted nodes on their own
+    # (a wrong election took well under a second), as fractions of the window.
+    acked_share, alone_share = 0.3, 0.3
+
+    def __init__(self) -> None:
+        self.wiped: str | None = None
+        self.behind: str | None = None
+        self.leader: str | None = None
+
+    def start(self, ctx: FaultContext) -> str:
+        lc = ctx.cluster
+        self.leader = ctx.leader()
+        self.wiped = ctx.follower(self.leader)
+        self.behind = next(n for n in ctx.node_ids if n not in (self.leader, self.wiped))
+        lc.kill_node(self.behind)
+        ctx.mark()
+        time.sleep(self.acked_share * ctx.window)  # acknowledged by leader + wiped only
+        _kill_many(lc, [self.wiped, self.leader])
+        lc.wipe_node(self.wiped)  # all of it but node.log: raft (term, vote, log) and db
+        for nid in (self.wiped, self.behind):
+            lc.start_node(nid)
+        for nid in (self.wiped, self.behind):
+            lc.wait_live(nid, timeout=60.0)
+        time.sleep(self.alone_share * ctx.window)
+        ctx.restart(self.leader)
+        return (
+            f"SIGKILL {self.behind}; writes to {self.leader} + {self.wiped}; SIGKILL both, "
+            f"wiped {self.wiped}, restarted it with {self.behind}, {self.leader} later"
+        )
+
+    def stop(self, ctx: FaultContext) -> None:
+        _start_all(ctx)
+
+    def verify(self, ctx: FaultContext) -> list[Verdict]:
+        """The wiped node caught up and votes again (/v1/status voter)."""
+        if self.wiped is None:
+            return []
+        st = ctx.cluster.status(self.wiped) or {}
+        voter = st.get("voter")
+        return [
+            Verdict(
+                "wiped node votes again",
+                "PASS" if voter else "FAIL",
+                f"{self.wiped} voter={voter}",
+                "a node without raft state votes only once caught up (node/raft/catchup.py)",
+            )
+        ]
 
 
 class PowerLoss(Fault):

@@ -44,6 +44,8 @@ The package, one job per module:
                    members of the log's end and of the committed configuration, and any
                    authenticated peer that connects; no pysyncobj import)
     prevote.py     PreVoteMixin of _SyncObj
+    catchup.py     CatchUpMixin of _SyncObj: a node that started without raft state votes
+                   only once caught up (node/raft_state.py creates the raft dir)
     install.py     SnapshotInstallMixin of _SyncObj: the follower's side of snapshots (commit
                    bound, chunk acks, journal kept on load, gates while restoring)
     log.py         _RaftLog: the journal as pysyncobj sees it
@@ -263,6 +265,13 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   as contact. [install.SnapshotInstallMixin._on_chunk_ack, syncobj.py] Tests:
   test_raft_defects.py::test_a_snapshot_chunk_ack_counts_for_check_quorum;
   tests/unit/test_raft_install.py::test_a_chunk_ack_carries_the_followers_term
+- a node that lost its disk restarts empty and pysyncobj grants its vote at once: a
+  candidate missing a write this node had acknowledged won with it (the write lost, the
+  old leader's store diverged; it could also vote twice in one term). A start without raft
+  state (and without --new-cluster) writes raft/catching-up first; until it holds a
+  committed entry of its leader's term it grants no vote or pre-vote, stands for no
+  election and takes no hand-over. [catchup.py, node/raft_state.py, syncobj.py] Tests:
+  test_lost_disk.py; tests/unit/test_raft_state.py
 """
 
 from node.raft.interface import FSM, RaftStatus, SubmitError

@@ -33,6 +33,7 @@ class RaftStatus:
     log_truncated_entries: int
     rejected_peer_messages: int
     restoring: bool = False  # replacing the state machine from a snapshot
+    voter: bool = True  # False: no raft state at start, not caught up yet (catchup.py)
 
     @property
     def role(self) -> str:

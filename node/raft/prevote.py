@@ -29,6 +29,10 @@ class PreVoteMixin:
         self._prevote: tuple[int, set] | None = None
         self._prevote_won = False
 
+    def may_vote(self) -> bool:
+        """Whether this node may grant votes at all (catchup.py: not while catching up)."""
+        return True
+
     def _log_position(self) -> tuple[int, int]:
         last = self._journal[-1]
         return last[2], last[1]  # (term, index): compared as a tuple
@@ -61,7 +65,8 @@ class PreVoteMixin:
         heard_from_leader = time.monotonic() - self._last_leader_contact < self._election_timeout_min
         up_to_date = (m.get("last_log_term", -1), m.get("last_log_index", -1)) >= self._log_position()
         granted = (
-            isinstance(m.get("term"), int)
+            self.may_vote()
+            and isinstance(m.get("term"), int)
             and m["term"] > self.raftCurrentTerm
             and up_to_date
             and not self._isLeader()

@@ -28,6 +28,7 @@ from node.raft.members import Member, MemberError
 from node.raft.membership import ChangeCallback
 from node.raft.peers import _AuthenticatingEncryptor
 from node.raft.syncobj import SERIALIZER_STATE, _DialNode, _SyncObj, build_conf, submit_callback
+from node.raft_state import prepare_raft_dir
 from node.tls import raft_contexts
 
 if TYPE_CHECKING:
@@ -67,10 +68,15 @@ class RaftNode:
         clock: ClusterClock | None = None,
         metrics: NodeMetrics | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        new_cluster: bool = False,
     ):
         """`loop`: the running asyncio loop of the node, which then also drives raft (one
         thread per node, loop_driver.py); call from that loop's thread. None: raft gets a
-        loop on a thread of its own (an embedding without asyncio)."""
+        loop on a thread of its own (an embedding without asyncio).
+
+        `new_cluster`: this node is a member of a cluster being created, so a start with
+        no raft dir votes at once; without it such a start (a lost disk, a member added
+        online) votes only once caught up (catchup.py). Ignored when the raft dir exists."""
         if not cluster.secret:
             raise ConfigError(
                 "the cluster needs a secret ([cluster] secret or STATEKEEPER_SECRET): raft "
@@ -85,7 +91,7 @@ class RaftNode:
         self._sync_behind = SyncBehind() if self._durable else None
         self._addr_to_id = {n.raft_address: n.id for n in cluster.nodes}
         self._raft_dir = str(cluster.node_data_dir(node_id) / "raft")
-        os.makedirs(self._raft_dir, exist_ok=True)
+        catching_up = prepare_raft_dir(self._raft_dir, new_cluster)
         self._snapshot_state = SERIALIZER_STATE.NOT_SERIALIZING
         self.snapshots_taken = 0
         # A snapshot loaded (installed from the leader) since this node's own pack started:
@@ -139,6 +145,7 @@ class RaftNode:
                 driver=self._driver,
                 state_machine_restoring=lambda: self.restoring,
                 sync_behind=self._sync_behind,
+                catching_up=catching_up,
             )
         )
 
@@ -370,6 +377,7 @@ class RaftNode:
             has_quorum=o.hasQuorum,
             ready=leader_id is not None and o.isReady() and caught_up and not restoring,
             restoring=restoring,
+            voter=not o.catching_up,
             log_truncations=self._journal.truncations,
             log_truncated_entries=self._journal.truncated_entries,
             rejected_peer_messages=self._encryptor.rejected,

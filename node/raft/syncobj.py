@@ -34,6 +34,7 @@ from node import failpoints
 from node.cluster_clock import ClusterClock
 from node.config import RaftSettings
 from node.raft import loop_driver
+from node.raft.catchup import CatchUpMixin
 from node.raft.compaction import JournalBoundMixin
 from node.raft.conn_buffers import InPlaceBuffersMixin
 from node.raft.install import SNAPSHOT_CHUNK_ACK, SnapshotInstallMixin, SyncBehind
@@ -282,6 +283,7 @@ class _SyncObj(
     JournalBoundMixin,
     UnauthenticatedSweepMixin,
     ReadIndexMixin,
+    CatchUpMixin,
     PreVoteMixin,
     MembershipMixin,
     LeadershipTransferMixin,
@@ -306,6 +308,7 @@ class _SyncObj(
         driver: LoopDriver,
         state_machine_restoring: Callable[[], bool] = lambda: False,
         sync_behind: SyncBehind | None = None,
+        catching_up: bool = False,
     ):
         # Built on the driver's loop thread (RaftNode): pysyncobj binds and subscribes its
         # sockets in __init__, and the loop's reader registry is not thread-safe.
@@ -321,6 +324,8 @@ class _SyncObj(
         # None outside a pass.
         self.send_pass: PassEncoder | None = None
         self._init_prevote(conf.raftMinTimeout)
+        # No raft state at start: no vote until caught up (catchup.py).
+        self._init_catch_up(os.path.dirname(conf.journalFile), catching_up)
         self._leadership_lost: list[Callable[[], None]] = []
         # New leaders seen (itself included), counted once per tick; read by metrics.
         self.leader_changes = 0
@@ -405,6 +410,7 @@ class _SyncObj(
         # appended since the last tick must be on disk first (one fsync per tick).
         self._journal.sync()
         self._compact_if_journal_too_big()
+        self._catch_up_tick()
         self._prevote_tick()
         self._sweep_unauthenticated()
         self._run_raft_calls()
@@ -483,7 +489,7 @@ class _SyncObj(
 
     def _SyncObj__onMessageReceived(self, node, message):
         kind = message.get("type") if isinstance(message, dict) else None
-        if self.dropped_while_restoring(kind, message):
+        if self.dropped_while_restoring(kind, message) or self.refused_while_catching_up(kind):
             return None
         if kind == PREVOTE_REQUEST:
             return self._on_prevote_request(node, message)

@@ -10,6 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from node.config import ClusterConfig, NodeConfig, RaftSettings  # noqa: E402
+from node.raft_state import bootstrap_new_cluster  # noqa: E402
 from tests.integration.raft_harness import Member, leader_of  # noqa: E402
 
 
@@ -20,6 +21,7 @@ def main() -> None:
         data_dir=str(base), fsync="always", secret="test-secret",
         raft=RaftSettings(snapshot_min_entries=30),
     )
+    bootstrap_new_cluster(cfg)  # a no-op once the first run created its raft dir
     m = Member(cfg, "n0")
     leader_of([m])
     for i in range(2000):

@@ -16,19 +16,24 @@ from cluster.ports import free_ports
 from node import entry
 from node.config import ClusterConfig, NodeConfig, RaftSettings
 from node.raft import RaftNode, SubmitError
+from node.raft_state import bootstrap_new_cluster
 from node.store import StateMachine
 
 
 def config(base: Path, size: int, fsync: str = "always", **raft) -> ClusterConfig:
+    """A new cluster of `size` nodes under `base`: their raft dirs are created, as
+    `statekeeper cluster up` does (node/raft_state.py), so each votes from its first start."""
     ports = free_ports(2 * size)
     nodes = tuple(
         NodeConfig(id=f"n{i}", host="127.0.0.1", raft_port=ports[2 * i], http_port=ports[2 * i + 1])
         for i in range(size)
     )
-    return ClusterConfig(
+    cfg = ClusterConfig(
         nodes=nodes, data_dir=str(base), fsync=fsync, secret="test-secret",
         raft=dataclasses.replace(RaftSettings(), **raft),
     )
+    bootstrap_new_cluster(cfg)
+    return cfg
 
 
 class Member:
@@ -112,7 +117,7 @@ def write_journal(raft_dir: Path, commands: list[tuple[bytes, int, int]], term: 
     """A raft journal of (command, index, term) entries, as a node left it (fsynced)."""
     from node.raft.log import _RaftLog
 
-    raft_dir.mkdir(parents=True)
+    raft_dir.mkdir(parents=True, exist_ok=True)
     j = _RaftLog(str(raft_dir / "journal.log"))
     for command, idx, t in commands:
         j.add(command, idx, t)

@@ -13,7 +13,7 @@ from chaos.faults import FAULTS, SMOKE, FaultContext, ProxyNet, clock, get_fault
 EXPECTED = {
     "none",
     "kill-leader", "kill-follower", "kill-random", "pause-leader", "rolling-restart",
-    "kill-all", "wipe-follower", "power-loss", "power-loss-install",
+    "kill-all", "wipe-follower", "lost-disk", "power-loss", "power-loss-install",
     "partition-leader", "partition-follower", "partition-majority-minority",
     "partition-bridge", "one-way-loss", "packet-loss",
     "proxy-latency", "proxy-bandwidth", "proxy-blackhole", "proxy-reset-peer",
