@@ -27,7 +27,7 @@ NEW_CLUSTER_HELP = (
     "from its first start. Without it, a node with no raft state (a lost disk, a member "
     "added online) follows the leader but votes only once it has caught up. Ignored once "
     "the node has raft state. `statekeeper cluster up` needs no flag: it creates a new "
-    "cluster's raft dirs (docs/operations.md, replacing a member)"
+    "cluster's raft dirs (docs/protocol.md, 'A lost disk')"
 )
 
 

@@ -66,7 +66,7 @@ Data dir lost
     A member of a cluster being created has no raft state either: `cluster up` creates
     the raft dirs of a cluster none of whose nodes has any (node/raft_state.py), and
     `statekeeper node --new-cluster` does it for one node. A lost disk restarted with that
-    flag votes at once, as before: replace it without (docs/operations.md).
+    flag votes at once, as before: replace it without (docs/protocol.md, "A lost disk").
 """
 
 from __future__ import annotations
