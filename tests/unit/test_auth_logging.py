@@ -120,3 +120,25 @@ def test_audit_lines_past_the_budget_become_one_summary_line() -> None:
     assert records[4] == "denied 10"
     now[0] += 10.0
     assert audit.warning("denied %d", 11) and records[5] == "denied 11"  # nothing suppressed
+
+
+def test_unknown_token_ids_cost_a_bounded_number_of_read_barriers() -> None:
+    """Issue 27, item 12: every request with an unknown token id waited for a read barrier
+    (a raft entry on a follower). Past the budget the node answers 401 without one."""
+    from node.audit_log import WindowBudget
+
+    api = _api()
+    now = [0.0]
+    budget = api.unknown_token_barriers = WindowBudget(5, 1.0, lambda: now[0])
+    barriers: list[str] = []
+
+    async def wait(consistency, min_rev):
+        barriers.append(consistency)
+
+    api.reads = SimpleNamespace(wait=wait)
+    for _ in range(50):
+        assert _post(api, "/v1/kv/get", {"key": "k"}, new_token()[0])[0] == 401
+    assert len(barriers) == budget.per_window
+    now[0] += 1.0
+    assert _post(api, "/v1/kv/get", {"key": "k"}, new_token()[0])[0] == 401
+    assert len(barriers) == budget.per_window + 1
