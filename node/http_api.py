@@ -174,16 +174,17 @@ class Api:
         allowed = self._methods.get(template)
         if allowed is None:
             raise OpError("not_found", f"no such endpoint: {loggable(path)}")
-        if template == "/v1/kv/{op}" and path[7:] not in KV_OPS:
-            raise OpError(
-                "unknown_op", f"unknown op {loggable(path[7:])!r}; known: {', '.join(KV_OPS)}"
-            )
         method = "GET" if request.method == "HEAD" else request.method
         handler = allowed.get(method)
         if handler is None:
             raise OpError(
                 "method_not_allowed",
-                f"{loggable(request.method)} is not allowed on {loggable(path)}; use {', '.join(sorted(allowed))}",
+                f"{loggable(request.method)} is not allowed on {loggable(path)}; "
+                f"use {', '.join(sorted(allowed))}",
+            )
+        if template == "/v1/kv/{op}" and path[7:] not in KV_OPS:
+            raise OpError(
+                "unknown_op", f"unknown op {loggable(path[7:])!r}; known: {', '.join(KV_OPS)}"
             )
         return handler
 
