@@ -2,7 +2,8 @@
 
 Used by the `statekeeper cluster ...` command and by the test fixtures. Each node
 runs detached (its own session) so it outlives the command that started it; its
-pid lives in `<node data dir>/node.pid`, its output in `<node data dir>/node.log`.
+pid lives in `<node data dir>/node.pid`, its output in `<node data dir>/node.log`, which the
+node rotates itself (node/log_files.py: at 16 MiB, 3 old files kept).
 
 Only the standard library is used for HTTP so `cluster/` does not depend on
 `client/` (the client is what the cluster is tested *with*).
@@ -27,11 +28,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from node.config import ClusterConfig
+from node.log_files import LOG_FILE, LOG_FILE_ENV, is_log_file
 from node.raft_state import bootstrap_new_cluster
 from node.tls import operator_tls_context
 
 PID_FILE = "node.pid"
-LOG_FILE = "node.log"
 
 # Where `cluster` and `node` are importable from, even if the child's cwd is elsewhere.
 _PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -378,7 +379,11 @@ class LocalCluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=str(self.config_path.parent),
-                env=self._node_child_env(node_id, env),
+                # The node rotates the file its stdout and stderr go to (node/log_files.py).
+                env={
+                    **self._node_child_env(node_id, env),
+                    LOG_FILE_ENV: str(self.log_file(node_id)),
+                },
                 start_new_session=True,  # survives the CLI; signals go to its own group
                 close_fds=True,
             )
@@ -554,14 +559,14 @@ class LocalCluster:
         _signal(pid, signal.SIGCONT)
 
     def wipe_node(self, node_id: str) -> None:
-        """Delete the node's data (it must be stopped); its node.log is kept."""
+        """Delete the node's data (it must be stopped); its node.log (and rotations) are kept."""
         if self.is_running(node_id):
             raise SupervisorError(f"{node_id} is running: stop it before wiping its data")
         data_dir = self.data_dir(node_id)
         if not data_dir.is_dir():
             return
         for entry in data_dir.iterdir():
-            if entry.name == LOG_FILE:
+            if is_log_file(entry.name):
                 continue  # the log explains what happened before the wipe
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)

@@ -27,6 +27,7 @@ from typing import Any
 
 from node.config import ClusterConfig
 from node.fatal import take_report
+from node.log_files import is_log_file
 from node.peer_storage import PeerStorage
 from node.quota import Sample, StorageQuota
 
@@ -35,7 +36,9 @@ log = logging.getLogger("statekeeper.storage")
 
 def dir_bytes(path: Path) -> int:
     """Bytes the files under `path` take on disk (allocated blocks; files that vanish while
-    walking, as RocksDB and snapshots replace theirs, are skipped)."""
+    walking, as RocksDB and snapshots replace theirs, are skipped). node.log and its
+    rotations are not counted: they have their own bound (node/log_files.py), and counting
+    them let log lines raise the NOSPACE alarm (issue 27, item 1)."""
     total = 0
     stack = [str(path)]
     while stack:
@@ -48,7 +51,7 @@ def dir_bytes(path: Path) -> int:
                 try:
                     if e.is_dir(follow_symlinks=False):
                         stack.append(e.path)
-                    elif e.is_file(follow_symlinks=False):
+                    elif e.is_file(follow_symlinks=False) and not is_log_file(e.name):
                         st = e.stat(follow_symlinks=False)
                         total += min(st.st_size, st.st_blocks * 512) or st.st_size
                 except OSError:

@@ -34,6 +34,7 @@ from http import HTTPStatus
 
 import httptools
 
+from node.audit_log import loggable
 from node.http_limits import REFUSAL_LINGER, ReadClock, ServerLimits
 from node.http_stream import LAST_CHUNK, Flow, StreamedResponse, StreamStalled, pump, stream_head
 
@@ -437,7 +438,7 @@ class _HttpProtocol(asyncio.Protocol):
         try:
             resp = await self.server.handler(req)
         except Exception:  # the handler maps its own errors; this is a bug in it
-            log.exception("unhandled error serving %s %s", req.method, req.path)
+            log.exception("unhandled error serving %s %s", loggable(req.method), loggable(req.path))
             resp = self.server.error_response(500, "internal", "internal error; see the node's log")
         streamed = isinstance(resp, StreamedResponse)
         if streamed:

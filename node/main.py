@@ -14,7 +14,7 @@ from typing import NoReturn
 from prometheus_client import disable_created_metrics
 
 from node import config as config_mod
-from node import failpoints, fatal, recovery
+from node import failpoints, fatal, log_files, recovery
 from node.cluster_clock import ClusterClock
 from node.disk_watch import DiskWatch
 from node.errors import OpError
@@ -285,10 +285,9 @@ def run_node(
     # helper threads: the default 5 ms switch interval would let one of them stall the loop
     # for a whole raft round trip.
     sys.setswitchinterval(0.001)
-    logging.basicConfig(
-        level=os.environ.get("STATEKEEPER_LOG", "INFO"),
-        format=f"%(asctime)s {node_id} %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+    # To stderr, or to a rotated node.log when the supervisor names one (node/log_files.py).
+    log_files.configure(
+        node_id, os.environ.get("STATEKEEPER_LOG", "INFO"), os.environ.get(log_files.LOG_FILE_ENV)
     )
     try:
         cfg = config_mod.load(config_path)

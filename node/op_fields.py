@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from typing import Any
 
 import msgpack
@@ -47,6 +48,10 @@ MAX_NS_BYTES = 255
 MAX_IDEMPOTENCY_KEY_CHARS = 256
 NO_NUL = "^[^\\u0000]+$"
 NO_NUL_OR_EMPTY = "^[^\\u0000]*$"
+# A namespace has no control characters (C0, DEL, C1): a newline or an ANSI escape in one
+# forged audit lines in node.log (issue 27, item 13).
+NO_CONTROL = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
+_CONTROL_CHAR = re.compile("[\x00-\x1f\x7f-\x9f]")
 # The alphabet of every page token: URL-safe base64 without padding.
 TOKEN_PATTERN = "^[A-Za-z0-9_-]+$"
 _TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -182,24 +187,28 @@ class Namespace(Field):
     component = "Namespace"
 
     def check(self, v, limits, in_txn, out):
-        if type(v) is str and 0 < len(v) <= MAX_NS_BYTES and v.isascii() and "\x00" not in v:
-            return v  # the common case, cheaply (ASCII: one byte per char)
+        if type(v) is str and 0 < len(v) <= MAX_NS_BYTES and v.isascii() and v.isprintable():
+            return v  # the common case, cheaply (ASCII: one byte per char, no control char)
         if v is None:
             return out["ns"]  # the default: "default", or the txn's ns inside a txn
         if type(v) is not str:
             raise invalid(f"{self.name} must be a string")
-        if "\x00" in v:
-            raise invalid(f"{self.name} must not contain NUL")
         if not 1 <= len(utf8(v, self.name)) <= MAX_NS_BYTES:
             raise invalid(f"{self.name} must be 1..{MAX_NS_BYTES} UTF-8 bytes")
+        if bad := _CONTROL_CHAR.search(v):
+            raise invalid(
+                f"{self.name} must not contain control characters (NUL, newline, escape...): "
+                f"found U+{ord(bad.group()):04X} at character {bad.start()}"
+            )
         return v
 
     def schema(self, limits, wire):
         return str_schema(
-            f"Namespace of the key: 1..{MAX_NS_BYTES} UTF-8 bytes, no NUL.",
+            f"Namespace of the key: 1..{MAX_NS_BYTES} UTF-8 bytes, no control characters "
+            "(U+0000..U+001F, U+007F..U+009F).",
             minLength=1,
             maxLength=MAX_NS_BYTES,
-            pattern=NO_NUL,
+            pattern=NO_CONTROL,
             default=DEFAULT_NS,
         )
 

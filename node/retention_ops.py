@@ -38,7 +38,7 @@ from node.errors import OpError
 from node.op_fields import (
     MAX_NS_BYTES,
     MAX_REVISION,
-    NO_NUL,
+    NO_CONTROL,
     Choice,
     Field,
     Key,
@@ -122,11 +122,11 @@ class OptionalNamespace(Field):
 
     def schema(self, limits, wire):
         return str_schema(
-            f"Only this namespace (1..{MAX_NS_BYTES} UTF-8 bytes, no NUL); default: every "
-            "namespace.",
+            f"Only this namespace (1..{MAX_NS_BYTES} UTF-8 bytes, no control characters); "
+            "default: every namespace.",
             minLength=1,
             maxLength=MAX_NS_BYTES,
-            pattern=NO_NUL,
+            pattern=NO_CONTROL,
         )
 
 

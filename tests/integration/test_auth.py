@@ -387,3 +387,29 @@ def test_a_token_is_usable_on_every_node_right_after_it_is_created(
     for url in lc.config.http_urls():  # and every node knows it by now
         with Client(url, ns="fresh", token=token, retry=NO_RETRY) as c:
             assert c.get("k2").text == "v"
+
+
+def test_a_flood_of_unauthenticated_requests_leaves_the_log_small(
+    auth_cluster: LocalCluster,
+) -> None:
+    """Issue 27, item 1: each 401 logged the whole path, so `/v1/kv/<60 KB>` added ~60 KB
+    to node.log (and the quota counted node.log). Now an unknown op is refused before
+    authentication, and 401 lines are capped and rate-limited."""
+    import http.client
+
+    node = auth_cluster.config.node("node-2")
+    log = auth_cluster.log_file("node-2")
+    before = log.stat().st_size
+    conn = http.client.HTTPConnection(node.host, node.http_port, timeout=10)
+    statuses = set()
+    try:
+        for i in range(300):
+            path = "/v1/kv/" + "x" * 60_000 if i % 2 else "/v1/kv/get"
+            conn.request("POST", path, b"{}", {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            statuses.add((path[:8], resp.status))
+    finally:
+        conn.close()
+    assert log.stat().st_size - before < 64 * 1024
+    assert statuses == {("/v1/kv/x", 400), ("/v1/kv/g", 401)}
