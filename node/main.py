@@ -14,7 +14,7 @@ from typing import NoReturn
 from prometheus_client import disable_created_metrics
 
 from node import config as config_mod
-from node import failpoints, fatal, recovery
+from node import failpoints, fatal, file_modes, recovery
 from node.cluster_clock import ClusterClock
 from node.disk_watch import DiskWatch
 from node.errors import OpError
@@ -115,7 +115,7 @@ class _Parts:
 def _open_store(cfg: config_mod.ClusterConfig, node_id: str) -> StateMachine:
     data_dir = cfg.node_data_dir(node_id)
     recovery.note_lost_state(data_dir)  # a lost disk: said loudly, then caught up
-    data_dir.mkdir(parents=True, exist_ok=True)
+    file_modes.private_data_dir(data_dir)  # 0700; warns about (and fixes) an open one
     fatal.report_to(data_dir)  # where a fatal stop leaves last_stop.json
     started = time.monotonic()
     # A corrupt RocksDB is moved aside and rebuilt from raft (node/recovery.py).
@@ -279,6 +279,8 @@ def run_node(config_path: str, node_id: str, unsafe_reads: bool = False) -> int:
     # helper threads: the default 5 ms switch interval would let one of them stall the loop
     # for a whole raft round trip.
     sys.setswitchinterval(0.001)
+    # Every file and dir this node creates is its user's only (node/file_modes.py).
+    file_modes.use_private_umask()
     logging.basicConfig(
         level=os.environ.get("STATEKEEPER_LOG", "INFO"),
         format=f"%(asctime)s {node_id} %(levelname)s %(name)s: %(message)s",
