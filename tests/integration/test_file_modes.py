@@ -12,7 +12,7 @@ import pytest
 
 from client import Client
 from cluster.supervisor import LocalCluster
-from tests.integration.cluster_fixture import WrittenConfig, print_logs
+from tests.integration.cluster_fixture import WrittenConfig, running
 
 pytestmark = pytest.mark.integration
 
@@ -28,8 +28,7 @@ def test_a_node_keeps_its_files_private(cluster_config: WrittenConfig) -> None:
     data_dir = lc.data_dir(node_id)
     data_dir.mkdir(parents=True, mode=0o755)  # as an older version left it
     data_dir.chmod(0o755)
-    try:
-        lc.up(timeout=60.0)
+    with running(lc):
         with Client(lc.url(node_id), timeout=10) as c:
             for i in range(120):  # past snapshot_min_entries: raft and the store snapshot
                 c.put(f"k{i}", "secret value")
@@ -37,12 +36,6 @@ def test_a_node_keeps_its_files_private(cluster_config: WrittenConfig) -> None:
         deadline = time.monotonic() + 30
         while not snapshot.exists() and time.monotonic() < deadline:  # written off the loop
             time.sleep(0.1)
-    except BaseException:
-        print_logs(lc)
-        raise
-    finally:
-        lc.kill_all()
-        lc.close()
     log = (data_dir / "node.log").read_text()
     assert f"{data_dir}" in log and "0755" in log, "no warning about the open data dir"
     files = [p for p in data_dir.rglob("*") if p.is_file() and not p.is_symlink()]
