@@ -28,6 +28,7 @@ from .effects import AsyncEffects, Effects
 from .errors import (
     ArchiveCorrupt,
     Archived,
+    ArchiveUrlRefused,
     CacheStale,
     Compacted,
     Conflict,
@@ -92,6 +93,7 @@ __all__ = [
     "AppendResult",
     "AppendedEvent",
     "ArchiveCorrupt",
+    "ArchiveUrlRefused",
     "Archived",
     "AsyncBatch",
     "AsyncCache",

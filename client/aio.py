@@ -66,6 +66,11 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
         max_connections: keep-alive connections kept (in total).
         token: the bearer token sent with every request; default: $STATEKEEPER_TOKEN,
             else the file named by $STATEKEEPER_TOKEN_FILE, else none.
+        archive_roots: the archive roots (URLs or directories) segment files may be read
+            from by ``get(..., archived="fetch" | "restore")``, ``read_stream(...,
+            archived="fetch")`` and ``archive_restore``; default: $STATEKEEPER_ARCHIVE_ROOTS
+            (comma-separated), else none (those reads then raise ArchiveUrlRefused). The
+            cluster's segment URL is whatever a writer sealed: docs/archive.md.
 
     Example::
 

@@ -131,6 +131,7 @@ class BaseClient:
         key: str | os.PathLike[str] | None = None,
         tls: ssl.SSLContext | None = None,
         token: str | None = None,
+        archive_roots: Sequence[str] | None = None,
     ) -> None:
         if consistency not in CONSISTENCY_LEVELS:
             raise ValueError(f"consistency must be one of {CONSISTENCY_LEVELS}")
@@ -150,6 +151,9 @@ class BaseClient:
         # "Bearer <token>" for every request's Authorization header ("" for none); never
         # shown by repr().
         self._authorization = bearer(token)
+        # Where archived="fetch" / archive_restore may read segment files from (only there:
+        # client/archive/storage.py); kept as given, the env read when a segment is read.
+        self.archive_roots = None if archive_roots is None else tuple(archive_roots)
         self._init_transport(max_connections)
         # With one endpoint there is nothing to choose: no status round trip.
         self.prefer_leader = prefer_leader and len(self._endpoints.urls) > 1

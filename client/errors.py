@@ -30,6 +30,7 @@ from typing import Any
 __all__ = [
     "CLIENT_CODES",
     "ArchiveCorrupt",
+    "ArchiveUrlRefused",
     "Archived",
     "CacheStale",
     "Compacted",
@@ -341,7 +342,7 @@ class Archived(NotFound):
 
     Attributes:
         segment: the archive segment id holding the data; url: where its file is;
-        sha256: the file's checksum.
+        sha256: the file's checksum; segment_bytes: its size.
         key (a get) / stream, from_seq, before_seq (a read_stream); archived_revision.
     """
 
@@ -364,6 +365,11 @@ class Archived(NotFound):
     @property
     def sha256(self) -> str | None:
         return self._str("sha256")
+
+    @property
+    def segment_bytes(self) -> int | None:
+        """The segment file's size as sealed (None from a node before it was sent)."""
+        return self._int("bytes")
 
     @property
     def key(self) -> str | None:
@@ -394,6 +400,20 @@ class ArchiveCorrupt(StatekeeperError):
     @property
     def segment(self) -> str | None:
         value = self.details.get("segment")
+        return value if isinstance(value, str) else None
+
+
+class ArchiveUrlRefused(StatekeeperError):
+    """The cluster named a segment URL this client will not read (client code
+    ``archive_url_refused``): it is not under any archive root the client was configured
+    with (``archive_roots=`` / $STATEKEEPER_ARCHIVE_ROOTS), or it has dot segments, a query
+    or control characters. A segment's URL is whatever a writer of the namespace sealed, so
+    following it anywhere would let that writer make readers fetch internal addresses or
+    local files (docs/archive.md). Nothing was read. ``url``: the refused URL."""
+
+    @property
+    def url(self) -> str | None:
+        value = self.details.get("url")
         return value if isinstance(value, str) else None
 
 
@@ -505,6 +525,7 @@ _BY_CODE: dict[str, type[StatekeeperError]] = {
     "compacted": Compacted,
     "archived": Archived,
     "archive_corrupt": ArchiveCorrupt,
+    "archive_url_refused": ArchiveUrlRefused,
     "malformed_body": InvalidRequest,
     "unsupported_media_type": InvalidRequest,
     "unknown_op": InvalidRequest,

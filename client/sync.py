@@ -84,6 +84,11 @@ class Client(Commands[Batch]):
         token: the bearer token sent with every request (``Authorization: Bearer``);
             default: $STATEKEEPER_TOKEN, else the file named by $STATEKEEPER_TOKEN_FILE,
             else none (a cluster with ``[auth] enabled`` then answers 401).
+        archive_roots: the archive roots (URLs or directories) segment files may be read
+            from by ``get(..., archived="fetch" | "restore")``, ``read_stream(...,
+            archived="fetch")`` and ``archive_restore``; default: $STATEKEEPER_ARCHIVE_ROOTS
+            (comma-separated), else none (those reads then raise ArchiveUrlRefused). The
+            cluster's segment URL is whatever a writer sealed: docs/archive.md.
 
     Example::
 

@@ -59,6 +59,8 @@ def open_client(args: argparse.Namespace) -> Any:
         endpoints(args),
         ns=args.ns or "default",
         token=client_token(args),
+        # restore reads segment files only under these (None: $STATEKEEPER_ARCHIVE_ROOTS)
+        archive_roots=getattr(args, "archive", None),
         **connection_options(args),
     )
 
@@ -117,9 +119,17 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
         "restore",
         help="put archived keys and events back into the cluster",
         epilog="  statekeeper archive restore 20261201T005300Z-0a1b2c3d\n"
+        "  statekeeper archive restore 20261201T005300Z-0a1b2c3d --archive s3://b/arch\n"
         "  statekeeper archive restore 20261201T005300Z-0a1b2c3d --key agent/a/ckpt/7",
         args=[
             arg("segment", metavar="SEGMENT_ID", help="the segment (see archive list)"),
+            arg(
+                "--archive",
+                action="append",
+                metavar="URL",
+                help="an archive root the segment file may be read from (repeatable; "
+                "default: $STATEKEEPER_ARCHIVE_ROOTS); a segment URL under none is refused",
+            ),
             *client_args(arg, None),
             arg("--key", action="append", metavar="K", help="only this key (repeatable)"),
             arg("--stream", action="append", metavar="S", help="only this stream (repeatable)"),

@@ -8,8 +8,10 @@ cluster.toml; the root token derived from the config's secret, or --token-file /
 $STATEKEEPER_TOKEN: it must hold admin on every namespace).
 
 backup: GET /v1/admin/backup from the first endpoint that answers (node/backup_ops.py:
-one revision, after a read barrier, without stopping writes), streamed into FILE.partial
-(mode 0600: the backup holds every value and the auth tokens' hashes), fsynced, checked
+one revision, after a read barrier, without stopping writes), streamed into a new temporary
+file next to FILE (mkstemp: O_EXCL, a random name, mode 0600: the backup holds every value
+and the auth tokens' hashes; never a fixed FILE.partial another user could pre-create or
+point a symlink from), fsynced, checked
 whole (node/backup_file.py), then renamed to FILE. restore: verifies FILE, then seeds
 the data dirs of a new, stopped cluster (node/backup_seed.py) so `statekeeper cluster
 up` starts it with the contents.
@@ -22,10 +24,10 @@ truncated or foreign backup file, or data dirs that are not empty (without --for
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -165,7 +167,6 @@ def _backup(args: argparse.Namespace) -> int:
     from node.backup_ops import PATH
 
     out = Path(args.out)
-    partial = out.with_name(out.name + ".partial")
     headers = {"Authorization": auth} if (auth := bearer(token(args))) else {}
     pm = urllib3.PoolManager(ssl_context=tls_context(args), retries=False)
     failures = []
@@ -189,10 +190,8 @@ def _backup(args: argparse.Namespace) -> int:
                     raise StatekeeperError(f"{url}: {message}")
                 failures.append(f"{url}: {resp.status} {message}")
                 continue
-            written = _download(resp, partial, args.quiet)
+            partial, written = _download(resp, out, args.quiet)
         except (urllib3.exceptions.HTTPError, OSError) as e:
-            with contextlib.suppress(FileNotFoundError):
-                partial.unlink()
             failures.append(f"{url}: the download broke off: {e}")
             continue
         finally:
@@ -218,8 +217,16 @@ def _backup(args: argparse.Namespace) -> int:
     raise StatekeeperError("no backup taken: " + "; ".join(failures))
 
 
-def _download(resp: Any, partial: Path, quiet: bool) -> int:
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def _download(resp: Any, out: Path, quiet: bool) -> tuple[Path, int]:
+    """Stream the answer into a new temporary file next to `out`; its path and size.
+
+    The temporary is made by mkstemp (O_CREAT|O_EXCL, mode 0600, a random name) in out's
+    directory, so the rename onto `out` stays on one file system. A fixed name such as
+    FILE.partial opened with O_TRUNC let another local user pre-create it (their file, mode
+    0666, then received the whole backup) or plant a symlink there (the backup, often run
+    as root, overwrote its target): issue 27, item 9."""
+    fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
+    partial = Path(name)
     bar = None
     if not quiet and sys.stderr.isatty():
         from tqdm import tqdm
@@ -241,7 +248,7 @@ def _download(resp: Any, partial: Path, quiet: bool) -> int:
     finally:
         if bar is not None:
             bar.close()
-    return written
+    return partial, written
 
 
 def _error_message(body: bytes) -> str:

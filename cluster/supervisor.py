@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from node.config import ClusterConfig
+from node.file_modes import open_private_log
 from node.log_files import LOG_FILE, LOG_FILE_ENV, is_log_file
 from node.raft_state import bootstrap_new_cluster
 from node.tls import operator_tls_context
@@ -363,14 +364,15 @@ class LocalCluster:
         if bootstrap_new_cluster(self.config):
             self._say(f"new cluster: raft dirs created for {', '.join(self.node_ids)}")
         data_dir = self.data_dir(node_id)
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the node warns if open
         # The node reads the secret from the config, a file or its environment: never its
         # command line, which any local user can read (/proc/PID/cmdline, ps).
         argv = [*self.node_command, "--config", str(self.config_path), "--id", node_id]
         secret = self.config.secret
         if secret and any(secret in a for a in argv):
             raise NodeStartError(f"{node_id}: refusing to put the cluster secret on a command line")
-        with open(self.log_file(node_id), "ab") as log:
+        # node.log 0600: it can hold keys and tenants' names (node/file_modes.py).
+        with open(open_private_log(self.log_file(node_id)), "ab") as log:
             log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {node_id}\n".encode())
             log.flush()
             proc = subprocess.Popen(

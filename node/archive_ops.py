@@ -22,7 +22,7 @@ Normalized shapes (raft entries carry the writes', so their msgpack bytes must n
 Limits: a seal or restore names at most MAX_ARCHIVE_ITEMS keys + streams, and at most
 MAX_ARCHIVE_EVENTS events (a sealed stream item covers before_seq - from_seq events):
 more is 413 `too_many_ops`. A segment id is 1..128 chars of [A-Za-z0-9._-], a url 1..2048
-chars, sha256 64 lowercase hex digits, bytes >= 0 (400 `invalid_argument`). A restored
+chars of an archive scheme without dot segments (SEGMENT_URL_PATTERN), sha256 64 lowercase hex digits, bytes >= 0 (400 `invalid_argument`). A restored
 value or event's data is at most max_value_bytes (413 `value_too_large`), and the request
 at most max_request_bytes, like every write. Over JSON a value / data may be a UTF-8
 string or {"b64": base64} (msgpack carries bin).
@@ -69,6 +69,22 @@ MAX_URL_CHARS = 2048
 _SEGMENT_ID = re.compile(r"[A-Za-z0-9._-]{1,128}\Z")
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 SEGMENT_ID_PATTERN = "^[A-Za-z0-9._-]{1,128}$"
+# A segment URL is recorded for every reader of the namespace, whose client then reads it
+# (issue 27, item 5: an http:// URL made readers' clients fetch internal addresses, a
+# file:// one with ".." reached any local file). The node has no archive configuration, so
+# it accepts what fsspec's archive backends take: a local absolute path (file:///...) or an
+# object store (s3, gs, az/abfs, adl; memory: the client's own process), with no "." or
+# ".." path segment (also percent-encoded), no query or fragment, no space or control
+# character. Which root a client reads from is the client's setting (client/archive/storage.py).
+ARCHIVE_URL_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory")
+SEGMENT_URL_PATTERN = (
+    "^(?:file://(?=/)|(?:" + "|".join(ARCHIVE_URL_SCHEMES) + ")://)"
+    "(?!(?:.*/)?(?:[.]|%2[eE])(?:[.]|%2[eE])?(?:/|(?![\\s\\S])))"
+    # the end as (?![\s\S]), not "$": Python's "$" (jsonschema's, hypothesis') also
+    # matches before a final newline, so the document would admit "file:///a\n"
+    "[^\\x00-\\x20\\x7f?#]*(?![\\s\\S])"
+)
+_SEGMENT_URL = re.compile(SEGMENT_URL_PATTERN)
 
 
 def check_segment_id(v: Any, name: str) -> str:
@@ -174,6 +190,12 @@ class Segment(Field):
         url = v.get("url")
         if type(url) is not str or not 1 <= len(url) <= MAX_URL_CHARS:
             raise invalid(f"{self.name}.url must be a string of 1..{MAX_URL_CHARS} chars")
+        if not _SEGMENT_URL.match(url):
+            raise invalid(
+                f"{self.name}.url must be file:///absolute/path or "
+                f"{'|'.join(ARCHIVE_URL_SCHEMES)}://..., with no '.' or '..' segment, "
+                "query, fragment, space or control character"
+            )
         sha = v.get("sha256")
         if type(sha) is not str or not _SHA256.match(sha):
             raise invalid(f"{self.name}.sha256 must be 64 lowercase hex digits")
@@ -187,7 +209,13 @@ class Segment(Field):
     def schema(self, limits, wire):
         props = {
             "id": str_schema("Segment id.", pattern=SEGMENT_ID_PATTERN),
-            "url": str_schema("Where the segment file is.", minLength=1, maxLength=MAX_URL_CHARS),
+            "url": str_schema(
+                "Where the segment file is: file:///absolute/path or an object store URL, "
+                "no '.' or '..' segment, query or control character.",
+                minLength=1,
+                maxLength=MAX_URL_CHARS,
+                pattern=SEGMENT_URL_PATTERN,
+            ),
             "sha256": str_schema("sha256 of the file bytes.", pattern="^[0-9a-f]{64}$"),
             "bytes": _count_schema("Size of the file."),
         }

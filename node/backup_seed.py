@@ -143,7 +143,7 @@ def _copy(path: Path, out) -> None:
 
 
 def _install(db: Path, data_dir: Path, force: bool) -> None:
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # node/file_modes.py
     if force:
         for name in used_entries(data_dir):
             p = data_dir / name

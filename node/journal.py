@@ -229,7 +229,7 @@ class DurableJournal:
             self._open_log()
             self._load_meta()
             self._commit_fd = os.open(
-                self._commit_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
+                self._commit_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
             )
         except BaseException:
             self._close_fds()
@@ -388,7 +388,7 @@ class DurableJournal:
     # -- internals: log file ------------------------------------------------------------------
 
     def _open_log(self) -> None:
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         with open(self._fd, "rb", closefd=False) as f:
             data = f.read()
         if len(data) < len(LOG_MAGIC):
@@ -471,7 +471,7 @@ class DurableJournal:
                 os.open,
                 self._tmp_path,
                 os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                0o644,
+                0o600,
             )
             self._pwrite_all(tmp_fd, LOG_MAGIC, 0, "write of the rewritten log")
             out = len(LOG_MAGIC)
@@ -579,7 +579,7 @@ class DurableJournal:
             os.open,
             tmp,
             os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-            0o644,
+            0o600,
         )
         try:
             self._pwrite_all(fd, data, 0, "write of the meta file")

@@ -14,7 +14,7 @@ from typing import NoReturn
 from prometheus_client import disable_created_metrics
 
 from node import config as config_mod
-from node import failpoints, fatal, log_files, recovery
+from node import failpoints, fatal, file_modes, log_files, recovery
 from node.cluster_clock import ClusterClock
 from node.disk_watch import DiskWatch
 from node.errors import OpError
@@ -115,7 +115,7 @@ class _Parts:
 def _open_store(cfg: config_mod.ClusterConfig, node_id: str, new_cluster: bool) -> StateMachine:
     data_dir = cfg.node_data_dir(node_id)
     recovery.note_lost_state(data_dir, new_cluster)  # a lost disk: no vote until caught up
-    data_dir.mkdir(parents=True, exist_ok=True)
+    file_modes.private_data_dir(data_dir)  # 0700; warns about (and fixes) an open one
     fatal.report_to(data_dir)  # where a fatal stop leaves last_stop.json
     started = time.monotonic()
     # A corrupt RocksDB is moved aside and rebuilt from raft (node/recovery.py).
@@ -285,6 +285,9 @@ def run_node(
     # helper threads: the default 5 ms switch interval would let one of them stall the loop
     # for a whole raft round trip.
     sys.setswitchinterval(0.001)
+    # Every file and dir this node creates is its user's only (node/file_modes.py); set
+    # before the log handler opens (and rotates) node.log.
+    file_modes.use_private_umask()
     # To stderr, or to a rotated node.log when the supervisor names one (node/log_files.py).
     log_files.configure(
         node_id, os.environ.get("STATEKEEPER_LOG", "INFO"), os.environ.get(log_files.LOG_FILE_ENV)

@@ -79,7 +79,7 @@ ERROR_WHEN: dict[str, str] = {
     "lock_not_held": "lock_release of a waiter that is gone (released, or its lease expired or was revoked)",
     "idempotency_key_reused": "the idempotency_key was already used in this namespace for a different request (nothing applied)",
     "compacted": "the read revision is below compact_revision (history dropped)",
-    "archived": "get of a key / read_stream from a seq that was archived to a cold-tier segment (`error` has `segment`, `url`, `sha256`, and `key` + `archived_revision` or `stream` + `from_seq` + `before_seq`)",
+    "archived": "get of a key / read_stream from a seq that was archived to a cold-tier segment (`error` has `segment`, `url`, `sha256`, `bytes`, and `key` + `archived_revision` or `stream` + `from_seq` + `before_seq`)",
     "unavailable": "no leader / no quorum / shutting down: retry, possibly on another node",
     "not_ready": "no leader known, or this node lags behind the leader's commit index",
     "not_live": "this node's raft loop has made no progress for [raft] live_stall_seconds (a stuck raft thread: restart the node)",

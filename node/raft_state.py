@@ -83,12 +83,14 @@ def bootstrap_new_cluster(cluster: ClusterConfig) -> list[str]:
 
 
 def _make_dirs(paths: Iterable[str]) -> None:
-    """mkdir -p each, then fsync every directory an entry was created in."""
+    """mkdir -p each (every directory created 0700: the supervisor that calls this has no
+    private umask), then fsync every directory an entry was created in."""
     for path in paths:
         missing, p = [], Path(path)
         while not p.exists():
             missing.append(p)
             p = p.parent
-        os.makedirs(path, exist_ok=True)
+        for created in reversed(missing):  # each 0700, parents first (node/file_modes.py)
+            created.mkdir(mode=0o700, exist_ok=True)
         for created in missing:
             fsync_dir(str(created.parent))

@@ -7,7 +7,8 @@ exception thrown in). :func:`client.agent.plan.run` / ``arun`` drive them over a
 
 - ``store_put(path, data)``: make ``data`` durable at ``path`` of the archive
   (client/archive/storage.py ``put_durable``); ``store_delete(path)``;
-- ``store_read_url(url)``: the bytes of a segment file at the URL the cluster recorded;
+- ``store_read_url(url, size)``: the bytes of a segment file at the URL the cluster
+  recorded, only under the configured archive roots and at most ``size`` + 1 of them;
 - ``progress(step, info)``: report a step (the CLI prints it and hits failpoint
   ``archive-<step>`` there, so a test can kill the archiver between steps).
 
@@ -319,10 +320,18 @@ class Driver:
     def store_delete(self, path: str) -> None:
         self._store.delete(path)
 
-    def store_read_url(self, url: str) -> bytes:
-        from .storage import read_url
+    def store_read_url(self, url: str, size: int | None = None) -> bytes:
+        from .storage import read_segment_url
 
-        return read_url(url)
+        return read_segment_url(url, self.segment_roots(), size)
+
+    def segment_roots(self) -> tuple[str, ...]:
+        """Where a segment URL the cluster names may be read: the client's configured
+        roots, plus the archive this run writes to (client/archive/storage.py)."""
+        from .storage import configured_roots
+
+        roots = configured_roots(getattr(self._client, "archive_roots", None))
+        return roots if self._store is None else (*roots, self._store.url)
 
     def progress(self, step: str, info: dict[str, Any]) -> None:
         if self._progress is not None:
@@ -338,10 +347,10 @@ class AsyncDriver(Driver):
     async def store_delete(self, path: str) -> None:  # type: ignore[override]
         await asyncio.to_thread(self._store.delete, path)
 
-    async def store_read_url(self, url: str) -> bytes:  # type: ignore[override]
-        from .storage import read_url
+    async def store_read_url(self, url: str, size: int | None = None) -> bytes:  # type: ignore[override]
+        from .storage import read_segment_url
 
-        return await asyncio.to_thread(read_url, url)
+        return await asyncio.to_thread(read_segment_url, url, self.segment_roots(), size)
 
     async def progress(self, step: str, info: dict[str, Any]) -> None:  # type: ignore[override]
         if self._progress is not None:

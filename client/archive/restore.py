@@ -2,8 +2,9 @@
 (driven by its :class:`~client.archive.archiver.Driver` / ``AsyncDriver``):
 
 - :func:`restore_plan` (``client.archive_restore``, ``statekeeper archive restore``): find
-  the segment's record (archive_list), read its file from the URL recorded there, verify
-  its sha256 (ArchiveCorrupt otherwise), then ``archive_restore_op`` its keys and stream
+  the segment's record (archive_list), read its file from the URL recorded there (only
+  under the configured archive roots: client/archive/storage.py), verify its size and
+  sha256 (ArchiveCorrupt otherwise), then ``archive_restore_op`` its keys and stream
   ranges in ops of <= 500 items, <= 10000 events and <= :data:`RESTORE_MAX_BYTES`. A stream
   range larger than one op goes back as suffixes, newest first (the node shrinks the
   tombstone each time; docs/protocol.md "Archival"), and a stream appears at most once
@@ -51,9 +52,11 @@ def find_segment(ns: str | None, segment_id: str) -> AgentPlan[dict[str, Any]]:
             )
 
 
-def load_segment(url: str, sha256: str, segment_id: str) -> AgentPlan[Segment]:
-    data = yield call("store_read_url", url)
-    return decode(data, sha256, segment_id)
+def load_segment(url: str, sha256: str, segment_id: str, size: int | None) -> AgentPlan[Segment]:
+    """The segment file at ``url`` (only under the configured archive roots), verified:
+    ``size`` bytes (as sealed; None: unknown) with that sha256."""
+    data = yield call("store_read_url", url, size)
+    return decode(data, sha256, segment_id, size)
 
 
 def restore_plan(
@@ -70,7 +73,7 @@ def restore_plan(
     stream's ranges newest first. Returns {segment, ns, restored_keys, restored_events,
     skipped, revision}."""
     rec = record if record is not None else (yield from find_segment(ns, segment_id))
-    seg = yield from load_segment(rec["url"], rec["sha256"], segment_id)
+    seg = yield from load_segment(rec["url"], rec["sha256"], segment_id, rec.get("bytes"))
     ns = rec.get("ns") or seg.ns
     want_k = None if keys is None else set(keys)
     want_s = None if streams is None else set(streams)
@@ -167,11 +170,17 @@ def fetch_key(key: str, ns: str, mode: str, read: dict[str, Any]) -> AgentPlan[A
         err = e
     if not (err.segment and err.url and err.sha256):
         raise err
-    record = {"id": err.segment, "url": err.url, "sha256": err.sha256, "ns": ns}
+    record = {
+        "id": err.segment,
+        "url": err.url,
+        "sha256": err.sha256,
+        "bytes": err.segment_bytes,
+        "ns": ns,
+    }
     if mode == "restore":
         yield from restore_plan(err.segment, ns=ns, keys=[key], streams=(), record=record)
         return (yield call("get", key, ns=ns, **read))
-    seg = yield from load_segment(err.url, err.sha256, err.segment)
+    seg = yield from load_segment(err.url, err.sha256, err.segment, err.segment_bytes)
     item = seg.key(key)
     if item is None:
         raise err  # the cluster points at a segment that does not hold the key
@@ -201,7 +210,7 @@ def fetch_stream(
         err = e
     if not (err.segment and err.url and err.sha256):
         raise err
-    seg = yield from load_segment(err.url, err.sha256, err.segment)
+    seg = yield from load_segment(err.url, err.sha256, err.segment, err.segment_bytes)
     first = start if start is not None else 1
     events = [
         StreamEvent(e[0], e[1], e[2] or "", e[3], e[4], e[5], e[6] or {})

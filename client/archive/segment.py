@@ -166,17 +166,23 @@ def encode(
     return zlib.compress(packed, ZLIB_LEVEL)
 
 
-def decode(data: bytes, sha256: str, segment_id: str | None = None) -> Segment:
-    """The segment in ``data``, once its sha256 matches ``sha256``.
+def decode(
+    data: bytes, sha256: str, segment_id: str | None = None, size: int | None = None
+) -> Segment:
+    """The segment in ``data``, once its size is ``size`` (given) and its sha256 matches
+    ``sha256``. The message never says the sha256 the data has: a segment URL is what a
+    writer sealed, and echoing the hash of whatever it pointed at made the error an oracle
+    of other files' contents (issue 27, item 5).
 
     Raises:
-        ArchiveCorrupt: checksum mismatch, not a segment, an unknown format version, or
-            (given ``segment_id``) a file of another segment.
+        ArchiveCorrupt: another size, checksum mismatch, not a segment, an unknown format
+            version, or (given ``segment_id``) a file of another segment.
     """
     name = segment_id or "?"
-    got = checksum(data)
-    if got != sha256:
-        raise _corrupt(name, f"sha256 mismatch: file has {got}, expected {sha256}")
+    if size is not None and len(data) != size:
+        raise _corrupt(name, f"the file is not the {size} bytes the cluster recorded")
+    if checksum(data) != sha256:
+        raise _corrupt(name, f"sha256 mismatch: the file's is not the recorded {sha256}")
     try:
         obj = msgpack.unpackb(zlib.decompress(data), raw=False, strict_map_key=False)
     except Exception as exc:  # zlib.error, msgpack's errors

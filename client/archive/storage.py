@@ -10,7 +10,16 @@ Layout under the root::
     manifest/{ns_escaped}/{segment_id}.json      its manifest entry (client/archive/manifest.py)
 
 ``ns_escaped`` is the namespace percent-encoded with nothing safe but ``-._~`` and
-alphanumerics (so a "/" in a namespace is not a directory).
+alphanumerics (so a "/" in a namespace is not a directory), and the namespaces "." and
+".." as ``%2E`` / ``%2E%2E`` (unescaped they were the directory itself and its parent).
+
+Reading a segment the cluster names (``get(archived="fetch")``, ``archive restore``):
+its URL is whatever a writer of the namespace sealed, so :func:`read_segment_url` reads
+only under the archive roots this client was configured with (:func:`configured_roots`:
+``archive_roots=``, else $STATEKEEPER_ARCHIVE_ROOTS, comma-separated; the root of an
+``archive_run`` too), refuses dot segments, queries and control characters
+(:class:`~client.errors.ArchiveUrlRefused`), and reads at most the size the cluster recorded
+(+1 byte, so a larger file fails its check instead of filling memory).
 
 Durability (:meth:`ArchiveStore.put_durable`), what the archiver's crash safety rests on
 (docs/archive.md): on the local filesystem the bytes go to a temporary name in the target
@@ -27,19 +36,29 @@ import os
 import posixpath
 import tempfile
 import urllib.parse
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..errors import ArchiveUrlRefused
+
 __all__ = [
+    "ROOTS_ENV",
     "ArchiveStore",
     "ArchiveWriteError",
+    "configured_roots",
     "manifest_path",
     "ns_escape",
     "ns_unescape",
-    "read_url",
+    "read_segment_url",
+    "root_url",
     "segment_path",
 ]
 
 _EXTRA = "pip install 'statekeeper[archive]'"
+ROOTS_ENV = "STATEKEEPER_ARCHIVE_ROOTS"
+# What a segment read is bounded by when the cluster sent no size (a node before the size
+# was in its 410 answer): twice the archiver's largest segment payload (archiver.MAX_PAYLOAD).
+MAX_UNSIZED_SEGMENT_BYTES = 128 << 20
 SEGMENT_SUFFIX = ".skseg"
 MANIFEST_SUFFIX = ".json"
 
@@ -57,7 +76,10 @@ def _fsspec() -> Any:
 
 
 def ns_escape(ns: str) -> str:
-    return urllib.parse.quote(ns, safe="") or "%00"
+    name = urllib.parse.quote(ns, safe="")
+    if name in (".", ".."):  # a path component would be the dir itself or its parent
+        return name.replace(".", "%2E")
+    return name or "%00"
 
 
 def ns_unescape(name: str) -> str:
@@ -72,10 +94,54 @@ def manifest_path(ns: str, segment_id: str) -> str:
     return f"manifest/{ns_escape(ns)}/{segment_id}{MANIFEST_SUFFIX}"
 
 
-def read_url(url: str) -> bytes:
-    """The bytes of the file at ``url`` (a segment's URL as the cluster recorded it)."""
+def root_url(root: str) -> str:
+    """An archive root as a URL without a trailing "/" (a plain path: a local dir)."""
+    if "://" not in root:
+        root = "file://" + os.path.abspath(root)
+    return root.rstrip("/")
+
+
+def configured_roots(roots: Iterable[str] | None = None) -> tuple[str, ...]:
+    """The archive roots given, else those in $STATEKEEPER_ARCHIVE_ROOTS; may be empty."""
+    if roots is None:
+        roots = os.environ.get(ROOTS_ENV, "").split(",")
+    return tuple(root_url(r.strip()) for r in roots if r.strip())
+
+
+def _refuse(url: str, why: str) -> ArchiveUrlRefused:
+    return ArchiveUrlRefused(
+        f"not reading archive segment URL {url[:200]!r}: {why}",
+        code="archive_url_refused",
+        details={"url": url},
+    )
+
+
+def check_segment_url(url: str, roots: Sequence[str]) -> None:
+    """Raise ArchiveUrlRefused unless ``url`` is a plain path under one of ``roots``."""
+    if any(ord(c) < 0x21 or c == "\x7f" for c in url) or "?" in url or "#" in url:
+        raise _refuse(url, "it has control characters, spaces, a query or a fragment")
+    after_scheme = url.split("://", 1)[-1]
+    if any(urllib.parse.unquote(p) in (".", "..") for p in after_scheme.split("/")):
+        raise _refuse(url, "it has '.' or '..' path segments")
+    if not roots:
+        raise _refuse(
+            url,
+            f"no archive root is configured (pass archive_roots= or set {ROOTS_ENV}; "
+            "`statekeeper archive restore --archive URL`)",
+        )
+    if not any(url.startswith(root + "/") for root in roots):
+        raise _refuse(url, f"it is under none of the configured archive roots {list(roots)}")
+
+
+def read_segment_url(url: str, roots: Sequence[str], size: int | None) -> bytes:
+    """The bytes of the segment file at ``url`` (as the cluster recorded it), checked by
+    :func:`check_segment_url`; at most ``size`` + 1 bytes are read, so a file larger than
+    recorded fails the segment's size check without being read whole."""
+    check_segment_url(url, roots)
+    limit = MAX_UNSIZED_SEGMENT_BYTES if size is None else min(size, MAX_UNSIZED_SEGMENT_BYTES)
     fs, path = _fsspec().core.url_to_fs(url)
-    return bytes(fs.cat_file(path))
+    with fs.open(path, "rb") as f:
+        return bytes(f.read(limit + 1))
 
 
 class ArchiveStore:
@@ -85,9 +151,7 @@ class ArchiveStore:
         fsspec = _fsspec()
         if not url:
             raise ValueError("an archive needs a URL (file:///path, s3://bucket/prefix, ...)")
-        if "://" not in url:
-            url = "file://" + os.path.abspath(url)
-        self.url = url.rstrip("/")
+        self.url = root_url(url)
         self.fs, self.root = fsspec.core.url_to_fs(self.url)
         self.root = self.root.rstrip("/")
         protocol = self.fs.protocol

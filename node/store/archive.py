@@ -89,7 +89,7 @@ def check_key(src: Source, ns: str, key: str) -> None:
     if raw is None:
         return
     seg_id, archived_rev, _ = unpack(raw)
-    seg = _segment(src, ns_b, seg_id) or [None, None]
+    seg = _segment(src, ns_b, seg_id) or [None, None, None]
     raise OpError(
         "archived",
         f"key {key!r} is archived in segment {seg_id} ({seg[0]}); read it from the archive "
@@ -97,6 +97,7 @@ def check_key(src: Source, ns: str, key: str) -> None:
         segment=seg_id,
         url=seg[0],
         sha256=seg[1],
+        bytes=seg[2],  # the client reads at most this much of the file
         archived_revision=archived_rev,
         key=key,
     )
@@ -122,7 +123,7 @@ def check_events(src: Source, ns: str, stream: str, seq: int) -> None:
     if found is None:
         return
     lo, before, seg_id, _ = found
-    seg = _segment(src, ns_b, seg_id) or [None, None]
+    seg = _segment(src, ns_b, seg_id) or [None, None, None]
     raise OpError(
         "archived",
         f"events {lo}..{before - 1} of stream {stream!r} are archived in segment {seg_id} "
@@ -130,6 +131,7 @@ def check_events(src: Source, ns: str, stream: str, seq: int) -> None:
         segment=seg_id,
         url=seg[0],
         sha256=seg[1],
+        bytes=seg[2],  # the client reads at most this much of the file
         stream=stream,
         from_seq=lo,
         before_seq=before,

@@ -75,7 +75,7 @@ def _fields(e) -> tuple:
 def test_checkpoints_and_a_stream_round_trip(shared_cluster: LocalCluster, tmp_path: Path) -> None:
     ns = f"arch-{uuid.uuid4().hex[:8]}"
     url = f"file://{tmp_path}/archive"
-    with Client(_urls(shared_cluster), ns=ns) as c:
+    with Client(_urls(shared_cluster), ns=ns, archive_roots=[url]) as c:
         values = _write_checkpoints(c)
         before = {k: c.get(k) for k in values}
         original = _write_stream(c, "agent/a1/log")
@@ -150,7 +150,7 @@ async def test_the_async_client_archives_fetches_and_restores(
     shared_cluster: LocalCluster, tmp_path: Path
 ) -> None:
     ns = f"arch-{uuid.uuid4().hex[:8]}"
-    async with AsyncClient(_urls(shared_cluster), ns=ns) as c:
+    async with AsyncClient(_urls(shared_cluster), ns=ns, archive_roots=[str(tmp_path)]) as c:
         for n in range(1, 6):
             await c.put(_ckpt(n), b"v%d" % n)
         r = await c.archive_run("agent/", within="ckpt", keep_last=2, to=str(tmp_path))
@@ -198,7 +198,9 @@ def test_the_cli_runs_lists_and_restores(shared_cluster: LocalCluster, tmp_path:
         assert seg in text.stdout and text.returncode == 0
         orphans = _cli(shared_cluster, "list", "--ns", ns, "--orphans", "--to", url, "--json")
         assert json.loads(orphans.stdout)["orphans"] == [], orphans.stdout
-        restored = _cli(shared_cluster, "restore", seg, "--key", _ckpt(4))
+        refused = _cli(shared_cluster, "restore", seg, "--key", _ckpt(4))  # no archive root
+        assert refused.returncode == 1 and "archive root" in refused.stderr, refused
+        restored = _cli(shared_cluster, "restore", seg, "--key", _ckpt(4), "--archive", url)
         assert restored.returncode == 0 and "restored 1 keys" in restored.stdout, restored
         assert c.get(_ckpt(4)).value == values[_ckpt(4)]
         with pytest.raises(Archived):
@@ -232,7 +234,7 @@ def test_a_killed_archiver_loses_nothing(
         url,
     )
     selected = [_ckpt(n) for n in range(1, CKPTS - KEEP + 1)]
-    with Client(_urls(shared_cluster), ns=ns) as c:
+    with Client(_urls(shared_cluster), ns=ns, archive_roots=[url]) as c:
         values = _write_checkpoints(c)
         killed = _cli(shared_cluster, *argv, env={"STATEKEEPER_FAILPOINTS": f"archive-{step}=exit"})
         assert killed.returncode == 86, killed.stderr  # node/failpoints.py EXIT_CODE

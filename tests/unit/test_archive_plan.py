@@ -109,7 +109,7 @@ class FakeCluster:
         self.log.append(("store_delete", path))
         self.files.pop(path, None)
 
-    def store_read_url(self, url: str) -> bytes:
+    def store_read_url(self, url: str, size: int | None = None) -> bytes:
         self.log.append(("store_read_url", url))
         return self.files[url.removeprefix(URL + "/")]
 

@@ -164,7 +164,12 @@ def test_stream_info_carries_archived_before() -> None:
 
 @pytest.mark.parametrize("kind", ["file", "memory"])
 def test_archive_store_writes_durably_and_lists(kind: str, tmp_path: Any) -> None:
-    from client.archive.storage import ArchiveStore, ArchiveWriteError, read_url, segment_path
+    from client.archive.storage import (
+        ArchiveStore,
+        ArchiveWriteError,
+        read_segment_url,
+        segment_path,
+    )
 
     url = str(tmp_path / "arch") if kind == "file" else f"memory://sk-{uuid.uuid4().hex}"
     store = ArchiveStore(url)
@@ -173,7 +178,8 @@ def test_archive_store_writes_durably_and_lists(kind: str, tmp_path: Any) -> Non
     assert path == "segments/team%2Fa/s1.skseg"
     store.put_durable(path, b"one")
     store.put_durable(path, b"two")  # replaced whole
-    assert store.get(path) == b"two" and read_url(store.url_of(path)) == b"two"
+    assert store.get(path) == b"two"
+    assert read_segment_url(store.url_of(path), (store.url,), 3) == b"two"
     assert store.list("segments") == [path] and store.list("manifest") == []
     if kind == "file":
         assert sorted(p.name for p in (tmp_path / "arch/segments/team%2Fa").iterdir()) == [
