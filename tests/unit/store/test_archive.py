@@ -136,6 +136,7 @@ def test_get_of_an_archived_key_names_the_segment_and_history_still_reads(node):
         "segment": SEG["id"],
         "url": SEG["url"],
         "sha256": SHA,
+        "bytes": SEG["bytes"],  # the client reads at most this much (docs/archive.md)
         "archived_revision": 3,
         "key": "k",
     }
@@ -166,6 +167,7 @@ def test_seal_of_a_stream_rechecks_and_reads_below_first_seq_say_archived(node):
         "segment": SEG["id"],
         "url": SEG["url"],
         "sha256": SHA,
+        "bytes": SEG["bytes"],
         "stream": "log",
         "from_seq": 1,
         "before_seq": 4,
