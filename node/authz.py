@@ -208,6 +208,7 @@ class Authorizer:
     def authorize(self, principal: Principal, op_name: str, op: dict) -> None:
         """Raise `permission_denied` unless the principal may run the validated op."""
         grants = principal.grants
+        self._hide_foreign_leases(grants, op_name, op)
         for scope in self.scopes(op_name, op):
             if not allowed(grants, scope):
                 raise self.denied(principal, op_name, scope)
@@ -241,6 +242,21 @@ class Authorizer:
                         f"op auth_token_revoke: token {principal.id} needs admin over every "
                         f"grant of token {op['id']} (ns {p!r} prefix {pre!r})",
                     )
+
+    def _hide_foreign_leases(self, grants: tuple, op_name: str, op: dict) -> None:
+        """A lease in a namespace none of the caller's grants names is not found, as an
+        unknown id is: a 403 naming its namespace told any tenant, for sequential ids,
+        which namespace holds each lease (issue 27, item 11)."""
+        if op_name in ("lease_keepalive", "lease_revoke", "lease_info"):
+            ids = op["leases"] if op_name == "lease_keepalive" else (op["lease"],)
+        elif op_name == "lock_acquire" and op.get("lease") is not None:
+            ids = (op["lease"],)
+        else:
+            return
+        for lease in ids:
+            ns = self.lease_ns(lease)
+            if ns is not None and not any(ns_matches(p, ns) for p, _, _ in grants):
+                raise lease_not_found(lease)
 
     def unknown_ids(self, name: str, op: dict) -> bool:
         """The op names a lease or a token this node does not know. It may only lag: the
