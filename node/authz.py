@@ -10,7 +10,8 @@ Invariants:
 - `authorize` raises OpError `permission_denied` (403) unless EVERY part of the op is
   covered by one of the principal's grants: each op of a txn (its compares need read), each
   lease a lease op names (looked up by `lease_ns`), each grant a token create hands out
-  (the caller needs admin over it). A grant covers (ns, touched keys, access) when its ns pattern matches ns, its
+  (the caller needs admin over it; `authorize` then records the caller as the new token's
+  `parent`, see node/store/tokens.py). A grant covers (ns, touched keys, access) when its ns pattern matches ns, its
   role allows the access (reader: read; writer: read, write; admin: everything) and every
   key or prefix the op touches starts with its prefix; an op whose keys cannot be told
   (a whole-namespace range, a lease op) needs a grant with prefix "". Cluster-wide ops
@@ -224,6 +225,13 @@ class Authorizer:
                         f"{g['role']} on ns {g['ns']!r} prefix {g['prefix']!r}: it needs admin "
                         "over every grant it creates",
                     )
+            # Bind the new token to its creator (whatever the client sent): apply caps its
+            # expiry at the creator's and a revoke of the creator takes it too (issue 27,
+            # item 6). The root token is no record: nothing to cap or cascade from.
+            if principal.id == ROOT_PRINCIPAL.id:
+                op.pop("parent", None)
+            else:
+                op["parent"] = principal.id
         elif op_name == "auth_token_revoke":
             rec = self.tokens().get(op["id"])
             if rec is None:
