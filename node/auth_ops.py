@@ -11,10 +11,18 @@ and hash, so a retried create (same idempotency_key) stands for the same token.
 Normalized shapes (raft entries carry the writes', so their msgpack bytes must not change):
 
     auth_token_create  {op, id, hash, name, grants: [{ns, prefix, role}], ttl_ms,
-                        idempotency_key}      ttl_ms 0: never expires
+                        idempotency_key[, parent]}  ttl_ms 0: never expires; parent: the
+                        creating token's id, set by node/authz.py (absent: root / auth off)
     auth_token_revoke  {op, id, idempotency_key}
     auth_token_list    {op}
     auth_whoami        {op}                   answered by the HTTP layer (the caller's token)
+
+Bounds of a token record (issue 27, item 7: 64 grants of 4 KiB prefixes made a ~270 KB
+record held in every node's memory): a request may carry at most MAX_GRANTS_PER_TOKEN
+grants, prefixes of at most MAX_GRANT_PREFIX_BYTES, and a record of at most
+MAX_TOKEN_RECORD_BYTES (`check_token_bounds`). They are checked for requests only, not
+when apply validates a committed entry: a journal written under the older, looser bounds
+(MAX_GRANTS, max_key_bytes) must replay to the state it produced then.
 
 A grant's `ns` is a namespace name, a name ending in `*` (`agent-*`: every namespace
 starting with `agent-`) or `*` alone; `prefix` ("" = the whole namespace) restricts it to
@@ -25,6 +33,9 @@ from __future__ import annotations
 
 import re
 
+import msgpack
+
+from node.errors import OpError
 from node.op_fields import (
     MAX_NS_BYTES,
     MAX_REVISION,
@@ -38,7 +49,12 @@ from node.op_schemas import int_schema, nullable, obj, str_schema
 from node.op_spec import OpSpec
 
 ROLES = ("reader", "writer", "admin")
-MAX_GRANTS = 64
+MAX_GRANTS = 64  # what apply accepts (entries written before the bounds below)
+MAX_GRANTS_PER_TOKEN = 16
+MAX_GRANT_PREFIX_BYTES = 256
+# The packed record (hash, name, grants, times, parent): 16 grants of a 255-byte ns and a
+# 256-byte prefix would be ~8 KiB, so this bound is the one that binds for long names.
+MAX_TOKEN_RECORD_BYTES = 4096
 MAX_TOKEN_NAME = 200
 _TOKEN_ID = re.compile(r"^[0-9a-f]{16}$")
 _HASH = re.compile(r"^[0-9a-f]{64}$")
@@ -125,7 +141,7 @@ class Grants(Field):
                     str_schema(
                         "Only keys (streams, lock names) starting with this; '' = all.",
                         default="",
-                        maxLength=limits.max_key_bytes,
+                        maxLength=MAX_GRANT_PREFIX_BYTES,
                         pattern=NO_NUL_OR_EMPTY,
                     )
                 ),
@@ -139,7 +155,7 @@ class Grants(Field):
             "type": "array",
             "items": item,
             "minItems": 1,
-            "maxItems": MAX_GRANTS,
+            "maxItems": MAX_GRANTS_PER_TOKEN,
             "description": self.doc,
         }
 
@@ -156,6 +172,59 @@ class TokenTTL(Field):
 
     def schema(self, limits, wire):
         return int_schema(self.doc, minimum=0, maximum=MAX_REVISION, default=0)
+
+
+class Creator(Field):
+    """The creating token's id; never sent by a client (node/authz.py sets or removes it
+    after authorizing), so it is left out of the request schema."""
+
+    def check(self, v, limits, in_txn, out):
+        if v is None:
+            return None
+        if type(v) is not str or not _TOKEN_ID.match(v):
+            raise invalid(f"{self.name} must be 16 lowercase hex digits")
+        return v
+
+    def properties(self, limits, wire):
+        return {}
+
+
+def _drop_absent_parent(out: dict, limits) -> None:
+    """A create without a parent keeps the shape (and op digest) it had before parents."""
+    if out.get("parent") is None:
+        out.pop("parent", None)
+
+
+def check_token_bounds(op: dict, limits=None) -> None:
+    """Refuse (400) a create whose record would exceed the bounds of the module docstring."""
+    grants = op["grants"]
+    if len(grants) > MAX_GRANTS_PER_TOKEN:
+        raise OpError(
+            "too_many_grants",
+            f"a token holds at most {MAX_GRANTS_PER_TOKEN} grants, not {len(grants)}",
+        )
+    for i, g in enumerate(grants):
+        if len(g["prefix"].encode()) > MAX_GRANT_PREFIX_BYTES:
+            raise OpError(
+                "grant_prefix_too_long",
+                f"grants[{i}].prefix: at most {MAX_GRANT_PREFIX_BYTES} UTF-8 bytes",
+            )
+    widest = 2**63  # times and parent at their widest: the bound holds whatever apply adds
+    record = {
+        "hash": op["hash"],
+        "name": op["name"],
+        "grants": [[g["ns"], g["prefix"], g["role"]] for g in grants],
+        "created_ms": widest,
+        "expires_ms": widest,
+        "parent": op["id"],
+    }
+    size = len(msgpack.packb(record, use_bin_type=True))
+    if size > MAX_TOKEN_RECORD_BYTES:
+        raise OpError(
+            "token_too_large",
+            f"the token's record would take {size} bytes, at most {MAX_TOKEN_RECORD_BYTES} "
+            "(shorter names, namespaces or prefixes, or fewer grants)",
+        )
 
 
 TOKEN_ID = Pattern(
@@ -184,14 +253,21 @@ def auth_specs(idempotency_key: Field) -> tuple[OpSpec, ...]:
                 ),
                 TokenName("name", "A label for people (listed, logged)."),
                 Grants("grants", "What the token may do.", required=True),
-                TokenTTL("ttl_ms", "Expires this long after creation (leader time); 0: never."),
+                TokenTTL(
+                    "ttl_ms",
+                    "Expires this long after creation (leader time); 0: never. Never "
+                    "after the creating token expires.",
+                ),
                 idempotency_key,
+                Creator("parent", "The creating token (set by the node)."),
             ),
             "auth_token_create op: store a new token (its hash). The caller needs admin over "
             "every grant it hands out.",
             write=True,
             access="admin",
             path="/v1/auth/tokens/create",
+            post=_drop_absent_parent,
+            admit=check_token_bounds,
         ),
         OpSpec(
             "auth_token_revoke",

@@ -10,7 +10,8 @@ Invariants:
 - `authorize` raises OpError `permission_denied` (403) unless EVERY part of the op is
   covered by one of the principal's grants: each op of a txn (its compares need read), each
   lease a lease op names (looked up by `lease_ns`), each grant a token create hands out
-  (the caller needs admin over it). A grant covers (ns, touched keys, access) when its ns pattern matches ns, its
+  (the caller needs admin over it; `authorize` then records the caller as the new token's
+  `parent`, see node/store/tokens.py). A grant covers (ns, touched keys, access) when its ns pattern matches ns, its
   role allows the access (reader: read; writer: read, write; admin: everything) and every
   key or prefix the op touches starts with its prefix; an op whose keys cannot be told
   (a whole-namespace range, a lease op) needs a grant with prefix "". Cluster-wide ops
@@ -208,6 +209,7 @@ class Authorizer:
     def authorize(self, principal: Principal, op_name: str, op: dict) -> None:
         """Raise `permission_denied` unless the principal may run the validated op."""
         grants = principal.grants
+        self._hide_foreign_leases(grants, op_name, op)
         for scope in self.scopes(op_name, op):
             if not allowed(grants, scope):
                 raise self.denied(principal, op_name, scope)
@@ -223,6 +225,13 @@ class Authorizer:
                         f"{g['role']} on ns {g['ns']!r} prefix {g['prefix']!r}: it needs admin "
                         "over every grant it creates",
                     )
+            # Bind the new token to its creator (whatever the client sent): apply caps its
+            # expiry at the creator's and a revoke of the creator takes it too (issue 27,
+            # item 6). The root token is no record: nothing to cap or cascade from.
+            if principal.id == ROOT_PRINCIPAL.id:
+                op.pop("parent", None)
+            else:
+                op["parent"] = principal.id
         elif op_name == "auth_token_revoke":
             rec = self.tokens().get(op["id"])
             if rec is None:
@@ -241,6 +250,21 @@ class Authorizer:
                         f"op auth_token_revoke: token {principal.id} needs admin over every "
                         f"grant of token {op['id']} (ns {p!r} prefix {pre!r})",
                     )
+
+    def _hide_foreign_leases(self, grants: tuple, op_name: str, op: dict) -> None:
+        """A lease in a namespace none of the caller's grants names is not found, as an
+        unknown id is: a 403 naming its namespace told any tenant, for sequential ids,
+        which namespace holds each lease (issue 27, item 11)."""
+        if op_name in ("lease_keepalive", "lease_revoke", "lease_info"):
+            ids = op["leases"] if op_name == "lease_keepalive" else (op["lease"],)
+        elif op_name == "lock_acquire" and op.get("lease") is not None:
+            ids = (op["lease"],)
+        else:
+            return
+        for lease in ids:
+            ns = self.lease_ns(lease)
+            if ns is not None and not any(ns_matches(p, ns) for p, _, _ in grants):
+                raise lease_not_found(lease)
 
     def unknown_ids(self, name: str, op: dict) -> bool:
         """The op names a lease or a token this node does not know. It may only lag: the

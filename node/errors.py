@@ -54,6 +54,11 @@ STATUS: dict[str, int] = {
     "unauthenticated": 401,  # no, a malformed, unknown, wrong or expired bearer token
     "permission_denied": 403,  # the token's grants do not cover the op
     "token_exists": 409,
+    # A token record over its bounds (node/auth_ops.py): grants per token, bytes of a
+    # grant's prefix, bytes of the whole record.
+    "too_many_grants": 400,
+    "grant_prefix_too_long": 400,
+    "token_too_large": 400,
     # Membership changes (node/member_api.py); nothing changed.
     "not_leader": 421,  # a change sent to a follower (`error.leader_url`)
     "member_exists": 409,

@@ -35,6 +35,10 @@ class OpSpec:
     # Extra checks: `pre(raw, limits)` before the fields, `post(out, limits)` after them.
     pre: Callable[[dict, Limits], None] | None = None
     post: Callable[[dict, Limits], None] | None = None
+    # Checks of a request only (after `post`), never of a committed entry that apply
+    # validates: bounds tightened after entries were written, so a journal from before
+    # replays to the state it produced then.
+    admit: Callable[[dict, Limits], None] | None = None
     # HTTP route of the op alone (POST); the kv ops share /v1/kv/{op}.
     path: str = ""
     # What a token needs for it (node/authz.py): "read", "write", "admin", or "none" (any

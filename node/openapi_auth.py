@@ -95,7 +95,14 @@ def auth_op_docs(write_errors: tuple[str, ...], read_errors: tuple[str, ...]) ->
             _WRITE_NOTE + " The client draws the token and sends only its id and the SHA-256 "
             "of its secret. The caller needs admin over every grant it hands out.",
             "Created.",
-            (*write_errors, "token_exists", "idempotency_key_reused"),
+            (
+                *write_errors,
+                "token_exists",
+                "idempotency_key_reused",
+                "too_many_grants",
+                "grant_prefix_too_long",
+                "token_too_large",
+            ),
         ),
         "auth_token_revoke": (
             "Revoke a token",

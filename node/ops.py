@@ -165,7 +165,7 @@ def validate_op(
         plan = _INTERNAL_PLANS.get(name) if internal and type(name) is str else None
         if plan is None:
             raise OpError("unknown_op", f"unknown op {name!r}")
-    allowed_in_txn, has_ns, pre, checks, post = plan
+    allowed_in_txn, has_ns, pre, checks, post, admit = plan
     if in_txn and not allowed_in_txn:
         if name == "txn":
             raise invalid("txns cannot be nested")
@@ -182,6 +182,8 @@ def validate_op(
         out[field_name] = check(get(field_name), limits, in_txn, out)
     if post is not None:
         post(out, limits)
+    if admit is not None and not internal:
+        admit(out, limits)
     return out
 
 
@@ -492,8 +494,10 @@ TXN_BRANCH_OPS = frozenset(s.name for s in _SPECS if s.in_txn)
 CMP_TARGETS = frozenset(CMP_TARGETS_ORDER)
 CMP_OPS = frozenset(CMP_OPS_ORDER)
 # What validate_op runs per op name, unpacked in one go.
-_PLANS = {s.name: (s.in_txn, s.has_ns, s.pre, s.rest, s.post) for s in _SPECS}
-_INTERNAL_PLANS = {s.name: (s.in_txn, s.has_ns, s.pre, s.rest, s.post) for s in _INTERNAL_SPECS}
+_PLANS = {s.name: (s.in_txn, s.has_ns, s.pre, s.rest, s.post, s.admit) for s in _SPECS}
+_INTERNAL_PLANS = {
+    s.name: (s.in_txn, s.has_ns, s.pre, s.rest, s.post, s.admit) for s in _INTERNAL_SPECS
+}
 _check_ns = NS.check
 _NOT_IN_TXN = (
     "{} is not allowed inside a txn (only " + ", ".join(s.name for s in _SPECS if s.in_txn) + ")"

@@ -85,6 +85,24 @@ def load_existing(tx: Source, lease: int) -> LeaseRecord:
     return rec
 
 
+def load_in_ns(tx: Source, lease: int, ns: str, what: str) -> LeaseRecord:
+    """The lease's record if it is in namespace `ns` (where the `what` it would carry
+    lives); raises lease_not_found otherwise. A lease of another namespace is "not found"
+    without naming its namespace: lease ids are sequential, and naming it told a tenant
+    which namespace holds each id (issue 27, item 11)."""
+    rec = LeaseRecord.load(tx, lease)
+    if rec is None:
+        raise not_found(lease)
+    if rec.ns != ns:
+        raise OpError(
+            "lease_not_found",
+            f"lease {lease} does not exist in namespace {ns!r} (a {what} and its lease share "
+            "a namespace)",
+            lease=lease,
+        )
+    return rec
+
+
 def save(tx: EntryTx, lease: int, rec: LeaseRecord, old: LeaseRecord | None) -> None:
     """Stage the lease's record and its expiry index entry (replacing `old`'s). Takes no
     revision: lease records are not keys (nothing in the change log, nothing to watch),
@@ -118,13 +136,7 @@ def for_put(tx: EntryTx, op: dict) -> tuple[int, bool]:
     """(the lease a put attaches its key to (0: none), whether the put granted it)."""
     lease = op.get("lease")
     if lease is not None:
-        rec = load_existing(tx, lease)
-        if rec.ns != op["ns"]:
-            raise OpError(
-                "invalid_argument",
-                f"lease {lease} belongs to namespace {rec.ns!r}; a key and its lease share "
-                f"a namespace (the key is in {op['ns']!r})",
-            )
+        load_in_ns(tx, lease, op["ns"], "key")
         return lease, False
     ttl = op.get("ttl_ms")
     if ttl is not None:

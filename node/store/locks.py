@@ -123,7 +123,7 @@ def lock_acquire(tx: EntryTx, op: dict) -> dict:
     lease; {revision, name, key, fence, holder_fence, acquired, ahead}."""
     ns, name = op["ns"], op["name"]
     ns_b = ns.encode()
-    lease, _ = lease_state.for_put(tx, op)  # 404 lease_not_found, or another ns: 400
+    lease, _ = lease_state.for_put(tx, op)  # 404 lease_not_found (also another ns)
     first = last = None
     for ck, create in _queue(tx, ns_b, name):
         if first is None:

@@ -41,7 +41,6 @@ raft entry that slow on every node; truncate or keep such streams off short leas
 
 from __future__ import annotations
 
-from node.errors import OpError
 from node.store import lease_state
 from node.store.apply import EntryTx
 from node.store.keys import (
@@ -61,17 +60,11 @@ from node.store.reads import Source
 
 def lease_for_append(tx: EntryTx, op: dict) -> int:
     """The lease an append attaches its stream to (0: none given, leave it as it is).
-    Raises lease_not_found / invalid_argument before the append touches anything."""
+    Raises lease_not_found (also for another namespace's lease) before the append touches anything."""
     lease = op.get("lease")
     if lease is None:
         return 0
-    rec = lease_state.load_existing(tx, lease)
-    if rec.ns != op["ns"]:
-        raise OpError(
-            "invalid_argument",
-            f"lease {lease} belongs to namespace {rec.ns!r}; a stream and its lease share "
-            f"a namespace (the stream is in {op['ns']!r})",
-        )
+    lease_state.load_in_ns(tx, lease, op["ns"], "stream")
     return lease
 
 

@@ -8,6 +8,21 @@ the leader-stamped replicated clock): created_ms = clock, expires_ms = clock + t
 never). Apply never reads a clock; whether a token has expired is decided per request
 against the serving node's wall clock (node/authz.py). A revoke deletes the record.
 
+Tokens minted by tokens (issue 27, item 6: a 1-hour namespace admin minted a ttl-0 admin
+token that outlived its creator's revocation). node/authz.py puts the creating token's
+id into the op as `parent` (absent for the root token, with auth off, and in entries
+written before this); the record keeps it. Apply then
+- refuses (unauthenticated) a create whose parent is gone (revoked or expired between the
+  request's check and apply),
+- caps the new token's expires_ms at its parent's (when the parent expires at all),
+- deletes, on a revoke, the token and every token minted from it, transitively, in the
+  same entry (etcd's and PostgreSQL's users expect a revoked credential to take what it
+  handed out; a cap alone would leave children of a revoked never-expiring admin).
+
+Expired tokens are pruned (issue 27, item 7): each create and revoke deletes, in its
+entry, every record whose expires_ms <= the entry's time. The time is the leader-stamped
+`tx.clock`, so every node prunes the same records; authz refused them already.
+
 Token records are not kv data: the ops take no revision (they answer the current one), so
 no namespace's watchers or history see them, and compaction never touches them.
 
@@ -42,6 +57,7 @@ class TokenRecord:
     grants: tuple[tuple[str, str, str], ...]
     created_ms: int
     expires_ms: int  # 0: never
+    parent: str | None = None  # the token that created it (None: root, or before parents)
 
     @classmethod
     def decode(cls, raw: bytes) -> TokenRecord:
@@ -52,6 +68,7 @@ class TokenRecord:
             tuple((g[0], g[1], g[2]) for g in m["grants"]),
             m["created_ms"],
             m["expires_ms"],
+            m.get("parent"),
         )
 
     def info(self, token_id: str) -> dict:
@@ -90,10 +107,24 @@ def changes(overlay: dict[bytes, bytes | None]) -> dict[str, TokenRecord | None]
     }
 
 
+def _prune_expired(tx: EntryTx) -> dict[str, TokenRecord]:
+    """Delete every expired token record (expires_ms <= the entry's time); the rest."""
+    live = {}
+    for tid, raw in _records(tx):
+        rec = TokenRecord.decode(raw)
+        if rec.expires_ms and rec.expires_ms <= tx.clock:
+            tx.stage(token_key(tid), None)
+            tx.tokens_changed = True
+        else:
+            live[tid] = rec
+    return live
+
+
 @handles("auth_token_create")
 def auth_token_create(tx: EntryTx, op: dict) -> dict:
+    live = _prune_expired(tx)
     key = token_key(op["id"])
-    if tx.point(key) is not None:
+    if op["id"] in live:
         raise OpError("token_exists", f"token id {op['id']} exists already; draw a new token")
     expires = tx.clock + op["ttl_ms"] if op["ttl_ms"] else 0
     record = {
@@ -103,6 +134,17 @@ def auth_token_create(tx: EntryTx, op: dict) -> dict:
         "created_ms": tx.clock,
         "expires_ms": expires,
     }
+    parent_id = op.get("parent")
+    if parent_id is not None:
+        parent = live.get(parent_id)
+        if parent is None:
+            raise OpError(
+                "unauthenticated",
+                f"token {parent_id}, which creates this token, was revoked or has expired",
+            )
+        if parent.expires_ms and not 0 < expires <= parent.expires_ms:
+            expires = record["expires_ms"] = parent.expires_ms
+        record["parent"] = parent_id
     tx.stage(key, tx.pack(record))
     tx.tokens_changed = True
     return {"revision": tx.revision, "id": op["id"], "created_ms": tx.clock, "expires_ms": expires}
@@ -110,14 +152,24 @@ def auth_token_create(tx: EntryTx, op: dict) -> dict:
 
 @handles("auth_token_revoke")
 def auth_token_revoke(tx: EntryTx, op: dict) -> dict:
-    key = token_key(op["id"])
-    if tx.point(key) is None:
+    everyone = {tid: TokenRecord.decode(raw) for tid, raw in _records(tx)}
+    if op["id"] not in everyone:
         raise OpError(
             "not_found", f"token {op['id']} does not exist (never created, or revoked)", id=op["id"]
         )
-    tx.stage(key, None)
+    children: dict[str, list[str]] = {}
+    for tid, rec in everyone.items():
+        if rec.parent is not None:
+            children.setdefault(rec.parent, []).append(tid)
+    revoked, todo = [], [op["id"]]
+    while todo:  # a parent is always created before its children: no cycles
+        tid = todo.pop()
+        revoked.append(tid)
+        tx.stage(token_key(tid), None)
+        todo.extend(children.get(tid, ()))
     tx.tokens_changed = True
-    return {"revision": tx.revision, "id": op["id"]}
+    _prune_expired(tx)
+    return {"revision": tx.revision, "id": op["id"], "revoked": sorted(revoked)}
 
 
 @read_op("auth_token_list")

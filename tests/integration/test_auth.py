@@ -355,9 +355,11 @@ def test_lease_ops_check_the_leases_namespace_on_every_node(auth_cluster: LocalC
             lease = c.lease_grant(10).lease
         url = auth_cluster.url(nid)
         with Client(url, token=other, retry=NO_RETRY, prefer_leader=False) as stranger:
-            with pytest.raises(PermissionDenied):
+            # Another tenant's lease is not found, its namespace not named (issue 27, 11).
+            with pytest.raises(NotFound) as ei:
                 stranger.lease_revoke(lease)
-            with pytest.raises(PermissionDenied):
+            assert "agent-9" not in str(ei.value)
+            with pytest.raises(NotFound):
                 stranger.lease_info(lease)
         with Client(url, token=token, retry=NO_RETRY, prefer_leader=False) as mine:
             assert mine.lease_info(lease).ns == "agent-9"
@@ -413,3 +415,21 @@ def test_a_flood_of_unauthenticated_requests_leaves_the_log_small(
         conn.close()
     assert log.stat().st_size - before < 64 * 1024
     assert statuses == {("/v1/kv/x", 400), ("/v1/kv/g", 401)}
+
+
+def test_a_token_minted_by_a_token_dies_with_it(auth_cluster: LocalCluster) -> None:
+    # Issue 27 item 6: a 1-hour namespace admin minted a never-expiring admin token that
+    # kept working after the admin was revoked.
+    admin, admin_id = _token(auth_cluster, ns="alice", role="admin", ttl=3600)
+    urls = auth_cluster.config.http_urls()
+    with Client(urls, token=admin) as c:
+        admin_exp = c.auth_whoami().expires_ms
+        child = c.auth_token_create(ns="alice", role="admin", ttl=0)
+    with Client(urls, token=child.token) as c:
+        grandchild = c.auth_token_create(ns="alice", role="reader")
+    assert child.expires_ms == admin_exp and grandchild.expires_ms == admin_exp
+    with _root(auth_cluster) as root:
+        root.auth_token_revoke(admin_id)
+    for token in (child.token, grandchild.token):
+        with Client(urls, token=token, retry=NO_RETRY) as c, pytest.raises(Unauthenticated):
+            c.auth_whoami()

@@ -40,6 +40,16 @@ def test_every_write_op_is_classified_once():
     assert not (GROWING_OPS | SHRINKING_OPS) - writes  # no stale names
 
 
+def test_token_creation_counts_against_the_quota():
+    # Issue 27 item 7: 40 fat tokens were accepted while NOSPACE refused puts.
+    assert grows({"op": "auth_token_create"})
+    assert not grows({"op": "auth_token_revoke"})
+    sq = quota(q=10 * MIB, usage=10 * MIB)
+    with pytest.raises(OpError) as ei:
+        sq.check("n1", [{"op": "auth_token_create"}], 4096, lambda: GIB)
+    assert ei.value.code == "insufficient_storage"
+
+
 def test_txn_grows_only_with_a_growing_branch_op():
     deletes = validate_op(
         {"op": "txn", "success": [{"op": "delete", "key": "a"}], "failure": []}, Limits()
