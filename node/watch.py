@@ -18,7 +18,9 @@ msgpack request), carried in a chunked HTTP answer:
     {"progress": true, "revision": r}         every watched change <= r has been sent
     {"error": {"code", "message", "revision", ...}}   the last frame: `compacted` (with
         compact_revision), `watch_overflow` (the client read too slowly), `unavailable`
-        (shutting down, or no leader known for WATCH_LEADERLESS_SECONDS)
+        (shutting down, or no leader known for WATCH_LEADERLESS_SECONDS),
+        `unauthenticated` (auth on: the caller's token was revoked or expired; the
+        node checks it on every token table change, at its expiry and before every page)
 
 Invariants: revisions strictly increase over the frames of a stream; every revision in
 [start_revision, last frame's revision] that changed a watched key is in exactly one events
@@ -48,6 +50,7 @@ from node.errors import OpError
 from node.http_server import StreamedResponse, StreamStalled
 from node.reads import ReadPolicy, RevisionWaiters
 from node.store.changes import read_changes, selection
+from node.stream_auth import StreamGuard
 from node.watch_ops import MSGPACK_FRAMES, NDJSON, validate_watch
 
 FRAME_HEADER = struct.Struct(">I")
@@ -95,9 +98,13 @@ async def watch_frames(
     w: dict,
     stopping: Callable[[], bool] = lambda: False,
     leader_known: Callable[[], bool] = lambda: True,
+    guard: StreamGuard | None = None,
 ) -> AsyncGenerator[list[dict], None]:
     """The frames of the validated watch `w` (node/watch_ops.py), a page at a time, from
-    `sm` (a StateMachine: read_view()). Endless unless it yields an error frame."""
+    `sm` (a StateMachine: read_view()). Endless unless it yields an error frame. With a
+    `guard` (auth on) the caller's token is checked after every page read, before it is
+    sent, and whenever the token table changes or the token expires: the last frame is
+    then `unauthenticated` (node/stream_auth.py)."""
     loop = asyncio.get_running_loop()
     lo, hi = selection(w["ns"], w["key"], w["prefix"], w["start"], w["end"])
     progress = w["progress_ms"] / 1000
@@ -110,6 +117,9 @@ async def watch_frames(
                 page = read_changes(view, lo, hi, first, w["prev_kv"])
         except OpError as e:  # compacted; unavailable: the store closed
             yield [error_frame(e, first - 1)]
+            return
+        if guard is not None and (err := guard.error()) is not None:
+            yield [error_frame(err, first - 1)]
             return
         first = page.scanned_to + 1
         if page.frames:
@@ -133,7 +143,16 @@ async def watch_frames(
             else:
                 leaderless_since = None
             due = quiet_since + progress if progress else now + WAIT_SLICE
-            if await waiters.wait_for_change(page.scanned_to, min(due, now + WAIT_SLICE)):
+            due = min(due, now + WAIT_SLICE)
+            interrupt = None
+            if guard is not None:
+                due = min(due, guard.wake_at(now) or due)
+                interrupt = guard.next_change()
+            moved = await waiters.wait_for_change(page.scanned_to, due, interrupt)
+            if guard is not None and (err := guard.error()) is not None:
+                yield [error_frame(err, page.scanned_to)]
+                return
+            if moved:
                 break
 
 
@@ -202,9 +221,10 @@ class Watches:
         self.leader_known = leader_known
         self.active = 0  # watches being streamed now
 
-    async def open(self, body: Any, fmt: str) -> StreamedResponse:
+    async def open(self, body: Any, fmt: str, guard: StreamGuard | None = None) -> StreamedResponse:
         """Validate, pass the linearizable read barrier, and answer the stream; raises
-        OpError (invalid_argument, unavailable, future_revision) before anything is sent."""
+        OpError (invalid_argument, unavailable, future_revision) before anything is sent.
+        `guard`: the caller's token, re-checked while the stream lasts (auth on)."""
         w = validate_watch(body, self.limits)
         await self.reads.wait("linearizable", None)
         current = self.sm.revision
@@ -214,7 +234,9 @@ class Watches:
                 f"start_revision {w['start_revision']} is above the current revision {current} + 1",
                 revision=current,
             )
-        frames = watch_frames(self.sm, self.reads.revisions, w, self.stopping, self.leader_known)
+        frames = watch_frames(
+            self.sm, self.reads.revisions, w, self.stopping, self.leader_known, guard
+        )
         body = watch_body(frames, fmt, w["start_revision"], self._track)
         return StreamedResponse(200, content_type(fmt), body)
 
