@@ -15,6 +15,14 @@ and is closed; one that never sent a byte is closed without an answer (nothing t
 Pipelined requests waiting behind one being served do not run the clock (the server has
 stopped reading, not the client).
 
+- `max_pipelined` / `max_queued_bytes`: the server stops reading a connection once this
+  many requests, or this many bytes of them (bodies and heads), are parsed and waiting
+  behind the one being served, and reads again when they are below half. So a connection
+  holds at most: the request being served (max_body_bytes + max_header_bytes), the queue
+  (max_queued_bytes + one request that crossed it + what one socket read of 256 KiB
+  completes), and one request being parsed. Defaults: 4 MiB bodies, 1 MiB queue: about
+  10 MiB per connection, was 32 x 4 MiB (issue 27, item 4).
+
 `fd_budget` keeps max_connections under the process's file-descriptor limit: it raises the
 soft RLIMIT_NOFILE towards the hard one if needed, and lowers the effective limit (with a
 warning) when even that is not enough, so accept() never fails with EMFILE.
@@ -37,8 +45,11 @@ FD_RESERVE = 256
 class ServerLimits:
     max_body_bytes: int
     max_header_bytes: int = 64 * 1024
-    # Pipelined requests parsed ahead of the one being served before we stop reading.
+    # Pipelined requests parsed ahead of the one being served before we stop reading...
     max_pipelined: int = 32
+    # ...and their bytes (bodies + heads): 32 requests of 4 MiB each behind a watch held
+    # 128 MiB per connection that was never returned (issue 27, item 4).
+    max_queued_bytes: int = 1024 * 1024
     # Seconds an idle keep-alive connection stays open (aiohttp's default too).
     keepalive_timeout: float = 75.0
     # After rejecting a request mid-body we keep reading (and dropping) what the client

@@ -190,8 +190,9 @@ class _HttpProtocol(asyncio.Protocol):
         self._header_bytes = 0
         self._body: list[bytes] = []
         self._body_bytes = 0
-        # Parsed requests waiting for their turn; (request, keep_alive) or a rejection.
-        self._queue: deque[tuple[Request, bool] | _Reject] = deque()
+        # Parsed requests waiting for their turn; (request, keep_alive, bytes) or a rejection.
+        self._queue: deque[tuple[Request, bool, int] | _Reject] = deque()
+        self.queued_bytes = 0  # bodies and heads of the requests in _queue
         self._busy = False
         self._paused = False
         self._closed = False
@@ -256,6 +257,7 @@ class _HttpProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._queue.clear()
+        self.queued_bytes = 0
         self.server.connections.discard(self)
         self._clock.cancel()
         if self._idle_timer is not None:
@@ -404,8 +406,13 @@ class _HttpProtocol(asyncio.Protocol):
         req = Request(
             self.parser.get_method().decode("ascii"), path, query, self._headers, body, self._peer
         )
-        self._queue.append((req, self.parser.should_keep_alive()))
-        if len(self._queue) >= self.limits.max_pipelined:
+        size = self._header_bytes + len(body)
+        self._queue.append((req, self.parser.should_keep_alive(), size))
+        self.queued_bytes += size
+        if (
+            len(self._queue) >= self.limits.max_pipelined
+            or self.queued_bytes >= self.limits.max_queued_bytes
+        ):
             self._pause()
         self._next()
 
@@ -423,8 +430,10 @@ class _HttpProtocol(asyncio.Protocol):
         if self._busy or not self._queue or self._closed:
             return
         item = self._queue.popleft()
-        if self.server.draining and not isinstance(item, _Reject):
-            item = _Reject(503, "unavailable", self.server.draining)
+        if not isinstance(item, _Reject):
+            self.queued_bytes -= item[2]
+            if self.server.draining:
+                item = _Reject(503, "unavailable", self.server.draining)
         if isinstance(item, _Reject):
             resp = self.server.error_response(item.status, item.code, item.message)
             if item.status == 503:
@@ -432,7 +441,7 @@ class _HttpProtocol(asyncio.Protocol):
             self._write(resp, "GET", keep_alive=False, linger=self.limits.linger_seconds)
             return
         self._busy = True
-        self.loop.create_task(self._serve(*item))
+        self.loop.create_task(self._serve(item[0], item[1]))
 
     async def _serve(self, req: Request, keep_alive: bool) -> None:
         try:
@@ -460,6 +469,7 @@ class _HttpProtocol(asyncio.Protocol):
         if (
             self._paused
             and len(self._queue) < self.limits.max_pipelined // 2
+            and self.queued_bytes < self.limits.max_queued_bytes // 2
             and not self._reject_pending()
         ):
             self._paused = False
@@ -487,6 +497,7 @@ class _HttpProtocol(asyncio.Protocol):
         transport.write(head if method == "HEAD" else head + resp.body)
         if not keep_alive:
             self._queue.clear()
+            self.queued_bytes = 0
             if linger:
                 self._linger(linger)
             else:
@@ -537,6 +548,7 @@ class _HttpProtocol(asyncio.Protocol):
         """Close after a streamed answer; a client that does not read gets aborted."""
         self._closed = True
         self._queue.clear()
+        self.queued_bytes = 0
         transport = self.transport
         if transport is not None:
             transport.close()

@@ -181,3 +181,49 @@ async def test_tls_port_cuts_silent_and_idle_connections(tmp_path):
         assert not srv.connections and _fds() <= fds + 2
     finally:
         await srv.close(grace=1.0)
+
+
+# One socket read of asyncio's selector transport: parsed whole even after pause_reading.
+SOCKET_READ = 256 * 1024
+
+
+async def test_pipelined_requests_behind_a_busy_one_are_bounded_in_bytes():
+    """A connection whose first request is busy (a watch, a slow write) kept parsing up to
+    32 pipelined requests of max_body_bytes each (issue 27, item 4: 4 MiB each, never
+    returned). Reading stops once max_queued_bytes are queued and resumes as they drain."""
+    release = asyncio.Event()
+    served = []
+
+    async def first_one_blocks(req: Request) -> Response:
+        served.append(req.path)
+        if len(served) == 1:
+            await release.wait()
+        return Response(200, b"{}", "application/json")
+
+    body = b"x" * 100_000
+    limits = ServerLimits(max_body_bytes=len(body), max_queued_bytes=150_000)
+    srv = HttpServer(first_one_blocks, _error, limits)
+    await srv.start("127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        n = 20
+        for i in range(n):
+            writer.write(
+                b"POST /r%d HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                % (i, len(body), body)
+            )
+        bound = limits.max_queued_bytes + len(body) + limits.max_header_bytes + SOCKET_READ
+        most = 0
+        for _ in range(100):  # watch the queue while the client keeps sending
+            await asyncio.sleep(0.01)
+            most = max([most, *(c.queued_bytes for c in srv.connections)])
+        assert served == ["/r0"]
+        assert 0 < most <= bound, f"{most} bytes queued on one connection (bound {bound})"
+        release.set()  # draining the queue resumes reading: every request is answered
+        answers = b""
+        while answers.count(b"HTTP/1.1 200") < n:
+            answers += await asyncio.wait_for(reader.read(65536), 5)
+        assert served == [f"/r{i}" for i in range(n)]
+        writer.close()
+    finally:
+        await srv.close(grace=1.0)
