@@ -508,6 +508,13 @@ class _HttpProtocol(asyncio.Protocol):
 
     async def _stream(self, resp: StreamedResponse, keep_alive: bool) -> bool:
         """Send a streamed answer; True if the connection may serve another request."""
+        try:
+            return await self._send_stream(resp, keep_alive)
+        finally:
+            if resp.on_end is not None:
+                resp.on_end()
+
+    async def _send_stream(self, resp: StreamedResponse, keep_alive: bool) -> bool:
         chunks = resp.chunks
         transport = self.transport
         if self._closed or transport is None:

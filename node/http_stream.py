@@ -29,6 +29,9 @@ class StreamedResponse:
     content_type: str
     chunks: AsyncGenerator[bytes, None]
     headers: tuple[tuple[str, str], ...] = ()
+    # Called once when the answer is over, however it ended (even if `chunks` never
+    # started: a generator closed before its first item runs no `finally`).
+    on_end: Callable[[], None] | None = None
 
 
 class StreamStalled(Exception):

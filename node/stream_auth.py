@@ -31,7 +31,7 @@ class TokenChanges:
 
     def __init__(self, tokens: Callable[[], Mapping[str, Any]]) -> None:
         self._tokens = tokens
-        self._seen = tokens()
+        self._seen: Mapping[str, Any] | None = None  # (the first apply wakes for nothing)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._next: asyncio.Future[None] | None = None
 

@@ -19,10 +19,12 @@ from client.errors import Compacted, InvalidRequest, Unavailable, WatchOverflow
 from client.retry import Endpoints, RetryPolicy
 from client.watch import FrameDecoder, WatchEvent, WatchProgress, WatchSession, watch_request
 from node import codec, openapi, watch
+from node.authz import ROOT, Authorizer, Principal
 from node.config import Limits
-from node.errors import OpError
+from node.errors import OpError, status_for
 from node.http_server import StreamStalled
 from node.reads import RevisionWaiters
+from node.stream_auth import StreamGuard, TokenChanges
 from node.watch_ops import validate_watch
 from tests.unit.store.util import Node, put
 
@@ -342,3 +344,42 @@ def test_the_deadline_counts_from_the_last_frame():
     now[0] = 18.5
     with pytest.raises(Unavailable):
         s.retry_after(Unavailable("down", code="connection_lost"))
+
+
+# -- how many watches ---------------------------------------------------------------------
+
+
+class _LocalReads:
+    """ReadPolicy's two members Watches uses, for a single in-process state machine."""
+
+    def __init__(self, sm):
+        self.revisions = RevisionWaiters(lambda: sm.revision)
+
+    async def wait(self, consistency, min_revision):
+        return None
+
+
+async def test_watches_per_token_are_bounded(tmp_path):
+    """One reader token opened 500 watches (issue 27, item 4): each a page of memory and a
+    task. The 101st open watch of one token is refused 429 `too_many_watches`; another
+    token is not affected, and a watch that ends frees its place."""
+    node = Node(tmp_path / "db")
+    node.put("a", b"1")
+    watches = watch.Watches(node.sm, _LocalReads(node.sm), Limits(), lambda: False, lambda: True)
+    authz = Authorizer(dict, b"", lambda: 0)
+
+    def caller(token_id):
+        return StreamGuard(authz, Principal(token_id, token_id, ROOT, 0), TokenChanges(dict))
+
+    body = {"start_revision": 1}
+    opened = [await watches.open(body, codec.JSON, caller("t1")) for _ in range(100)]
+    with pytest.raises(OpError) as ei:
+        await watches.open(body, codec.JSON, caller("t1"))
+    assert ei.value.code == "too_many_watches" and status_for(ei.value.code) == 429
+    other = await watches.open(body, codec.JSON, caller("t2"))
+    opened[0].on_end()
+    opened.append(await watches.open(body, codec.JSON, caller("t1")))
+    for resp in [*opened[1:], other]:
+        resp.on_end()
+        await resp.chunks.aclose()
+    node.sm.close()
