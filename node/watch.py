@@ -30,9 +30,11 @@ error frame (`unavailable` once the node starts shutting down), or without one w
 HTTP server closes under it (http_server.py ends it with the last chunk) or the connection
 breaks: the client then resumes elsewhere.
 
-Memory per watch is one page (node/store/changes.py bounds it) plus the socket's buffer:
-frames are produced only when the HTTP writer asks for more, which it does only while the
-client drains the socket. A client that stops reading for ServerLimits.stream_stall_seconds
+Memory per watch is one page (node/store/changes.py bounds it: ~4 MiB of values, plus
+the revision that crosses it) plus one encoded piece (CHUNK_BYTES, or one larger frame)
+plus the transport's buffer up to its high-water mark (64 KiB): the page is encoded and
+written a piece at a time, and the HTTP writer asks for the next piece only while the
+client drains the socket, letting the loop run between two. A client that stops reading for ServerLimits.stream_stall_seconds
 gets `watch_overflow` and the stream ends; one that reads slowly falls behind in the change
 log at no cost, until compaction passes it (`compacted`).
 """
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any
 
 from node import codec
@@ -60,22 +62,45 @@ WATCH_LEADERLESS_SECONDS = 3.0  # no leader known this long: end, the client goe
 # to 2.4 GB (issue 27, item 4). One more: 429 too_many_watches. A connection carries at
 # most one watch (HTTP/1.1 answers in order), so max_connections bounds them with auth off.
 MAX_WATCHES_PER_TOKEN = 100
+# Encoded bytes handed to the HTTP writer at once: it looks at flow control (and lets the
+# loop run) between two pieces, so a watch holds one page of changes (node/store/changes.py:
+# ~4 MiB of values) plus about this much encoded, plus the transport's high-water mark.
+CHUNK_BYTES = 64 * 1024
 
 
 def content_type(fmt: str) -> str:
     return MSGPACK_FRAMES if fmt == codec.MSGPACK else NDJSON
 
 
-def encode_frames(frames: list[dict], fmt: str) -> bytes:
-    """Frames on the wire: NDJSON lines, or u32 big-endian length + msgpack each."""
+def encode_frame(frame: dict, fmt: str) -> bytes:
+    """One frame on the wire: an NDJSON line, or u32 big-endian length + msgpack."""
+    raw = codec.encode(frame, fmt)
     if fmt == codec.MSGPACK:
-        out = []
-        for f in frames:
-            raw = codec.encode(f, fmt)
-            out.append(FRAME_HEADER.pack(len(raw)))
-            out.append(raw)
-        return b"".join(out)
-    return b"".join(codec.encode(f, fmt) + b"\n" for f in frames)
+        return FRAME_HEADER.pack(len(raw)) + raw
+    return raw + b"\n"
+
+
+def encode_frames(frames: list[dict], fmt: str) -> bytes:
+    return b"".join(encode_frame(f, fmt) for f in frames)
+
+
+def encoded_pieces(frames: list[dict], fmt: str, sent: int) -> Iterator[tuple[bytes, int]]:
+    """The frames encoded in pieces of about CHUNK_BYTES (whole frames: one piece may be
+    one larger frame), each with the highest revision it completes (from `sent` on). A page
+    encoded whole and written at once put up to 4 MiB per watch into the transport's
+    buffer before flow control was looked at (issue 27, item 4)."""
+    out: list[bytes] = []
+    size = 0
+    for f in frames:
+        raw = encode_frame(f, fmt)
+        out.append(raw)
+        size += len(raw)
+        sent = max(sent, f.get("revision", sent))
+        if size >= CHUNK_BYTES:
+            yield b"".join(out), sent
+            out, size = [], 0
+    if out:
+        yield b"".join(out), sent
 
 
 def error_frame(err: OpError, revision: int) -> dict:
@@ -194,14 +219,13 @@ async def watch_body(
     track(1)
     try:
         async for batch in frames:
-            chunk = encode_frames(batch, fmt)
-            for f in batch:
-                sent = max(sent, f.get("revision", sent))
-            try:
-                yield chunk
-            except StreamStalled:
-                yield encode_frames([overflow_frame(sent)], fmt)
-                return
+            for piece, upto in encoded_pieces(batch, fmt, sent):
+                sent = upto  # the piece is written before the next is asked for
+                try:
+                    yield piece
+                except StreamStalled:
+                    yield encode_frames([overflow_frame(sent)], fmt)
+                    return
     finally:
         track(-1)
         await frames.aclose()

@@ -6,6 +6,7 @@ frame decoder and the session that resumes without gap or duplicate."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import struct
 
@@ -23,6 +24,7 @@ from node.authz import ROOT, Authorizer, Principal
 from node.config import Limits
 from node.errors import OpError, status_for
 from node.http_server import StreamStalled
+from node.http_stream import Flow, pump
 from node.reads import RevisionWaiters
 from node.stream_auth import StreamGuard, TokenChanges
 from node.watch_ops import validate_watch
@@ -382,4 +384,43 @@ async def test_watches_per_token_are_bounded(tmp_path):
     for resp in [*opened[1:], other]:
         resp.on_end()
         await resp.chunks.aclose()
+    node.sm.close()
+
+
+async def test_a_page_goes_out_in_pieces_and_the_loop_runs_between_them(tmp_path):
+    """A watch encoded its whole page (up to 4 MiB of values) as one chunk and wrote it
+    before looking at flow control, and the writer never let the loop run between chunks
+    (issue 27, item 4: another tenant's get waited 11.6 s). Now pieces of about 64 KiB go
+    out one at a time, with the loop's other tasks running between two."""
+    node = Node(tmp_path / "db")
+    for i in range(100):
+        node.put(f"k{i:03}", b"v" * 8192)
+    frames = watch.watch_frames(node.sm, RevisionWaiters(lambda: node.sm.revision), _w(1))
+    body = watch.watch_body(frames, codec.MSGPACK, 1)
+    written: list[tuple[int, int]] = []  # (bytes, turns the other task had by then)
+    turns = 0
+
+    async def other_tenant():
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    def write(data):
+        written.append((len(data), turns))
+        if sum(n for n, _ in written) > 800_000:  # the page is out: stop the stream
+            writing.cancel()
+
+    other = asyncio.ensure_future(other_tenant())
+    writing = asyncio.ensure_future(
+        pump(body, write, Flow(asyncio.get_running_loop()), 30.0, lambda: False)
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await writing
+    other.cancel()
+    await body.aclose()
+    biggest = max(n for n, _ in written)
+    assert biggest <= 64 * 1024 + 9000, f"one chunk of {biggest} bytes"
+    seen = [t for _, t in written]
+    assert all(a < b for a, b in itertools.pairwise(seen)), f"turns at each write: {seen}"
     node.sm.close()
