@@ -151,6 +151,7 @@ class Api:
                 max_header_bytes=http.max_header_bytes,
                 keepalive_timeout=http.keepalive_timeout,
                 max_connections=fd_budget(http.max_connections),
+                max_connections_per_address=http.max_connections_per_address,
                 header_timeout=http.header_timeout,
                 body_timeout=http.body_timeout,
             ),

@@ -1,9 +1,16 @@
 """Connection-level defences of node/http_server.py: a connection limit and read timeouts.
 
-- `max_connections`: at most this many client connections are served at once. One more is
-  answered `503 too_many_connections` with `Connection: close` (and `Retry-After: 1`),
-  its side is shut, what it sends is discarded for `REFUSAL_LINGER` s (so it can read the
-  answer instead of a reset), then it is closed. A refused connection is not counted.
+- `max_connections`: at most this many client connections are served at once. One more
+  closes the connection that has been idle longest (no request in progress or queued, not
+  in the middle of one: a keep-alive connection between requests, or one that never sent a
+  byte), so idle connections cannot lock tenants out (issue 27, item 3: 1,024 idle
+  connections without a token answered every new one 503). Only when every connection is
+  serving a request is the new one answered `503 too_many_connections` with `Connection:
+  close` (and `Retry-After: 1`), its side shut, what it sends discarded for
+  `REFUSAL_LINGER` s (so it can read the answer instead of a reset), then closed. A refused
+  connection is not counted.
+- `max_connections_per_address`: the same among the connections of one client IP address
+  (its own idle one closed first), so one host cannot take every slot.
 - `header_timeout`: a connection must deliver a complete request head (request line and
   headers) within this many seconds of opening, and so must every later request on it,
   counted from its first byte. Slowloris (headers dribbled a byte at a time) and idle
@@ -62,6 +69,7 @@ class ServerLimits:
     # Connections served at once, and how long a request's head / body may take to arrive
     # (node/http_limits.py).
     max_connections: int = 1024
+    max_connections_per_address: int = 1024
     header_timeout: float = 10.0
     body_timeout: float = 30.0
 

@@ -98,6 +98,7 @@ class HttpServer:
         # Pre-encoded once: every answer carries them (e.g. X-Statekeeper-Node).
         self.fixed_headers = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in extra_headers)
         self.connections: set[_HttpProtocol] = set()
+        self.per_address: dict[str, int] = {}  # client IP -> connections in `connections`
         self._server: asyncio.base_events.Server | None = None
         self.closing = False
         self.draining = ""  # set by drain(): the 503's message
@@ -147,6 +148,49 @@ class HttpServer:
         for conn in list(self.connections):
             conn._stop_stream()
 
+    def admit(self, conn: _HttpProtocol) -> str:
+        """Count a new connection in, closing the longest idle one (of its address, at the
+        per-address limit) to make room; else why not ("": admitted)."""
+        address = conn.address
+        limits = self.limits
+        if self.per_address.get(address, 0) >= limits.max_connections_per_address:
+            if not self._evict_idle(address):
+                return (
+                    f"this node serves at most {limits.max_connections_per_address} "
+                    "connections from one address, all busy; retry later"
+                )
+        if len(self.connections) >= limits.max_connections and not self._evict_idle(None):
+            return (
+                f"this node serves at most {limits.max_connections} connections, all busy; "
+                "retry later"
+            )
+        self.connections.add(conn)
+        self.per_address[address] = self.per_address.get(address, 0) + 1
+        return ""
+
+    def forget(self, conn: _HttpProtocol) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            left = self.per_address[conn.address] - 1
+            if left:
+                self.per_address[conn.address] = left
+            else:
+                del self.per_address[conn.address]
+
+    def _evict_idle(self, address: str | None) -> bool:
+        """Close the connection (of `address`, or any) idle the longest; False if none is.
+        A scan, but only at a limit."""
+        oldest = None
+        for c in self.connections:
+            if (address is None or c.address == address) and c.idle():
+                if oldest is None or c.idle_since < oldest.idle_since:
+                    oldest = c
+        if oldest is None:
+            return False
+        self.forget(oldest)
+        oldest.abort()
+        return True
+
     def busy(self) -> int:
         """Connections with a request in progress (drain() waits for these)."""
         return sum(1 for c in self.connections if c._busy)
@@ -183,6 +227,7 @@ class _HttpProtocol(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self._peer = ""  # "host:port" of the client, set by connection_made
+        self.address = ""  # the client's IP address (the per-address limit's key)
         self.parser = httptools.HttpRequestParser(self)
         # Parse state of the request being read.
         self._url = b""
@@ -199,7 +244,7 @@ class _HttpProtocol(asyncio.Protocol):
         self._close_when_idle = False
         self._lingering = 0  # > 0: bytes still allowed in before we drop the connection
         self._idle_timer: asyncio.TimerHandle | None = None
-        self._idle_since = 0.0  # loop time of the last answer (or of the connection)
+        self.idle_since = 0.0  # loop time of the last answer (or of the connection)
         # Streamed answers: the task writing one, whether we asked it to stop, and the
         # transport's flow control (see the module docstring).
         self._stream_task: asyncio.Task | None = None
@@ -214,10 +259,12 @@ class _HttpProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else ""
-        if len(self.server.connections) >= self.limits.max_connections:
-            self._refuse()
+        self.address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        self.idle_since = self.loop.time()
+        refusal = self.server.admit(self)
+        if refusal:
+            self._refuse(message=refusal)
             return
-        self.server.connections.add(self)
         if self.server.closing:
             self.abort()
             return
@@ -237,8 +284,7 @@ class _HttpProtocol(asyncio.Protocol):
         resp = self.server.error_response(
             status,
             code or "too_many_connections",
-            message
-            or f"this node serves at most {self.limits.max_connections} connections; retry later",
+            message,
         )
         if status == 503:
             resp.headers = (("Retry-After", "1"),)
@@ -258,7 +304,7 @@ class _HttpProtocol(asyncio.Protocol):
         self._closed = True
         self._queue.clear()
         self.queued_bytes = 0
-        self.server.connections.discard(self)
+        self.server.forget(self)
         self._clock.cancel()
         if self._idle_timer is not None:
             self._idle_timer.cancel()
@@ -267,6 +313,10 @@ class _HttpProtocol(asyncio.Protocol):
         # answer has nobody left to read it: it stops.
         self.resume_writing()
         self._stop_stream()
+
+    def idle(self) -> bool:
+        """Between requests (or before the first): closing it loses no request."""
+        return not (self._busy or self._queue or self._reading or self._closed)
 
     def close_when_idle(self) -> None:
         self._close_when_idle = True
@@ -293,10 +343,10 @@ class _HttpProtocol(asyncio.Protocol):
     def _arm_idle_timer(self) -> None:
         # Called after every answer: only note the time; the one timer re-arms itself lazily
         # (a cancel + call_later per request showed up in the leader's profile).
-        self._idle_since = self.loop.time()
+        self.idle_since = self.loop.time()
         if self._idle_timer is None:
             self._idle_timer = self.loop.call_at(
-                self._idle_since + self.limits.keepalive_timeout, self._idle_expired
+                self.idle_since + self.limits.keepalive_timeout, self._idle_expired
             )
 
     def _idle_expired(self) -> None:
@@ -305,7 +355,7 @@ class _HttpProtocol(asyncio.Protocol):
         if self._busy or self._queue:
             due = now + self.limits.keepalive_timeout  # serving: look again a period later
         else:
-            due = self._idle_since + self.limits.keepalive_timeout
+            due = self.idle_since + self.limits.keepalive_timeout
             if now >= due:
                 self.abort()
                 return
