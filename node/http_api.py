@@ -235,8 +235,11 @@ class Api:
             pass
         try:
             handler = self._route(request)
-            if self.authz is not None and request.path not in OPEN_ROUTES:
+            if self.authz is None:
+                request.trusted = True  # no tokens: every client alike keeps its connection
+            elif request.path not in OPEN_ROUTES:
                 _caller.set(await self._authenticate(request))
+                request.trusted = True
             return await handler(request)
         except OpError as e:
             resp = self._error(e, fmt)

@@ -9,6 +9,9 @@
   close` (and `Retry-After: 1`), its side shut, what it sends discarded for
   `REFUSAL_LINGER` s (so it can read the answer instead of a reset), then closed. A refused
   connection is not counted.
+- `keepalive_timeout` / `anonymous_keepalive_timeout`: how long a connection may stay
+  idle between requests, the short one until the handler marked one of its requests
+  `trusted` (node/http_api.py: authenticated, or auth off).
 - `max_connections_per_address`: the same among the connections of one client IP address
   (its own idle one closed first), so one host cannot take every slot.
 - `header_timeout`: a connection must deliver a complete request head (request line and
@@ -57,8 +60,11 @@ class ServerLimits:
     # ...and their bytes (bodies + heads): 32 requests of 4 MiB each behind a watch held
     # 128 MiB per connection that was never returned (issue 27, item 4).
     max_queued_bytes: int = 1024 * 1024
-    # Seconds an idle keep-alive connection stays open (aiohttp's default too).
+    # Seconds an idle keep-alive connection stays open (aiohttp's default too)...
     keepalive_timeout: float = 75.0
+    # ...once one of its requests was `trusted` (authenticated); until then this long: a
+    # connection that only sent a cheap open-route request lived 75 s (issue 27, item 3).
+    anonymous_keepalive_timeout: float = 5.0
     # After rejecting a request mid-body we keep reading (and dropping) what the client
     # still sends, so it gets to read our answer instead of a reset: at most this long...
     linger_seconds: float = 5.0

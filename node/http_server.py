@@ -54,6 +54,9 @@ class Request:
     headers: dict[str, str]  # lower-case names; repeated headers joined with ", "
     body: bytes
     peer: str = ""  # the client's "host:port" (for logs)
+    # Set by the handler when the caller proved who it is (a valid token, or auth off):
+    # its connection then keeps the long keep-alive (ServerLimits.keepalive_timeout).
+    trusted: bool = False
 
     @property
     def content_length(self) -> int:
@@ -252,6 +255,7 @@ class _HttpProtocol(asyncio.Protocol):
         self._flow = Flow(self.loop)
         self._clock = ReadClock(self.loop, self._read_expired, lambda: self._busy or self._queue)
         self._reading = False  # between a request's first byte and its end
+        self._trusted = False  # a request on it was Request.trusted
 
     # -- connection -------------------------------------------------------------------
 
@@ -346,16 +350,22 @@ class _HttpProtocol(asyncio.Protocol):
         self.idle_since = self.loop.time()
         if self._idle_timer is None:
             self._idle_timer = self.loop.call_at(
-                self.idle_since + self.limits.keepalive_timeout, self._idle_expired
+                self.idle_since + self._keepalive(), self._idle_expired
             )
+
+    def _keepalive(self) -> float:
+        limits = self.limits
+        if self._trusted:
+            return limits.keepalive_timeout
+        return min(limits.keepalive_timeout, limits.anonymous_keepalive_timeout)
 
     def _idle_expired(self) -> None:
         self._idle_timer = None
         now = self.loop.time()
         if self._busy or self._queue:
-            due = now + self.limits.keepalive_timeout  # serving: look again a period later
+            due = now + self._keepalive()  # serving: look again a period later
         else:
-            due = self.idle_since + self.limits.keepalive_timeout
+            due = self.idle_since + self._keepalive()
             if now >= due:
                 self.abort()
                 return
@@ -496,6 +506,7 @@ class _HttpProtocol(asyncio.Protocol):
     async def _serve(self, req: Request, keep_alive: bool) -> None:
         try:
             resp = await self.server.handler(req)
+            self._trusted = self._trusted or req.trusted
         except Exception:  # the handler maps its own errors; this is a bug in it
             log.exception("unhandled error serving %s %s", loggable(req.method), loggable(req.path))
             resp = self.server.error_response(500, "internal", "internal error; see the node's log")

@@ -296,3 +296,32 @@ async def test_pipelined_requests_behind_a_busy_one_are_bounded_in_bytes():
         writer.close()
     finally:
         await srv.close(grace=1.0)
+
+
+async def test_a_connection_keeps_the_long_keep_alive_only_once_trusted():
+    """A connection that only sent requests the handler did not mark `trusted` (no valid
+    token: an open route, a 401) lived the full keep-alive, 75 s (issue 27, item 3); it
+    now gets anonymous_keepalive_timeout, and a trusted one keepalive_timeout."""
+
+    async def trust_on_header(req: Request) -> Response:
+        req.trusted = "x-token" in req.headers
+        return Response(200, b"{}", "application/json")
+
+    limits = ServerLimits(
+        max_body_bytes=1000, keepalive_timeout=60.0, anonymous_keepalive_timeout=0.2
+    )
+    srv = HttpServer(trust_on_header, _error, limits)
+    await srv.start("127.0.0.1", 0)
+    try:
+        conns = [await asyncio.open_connection("127.0.0.1", srv.port) for _ in range(2)]
+        for (r, w), extra in zip(conns, (b"", b"X-Token: t\r\n"), strict=True):
+            w.write(b"GET /x HTTP/1.1\r\nHost: x\r\n%s\r\n" % extra)
+            assert (await asyncio.wait_for(r.readuntil(b"{}"), 5)).startswith(b"HTTP/1.1 200")
+        (anon_r, anon_w), (trusted_r, trusted_w) = conns
+        assert await _read_all(anon_r) == b""  # closed by the server after 0.2 s idle
+        trusted_w.write(b"GET /y HTTP/1.1\r\nHost: x\r\n\r\n")  # still open: served
+        assert (await asyncio.wait_for(trusted_r.readuntil(b"{}"), 5)).startswith(b"HTTP/1.1 200")
+        anon_w.close()
+        trusted_w.close()
+    finally:
+        await srv.close(grace=1.0)
