@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger("statekeeper.http")
 
@@ -152,3 +153,57 @@ class ReadClock:
             self._expired()
             return
         self._handle = self._loop.call_at(self.deadline, self._fire)
+
+
+class ConnectionTable:
+    """The connections an HttpServer serves, counted by client address; at a limit a new
+    one takes the place of the one idle longest (see the module docstring). A connection
+    has `address`, `idle_since` (loop time), `idle()` and `abort()`."""
+
+    def __init__(self, limits: ServerLimits) -> None:
+        self.limits = limits
+        self.members: set[Any] = set()
+        self.per_address: dict[str, int] = {}  # client IP -> its connections in `members`
+
+    def admit(self, conn: Any) -> str:
+        """Count a new connection in, closing the longest idle one (of its address, at the
+        per-address limit) to make room; else why not ("": admitted)."""
+        address = conn.address
+        limits = self.limits
+        if self.per_address.get(address, 0) >= limits.max_connections_per_address:
+            if not self._evict_idle(address):
+                return (
+                    f"this node serves at most {limits.max_connections_per_address} "
+                    "connections from one address, all busy; retry later"
+                )
+        if len(self.members) >= limits.max_connections and not self._evict_idle(None):
+            return (
+                f"this node serves at most {limits.max_connections} connections, all busy; "
+                "retry later"
+            )
+        self.members.add(conn)
+        self.per_address[address] = self.per_address.get(address, 0) + 1
+        return ""
+
+    def forget(self, conn: Any) -> None:
+        if conn in self.members:
+            self.members.discard(conn)
+            left = self.per_address[conn.address] - 1
+            if left:
+                self.per_address[conn.address] = left
+            else:
+                del self.per_address[conn.address]
+
+    def _evict_idle(self, address: str | None) -> bool:
+        """Close the connection (of `address`, or any) idle the longest; False if none is.
+        A scan of every connection, but only at a limit."""
+        oldest = None
+        for c in self.members:
+            if (address is None or c.address == address) and c.idle():
+                if oldest is None or c.idle_since < oldest.idle_since:
+                    oldest = c
+        if oldest is None:
+            return False
+        self.forget(oldest)
+        oldest.abort()
+        return True

@@ -35,7 +35,7 @@ from http import HTTPStatus
 import httptools
 
 from node.audit_log import loggable
-from node.http_limits import REFUSAL_LINGER, ReadClock, ServerLimits
+from node.http_limits import REFUSAL_LINGER, ConnectionTable, ReadClock, ServerLimits
 from node.http_stream import LAST_CHUNK, Flow, StreamedResponse, StreamStalled, pump, stream_head
 
 __all__ = ["HttpServer", "Request", "Response", "ServerLimits", "StreamStalled", "StreamedResponse"]
@@ -100,8 +100,9 @@ class HttpServer:
         self.limits = limits
         # Pre-encoded once: every answer carries them (e.g. X-Statekeeper-Node).
         self.fixed_headers = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in extra_headers)
-        self.connections: set[_HttpProtocol] = set()
-        self.per_address: dict[str, int] = {}  # client IP -> connections in `connections`
+        # The connections served, counted by client address (node/http_limits.py).
+        self.table = ConnectionTable(limits)
+        self.connections: set[_HttpProtocol] = self.table.members
         self._server: asyncio.base_events.Server | None = None
         self.closing = False
         self.draining = ""  # set by drain(): the 503's message
@@ -150,49 +151,6 @@ class HttpServer:
             self._server.close()
         for conn in list(self.connections):
             conn._stop_stream()
-
-    def admit(self, conn: _HttpProtocol) -> str:
-        """Count a new connection in, closing the longest idle one (of its address, at the
-        per-address limit) to make room; else why not ("": admitted)."""
-        address = conn.address
-        limits = self.limits
-        if self.per_address.get(address, 0) >= limits.max_connections_per_address:
-            if not self._evict_idle(address):
-                return (
-                    f"this node serves at most {limits.max_connections_per_address} "
-                    "connections from one address, all busy; retry later"
-                )
-        if len(self.connections) >= limits.max_connections and not self._evict_idle(None):
-            return (
-                f"this node serves at most {limits.max_connections} connections, all busy; "
-                "retry later"
-            )
-        self.connections.add(conn)
-        self.per_address[address] = self.per_address.get(address, 0) + 1
-        return ""
-
-    def forget(self, conn: _HttpProtocol) -> None:
-        if conn in self.connections:
-            self.connections.discard(conn)
-            left = self.per_address[conn.address] - 1
-            if left:
-                self.per_address[conn.address] = left
-            else:
-                del self.per_address[conn.address]
-
-    def _evict_idle(self, address: str | None) -> bool:
-        """Close the connection (of `address`, or any) idle the longest; False if none is.
-        A scan, but only at a limit."""
-        oldest = None
-        for c in self.connections:
-            if (address is None or c.address == address) and c.idle():
-                if oldest is None or c.idle_since < oldest.idle_since:
-                    oldest = c
-        if oldest is None:
-            return False
-        self.forget(oldest)
-        oldest.abort()
-        return True
 
     def busy(self) -> int:
         """Connections with a request in progress (drain() waits for these)."""
@@ -265,7 +223,7 @@ class _HttpProtocol(asyncio.Protocol):
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else ""
         self.address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         self.idle_since = self.loop.time()
-        refusal = self.server.admit(self)
+        refusal = self.server.table.admit(self)
         if refusal:
             self._refuse(message=refusal)
             return
@@ -308,7 +266,7 @@ class _HttpProtocol(asyncio.Protocol):
         self._closed = True
         self._queue.clear()
         self.queued_bytes = 0
-        self.server.forget(self)
+        self.server.table.forget(self)
         self._clock.cancel()
         if self._idle_timer is not None:
             self._idle_timer.cancel()

@@ -78,7 +78,7 @@ async def test_idle_connections_make_room_for_new_ones(server):
     for _, w in idle:
         w.close()
     await asyncio.sleep(0.1)
-    assert not server.connections and not server.per_address
+    assert not server.connections and not server.table.per_address
     assert _fds() <= fds0 + 5
 
 
