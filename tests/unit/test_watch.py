@@ -16,7 +16,13 @@ from jsonschema import Draft202012Validator
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-from client.errors import Compacted, InvalidRequest, Unavailable, WatchOverflow
+from client.errors import (
+    Compacted,
+    InvalidRequest,
+    Unauthenticated,
+    Unavailable,
+    WatchOverflow,
+)
 from client.retry import Endpoints, RetryPolicy
 from client.watch import FrameDecoder, WatchEvent, WatchProgress, WatchSession, watch_request
 from node import codec, openapi, watch
@@ -333,6 +339,19 @@ def test_errors_frames_and_giving_up():
                 b'{"error": {"code": "invalid_argument", "message": "bad range"}}',
             )
         )
+
+
+def test_an_unauthenticated_frame_ends_the_watch_without_resuming():
+    """The node ends a watch whose token was revoked or expired with this frame (node/
+    stream_auth.py); the session raises Unauthenticated and does not try again."""
+    s, _ = _session()
+    s.attempt()
+    frame = {"error": {"code": "unauthenticated", "message": "token x was revoked", "revision": 7}}
+    with pytest.raises(Unauthenticated) as ei:
+        _feed(s, _events_frame(5, "p/a"), frame)
+    assert "revoked" in ei.value.message and s.next_revision == 6
+    with pytest.raises(Unauthenticated):
+        s.retry_after(ei.value)
 
 
 def test_the_deadline_counts_from_the_last_frame():
