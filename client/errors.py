@@ -513,6 +513,7 @@ _BY_CODE: dict[str, type[StatekeeperError]] = {
     "lock_held": LockHeld,
     "crdt_type_mismatch": CrdtTypeMismatch,
     "too_many_events": InvalidRequest,
+    "too_many_watches": InvalidRequest,  # 429: the token has the most open watches it may
     "unavailable": Unavailable,
     "watch_overflow": WatchOverflow,
     "not_ready": Unavailable,

@@ -10,7 +10,8 @@ from (connection refused, lost or timed out, the stream ending without an error 
 connects again from there. The server sends every watched revision above the start exactly
 once in order, so the events the iterator yields have no gap and no duplicate across any
 number of reconnections; frames at or below the last delivered revision are dropped
-anyway. ``Compacted`` and invalid requests end the watch (raised). The RetryPolicy bounds
+anyway. ``Compacted``, ``Unauthenticated`` (the `unauthenticated` frame: the token was
+revoked or expired while the stream was open) and invalid requests end the watch (raised). The RetryPolicy bounds
 consecutive failures: ``max_attempts`` attempts and ``deadline`` seconds without a frame.
 
 Framing: a msgpack request (what the clients send) gets frames as a 4-byte big-endian

@@ -204,6 +204,21 @@ class Authorizer:
             raise unauthenticated(f"token {token_id} expired at {at}")
         return Principal(token_id, rec.name, rec.grants, rec.expires_ms, rec.created_ms)
 
+    def standing(self, principal: Principal) -> OpError | None:
+        """None while the token `principal` authenticated with still stands; else the
+        `unauthenticated` error that ends a stream it opened (node/stream_auth.py)."""
+        if principal is ROOT_PRINCIPAL:
+            return None
+        rec = self.tokens().get(principal.id)
+        if rec is None or rec.created_ms != principal.created_ms:
+            return unauthenticated(f"token {principal.id} was revoked")
+        if principal.expires_ms and self.clock() >= principal.expires_ms:
+            at = datetime.fromtimestamp(principal.expires_ms / 1000, UTC)
+            return unauthenticated(
+                f"token {principal.id} expired at {at.isoformat(timespec='seconds')}"
+            )
+        return None
+
     # -- authorization -------------------------------------------------------------------
 
     def authorize(self, principal: Principal, op_name: str, op: dict) -> None:

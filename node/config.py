@@ -334,6 +334,8 @@ def validate(cfg: ClusterConfig) -> None:
     h = cfg.http
     if h.max_connections < 1 or min(h.header_timeout, h.body_timeout, h.keepalive_timeout) <= 0:
         raise ConfigError("http: max_connections must be >= 1 and every timeout > 0")
+    if not 1 <= h.max_connections_per_address:
+        raise ConfigError("http: max_connections_per_address must be >= 1")
     if h.shutdown_grace_seconds <= 0:
         raise ConfigError("http: shutdown_grace_seconds must be > 0")
     if h.max_header_bytes < 1024:

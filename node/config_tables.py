@@ -71,8 +71,11 @@ class RaftSettings:
 class HttpSettings:
     """The [http] table: the client port's connection limits (node/http_limits.py)."""
 
-    # Client connections served at once; one more gets 503 too_many_connections.
+    # Client connections served at once. One more closes the connection idle the longest,
+    # or gets 503 too_many_connections when every one is serving a request.
     max_connections: int = 1024
+    # Client connections from one IP address; one more: the same, among that address's.
+    max_connections_per_address: int = 256
     # Seconds a request's head (request line + headers) may take to arrive, from the
     # connection's opening or the request's first byte; then 408 request_timeout / close.
     header_timeout: float = 10.0

@@ -42,6 +42,7 @@ STATUS: dict[str, int] = {
     "archived": 410,  # get / read_stream of data archived to a cold-tier segment
     "unavailable": 503,
     "too_many_connections": 503,  # the node serves http.max_connections already
+    "too_many_watches": 429,  # the caller's token has MAX_WATCHES_PER_TOKEN open (node/watch.py)
     # A write that would grow the store while the node's NOSPACE alarm is raised (storage
     # quota reached or disk almost full, node/quota.py); this attempt was not proposed.
     "insufficient_storage": 507,

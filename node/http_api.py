@@ -32,6 +32,7 @@ from node.quota_gate import QuotaGate
 from node.raft import RaftNode
 from node.reads import ReadPolicy, read_options
 from node.store import StateMachine
+from node.stream_auth import StreamGuard, TokenChanges
 from node.watch import Watches
 from node.watch_ops import WATCH_PATH, validate_watch
 
@@ -108,6 +109,9 @@ class Api:
             stopping=lambda: self.shutting_down,
             leader_known=lambda: self.raft.leader_known(),
         )
+        # Wakes open watches and long polls when a token is created or revoked; main.py
+        # calls its `applied` after every apply (node/stream_auth.py).
+        self.token_changes = TokenChanges(lambda: sm.tokens)
         self.authz: Authorizer | None = None
         # 401/403 lines: rate-limited, request fields capped and escaped (node/audit_log.py).
         self.audit = AuditLog(auth_log)
@@ -147,6 +151,7 @@ class Api:
                 max_header_bytes=http.max_header_bytes,
                 keepalive_timeout=http.keepalive_timeout,
                 max_connections=fd_budget(http.max_connections),
+                max_connections_per_address=http.max_connections_per_address,
                 header_timeout=http.header_timeout,
                 body_timeout=http.body_timeout,
             ),
@@ -230,8 +235,11 @@ class Api:
             pass
         try:
             handler = self._route(request)
-            if self.authz is not None and request.path not in OPEN_ROUTES:
+            if self.authz is None:
+                request.trusted = True  # no tokens: every client alike keeps its connection
+            elif request.path not in OPEN_ROUTES:
                 _caller.set(await self._authenticate(request))
+                request.trusted = True
             return await handler(request)
         except OpError as e:
             resp = self._error(e, fmt)
@@ -400,7 +408,9 @@ class Api:
                 await self._authorize_ops(request, [op])
             await self.reads.wait(consistency, min_rev)
             if op.get("wait_ms"):
-                result = await self.reads.long_poll(lambda: self.sm.read(op), op["wait_ms"])
+                result = await self.reads.long_poll(
+                    lambda: self.sm.read(op), op["wait_ms"], self._stream_guard()
+                )
             else:
                 result = self.sm.read(op)
         return self._single_result(name, result, fmt)
@@ -463,7 +473,14 @@ class Api:
         body, fmt = self._body(request, "watch")
         if self.authz is not None:
             await self._authorize_ops(request, [validate_watch(body, self.limits)])
-        return await self.watches.open(body, fmt)
+        return await self.watches.open(body, fmt, self._stream_guard())
+
+    def _stream_guard(self) -> StreamGuard | None:
+        """The caller's token, for a stream to check again while it lasts (auth on)."""
+        principal = _caller.get()
+        if self.authz is None or principal is None:
+            return None
+        return StreamGuard(self.authz, principal, self.token_changes)
 
     async def handle_status(self, request: Request) -> Response:
         st = self.raft.status()

@@ -35,7 +35,7 @@ from http import HTTPStatus
 import httptools
 
 from node.audit_log import loggable
-from node.http_limits import REFUSAL_LINGER, ReadClock, ServerLimits
+from node.http_limits import REFUSAL_LINGER, ConnectionTable, ReadClock, ServerLimits
 from node.http_stream import LAST_CHUNK, Flow, StreamedResponse, StreamStalled, pump, stream_head
 
 __all__ = ["HttpServer", "Request", "Response", "ServerLimits", "StreamStalled", "StreamedResponse"]
@@ -54,6 +54,9 @@ class Request:
     headers: dict[str, str]  # lower-case names; repeated headers joined with ", "
     body: bytes
     peer: str = ""  # the client's "host:port" (for logs)
+    # Set by the handler when the caller proved who it is (a valid token, or auth off):
+    # its connection then keeps the long keep-alive (ServerLimits.keepalive_timeout).
+    trusted: bool = False
 
     @property
     def content_length(self) -> int:
@@ -97,7 +100,9 @@ class HttpServer:
         self.limits = limits
         # Pre-encoded once: every answer carries them (e.g. X-Statekeeper-Node).
         self.fixed_headers = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in extra_headers)
-        self.connections: set[_HttpProtocol] = set()
+        # The connections served, counted by client address (node/http_limits.py).
+        self.table = ConnectionTable(limits)
+        self.connections: set[_HttpProtocol] = self.table.members
         self._server: asyncio.base_events.Server | None = None
         self.closing = False
         self.draining = ""  # set by drain(): the 503's message
@@ -183,6 +188,7 @@ class _HttpProtocol(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self._peer = ""  # "host:port" of the client, set by connection_made
+        self.address = ""  # the client's IP address (the per-address limit's key)
         self.parser = httptools.HttpRequestParser(self)
         # Parse state of the request being read.
         self._url = b""
@@ -190,15 +196,16 @@ class _HttpProtocol(asyncio.Protocol):
         self._header_bytes = 0
         self._body: list[bytes] = []
         self._body_bytes = 0
-        # Parsed requests waiting for their turn; (request, keep_alive) or a rejection.
-        self._queue: deque[tuple[Request, bool] | _Reject] = deque()
+        # Parsed requests waiting for their turn; (request, keep_alive, bytes) or a rejection.
+        self._queue: deque[tuple[Request, bool, int] | _Reject] = deque()
+        self.queued_bytes = 0  # bodies and heads of the requests in _queue
         self._busy = False
         self._paused = False
         self._closed = False
         self._close_when_idle = False
         self._lingering = 0  # > 0: bytes still allowed in before we drop the connection
         self._idle_timer: asyncio.TimerHandle | None = None
-        self._idle_since = 0.0  # loop time of the last answer (or of the connection)
+        self.idle_since = 0.0  # loop time of the last answer (or of the connection)
         # Streamed answers: the task writing one, whether we asked it to stop, and the
         # transport's flow control (see the module docstring).
         self._stream_task: asyncio.Task | None = None
@@ -206,6 +213,7 @@ class _HttpProtocol(asyncio.Protocol):
         self._flow = Flow(self.loop)
         self._clock = ReadClock(self.loop, self._read_expired, lambda: self._busy or self._queue)
         self._reading = False  # between a request's first byte and its end
+        self._trusted = False  # a request on it was Request.trusted
 
     # -- connection -------------------------------------------------------------------
 
@@ -213,10 +221,12 @@ class _HttpProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else ""
-        if len(self.server.connections) >= self.limits.max_connections:
-            self._refuse()
+        self.address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        self.idle_since = self.loop.time()
+        refusal = self.server.table.admit(self)
+        if refusal:
+            self._refuse(message=refusal)
             return
-        self.server.connections.add(self)
         if self.server.closing:
             self.abort()
             return
@@ -236,8 +246,7 @@ class _HttpProtocol(asyncio.Protocol):
         resp = self.server.error_response(
             status,
             code or "too_many_connections",
-            message
-            or f"this node serves at most {self.limits.max_connections} connections; retry later",
+            message,
         )
         if status == 503:
             resp.headers = (("Retry-After", "1"),)
@@ -256,7 +265,8 @@ class _HttpProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._queue.clear()
-        self.server.connections.discard(self)
+        self.queued_bytes = 0
+        self.server.table.forget(self)
         self._clock.cancel()
         if self._idle_timer is not None:
             self._idle_timer.cancel()
@@ -265,6 +275,10 @@ class _HttpProtocol(asyncio.Protocol):
         # answer has nobody left to read it: it stops.
         self.resume_writing()
         self._stop_stream()
+
+    def idle(self) -> bool:
+        """Between requests (or before the first): closing it loses no request."""
+        return not (self._busy or self._queue or self._reading or self._closed)
 
     def close_when_idle(self) -> None:
         self._close_when_idle = True
@@ -291,19 +305,25 @@ class _HttpProtocol(asyncio.Protocol):
     def _arm_idle_timer(self) -> None:
         # Called after every answer: only note the time; the one timer re-arms itself lazily
         # (a cancel + call_later per request showed up in the leader's profile).
-        self._idle_since = self.loop.time()
+        self.idle_since = self.loop.time()
         if self._idle_timer is None:
             self._idle_timer = self.loop.call_at(
-                self._idle_since + self.limits.keepalive_timeout, self._idle_expired
+                self.idle_since + self._keepalive(), self._idle_expired
             )
+
+    def _keepalive(self) -> float:
+        limits = self.limits
+        if self._trusted:
+            return limits.keepalive_timeout
+        return min(limits.keepalive_timeout, limits.anonymous_keepalive_timeout)
 
     def _idle_expired(self) -> None:
         self._idle_timer = None
         now = self.loop.time()
         if self._busy or self._queue:
-            due = now + self.limits.keepalive_timeout  # serving: look again a period later
+            due = now + self._keepalive()  # serving: look again a period later
         else:
-            due = self._idle_since + self.limits.keepalive_timeout
+            due = self.idle_since + self._keepalive()
             if now >= due:
                 self.abort()
                 return
@@ -404,8 +424,13 @@ class _HttpProtocol(asyncio.Protocol):
         req = Request(
             self.parser.get_method().decode("ascii"), path, query, self._headers, body, self._peer
         )
-        self._queue.append((req, self.parser.should_keep_alive()))
-        if len(self._queue) >= self.limits.max_pipelined:
+        size = self._header_bytes + len(body)
+        self._queue.append((req, self.parser.should_keep_alive(), size))
+        self.queued_bytes += size
+        if (
+            len(self._queue) >= self.limits.max_pipelined
+            or self.queued_bytes >= self.limits.max_queued_bytes
+        ):
             self._pause()
         self._next()
 
@@ -423,8 +448,10 @@ class _HttpProtocol(asyncio.Protocol):
         if self._busy or not self._queue or self._closed:
             return
         item = self._queue.popleft()
-        if self.server.draining and not isinstance(item, _Reject):
-            item = _Reject(503, "unavailable", self.server.draining)
+        if not isinstance(item, _Reject):
+            self.queued_bytes -= item[2]
+            if self.server.draining:
+                item = _Reject(503, "unavailable", self.server.draining)
         if isinstance(item, _Reject):
             resp = self.server.error_response(item.status, item.code, item.message)
             if item.status == 503:
@@ -432,11 +459,12 @@ class _HttpProtocol(asyncio.Protocol):
             self._write(resp, "GET", keep_alive=False, linger=self.limits.linger_seconds)
             return
         self._busy = True
-        self.loop.create_task(self._serve(*item))
+        self.loop.create_task(self._serve(item[0], item[1]))
 
     async def _serve(self, req: Request, keep_alive: bool) -> None:
         try:
             resp = await self.server.handler(req)
+            self._trusted = self._trusted or req.trusted
         except Exception:  # the handler maps its own errors; this is a bug in it
             log.exception("unhandled error serving %s %s", loggable(req.method), loggable(req.path))
             resp = self.server.error_response(500, "internal", "internal error; see the node's log")
@@ -460,6 +488,7 @@ class _HttpProtocol(asyncio.Protocol):
         if (
             self._paused
             and len(self._queue) < self.limits.max_pipelined // 2
+            and self.queued_bytes < self.limits.max_queued_bytes // 2
             and not self._reject_pending()
         ):
             self._paused = False
@@ -487,6 +516,7 @@ class _HttpProtocol(asyncio.Protocol):
         transport.write(head if method == "HEAD" else head + resp.body)
         if not keep_alive:
             self._queue.clear()
+            self.queued_bytes = 0
             if linger:
                 self._linger(linger)
             else:
@@ -497,6 +527,13 @@ class _HttpProtocol(asyncio.Protocol):
 
     async def _stream(self, resp: StreamedResponse, keep_alive: bool) -> bool:
         """Send a streamed answer; True if the connection may serve another request."""
+        try:
+            return await self._send_stream(resp, keep_alive)
+        finally:
+            if resp.on_end is not None:
+                resp.on_end()
+
+    async def _send_stream(self, resp: StreamedResponse, keep_alive: bool) -> bool:
         chunks = resp.chunks
         transport = self.transport
         if self._closed or transport is None:
@@ -537,6 +574,7 @@ class _HttpProtocol(asyncio.Protocol):
         """Close after a streamed answer; a client that does not read gets aborted."""
         self._closed = True
         self._queue.clear()
+        self.queued_bytes = 0
         transport = self.transport
         if transport is not None:
             transport.close()

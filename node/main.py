@@ -245,6 +245,7 @@ async def serve(
         failpoints.enable("read-barrier-skip")
     api = Api(cfg, node_id, n.sm, n.raft, n.proposer, n.metrics, n.disk.quota, n.disk.free_now)
     n.after_apply.append(api.reads.revisions.applied)
+    n.after_apply.append(api.token_changes.applied)
     http = api.server()
     await http.start(
         *me.http_listen,

@@ -88,6 +88,7 @@ ERROR_WHEN: dict[str, str] = {
     "not_live": "this node's raft loop has made no progress for [raft] live_stall_seconds (a stuck raft thread: restart the node)",
     "timeout": "a write whose outcome is unknown (it may still commit: retry with the same idempotency_key), or a serializable read whose min_revision was not reached within the request timeout",
     "insufficient_storage": "the node's NOSPACE alarm is raised ([storage] quota_bytes reached, or the disk's free space under the reserve) and the write adds data (put, cas, append, merge, lease_grant, lock_acquire, retention_set, archive_restore, a txn with a put); this attempt was not proposed (an earlier attempt with the same idempotency_key may have been: one that was applied gets its recorded answer instead of the 507). Reads, deletes and compaction still work; the alarm clears once space is freed",
+    "too_many_watches": "the caller's token has the most watches open one token may have (100): close one first",
     "too_many_connections": "the node already serves [http] max_connections connections (the node answers, then closes the connection; retry later)",
     "client_certificate_required": '[tls] client_auth is "required" and the connection brought no client certificate (answered, then closed)',
     "request_timeout": "the request's head or body did not arrive within [http] header_timeout / body_timeout (the node answers, then closes the connection)",

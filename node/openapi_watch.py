@@ -26,10 +26,11 @@ WATCH_ERRORS = (
     "key_too_large",
     "request_too_large",
     "future_revision",
+    "too_many_watches",
     "unavailable",
     "internal",
 )
-FRAME_ERRORS = ("compacted", "watch_overflow", "unavailable")
+FRAME_ERRORS = ("compacted", "watch_overflow", "unavailable", "unauthenticated")
 
 _DESCRIPTION = (
     "Streams every change of a key, a prefix or a range (or the whole namespace) from "
@@ -38,8 +39,8 @@ _DESCRIPTION = (
     "misses no revision the cluster had committed), then answers 200 with "
     "`Transfer-Encoding: chunked` and sends frames: all changes of one revision in one "
     "`events` frame (each revision exactly once), a `progress` frame after `progress_ms` "
-    "without one, and an `error` frame (`compacted`, `watch_overflow`, `unavailable`) as "
-    "the last. Resume from the last revision received (events or progress) + 1, on any "
+    "without one, and an `error` frame (`compacted`, `watch_overflow`, `unavailable`, "
+    "`unauthenticated`: the token was revoked or expired) as the last. Resume from the last revision received (events or progress) + 1, on any "
     "node: no gap, no duplicate. Invalid requests, `future_revision` (start above the "
     "current revision + 1) and a failed barrier (`unavailable`) are answered as usual, "
     "before any frame."

@@ -24,7 +24,8 @@ Long poll (read_stream's `wait_ms`, the live half of a stream subscription): `lo
 serves the read; while its answer has no events it waits, woken by apply like
 `min_revision`, until the local revision moves past the one served (or the wait is over)
 and reads again. It ends early, with the empty answer, when the node starts shutting down,
-so a subscriber re-polls another node instead of being cut off.
+so a subscriber re-polls another node instead of being cut off. With auth on it ends with
+`unauthenticated` once the caller's token is revoked or expires (node/stream_auth.py).
 
 The failpoint `read-barrier-skip` (chaos mutation test only, node/failpoints.py) serves
 linearizable reads without any of this, so the suite can show that it catches stale reads.
@@ -46,6 +47,7 @@ from node.raft import READ_INDEX_NOT_LEADER, READ_INDEX_NOT_YET, RaftNode
 
 if TYPE_CHECKING:
     from node.metrics import NodeMetrics
+    from node.stream_auth import StreamGuard
 
 CONSISTENCY = ("linearizable", "serializable")
 LONG_POLL_SLICE = 1.0  # seconds a long poll waits before it looks at `stopping` again
@@ -82,32 +84,46 @@ class RevisionWaiters:
         self._waiting = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def wait(self, target: int) -> None:
-        if self._revision() >= target:
+    async def wait(self, target: int, interrupt: asyncio.Future[None] | None = None) -> None:
+        """Until the local revision reaches `target`, or `interrupt` is done."""
+        if self._revision() >= target or (interrupt is not None and interrupt.done()):
             return
         self._loop = loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         heapq.heappush(self._heap, (target, next(self._seq), fut))
         self._waiting = True
         self._wake()  # the revision may have moved since the first check
-        await fut
+
+        def interrupted(_: asyncio.Future[None]) -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        if interrupt is not None:
+            interrupt.add_done_callback(interrupted)
+        try:
+            await fut
+        finally:
+            if interrupt is not None:  # a shared future: leave no callback behind
+                interrupt.remove_done_callback(interrupted)
 
     def applied(self) -> None:
         """Any thread (the raft thread, after each apply)."""
         if self._waiting and self._loop is not None:
             self._loop.call_soon_threadsafe(self._wake)
 
-    async def wait_for_change(self, revision: int, deadline: float) -> bool:
-        """Wait until the local revision is above `revision` or the loop's clock reaches
-        `deadline`; True if it moved."""
+    async def wait_for_change(
+        self, revision: int, deadline: float, interrupt: asyncio.Future[None] | None = None
+    ) -> bool:
+        """Wait until the local revision is above `revision`, the loop's clock reaches
+        `deadline` or `interrupt` is done; True if the revision moved."""
         if self._revision() > revision:
             return True
         try:
             async with asyncio.timeout_at(deadline):
-                await self.wait(revision + 1)
+                await self.wait(revision + 1, interrupt)
         except TimeoutError:
-            return self._revision() > revision
-        return True
+            pass
+        return self._revision() > revision
 
     def _wake(self) -> None:
         revision = self._revision()
@@ -176,9 +192,14 @@ class ReadPolicy:
                 f"(this node is at {self._revision()})",
             ) from None
 
-    async def long_poll(self, read: Callable[[], dict], wait_ms: int) -> dict:
+    async def long_poll(
+        self, read: Callable[[], dict], wait_ms: int, guard: StreamGuard | None = None
+    ) -> dict:
         """`read()`'s answer, read again each time the revision moves while it has no
-        `events`, for at most `wait_ms` in all (see the module docstring)."""
+        `events`, for at most `wait_ms` in all (see the module docstring). With a `guard`
+        (auth on), the caller's token is checked again after every read and whenever the
+        token table changes or the token expires: OpError `unauthenticated` once it no
+        longer stands (node/stream_auth.py)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms / 1000
         result = read()
@@ -188,8 +209,14 @@ class ReadPolicy:
                 break
             # Slices of at most a second, so a shutdown ends the poll soon.
             step = min(deadline, now + LONG_POLL_SLICE)
-            if await self.revisions.wait_for_change(result["revision"], step):
+            interrupt = None
+            if guard is not None:
+                step = min(step, guard.wake_at(now) or step)
+                interrupt = guard.next_change()
+            if await self.revisions.wait_for_change(result["revision"], step, interrupt):
                 result = read()
+            if guard is not None and (err := guard.error()) is not None:
+                raise err
         return result
 
     async def _within_timeout(self, aw) -> None:

@@ -7,6 +7,7 @@ disabled, the warning in node.log and /v1/status."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import re
@@ -433,3 +434,74 @@ def test_a_token_minted_by_a_token_dies_with_it(auth_cluster: LocalCluster) -> N
     for token in (child.token, grandchild.token):
         with Client(urls, token=token, retry=NO_RETRY) as c, pytest.raises(Unauthenticated):
             c.auth_whoami()
+
+
+def test_an_open_watch_ends_unauthenticated_when_its_token_is_revoked(
+    auth_cluster: LocalCluster,
+) -> None:
+    """Authentication ran once when a watch opened: a revoked or expired reader token kept
+    receiving writes (issue 27, item 2). Now the stream ends with an `unauthenticated`
+    frame, which both clients raise as Unauthenticated instead of resuming."""
+    lc = auth_cluster
+    follower = next(n for n in lc.node_ids if n != lc.leader_id())
+    reader, reader_id = _token(lc, ns="watched", role="reader")
+    with _root(lc) as root:
+        rev = root.put("k", b"0", ns="watched").revision
+        with Client(lc.url(follower), ns="watched", token=reader, retry=NO_RETRY) as c:
+            events = iter(c.watch(key="k", start_revision=rev))
+            assert next(events).kv.value == b"0"  # the stream is open
+            root.auth_token_revoke(reader_id)
+            root.put("k", b"after revoke", ns="watched")
+            with pytest.raises(Unauthenticated) as ei:
+                next(events)
+            assert "revoked" in ei.value.message
+
+
+def test_an_open_watch_ends_unauthenticated_when_its_token_expires(
+    auth_cluster: LocalCluster,
+) -> None:
+    """The same when the token's TTL runs out with the watch open (the AsyncClient)."""
+    lc = auth_cluster
+    follower = next(n for n in lc.node_ids if n != lc.leader_id())
+    short, _ = _token(lc, ns="watched", role="reader", ttl=2)
+
+    async def expire() -> None:
+        async with AsyncClient(lc.url(follower), ns="watched", token=short, retry=NO_RETRY) as a:
+            async with AsyncClient(lc.config.http_urls(), token=root_token(lc.config.secret)) as r:
+                start = (await r.put("k", b"1", ns="watched")).revision
+                events = a.watch(key="k", start_revision=start).__aiter__()
+                assert (await events.__anext__()).kv.value == b"1"
+
+                async def write_after_expiry() -> None:
+                    await asyncio.sleep(3)
+                    await r.put("k", b"after expiry", ns="watched")
+
+                writer = asyncio.create_task(write_after_expiry())
+                with pytest.raises(Unauthenticated) as ei:
+                    await events.__anext__()
+                await writer
+                assert "expired" in ei.value.message
+
+    asyncio.run(expire())
+
+
+def test_a_long_poll_ends_unauthenticated_when_its_token_is_revoked(
+    auth_cluster: LocalCluster,
+) -> None:
+    """A read_stream long poll (what subscribe runs) re-checks its token too (issue 27,
+    item 2): after the revoke it answers 401, not the events appended afterwards."""
+    lc = auth_cluster
+    reader, reader_id = _token(lc, ns="polled", role="reader")
+    url = lc.url(next(n for n in lc.node_ids if n != lc.leader_id()))
+    with _root(lc) as root:
+        root.append("s", [b"0"], ns="polled")
+        with Client(url, ns="polled", token=reader, retry=NO_RETRY) as c:
+            first = c.read_stream("s", start=1)
+            assert len(first.events) == 1
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                poll = pool.submit(c.read_stream, "s", start=2, wait=20)
+                time.sleep(0.5)  # (the poll is waiting; if not yet, it is refused at once)
+                root.auth_token_revoke(reader_id)
+                root.append("s", [b"after revoke"], ns="polled")
+                with pytest.raises(Unauthenticated):
+                    poll.result(timeout=30)

@@ -9,6 +9,7 @@ import pytest
 
 from node.errors import OpError
 from node.reads import ReadPolicy, RevisionWaiters, read_options
+from node.stream_auth import TokenChanges
 
 
 def test_waiters_wake_when_apply_reaches_their_revision() -> None:
@@ -138,5 +139,50 @@ def test_long_poll_ends_early_when_the_node_stops() -> None:
         t0 = loop.time()
         assert (await asyncio.wait_for(poll, 3.0))["events"] == []
         assert loop.time() - t0 <= 1.5  # within one slice
+
+    asyncio.run(main())
+
+
+def test_a_token_table_change_wakes_waiters_and_leaves_no_callback_behind() -> None:
+    """Open streams wait on one future shared per token-table change (node/stream_auth.py);
+    a token op does not move the revision, so it is what wakes them. Each wait removes its
+    callback: a stream waking every second for days must not pile them up."""
+    revision = [4]
+    tokens = [{}]
+    w = RevisionWaiters(lambda: revision[0])
+    changes = TokenChanges(lambda: tokens[0])
+
+    class Counted(asyncio.Future):
+        callbacks = 0
+
+        def add_done_callback(self, fn, *, context=None):
+            self.callbacks += 1
+            super().add_done_callback(fn, context=context)
+
+        def remove_done_callback(self, fn):
+            removed = super().remove_done_callback(fn)
+            self.callbacks -= removed
+            return removed
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        counted = Counted()
+        for _ in range(50):  # waits that end at their deadline
+            assert not await w.wait_for_change(4, loop.time() + 0.001, counted)
+        assert counted.callbacks == 0
+        changes.applied()  # (the first look at the table)
+        shared = changes.next_change()
+        waiting = [
+            asyncio.ensure_future(w.wait_for_change(4, loop.time() + 5, changes.next_change()))
+            for _ in range(3)
+        ]
+        await asyncio.sleep(0.01)
+        changes.applied()  # no change of the table: nobody wakes
+        await asyncio.sleep(0.01)
+        assert not any(t.done() for t in waiting)
+        tokens[0] = {"t": object()}  # (replaced whole, as apply does)
+        changes.applied()
+        assert await asyncio.wait_for(asyncio.gather(*waiting), 1.0) == [False] * 3
+        assert shared.done() and changes.next_change() is not shared
 
     asyncio.run(main())

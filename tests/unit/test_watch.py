@@ -6,6 +6,7 @@ frame decoder and the session that resumes without gap or duplicate."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import struct
 
@@ -15,14 +16,23 @@ from jsonschema import Draft202012Validator
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-from client.errors import Compacted, InvalidRequest, Unavailable, WatchOverflow
+from client.errors import (
+    Compacted,
+    InvalidRequest,
+    Unauthenticated,
+    Unavailable,
+    WatchOverflow,
+)
 from client.retry import Endpoints, RetryPolicy
 from client.watch import FrameDecoder, WatchEvent, WatchProgress, WatchSession, watch_request
 from node import codec, openapi, watch
+from node.authz import ROOT, Authorizer, Principal
 from node.config import Limits
-from node.errors import OpError
+from node.errors import OpError, status_for
 from node.http_server import StreamStalled
+from node.http_stream import Flow, pump
 from node.reads import RevisionWaiters
+from node.stream_auth import StreamGuard, TokenChanges
 from node.watch_ops import validate_watch
 from tests.unit.store.util import Node, put
 
@@ -331,6 +341,19 @@ def test_errors_frames_and_giving_up():
         )
 
 
+def test_an_unauthenticated_frame_ends_the_watch_without_resuming():
+    """The node ends a watch whose token was revoked or expired with this frame (node/
+    stream_auth.py); the session raises Unauthenticated and does not try again."""
+    s, _ = _session()
+    s.attempt()
+    frame = {"error": {"code": "unauthenticated", "message": "token x was revoked", "revision": 7}}
+    with pytest.raises(Unauthenticated) as ei:
+        _feed(s, _events_frame(5, "p/a"), frame)
+    assert "revoked" in ei.value.message and s.next_revision == 6
+    with pytest.raises(Unauthenticated):
+        s.retry_after(ei.value)
+
+
 def test_the_deadline_counts_from_the_last_frame():
     now = [0.0]
     s, _ = _session(policy=RetryPolicy(max_attempts=100, deadline=10.0), clock=lambda: now[0])
@@ -342,3 +365,81 @@ def test_the_deadline_counts_from_the_last_frame():
     now[0] = 18.5
     with pytest.raises(Unavailable):
         s.retry_after(Unavailable("down", code="connection_lost"))
+
+
+# -- how many watches ---------------------------------------------------------------------
+
+
+class _LocalReads:
+    """ReadPolicy's two members Watches uses, for a single in-process state machine."""
+
+    def __init__(self, sm):
+        self.revisions = RevisionWaiters(lambda: sm.revision)
+
+    async def wait(self, consistency, min_revision):
+        return None
+
+
+async def test_watches_per_token_are_bounded(tmp_path):
+    """One reader token opened 500 watches (issue 27, item 4): each a page of memory and a
+    task. The 101st open watch of one token is refused 429 `too_many_watches`; another
+    token is not affected, and a watch that ends frees its place."""
+    node = Node(tmp_path / "db")
+    node.put("a", b"1")
+    watches = watch.Watches(node.sm, _LocalReads(node.sm), Limits(), lambda: False, lambda: True)
+    authz = Authorizer(dict, b"", lambda: 0)
+
+    def caller(token_id):
+        return StreamGuard(authz, Principal(token_id, token_id, ROOT, 0), TokenChanges(dict))
+
+    body = {"start_revision": 1}
+    opened = [await watches.open(body, codec.JSON, caller("t1")) for _ in range(100)]
+    with pytest.raises(OpError) as ei:
+        await watches.open(body, codec.JSON, caller("t1"))
+    assert ei.value.code == "too_many_watches" and status_for(ei.value.code) == 429
+    other = await watches.open(body, codec.JSON, caller("t2"))
+    opened[0].on_end()
+    opened.append(await watches.open(body, codec.JSON, caller("t1")))
+    for resp in [*opened[1:], other]:
+        resp.on_end()
+        await resp.chunks.aclose()
+    node.sm.close()
+
+
+async def test_a_page_goes_out_in_pieces_and_the_loop_runs_between_them(tmp_path):
+    """A watch encoded its whole page (up to 4 MiB of values) as one chunk and wrote it
+    before looking at flow control, and the writer never let the loop run between chunks
+    (issue 27, item 4: another tenant's get waited 11.6 s). Now pieces of about 64 KiB go
+    out one at a time, with the loop's other tasks running between two."""
+    node = Node(tmp_path / "db")
+    for i in range(100):
+        node.put(f"k{i:03}", b"v" * 8192)
+    frames = watch.watch_frames(node.sm, RevisionWaiters(lambda: node.sm.revision), _w(1))
+    body = watch.watch_body(frames, codec.MSGPACK, 1)
+    written: list[tuple[int, int]] = []  # (bytes, turns the other task had by then)
+    turns = 0
+
+    async def other_tenant():
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    def write(data):
+        written.append((len(data), turns))
+        if sum(n for n, _ in written) > 800_000:  # the page is out: stop the stream
+            writing.cancel()
+
+    other = asyncio.ensure_future(other_tenant())
+    writing = asyncio.ensure_future(
+        pump(body, write, Flow(asyncio.get_running_loop()), 30.0, lambda: False)
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await writing
+    other.cancel()
+    await body.aclose()
+    biggest = max(n for n, _ in written)
+    assert biggest <= 64 * 1024 + 9000, f"one chunk of {biggest} bytes"
+    seen = [t for _, t in written]
+    assert all(a < b for a, b in itertools.pairwise(seen)), f"turns at each write: {seen}"
+    node.sm.close()
