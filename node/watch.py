@@ -30,13 +30,31 @@ error frame (`unavailable` once the node starts shutting down), or without one w
 HTTP server closes under it (http_server.py ends it with the last chunk) or the connection
 breaks: the client then resumes elsewhere.
 
+Shared pages: the frames of a revision depend only on the selection (ns, key / prefix /
+range), prev_kv and the encoding, so watchers that agree on those and are at the same next
+revision `first` take the same page from `SharedPages`, keyed by (selection, prev_kv,
+encoding, first): the first of them reads and encodes it, the others send the same bytes
+(issue 27, item 4: 500 watches of one reader and 30 writes of 64 KiB took a node from
+88 MiB to 2.4 GB, each watch reading, encoding and buffering its own page). A page is held
+only while some watcher is sending it (`users`), and dropped when the last one is done, so
+the cache holds nothing a watcher does not hold anyway. Sharing is exact: a page read
+earlier ends at a lower revision than a fresh read would (the view's revision), never
+with other frames for the revisions it covers, so the watcher only reads the rest with its
+next page (same frames, same order, perhaps other HTTP chunk boundaries); a compaction
+past `first` since the page was read sends the watcher to a fresh read, which answers
+`compacted` as before; the token check (auth on) runs for each watcher on the page it
+took, before sending it. Progress and error frames are each watcher's own.
+
 Memory per watch is one page (node/store/changes.py bounds it: ~4 MiB of values, plus
-the revision that crosses it) plus one encoded piece (CHUNK_BYTES, or one larger frame)
-plus the transport's buffer up to its high-water mark (64 KiB): the page is encoded and
-written a piece at a time, and the HTTP writer asks for the next piece only while the
-client drains the socket, letting the loop run between two. A client that stops reading for ServerLimits.stream_stall_seconds
-gets `watch_overflow` and the stream ends; one that reads slowly falls behind in the change
-log at no cost, until compaction passes it (`compacted`).
+the revision that crosses it), held encoded (values in base64 in JSON: about 4/3 of
+that) while it is being sent, plus the transport's buffer up to its high-water mark
+(64 KiB): the page is written a piece (CHUNK_BYTES, or one larger frame) at a time, and
+the HTTP writer asks for the next piece only while the client drains the socket, letting
+the loop run between two. N watchers of one selection at one position hold one page
+between them, not N; a watcher that waits for the next write holds none. A client that
+stops reading for ServerLimits.stream_stall_seconds gets `watch_overflow` and the stream
+ends; one that reads slowly falls behind in the change log at no cost, until compaction
+passes it (`compacted`).
 """
 
 from __future__ import annotations
@@ -121,6 +139,65 @@ def overflow_frame(revision: int) -> dict:
     )
 
 
+class SharedPage:
+    """One page of the change log, encoded: what a watcher at `first` sends next."""
+
+    __slots__ = ("more", "pieces", "scanned_to", "users")
+
+    def __init__(self, pieces: tuple[tuple[bytes, int], ...], scanned_to: int, more: bool):
+        self.pieces = pieces  # (encoded frames, the revision they complete), CHUNK_BYTES each
+        self.scanned_to = scanned_to  # every revision up to here was looked at
+        self.more = more  # stopped at a page bound below the view's revision
+        self.users = 0  # watchers sending it now
+
+
+class SharedPages:
+    """The pages in flight, shared by the watchers of one selection at one position (see
+    the module docstring). `reads` and `shared` count pages read and pages taken from
+    another watcher's read (operators' and tests' view of how much is shared)."""
+
+    def __init__(self) -> None:
+        self._pages: dict[tuple, SharedPage] = {}
+        self.reads = 0
+        self.shared = 0
+
+    def __len__(self) -> int:
+        return len(self._pages)
+
+    def take(self, sm: Any, w: dict, fmt: str, first: int) -> tuple[tuple, SharedPage]:
+        """The page of `w`'s selection from revision `first` in `fmt`: the one in flight,
+        or read and encoded now (raises OpError `compacted`, `unavailable`). Give it back
+        with `give_back` once sent."""
+        lo, hi = selection(w["ns"], w["key"], w["prefix"], w["start"], w["end"])
+        key = (lo, hi, w["prev_kv"], fmt, first)
+        page = self._pages.get(key)
+        # Compaction since the page was read: read again, which answers `compacted`.
+        if page is not None and first > sm.compact_revision:
+            self.shared += 1
+        else:
+            with sm.read_view() as view:
+                found = read_changes(view, lo, hi, first, w["prev_kv"])
+            pieces = tuple(encoded_pieces(found.frames, fmt, first - 1))
+            page = SharedPage(pieces, found.scanned_to, found.more)
+            self.reads += 1
+            self._pages.setdefault(key, page)
+        page.users += 1
+        return key, page
+
+    def give_back(self, key: tuple, page: SharedPage) -> None:
+        page.users -= 1
+        if page.users <= 0 and self._pages.get(key) is page:
+            del self._pages[key]
+
+
+Pieces = tuple[tuple[bytes, int], ...]
+
+
+def own_pieces(frames: list[dict], fmt: str, sent: int) -> Pieces:
+    """A watcher's own frames (progress, error), encoded."""
+    return tuple(encoded_pieces(frames, fmt, sent))
+
+
 async def watch_frames(
     sm: Any,
     waiters: RevisionWaiters,
@@ -128,46 +205,55 @@ async def watch_frames(
     stopping: Callable[[], bool] = lambda: False,
     leader_known: Callable[[], bool] = lambda: True,
     guard: StreamGuard | None = None,
-) -> AsyncGenerator[list[dict], None]:
-    """The frames of the validated watch `w` (node/watch_ops.py), a page at a time, from
-    `sm` (a StateMachine: read_view()). Endless unless it yields an error frame. With a
-    `guard` (auth on) the caller's token is checked after every page read, before it is
-    sent, and whenever the token table changes or the token expires: the last frame is
-    then `unauthenticated` (node/stream_auth.py)."""
+    fmt: str = codec.MSGPACK,
+    pages: SharedPages | None = None,
+) -> AsyncGenerator[Pieces, None]:
+    """The frames of the validated watch `w` (node/watch_ops.py) encoded in `fmt`, a page
+    at a time (as `encoded_pieces`), from `sm` (a StateMachine: read_view(),
+    compact_revision), sharing the pages of `pages` with the other watchers. Endless
+    unless it yields an error frame. With a `guard` (auth on) the caller's token is
+    checked after every page is taken, before it is sent, and whenever the token table
+    changes or the token expires: the last frame is then `unauthenticated`
+    (node/stream_auth.py)."""
     loop = asyncio.get_running_loop()
-    lo, hi = selection(w["ns"], w["key"], w["prefix"], w["start"], w["end"])
+    pages = SharedPages() if pages is None else pages
     progress = w["progress_ms"] / 1000
     first = w["start_revision"]
     quiet_since = loop.time()
     leaderless_since: float | None = None
     while True:
         try:
-            with sm.read_view() as view:
-                page = read_changes(view, lo, hi, first, w["prev_kv"])
+            key, page = pages.take(sm, w, fmt, first)
         except OpError as e:  # compacted; unavailable: the store closed
-            yield [error_frame(e, first - 1)]
+            yield own_pieces([error_frame(e, first - 1)], fmt, first - 1)
             return
-        if guard is not None and (err := guard.error()) is not None:
-            yield [error_frame(err, first - 1)]
-            return
-        first = page.scanned_to + 1
-        if page.frames:
-            yield page.frames
-            quiet_since = loop.time()
-        if page.more:
+        try:
+            if guard is not None and (err := guard.error()) is not None:
+                yield own_pieces([error_frame(err, first - 1)], fmt, first - 1)
+                return
+            scanned_to, more = page.scanned_to, page.more
+            if page.pieces:
+                yield page.pieces
+                quiet_since = loop.time()
+        finally:
+            pages.give_back(key, page)
+            del page  # not held while this watcher waits
+        first = scanned_to + 1
+        if more:
             await asyncio.sleep(0)  # the next page after others had their turn
             continue
         while True:  # caught up with the local revision: wait for apply to move it
             now = loop.time()
             if progress and now - quiet_since >= progress:
-                yield [{"progress": True, "revision": page.scanned_to}]
+                yield own_pieces([{"progress": True, "revision": scanned_to}], fmt, scanned_to)
                 quiet_since = now = loop.time()
             why = _unserved(stopping, leader_known, leaderless_since, now)
             if why is not None:
                 if isinstance(why, float):
                     leaderless_since = why
                 else:
-                    yield [error_frame(OpError("unavailable", why), page.scanned_to)]
+                    err = OpError("unavailable", why)
+                    yield own_pieces([error_frame(err, scanned_to)], fmt, scanned_to)
                     return
             else:
                 leaderless_since = None
@@ -177,9 +263,9 @@ async def watch_frames(
             if guard is not None:
                 due = min(due, guard.wake_at(now) or due)
                 interrupt = guard.next_change()
-            moved = await waiters.wait_for_change(page.scanned_to, due, interrupt)
+            moved = await waiters.wait_for_change(scanned_to, due, interrupt)
             if guard is not None and (err := guard.error()) is not None:
-                yield [error_frame(err, page.scanned_to)]
+                yield own_pieces([error_frame(err, scanned_to)], fmt, scanned_to)
                 return
             if moved:
                 break
@@ -207,25 +293,27 @@ def _unserved(
 
 
 async def watch_body(
-    frames: AsyncGenerator[list[dict], None],
+    frames: AsyncGenerator[Pieces, None],
     fmt: str,
     start_revision: int,
     track: Callable[[int], None] = lambda n: None,
 ) -> AsyncGenerator[bytes, None]:
-    """The chunks of the HTTP answer: each page of frames encoded as one chunk. When the
-    HTTP writer throws StreamStalled in (the client stopped reading), the last chunk is
-    the `watch_overflow` frame. `track(+1)` when it starts, `track(-1)` when it ends."""
+    """The chunks of the HTTP answer: the encoded pieces of `frames` (watch_frames), one
+    chunk each. When the HTTP writer throws StreamStalled in (the client stopped reading),
+    the last chunk is the `watch_overflow` frame. `track(+1)` when it starts, `track(-1)`
+    when it ends."""
     sent = start_revision - 1
     track(1)
     try:
         async for batch in frames:
-            for piece, upto in encoded_pieces(batch, fmt, sent):
-                sent = upto  # the piece is written before the next is asked for
+            for piece, upto in batch:
+                sent = max(sent, upto)  # the piece is written before the next is asked for
                 try:
                     yield piece
                 except StreamStalled:
                     yield encode_frames([overflow_frame(sent)], fmt)
                     return
+            del batch  # a shared page is not held while this watcher waits
     finally:
         track(-1)
         await frames.aclose()
@@ -249,6 +337,7 @@ class Watches:
         self.leader_known = leader_known
         self.active = 0  # watches being streamed now
         self.per_token: dict[str, int] = {}  # token id -> watches opened and not ended
+        self.pages = SharedPages()  # the pages in flight, one per selection and position
 
     async def open(self, body: Any, fmt: str, guard: StreamGuard | None = None) -> StreamedResponse:
         """Validate, pass the linearizable read barrier, and answer the stream; raises
@@ -270,7 +359,14 @@ class Watches:
             end()
             raise
         frames = watch_frames(
-            self.sm, self.reads.revisions, w, self.stopping, self.leader_known, guard
+            self.sm,
+            self.reads.revisions,
+            w,
+            self.stopping,
+            self.leader_known,
+            guard,
+            fmt,
+            self.pages,
         )
         body = watch_body(frames, fmt, w["start_revision"], self._track)
         return StreamedResponse(200, content_type(fmt), body, on_end=end)
