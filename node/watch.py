@@ -38,15 +38,15 @@ encoding, first): the first of them reads and encodes it, the others send the sa
 88 MiB to 2.4 GB, each watch reading, encoding and buffering its own page). A page is held
 only while some watcher is sending it (`users`), and dropped when the last one is done, so
 the cache holds nothing a watcher does not hold anyway. Sharing is exact: a page read
-earlier ends at a lower revision than a fresh read would (the view's revision), never
-with other frames for the revisions it covers, so the watcher only reads the rest with its
+earlier ends at the same or a lower revision than a fresh read would (the view's
+revision), never with other frames for the revisions it covers, so the watcher only reads the rest with its
 next page (same frames, same order, perhaps other HTTP chunk boundaries); a compaction
-past `first` since the page was read sends the watcher to a fresh read, which answers
+up to `first` or past it since the page was read sends the watcher to a fresh read, which answers
 `compacted` as before; the token check (auth on) runs for each watcher on the page it
 took, before sending it. Progress and error frames are each watcher's own.
 
 Memory per watch is one page (node/store/changes.py bounds it: ~4 MiB of values, plus
-the revision that crosses it), held encoded (values in base64 in JSON: about 4/3 of
+the revision that crosses it), held encoded (JSON: values not UTF-8 in base64, up to 4/3 of
 that) while it is being sent, plus the transport's buffer up to its high-water mark
 (64 KiB): the page is written a piece (CHUNK_BYTES, or one larger frame) at a time, and
 the HTTP writer asks for the next piece only while the client drains the socket, letting
@@ -81,8 +81,8 @@ WATCH_LEADERLESS_SECONDS = 3.0  # no leader known this long: end, the client goe
 # most one watch (HTTP/1.1 answers in order), so max_connections bounds them with auth off.
 MAX_WATCHES_PER_TOKEN = 100
 # Encoded bytes handed to the HTTP writer at once: it looks at flow control (and lets the
-# loop run) between two pieces, so a watch holds one page of changes (node/store/changes.py:
-# ~4 MiB of values) plus about this much encoded, plus the transport's high-water mark.
+# loop run) between two pieces, so the transport's buffer holds at most its high-water
+# mark plus one piece beyond the (shared) encoded page.
 CHUNK_BYTES = 64 * 1024
 
 

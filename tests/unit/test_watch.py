@@ -494,3 +494,46 @@ async def test_watchers_of_one_selection_share_one_read_and_one_encoding(tmp_pat
         await r.chunks.aclose()
         r.on_end()
     node.sm.close()
+
+
+async def test_a_shared_page_gives_each_watcher_its_exact_frames(tmp_path):
+    """Sharing changes no watcher's frames: a watcher that takes a page read before the
+    last write gets that write with its next page (no gap, no duplicate); one starting at
+    another revision reads its own page; a compaction past the page's first revision
+    answers `compacted` rather than the page; a revoked caller gets `unauthenticated`
+    rather than the page; and the page is dropped when its last watcher is done."""
+    node = Node(tmp_path / "db")
+    waiters = RevisionWaiters(lambda: node.sm.revision)
+    for i in range(6):  # 1..6: a/0, b, a/1, b, a/2, b
+        node.put(f"a/{i // 2}" if i % 2 == 0 else "b", b"%d" % i)
+    pages = watch.SharedPages()
+
+    def watcher(start, guard=None):
+        w = _w(start, prefix="a/", progress_ms=0)
+        return watch.watch_frames(node.sm, waiters, w, guard=guard, pages=pages)
+
+    slow = watcher(1)
+    assert [f["revision"] for f in await _frames(slow)] == [1, 3, 5]  # and holds the page
+    node.put("a/9", b"7")  # 7
+    waiters.applied()
+    late = watcher(1)
+    assert [f["revision"] for f in await _frames(late)] == [1, 3, 5]  # the page in flight
+    assert (pages.reads, pages.shared) == (1, 1)
+    assert [f["revision"] for f in await _frames(late)] == [7]  # then the rest, read anew
+    other = watcher(3)
+    assert [f["revision"] for f in await _frames(other)] == [3, 5, 7]
+    gone = StreamGuard(
+        Authorizer(dict, b"", lambda: 0), Principal("t", "t", ROOT, 0), TokenChanges(dict)
+    )
+    revoked = watcher(1, gone)
+    (frame,) = await _frames(revoked)
+    assert frame["error"]["code"] == "unauthenticated" and frame["error"]["revision"] == 0
+    node.one({"op": "compact", "revision": 2})
+    after = watcher(1)
+    (frame,) = await _frames(after)
+    assert frame["error"]["code"] == "compacted" and frame["error"]["compact_revision"] == 2
+    assert pages.shared == 2  # the revoked watcher took the page, the compacted one did not
+    for gen in (slow, late, other, revoked, after):
+        await gen.aclose()
+    assert len(pages) == 0  # nothing held once nobody sends it
+    node.sm.close()
