@@ -53,6 +53,10 @@ STATUS: dict[str, int] = {
     "client_certificate_required": 401,
     "unauthenticated": 401,  # no, a malformed, unknown, wrong or expired bearer token
     "permission_denied": 403,  # the token's grants do not cover the op
+    # A browser's request (node/web_guard.py): an Origin not in [http] allowed_origins, and
+    # with auth off a Host naming no node (DNS rebinding).
+    "origin_not_allowed": 403,
+    "host_not_allowed": 421,
     "token_exists": 409,
     # Membership changes (node/member_api.py); nothing changed.
     "not_leader": 421,  # a change sent to a follower (`error.leader_url`)

@@ -34,6 +34,7 @@ from node.reads import ReadPolicy, read_options
 from node.store import StateMachine
 from node.watch import Watches
 from node.watch_ops import WATCH_PATH, validate_watch
+from node.web_guard import WebGuard
 
 log = logging.getLogger("statekeeper.http")
 auth_log = logging.getLogger("statekeeper.auth")
@@ -129,6 +130,12 @@ class Api:
             auth_log.warning(warning)
             self.auth_status = {"enabled": False, "warning": warning}
         self.backups = Backups(sm, cluster.name, node_id)
+        self.web_guard = WebGuard(
+            tuple(n.host for n in cluster.nodes),
+            cluster.http.allowed_origins,
+            cluster.http.allowed_hosts,
+            cluster.auth.enabled,
+        )
         # path template -> method -> handler
         self._methods: dict[str, dict[str, Any]] = {}
         for (method, path), handler in self.routes().items():
@@ -229,6 +236,7 @@ class Api:
         except OpError:
             pass
         try:
+            self.web_guard.check(request.method, request.headers)  # CSRF, DNS rebinding
             handler = self._route(request)
             if self.authz is not None and request.path not in OPEN_ROUTES:
                 _caller.set(await self._authenticate(request))

@@ -50,7 +50,9 @@ ERROR_WHEN: dict[str, str] = {
     "malformed_body": "the body is not valid JSON/msgpack, is truncated or empty, or is not an object",
     "malformed_http": "the bytes are not an HTTP/1.1 request (the node answers, then closes the connection)",
     "headers_too_large": "the request line and headers exceed 64 KiB",
-    "unsupported_media_type": "the Content-Type is neither JSON nor msgpack",
+    "unsupported_media_type": "the Content-Type is neither JSON nor msgpack (a POST without one too)",
+    "origin_not_allowed": "the request carries an Origin header (a web page's request) that is not in [http] allowed_origins; any route",
+    "host_not_allowed": "auth is off and the Host header is a DNS name that names no node (DNS rebinding); any route",
     "unknown_op": "the op name is not known (batch/txn, or /v1/kv/{op} with an unknown op)",
     "invalid_argument": "wrong type, missing field, bad ns/key, bad compare, txn writes a key twice",
     "invalid_request": "a raft entry could not be decoded (per-op result; not expected over HTTP)",
@@ -522,6 +524,13 @@ class _Builder:
                     "method_not_allowed",
                     "`method_not_allowed`: the path exists but not for this method.",
                 ),
+                "OriginNotAllowed": error_only(
+                    "origin_not_allowed",
+                    "`origin_not_allowed`: " + ERROR_WHEN["origin_not_allowed"],
+                ),
+                "HostNotAllowed": error_only(
+                    "host_not_allowed", "`host_not_allowed`: " + ERROR_WHEN["host_not_allowed"]
+                ),
             },
         }
 
@@ -552,7 +561,10 @@ def _info(limits: Limits) -> dict:
             "`value` when the bytes are valid UTF-8, else `value_b64`. In msgpack, values are "
             "bin. Unknown fields are ignored.\n\nEvery error is `{error: {code, message}}` with an HTTP status. An unknown "
             "path answers 404 `not_found`, an unknown op under /v1/kv/ 400 `unknown_op`, a "
-            "known path with the wrong method 405 `method_not_allowed`. Every answer except "
+            "known path with the wrong method 405 `method_not_allowed`. Any route answers 403 "
+            "`origin_not_allowed` to a request with an Origin header not in [http] "
+            "allowed_origins, and with auth off 421 `host_not_allowed` to a Host that is a DNS "
+            "name naming no node; a POST needs a JSON or msgpack Content-Type (415). Every answer except "
             f"this document carries `{NODE_HEADER}` (the id of the node that served it).\n\n"
             f"Limits of the node that served this document: max_key_bytes "
             f"{limits.max_key_bytes}, max_value_bytes {limits.max_value_bytes}, "
