@@ -571,7 +571,7 @@ class Api:
     async def handle_openapi(self, request: Request) -> Response:
         from node.openapi import document
 
-        return self._respond(document(self.limits), codec.JSON)
+        return self._respond(document(self.limits, auth=self.authz is not None), codec.JSON)
 
 
 def _raise_unless_partly_applied(outcomes: list) -> None:

@@ -577,10 +577,40 @@ def _info(limits: Limits) -> dict:
     }
 
 
-def document(limits: Limits | None = None) -> dict:
+# Routes answered without a token even with [auth] enabled (node/http_api.py OPEN_ROUTES).
+OPEN_PATHS = frozenset(
+    {"/v1/health/live", "/v1/health/ready", "/v1/status", "/v1/openapi.json", "/metrics"}
+)
+BEARER_SCHEME = {
+    "bearerAuth": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "`Authorization: Bearer <token>` (docs/protocol.md \"Authentication "
+        "and authorization\"); declared when the node runs with [auth] enabled.",
+    }
+}
+
+
+def document(limits: Limits | None = None, auth: bool = False) -> dict:
     """The OpenAPI 3.1 document for a node with these limits (default: the defaults),
-    built once per value; treat it as read-only."""
-    return _document(Limits() if limits is None else limits)
+    built once per value; treat it as read-only. `auth`: the node runs with [auth]
+    enabled, so every route but OPEN_PATHS declares bearer security (with auth off none
+    is needed, and schemathesis rightly flags a declared scheme that is ignored)."""
+    limits = Limits() if limits is None else limits
+    return _with_bearer(limits) if auth else _document(limits)
+
+
+@cache
+def _with_bearer(limits: Limits) -> dict:
+    doc = _document(limits)
+    paths = {
+        path: item
+        if path in OPEN_PATHS
+        else {method: {**op, "security": [{"bearerAuth": []}]} for method, op in item.items()}
+        for path, item in doc["paths"].items()
+    }
+    components = {**doc["components"], "securitySchemes": BEARER_SCHEME}
+    return {**doc, "paths": paths, "components": components}
 
 
 @cache

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import pytest
 
+from node import http_api, openapi
 from node.config import local_cluster
 from node.config_tables import AuthSettings, HttpSettings
 from node.http_api import Api
@@ -23,7 +25,9 @@ JSON_TYPE = {"content-type": "application/json"}
 def _api(auth: bool = False, **http) -> Api:
     cfg = local_cluster(secret="s" * 32)
     cfg = dataclasses.replace(cfg, auth=AuthSettings(enabled=auth), http=HttpSettings(**http))
-    return Api(cfg, "node-0", None, None, None)
+    # The state machine: a stand-in that holds the token table only (auth needs it).
+    sm = SimpleNamespace(tokens={}, lease_ns=lambda lease: None)
+    return Api(cfg, "node-0", sm, None, None)
 
 
 def _send(api: Api, method: str, path: str, headers: dict[str, str]) -> tuple[int, str]:
@@ -76,3 +80,22 @@ def test_any_host_with_auth_on_and_a_configured_origin_pass() -> None:
     guard = WebGuard(("127.0.0.1",), ("https://ui.example",), (), False)
     guard.check("POST", {"host": "127.0.0.1", "origin": "https://ui.example", **JSON_TYPE})
     guard.check("POST", {"host": "127.0.0.1", "content-type": "application/msgpack"})
+
+
+def test_the_served_document_declares_bearer_auth_when_auth_is_on() -> None:
+    """It declared none (schemathesis then flagged the 401s: issue 27 item 14)."""
+    api = _api(auth=True)
+    req = Request("GET", "/v1/openapi.json", "", {"host": "127.0.0.1:7000"}, b"", "127.0.0.1:9")
+    doc = json.loads(asyncio.run(api.dispatch(req)).body)
+    assert doc["components"]["securitySchemes"]["bearerAuth"] == {
+        **doc["components"]["securitySchemes"]["bearerAuth"],
+        "type": "http",
+        "scheme": "bearer",
+    }
+    for path, item in doc["paths"].items():
+        for op in item.values():
+            needs_token = path not in http_api.OPEN_ROUTES
+            assert op.get("security") == ([{"bearerAuth": []}] if needs_token else None), path
+    assert openapi.OPEN_PATHS == http_api.OPEN_ROUTES
+    # Auth off: no token is needed, and the document says none.
+    assert "securitySchemes" not in openapi.document()["components"]
