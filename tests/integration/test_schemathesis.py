@@ -100,8 +100,13 @@ NEGATIVE_REFUSED = [*NEGATIVE_DATA_REJECTION_EXPECTED_STATUSES, "413"]
 
 @pytest.fixture(scope="module")
 def st_schema(st_base: str):
+    # tls-verify: the checks' own requests (ignored_auth, now that the document declares
+    # bearerAuth) verify the node against the cluster CA too.
     config = SchemathesisConfig.from_dict(
-        {"checks": {"negative_data_rejection": {"expected-statuses": NEGATIVE_REFUSED}}}
+        {
+            "checks": {"negative_data_rejection": {"expected-statuses": NEGATIVE_REFUSED}},
+            "tls-verify": _ca(),
+        }
     )
     # kwargs reach requests: verify the node against the cluster CA (the cluster runs TLS).
     return schemathesis.openapi.from_url(
