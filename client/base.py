@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import ipaddress
 import os
 import ssl
+import warnings
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator, Sequence
 from types import MethodType
 from typing import (
@@ -40,6 +42,7 @@ from typing import (
     TypeVar,
     overload,
 )
+from urllib.parse import urlsplit
 
 from .errors import StatekeeperError
 from .kv_requests import scan_next, status_request
@@ -151,6 +154,8 @@ class BaseClient:
         # "Bearer <token>" for every request's Authorization header ("" for none); never
         # shown by repr().
         self._authorization = bearer(token)
+        if self._authorization:
+            warn_plain_token(self._endpoints.urls)
         # Where archived="fetch" / archive_restore may read segment files from (only there:
         # client/archive/storage.py); kept as given, the env read when a segment is read.
         self.archive_roots = None if archive_roots is None else tuple(archive_roots)
@@ -233,6 +238,39 @@ class BaseClient:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self.endpoints)!r}, ns={self.ns!r})"
+
+
+class InsecureTokenWarning(UserWarning):
+    """A bearer token is configured for a plain http:// URL to a host that is not loopback."""
+
+
+_LOOPBACK_NAMES = ("localhost",)
+
+
+def warn_plain_token(urls: Sequence[str]) -> None:
+    """Warn (once per call site and process: Python's default warning filter) when a token
+    would go to another machine unencrypted: whoever sees the traffic can use it (issue 27).
+    Loopback is exempt: a dev cluster on this machine, with nothing on the wire."""
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or _is_loopback(parts.hostname or ""):
+            continue
+        warnings.warn(
+            f"a bearer token is sent to {parts.scheme}://{parts.netloc} in the clear (plain "
+            "http:// to a host that is not loopback): use https:// ([tls] enabled)",
+            InsecureTokenWarning,
+            stacklevel=4,
+        )
+        return
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower().rstrip(".") in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def bearer(token: str | None) -> str:

@@ -89,6 +89,12 @@ class HttpSettings:
     # in progress and, if it leads, handing leadership over (node/shutdown.py). Then, or
     # at a second SIGTERM/SIGINT, it stops at once (acknowledged writes are safe either way).
     shutdown_grace_seconds: float = 10.0
+    # Web origins ("https://ui.example:8443") whose pages may call the node from a browser;
+    # a request with any other Origin header is 403 origin_not_allowed (CSRF: node/web_guard.py).
+    allowed_origins: tuple[str, ...] = ()
+    # With auth off, DNS names besides each node's host and localhost a Host header may
+    # carry (a load balancer's name); others are 421 host_not_allowed (DNS rebinding).
+    allowed_hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

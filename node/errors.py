@@ -54,6 +54,10 @@ STATUS: dict[str, int] = {
     "client_certificate_required": 401,
     "unauthenticated": 401,  # no, a malformed, unknown, wrong or expired bearer token
     "permission_denied": 403,  # the token's grants do not cover the op
+    # A browser's request (node/web_guard.py): an Origin not in [http] allowed_origins, and
+    # with auth off a Host naming no node (DNS rebinding).
+    "origin_not_allowed": 403,
+    "host_not_allowed": 421,
     "token_exists": 409,
     # A token record over its bounds (node/auth_ops.py): grants per token, bytes of a
     # grant's prefix, bytes of the whole record.

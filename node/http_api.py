@@ -35,6 +35,7 @@ from node.store import StateMachine
 from node.stream_auth import StreamGuard, TokenChanges
 from node.watch import Watches
 from node.watch_ops import WATCH_PATH, validate_watch
+from node.web_guard import WebGuard
 
 log = logging.getLogger("statekeeper.http")
 auth_log = logging.getLogger("statekeeper.auth")
@@ -133,6 +134,12 @@ class Api:
             auth_log.warning(warning)
             self.auth_status = {"enabled": False, "warning": warning}
         self.backups = Backups(sm, cluster.name, node_id)
+        self.web_guard = WebGuard(
+            tuple(n.host for n in cluster.nodes),
+            cluster.http.allowed_origins,
+            cluster.http.allowed_hosts,
+            cluster.auth.enabled,
+        )
         # path template -> method -> handler
         self._methods: dict[str, dict[str, Any]] = {}
         for (method, path), handler in self.routes().items():
@@ -234,6 +241,7 @@ class Api:
         except OpError:
             pass
         try:
+            self.web_guard.check(request.method, request.headers)  # CSRF, DNS rebinding
             handler = self._route(request)
             if self.authz is None:
                 request.trusted = True  # no tokens: every client alike keeps its connection
@@ -580,7 +588,7 @@ class Api:
     async def handle_openapi(self, request: Request) -> Response:
         from node.openapi import document
 
-        return self._respond(document(self.limits), codec.JSON)
+        return self._respond(document(self.limits, auth=self.authz is not None), codec.JSON)
 
 
 def _raise_unless_partly_applied(outcomes: list) -> None:

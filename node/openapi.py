@@ -50,13 +50,15 @@ ERROR_WHEN: dict[str, str] = {
     "malformed_body": "the body is not valid JSON/msgpack, is truncated or empty, or is not an object",
     "malformed_http": "the bytes are not an HTTP/1.1 request (the node answers, then closes the connection)",
     "headers_too_large": "the request line and headers exceed 64 KiB",
-    "unsupported_media_type": "the Content-Type is neither JSON nor msgpack",
+    "unsupported_media_type": "the Content-Type is neither JSON nor msgpack (a POST without one too)",
+    "origin_not_allowed": "the request carries an Origin header (a web page's request) that is not in [http] allowed_origins; any route",
+    "host_not_allowed": "auth is off and the Host header is a DNS name that names no node (DNS rebinding); any route",
     "unknown_op": "the op name is not known (batch/txn, or /v1/kv/{op} with an unknown op)",
     "invalid_argument": "wrong type, missing field, bad ns/key, bad compare, txn writes a key twice",
     "invalid_request": "a raft entry could not be decoded (per-op result; not expected over HTTP)",
     "invalid_token": "a `continuation` of the documented shape that no previous page returned (it does not decode)",
     "invalid_crdt_state": "a merge's `state` (bytes of the documented size) is not model.encode(type, ...) of its `type`: not msgpack, or not a valid state",
-    "future_revision": "the read revision, or a linearizable read's min_revision, is above the current revision",
+    "future_revision": "the read revision, or a read's min_revision, is above the current revision (a serializable read catches up once before it says so)",
     "key_too_large": "a key exceeds max_key_bytes",
     "value_too_large": "a value exceeds max_value_bytes",
     "request_too_large": "the body exceeds max_request_bytes",
@@ -86,7 +88,7 @@ ERROR_WHEN: dict[str, str] = {
     "unavailable": "no leader / no quorum / shutting down: retry, possibly on another node",
     "not_ready": "no leader known, or this node lags behind the leader's commit index",
     "not_live": "this node's raft loop has made no progress for [raft] live_stall_seconds (a stuck raft thread: restart the node)",
-    "timeout": "a write whose outcome is unknown (it may still commit: retry with the same idempotency_key), or a serializable read whose min_revision was not reached within the request timeout",
+    "timeout": "a write whose outcome is unknown (it may still commit: retry with the same idempotency_key)",
     "insufficient_storage": "the node's NOSPACE alarm is raised ([storage] quota_bytes reached, or the disk's free space under the reserve) and the write adds data (put, cas, append, merge, lease_grant, lock_acquire, retention_set, archive_restore, a txn with a put); this attempt was not proposed (an earlier attempt with the same idempotency_key may have been: one that was applied gets its recorded answer instead of the 507). Reads, deletes and compaction still work; the alarm clears once space is freed",
     "too_many_watches": "the caller's token has the most watches open one token may have (100): close one first",
     "too_many_connections": "the node already serves [http] max_connections connections (the node answers, then closes the connection; retry later)",
@@ -246,7 +248,10 @@ _OP_DOCS["txn"] = (*_OP_DOCS["txn"][:3], _with(_OP_DOCS["txn"][3], _TXN_OP_ERROR
 _BATCH_ERRORS = _with(
     (*_WRITE_ERRORS, "value_too_large", "unknown_op", "too_many_ops"),
     tuple(c for s in OPS.values() for c in _field_errors(s) if c != "idempotency_key_reused")
-    + ("too_many_events", "future_revision"),  # a linearizable min_revision ahead
+    + ("too_many_events", "future_revision")  # a min_revision ahead
+    # The whole batch refused when an op names a lease or token that does not exist (or,
+    # for a lease, is outside the caller's grants): schemathesis found these undocumented.
+    + ("lease_not_found", "not_found"),
 )
 
 
@@ -526,6 +531,13 @@ class _Builder:
                     "method_not_allowed",
                     "`method_not_allowed`: the path exists but not for this method.",
                 ),
+                "OriginNotAllowed": error_only(
+                    "origin_not_allowed",
+                    "`origin_not_allowed`: " + ERROR_WHEN["origin_not_allowed"],
+                ),
+                "HostNotAllowed": error_only(
+                    "host_not_allowed", "`host_not_allowed`: " + ERROR_WHEN["host_not_allowed"]
+                ),
             },
         }
 
@@ -556,7 +568,10 @@ def _info(limits: Limits) -> dict:
             "`value` when the bytes are valid UTF-8, else `value_b64`. In msgpack, values are "
             "bin. Unknown fields are ignored.\n\nEvery error is `{error: {code, message}}` with an HTTP status. An unknown "
             "path answers 404 `not_found`, an unknown op under /v1/kv/ 400 `unknown_op`, a "
-            "known path with the wrong method 405 `method_not_allowed`. Every answer except "
+            "known path with the wrong method 405 `method_not_allowed`. Any route answers 403 "
+            "`origin_not_allowed` to a request with an Origin header not in [http] "
+            "allowed_origins, and with auth off 421 `host_not_allowed` to a Host that is a DNS "
+            "name naming no node; a POST needs a JSON or msgpack Content-Type (415). Every answer except "
             f"this document carries `{NODE_HEADER}` (the id of the node that served it).\n\n"
             f"Limits of the node that served this document: max_key_bytes "
             f"{limits.max_key_bytes}, max_value_bytes {limits.max_value_bytes}, "
@@ -569,10 +584,40 @@ def _info(limits: Limits) -> dict:
     }
 
 
-def document(limits: Limits | None = None) -> dict:
+# Routes answered without a token even with [auth] enabled (node/http_api.py OPEN_ROUTES).
+OPEN_PATHS = frozenset(
+    {"/v1/health/live", "/v1/health/ready", "/v1/status", "/v1/openapi.json", "/metrics"}
+)
+BEARER_SCHEME = {
+    "bearerAuth": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "`Authorization: Bearer <token>` (docs/protocol.md \"Authentication "
+        "and authorization\"); declared when the node runs with [auth] enabled.",
+    }
+}
+
+
+def document(limits: Limits | None = None, auth: bool = False) -> dict:
     """The OpenAPI 3.1 document for a node with these limits (default: the defaults),
-    built once per value; treat it as read-only."""
-    return _document(Limits() if limits is None else limits)
+    built once per value; treat it as read-only. `auth`: the node runs with [auth]
+    enabled, so every route but OPEN_PATHS declares bearer security (with auth off none
+    is needed, and schemathesis rightly flags a declared scheme that is ignored)."""
+    limits = Limits() if limits is None else limits
+    return _with_bearer(limits) if auth else _document(limits)
+
+
+@cache
+def _with_bearer(limits: Limits) -> dict:
+    doc = _document(limits)
+    paths = {
+        path: item
+        if path in OPEN_PATHS
+        else {method: {**op, "security": [{"bearerAuth": []}]} for method, op in item.items()}
+        for path, item in doc["paths"].items()
+    }
+    components = {**doc["components"], "securitySchemes": BEARER_SCHEME}
+    return {**doc, "paths": paths, "components": components}
 
 
 @cache

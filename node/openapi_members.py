@@ -7,7 +7,10 @@ from typing import Any
 
 from node.op_fields import Schema
 from node.op_schemas import bool_schema, obj, str_schema
-from node.raft.members import HOST, NODE_ID
+from node.raft.members import NODE_ID
+
+# What members.is_host accepts, as one pattern (IPv4 addresses match it too).
+DOCUMENTED_HOST = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}(\.[A-Za-z0-9_-]{1,63})*\.?$"
 
 MEMBER_ERROR_WHEN = {
     "not_leader": "a membership change or leader transfer sent to a follower (`error.leader`, `error.leader_url`: where to send it); nothing changed",
@@ -66,7 +69,12 @@ def member_schemas() -> dict[str, Schema]:
             **obj(
                 {
                     "id": _node_id("The new member's node id (its TLS certificate names it)."),
-                    "host": str_schema("Its host.", pattern=HOST.pattern, maxLength=253),
+                    "host": str_schema(
+                        "Its host: a name of 1-63 character labels (or an IPv6 or IPv4 "
+                        "address; the pattern states names only).",
+                        pattern=DOCUMENTED_HOST,
+                        maxLength=253,
+                    ),
                     "raft_port": _port("Its raft port."),
                     "http_port": _port("Its client port."),
                 },

@@ -15,7 +15,10 @@
         follower). Waiters are woken by apply (`RevisionWaiters.applied`, raft thread), not by
         polling. Linearizable: once the read point is applied, every revision a client can
         know of is too, so an R still ahead is `future_revision` (400) at once. Serializable:
-        an R not reached within the request timeout is `timeout` (504), saying so.
+        an R this node has not applied is waited for while the node catches up to the
+        cluster's point once (ReadIndex or barrier, as a linearizable read): R still ahead
+        there is `future_revision` (400) too. Without a point (no leader) it waits up to the
+        request timeout, then `timeout` (504), saying so.
 
 A read that cannot be made safe within the request timeout fails "unavailable" (a read has
 no side effect, so that is always true).
@@ -175,22 +178,48 @@ class ReadPolicy:
         if min_revision is None or self._revision() >= min_revision:
             return
         if consistency == "linearizable":
-            # Everything committed before this read arrived is applied here now, and a client
-            # can only know revisions that were: this one does not exist (yet).
-            raise OpError(
-                "future_revision",
-                f"min_revision {min_revision} is ahead of the cluster (at {self._revision()})",
-                revision=self._revision(),
-            )
+            raise self._future_revision(min_revision)
+        await self._serializable_wait(min_revision)
+
+    def _future_revision(self, min_revision: int) -> OpError:
+        # Everything committed before this read arrived is applied here now, and a client
+        # can only know revisions that were: this one does not exist (yet).
+        return OpError(
+            "future_revision",
+            f"min_revision {min_revision} is ahead of the cluster (at {self._revision()})",
+            revision=self._revision(),
+        )
+
+    async def _serializable_wait(self, min_revision: int) -> None:
+        """Wait for `min_revision` here, and meanwhile catch up to the cluster's point once
+        (ReadIndex / barrier): reached there and not here means it does not exist, 400
+        `future_revision` as for a linearizable read. It waited the whole timeout and
+        answered 504 (issue 27). When no point can be had (no leader), wait as before."""
+        reached = asyncio.ensure_future(self.revisions.wait(min_revision))
+        point = asyncio.ensure_future(self._caught_up())
         try:
             async with asyncio.timeout(self._timeout):
-                await self.revisions.wait(min_revision)
+                await asyncio.wait({reached, point}, return_when=asyncio.FIRST_COMPLETED)
+                if reached.done() or self._revision() >= min_revision:
+                    return
+                if point.exception() is None:
+                    raise self._future_revision(min_revision)
+                await reached
         except TimeoutError:
             raise OpError(
                 "timeout",
                 f"min_revision {min_revision} not reached within {self._timeout:g} s "
                 f"(this node is at {self._revision()})",
             ) from None
+        finally:
+            reached.cancel()
+            if point.done() and not point.cancelled():
+                point.exception()  # retrieved: a failed point is not logged as unhandled
+            point.cancel()
+
+    async def _caught_up(self) -> None:
+        self._check_serving()
+        await self._linearizable_point()
 
     async def long_poll(
         self, read: Callable[[], dict], wait_ms: int, guard: StreamGuard | None = None

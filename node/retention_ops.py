@@ -63,14 +63,15 @@ TARGETS = ("keys", "streams")
 
 
 class Rule(Field):
-    """An optional positive integer rule: None when absent, else minimum..maximum."""
+    """A positive integer rule, minimum..maximum; when not required None if absent (a
+    required one let None through to apply: truncate_stream without before_seq was 500)."""
 
     def __init__(self, name, doc="", *, minimum: int, maximum: int = MAX_REVISION, **kw):
         super().__init__(name, doc, **kw)
         self.minimum, self.maximum = minimum, maximum
 
     def check(self, v, limits, in_txn, out):
-        if v is None:
+        if v is None and not self.required:
             return None
         if type(v) is not int or not self.minimum <= v <= self.maximum:
             raise invalid(f"{self.name} must be an integer in {self.minimum}..{self.maximum}")

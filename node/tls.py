@@ -3,7 +3,8 @@
 Client port: the node serves HTTPS with its certificate (`cert_file`, `key_file`, "{id}"
 replaced by the node id). `client_auth` asks clients for a certificate signed by `ca_file`:
 "none" (bearer tokens authenticate clients, see node/authz.py), "optional" (verified when
-sent), "required" (mTLS: no certificate, no connection). TLS 1.2 at least.
+sent), "required" (mTLS: no certificate, no connection). TLS 1.2 at least, and 1.2 with
+AEAD suites only (ECDHE with AES-GCM or ChaCha20-Poly1305).
 
 Raft port (`raft = true`, the default when TLS is on): always mutual TLS 1.3. Each node
 presents its certificate and checks the peer's against `ca_file`; the dialling node also
@@ -40,6 +41,9 @@ __all__ = [
 # "required" is enforced by the HTTP server after the handshake (node/http_server.py says
 # why): the handshake itself asks with CERT_OPTIONAL, which still refuses a bad certificate.
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_OPTIONAL}
+
+
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL"
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,10 @@ def client_port_context(cfg: ClusterConfig, node_id: str) -> ssl.SSLContext | No
         return None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    # TLS 1.2: AEAD suites with forward secrecy only. Python's default list also offered
+    # two CBC suites (ECDHE-ECDSA-AES128-SHA256 / AES256-SHA384; issue 27). TLS 1.3's suites
+    # are all AEAD and not set here.
+    ctx.set_ciphers(TLS12_CIPHERS)
     ctx.verify_mode = _CLIENT_AUTH[cfg.tls.client_auth]
     return _load(ctx, node_tls_files(cfg, node_id))
 

@@ -33,6 +33,7 @@ entry naming it, so replaying entries the base already reflects changes nothing.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -43,6 +44,22 @@ MEMBERSHIP_COMMAND = b"\x02"  # pysyncobj's _COMMAND_TYPE.MEMBERSHIP
 ADD, REMOVE = "add", "rem"
 NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}$")
+# One DNS label: the resolver refuses a longer or empty one with UnicodeError (idna), which
+# is no OSError, so the add route's reachability probe answered 500 (issue 27).
+HOST_LABEL = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+
+
+def is_host(host: object) -> bool:
+    """A DNS name of labels of 1-63 characters (253 in all), or an IP address."""
+    if not isinstance(host, str) or not HOST.fullmatch(host):
+        return False
+    if ":" in host:  # only an IPv6 address has one
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return False
+        return True
+    return all(HOST_LABEL.fullmatch(label) for label in host.removesuffix(".").split("."))
 
 
 class MemberError(ValueError):
@@ -81,8 +98,11 @@ class Member:
             raise MemberError(
                 "invalid_argument", "id must be 1-63 letters, digits, '.', '_' or '-'"
             )
-        if not isinstance(host, str) or not HOST.fullmatch(host):
-            raise MemberError("invalid_argument", "host must be a host name or IP address")
+        if not is_host(host):
+            raise MemberError(
+                "invalid_argument",
+                "host must be an IP address or a host name of 1-63 character labels",
+            )
         ports = []
         for name in ("raft_port", "http_port"):
             v = d.get(name)

@@ -3,6 +3,7 @@ import pytest
 from node.config import Limits
 from node.errors import STATUS, OpError
 from node.ops import (
+    OPS,
     READ_OPS,
     WRITE_OPS,
     decode_continuation,
@@ -457,3 +458,20 @@ def test_stream_continuation_round_trip():
         {"op": "read_stream", "stream": "s", "continuation": TOKEN, "revision": 5}, SLIM
     )
     assert op["continuation"] == TOKEN
+
+
+@pytest.mark.parametrize(
+    "op_name,field",
+    [(s.name, f) for s in OPS.values() for f in s.fields if f.required],
+    ids=lambda v: getattr(v, "name", v),
+)
+def test_every_required_field_refuses_absence(op_name, field):
+    """A required field that let None through reached apply: truncate_stream without
+    before_seq answered 500 "TypeError: '<' not supported" (schemathesis, issue 27)."""
+    with pytest.raises(OpError) as ei:
+        field.check(None, LIM, False, {"op": op_name, "ns": "default"})
+    assert ei.value.code == "invalid_argument"
+
+
+def test_truncate_stream_without_before_seq_is_invalid():
+    assert code_of({"op": "truncate_stream", "stream": "s"}) == "invalid_argument"

@@ -186,3 +186,61 @@ def test_a_token_table_change_wakes_waiters_and_leaves_no_callback_behind() -> N
         assert shared.done() and changes.next_change() is not shared
 
     asyncio.run(main())
+
+
+# -- serializable min_revision ahead of this node --------------------------------------------
+
+
+class _Follower:
+    def is_leader(self) -> bool:
+        return False
+
+
+class _Barrier:
+    """The proposer's barrier: applying it brings this node to the cluster's revision."""
+
+    def __init__(self, revision: list[int], cluster_revision: int):
+        self.revision, self.cluster_revision, self.calls = revision, cluster_revision, 0
+
+    async def barrier(self) -> None:
+        self.calls += 1
+        self.revision[0] = self.cluster_revision
+
+
+def test_serializable_min_revision_ahead_of_the_cluster_is_future_revision() -> None:
+    """It waited the whole request timeout and answered 504 timeout, where a linearizable
+    read (and archive_list) answered 400 future_revision at once (issue 27, schemathesis)."""
+    revision = [3]
+    barrier = _Barrier(revision, cluster_revision=7)
+    policy = ReadPolicy(_Follower(), barrier, lambda: revision[0], lambda: None, 0.5)
+
+    async def main():
+        with pytest.raises(OpError) as e:
+            await policy.wait("serializable", 10**12)
+        assert e.value.code == "future_revision"
+        revision[0] = 3
+        await policy.wait("serializable", 5)  # behind here, reached by the cluster: served
+
+    asyncio.run(main())
+    assert barrier.calls == 2
+
+
+def test_serializable_min_revision_reached_locally_needs_no_round_trip() -> None:
+    revision = [9]
+    barrier = _Barrier(revision, cluster_revision=9)
+    policy = ReadPolicy(_Follower(), barrier, lambda: revision[0], lambda: None, 0.5)
+    asyncio.run(policy.wait("serializable", 9))
+    assert barrier.calls == 0
+
+
+def test_serializable_min_revision_without_a_leader_waits_as_before() -> None:
+    """No point to catch up to (not serving): wait for the revision, then 504 timeout."""
+    revision = [3]
+
+    def not_serving() -> None:
+        raise OpError("unavailable", "no leader")
+
+    policy = ReadPolicy(_Follower(), _Barrier(revision, 3), lambda: revision[0], not_serving, 0.2)
+    with pytest.raises(OpError) as e:
+        asyncio.run(policy.wait("serializable", 5))
+    assert e.value.code == "timeout"
