@@ -336,6 +336,14 @@ STATUS_COLUMNS = (
 )  # fmt: skip
 
 
+def status_role_and_vote(st: dict[str, Any]) -> str | None:
+    """The role, and "non-voter" for a node that started without raft state and has not
+    caught up yet (node/raft/catchup.py): an operator replacing a member waits for it to
+    go away (docs/protocol.md, "A lost disk")."""
+    role = status_role(st)
+    return f"{role}, non-voter" if st.get("voter") is False else role
+
+
 def format_status_table(rows: Sequence[dict[str, Any]]) -> str:
     """Render collect_status() rows as an aligned text table."""
     table = [list(STATUS_COLUMNS)]
@@ -348,7 +356,7 @@ def format_status_table(rows: Sequence[dict[str, Any]]) -> str:
             cells = [role, None, None, None, None, None, None]
         else:
             cells = [
-                status_role(st),
+                status_role_and_vote(st),
                 status_field(st, "term"),
                 status_leader(st),
                 status_field(st, "commit_index"),

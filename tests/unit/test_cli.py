@@ -326,6 +326,15 @@ def test_status_table_formatting() -> None:
     )
 
 
+def test_status_table_names_a_node_that_does_not_vote_yet() -> None:
+    """A node that lost its disk follows but does not vote until caught up (issue 26)."""
+    row = {**SAMPLE_ROWS[1], "status": {**SAMPLE_ROWS[1]["status"], "voter": False}}
+    voting = {**SAMPLE_ROWS[1], "status": {**SAMPLE_ROWS[1]["status"], "voter": True}}
+    lines = cli.format_status_table([row, voting]).splitlines()
+    assert lines[1].split()[2:4] == ["follower,", "non-voter"]
+    assert lines[2].split()[2:4] == ["follower", "3"]
+
+
 def test_status_table_tolerates_other_field_names() -> None:
     row = {
         "id": "node-0",
