@@ -9,6 +9,7 @@ from tests.integration.cluster_fixture import (  # noqa: F401 (fixtures)
     cluster_config,
     shared_cluster,
 )
+from tests.integration.raft_harness import member_set  # noqa: F401 (fixture `nodes`)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -4,13 +4,16 @@ thread, read its match index) while the others stay real peers. No HTTP."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 from cluster.ports import free_ports
 from node import entry
@@ -129,3 +132,14 @@ def write_journal(raft_dir: Path, commands: list[tuple[bytes, int, int]], term: 
 
 def raft_frame(payload: bytes) -> bytes:
     return struct.pack("i", len(payload)) + payload  # pysyncobj's framing
+
+
+@pytest.fixture(name="nodes")
+def member_set() -> Iterator[dict[str, Member]]:
+    """In-process members by name, for a test to start, stop and restart; whatever is left
+    is closed at teardown (tests/conftest.py registers it)."""
+    made: dict[str, Member] = {}
+    yield made
+    for m in made.values():
+        with contextlib.suppress(Exception):
+            m.close()

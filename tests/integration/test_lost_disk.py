@@ -16,14 +16,6 @@ from tests.integration.raft_harness import Member, config, leader_of, wait_for
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def nodes():
-    made: dict[str, Member] = {}
-    yield made
-    for m in made.values():
-        with contextlib.suppress(Exception):
-            m.close()
-
 
 def _acked_then_lost(tmp_path: Path, nodes: dict[str, Member]):
     """'acked' committed by leader L and follower A while B is down; then A loses its

@@ -20,13 +20,6 @@ from tests.integration.raft_harness import Member, config, leader_of, wait_for
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def nodes():
-    made: dict[str, Member] = {}
-    yield made
-    for m in made.values():
-        m.close()
-
 
 def _ids(m: Member) -> list[str]:
     return sorted(x.id for x in m.raft.members())
