@@ -66,9 +66,12 @@ pysyncobj 0.3.17 defects this package works around (see ../shared/DESIGN.md), ea
 where the fix lives and its test (tests/integration/ unless the path says otherwise):
 - FileJournal never fsyncs: we hand it DurableJournal (node/journal.py) instead, and sync
   it once per received AppendEntries before the follower answers, and at the start of every
-  tick, before the leader counts its own entries towards the commit index. [syncobj.py]
+  tick, before the leader counts its own entries towards the commit index. The leader's
+  fdatasync of what it just appended and sent runs on the journal's thread
+  (DurableJournal.sync_behind); no tick runs until it returned. [syncobj.py]
   Tests: test_power_loss.py; test_raft_safety.py::
   test_fsync_failure_stops_the_node_and_loses_nothing_acknowledged; tests/unit/test_journal.py
+  (sync_behind: test_sync_behind_returns_before_the_fdatasync_and_sync_waits_for_it)
 - followers truncate everything after prevLogIdx on every AppendEntries: we ignore that
   truncation and let _RaftLog.add truncate only where a term really conflicts (Raft 5.3),
   and we bound the follower's commit index by the last entry the message vouched for.

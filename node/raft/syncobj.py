@@ -344,6 +344,7 @@ class _SyncObj(
         # The leader's commit-only AppendEntries ride on the next pass (commit_notice.py).
         self._init_commit_notice(driver.loop.call_later)
         self.ticks = 0  # ticks run (metrics: statekeeper_raft_ticks_total)
+        self._tick_waits_for_log = False  # a tick was skipped for the leader's fdatasync
         # Raft-loop progress for the liveness check (node/liveness.py): stamped by every
         # tick and every applied entry (a long journal replay is progress, not a stall);
         # written by the raft thread only, read by the HTTP thread (a float: no lock).
@@ -379,8 +380,23 @@ class _SyncObj(
         self._SyncObj__pipeNotifier.notify = self._driver.wake
 
     def _tick_once(self) -> None:
+        # The leader's own fdatasync may still run (sync_behind in _checkCommandsToApply):
+        # this tick would count its entries towards the commit index, so it waits for it,
+        # and _on_log_durable ticks again. Meanwhile the loop serves HTTP and reads peer
+        # messages instead of blocking in the fdatasync. (Flag first, then the check: the
+        # journal's thread clears syncing_behind before it reads the flag.)
+        self._tick_waits_for_log = True
+        if self._journal.syncing_behind:
+            return
+        self._tick_waits_for_log = False
         self.ticks += 1
         self._onTick(0.0)
+
+    def _on_log_durable(self) -> None:
+        # The journal's thread, once the leader's fdatasync returned: a tick skipped for it
+        # runs now; none was: no tick (waking anyway cost an extra tick per entry).
+        if self._tick_waits_for_log:
+            self._driver.wake()
 
     @property
     def encryptor(self):  # what pysyncobj's transport puts on every connection
@@ -456,9 +472,10 @@ class _SyncObj(
         finally:
             self._journal.stamp = None
         # The leader has just appended (and already sent) new entries: fsync them now, while
-        # the followers write theirs, rather than at the next tick, after their answers.
+        # the followers write theirs, rather than at the next tick, after their answers;
+        # on the journal's own thread, so that the loop goes on meanwhile (_tick_once).
         if self._isLeader():
-            self._journal.sync()
+            self._journal.sync_behind(self._on_log_durable)
 
     def _SyncObj__sendAppendEntries(self) -> None:
         # One pickle + deflate per distinct message of the pass, not per follower
