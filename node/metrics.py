@@ -196,6 +196,9 @@ COUNTERS = {
     "snapshots": "Snapshots this node wrote",
     "raft_log_truncations": "Journal truncations (a follower's conflicting suffix dropped)",
     "storage_refused_writes": "Writes refused with 507 insufficient_storage (NOSPACE alarm)",
+    "raft_ticks": "Raft ticks run by this node's loop (elections, commit, apply, sends)",
+    "raft_append_entries_passes": "AppendEntries passes this node sent as leader (entries, "
+    "heartbeats and commit notices; one pass messages every follower)",
 }
 # Gauge families read at scrape time (keys of StatusCollector's sizes()).
 SIZES = {

@@ -21,6 +21,7 @@ from raft (the command was never queued) is reported as "nothing was applied".
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,6 +79,7 @@ class Proposer:
         self._inflight: set[_Pending] = set()
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self.entries_proposed = 0
         self.ops_proposed = 0
         self._metrics = metrics
@@ -85,7 +87,20 @@ class Proposer:
     def _loop_now(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
         return self._loop
+
+    def _hand_over(self, p: _Pending, results, err) -> None:
+        """From the raft thread: complete `p` on the loop. In a node raft runs on this
+        loop's own thread (node/raft/loop_driver.py), where call_soon is enough:
+        call_soon_threadsafe would also write the loop's wake-up descriptor, one more
+        write and read system call per entry."""
+        loop = self._loop
+        assert loop is not None
+        if threading.get_ident() == self._loop_thread:
+            loop.call_soon(self._complete, p, results, err)
+        else:
+            loop.call_soon_threadsafe(self._complete, p, results, err)
 
     async def write(self, op: dict, size_hint: int = 0) -> dict:
         """Replicate one validated write op; returns its own result from apply."""
@@ -140,7 +155,7 @@ class Proposer:
         if m is None:
 
             def on_applied(results, err):  # raft thread: hand over, never block
-                loop.call_soon_threadsafe(self._complete, p, results, err)
+                self._hand_over(p, results, err)
 
         else:
             m.entry_size.observe(len(payload))
@@ -150,7 +165,7 @@ class Proposer:
             def on_applied(results, err):  # raft thread: hand over, never block
                 if err is None:
                     observe(now() - submitted)
-                loop.call_soon_threadsafe(self._complete, p, results, err)
+                self._hand_over(p, results, err)
 
         try:
             self._submit(payload, on_applied)

@@ -54,6 +54,8 @@ The package, one job per module:
     peers.py       _AuthenticatingEncryptor: AES-GCM peer messages; UnauthenticatedSweepMixin
                    of _SyncObj: connections that never authenticate are dropped
     compaction.py  JournalBoundMixin of _SyncObj: a snapshot once the journal is too big
+    commit_notice.py  CommitNoticeMixin of _SyncObj: the leader's commit-only AppendEntries
+                   ride on the next pass (or go out after 2 ms; at once for forwarded entries)
     peer_encoding.py  one pickle + deflate of an AppendEntries for all followers
                    (SharedSendMixin of _PeerTransport; no pysyncobj import)
     tls_pipe.py    TlsPipe: sans-IO TLS (ssl.SSLObject over memory BIOs) for the raft port
@@ -64,9 +66,12 @@ pysyncobj 0.3.17 defects this package works around (see ../shared/DESIGN.md), ea
 where the fix lives and its test (tests/integration/ unless the path says otherwise):
 - FileJournal never fsyncs: we hand it DurableJournal (node/journal.py) instead, and sync
   it once per received AppendEntries before the follower answers, and at the start of every
-  tick, before the leader counts its own entries towards the commit index. [syncobj.py]
+  tick, before the leader counts its own entries towards the commit index. The leader's
+  fdatasync of what it just appended and sent runs on the journal's thread
+  (DurableJournal.sync_behind); no tick runs until it returned. [syncobj.py]
   Tests: test_power_loss.py; test_raft_safety.py::
   test_fsync_failure_stops_the_node_and_loses_nothing_acknowledged; tests/unit/test_journal.py
+  (sync_behind: test_sync_behind_returns_before_the_fdatasync_and_sync_waits_for_it)
 - followers truncate everything after prevLogIdx on every AppendEntries: we ignore that
   truncation and let _RaftLog.add truncate only where a term really conflicts (Raft 5.3),
   and we bound the follower's commit index by the last entry the message vouched for.
@@ -272,6 +277,11 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   committed entry of its leader's term it grants no vote or pre-vote, stands for no
   election and takes no hand-over. [catchup.py, node/raft_state.py, syncobj.py] Tests:
   test_lost_disk.py; tests/unit/test_raft_state.py
+- the leader (appendEntriesUseBatch off) sends a pass of AppendEntries only to carry a new
+  commit index after every applied entry: at one client two passes per put, four answers
+  to decode, two messages for each follower. The notice rides on the next pass, or goes
+  out after 2 ms, and at once when a follower forwarded the entry (its caller waits for
+  its own apply). [commit_notice.py, syncobj.py] Tests: test_commit_notice.py
 """
 
 from node.raft.interface import FSM, RaftStatus, SubmitError

@@ -425,6 +425,8 @@ class RaftNode:
             "read_index_rounds": o._read_round,
             "snapshots": self.snapshots_taken,
             "raft_log_truncations": self._journal.truncations,
+            "raft_ticks": o.ticks,
+            "raft_append_entries_passes": o.append_passes,
         }
 
     def transfer_leadership(self) -> str:

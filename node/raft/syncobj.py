@@ -35,6 +35,7 @@ from node.cluster_clock import ClusterClock
 from node.config import RaftSettings
 from node.raft import loop_driver
 from node.raft.catchup import CatchUpMixin
+from node.raft.commit_notice import CommitNoticeMixin
 from node.raft.compaction import JournalBoundMixin
 from node.raft.conn_buffers import InPlaceBuffersMixin
 from node.raft.install import SNAPSHOT_CHUNK_ACK, SnapshotInstallMixin, SyncBehind
@@ -236,8 +237,11 @@ class _PeerTransport(ConfigPeersMixin, TlsTransportMixin, SharedSendMixin, TCPTr
     _seal_clock = staticmethod(_pysyncobj_monotonic)  # what TcpConnection.send stamps with
 
     def send(self, node, message) -> bool:
-        if type(message) is dict and message.get("type") == "append_entries":
+        kind = message.get("type") if type(message) is dict else None
+        if kind == "append_entries":
             self._syncObj.chunk_offsets.stamp(node, message)  # install.ChunkOffsets
+        elif kind == "apply_command_response" and "log_idx" in message:
+            self._syncObj.note_forwarded(message["log_idx"])  # commit_notice.py
         sent = super().send(node, message)
         conn = self._connections.get(node)
         if sent and conn is not None and conn.getSendBufferSize() and conn.fileno() is not None:
@@ -287,6 +291,7 @@ class _SyncObj(
     PreVoteMixin,
     MembershipMixin,
     LeadershipTransferMixin,
+    CommitNoticeMixin,
     SyncObj,
 ):
     """pysyncobj's SyncObj with this node's workarounds (listed in node/raft/__init__.py)."""
@@ -336,6 +341,10 @@ class _SyncObj(
         self.init_transfer(FAIL_REASON.SUCCESS)
         # ReadIndex (Raft thesis 6.4): reads confirmed by a heartbeat round, no log entry.
         self._init_read_index()
+        # The leader's commit-only AppendEntries ride on the next pass (commit_notice.py).
+        self._init_commit_notice(driver.loop.call_later)
+        self.ticks = 0  # ticks run (metrics: statekeeper_raft_ticks_total)
+        self._tick_waits_for_log = False  # a tick was skipped for the leader's fdatasync
         # Raft-loop progress for the liveness check (node/liveness.py): stamped by every
         # tick and every applied entry (a long journal replay is progress, not a stall);
         # written by the raft thread only, read by the HTTP thread (a float: no lock).
@@ -371,7 +380,23 @@ class _SyncObj(
         self._SyncObj__pipeNotifier.notify = self._driver.wake
 
     def _tick_once(self) -> None:
+        # The leader's own fdatasync may still run (sync_behind in _checkCommandsToApply):
+        # this tick would count its entries towards the commit index, so it waits for it,
+        # and _on_log_durable ticks again. Meanwhile the loop serves HTTP and reads peer
+        # messages instead of blocking in the fdatasync. (Flag first, then the check: the
+        # journal's thread clears syncing_behind before it reads the flag.)
+        self._tick_waits_for_log = True
+        if self._journal.syncing_behind:
+            return
+        self._tick_waits_for_log = False
+        self.ticks += 1
         self._onTick(0.0)
+
+    def _on_log_durable(self) -> None:
+        # The journal's thread, once the leader's fdatasync returned: a tick skipped for it
+        # runs now; none was: no tick (waking anyway cost an extra tick per entry).
+        if self._tick_waits_for_log:
+            self._driver.wake()
 
     @property
     def encryptor(self):  # what pysyncobj's transport puts on every connection
@@ -447,18 +472,29 @@ class _SyncObj(
         finally:
             self._journal.stamp = None
         # The leader has just appended (and already sent) new entries: fsync them now, while
-        # the followers write theirs, rather than at the next tick, after their answers.
+        # the followers write theirs, rather than at the next tick, after their answers;
+        # on the journal's own thread, so that the loop goes on meanwhile (_tick_once).
         if self._isLeader():
-            self._journal.sync()
+            self._journal.sync_behind(self._on_log_durable)
 
     def _SyncObj__sendAppendEntries(self) -> None:
         # One pickle + deflate per distinct message of the pass, not per follower
         # (peer_encoding.py); the encodings die with the pass, so none is ever stale.
         self.send_pass = PassEncoder(PEER_PICKLE_PROTOCOL, peer_deflate_level, COMPRESS_BELOW)
+        self.note_pass_sent()  # commit_notice.py
         try:
             SyncObj._SyncObj__sendAppendEntries(self)  # type: ignore[attr-defined]
         finally:
             self.send_pass = None
+
+    def _SyncObj__applyLogEntries(self) -> bool:
+        # True: pysyncobj's leader sends every follower the new commit index at once;
+        # commit_notice.py defers that to the next pass unless a follower waits for it.
+        need_send = super()._SyncObj__applyLogEntries()  # type: ignore[misc]
+        return need_send and (not self._isLeader() or self.notice_now())
+
+    def send_commit_notice(self) -> None:
+        self._SyncObj__sendAppendEntries()
 
     def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):
         # A follower acknowledges only entries that are on disk (one fsync per message).

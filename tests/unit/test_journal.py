@@ -724,3 +724,94 @@ def test_bytes_pushed_without_fsync_are_still_fsynced_by_sync(
     j.sync()
     assert fs.count == 1
     j._destroy()
+
+
+# -- sync_behind: the leader's fdatasync off the loop (issue 28) ------------------------------
+
+
+class GatedFsync:
+    """A fake fsync_fn: once armed, fdatasyncs of the log wait for `gate` (others, and
+    those of the journal's creation, return at once)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        import threading
+
+        self.gate = threading.Event()
+        self.fail = fail
+        self.armed = False
+        self.log_syncs = 0
+
+    def __call__(self, fd: int) -> None:
+        if self.armed and os.readlink(f"/proc/self/fd/{fd}").endswith("journal.log"):
+            self.log_syncs += 1
+            assert self.gate.wait(10)
+            if self.fail:
+                raise OSError(errno.EIO, "injected")
+
+
+def test_sync_behind_returns_before_the_fdatasync_and_sync_waits_for_it(tmp_path: Path) -> None:
+    """The leader's fdatasync used to block the node's loop; now it runs on the journal's
+    thread. What it covers is durable only once it returned: sync() (the leader's next
+    tick, a follower's answer) waits for it, and a write made meanwhile is synced again."""
+    import threading
+
+    fs = GatedFsync()
+    j = DurableJournal(str(tmp_path / "journal.log"), fsync_fn=fs)
+    fs.armed = True
+    j.add(b"a", 1, 1)
+    durable = threading.Event()
+    j.sync_behind(durable.set)  # returns although the fdatasync waits at the gate
+    assert j.syncing_behind and not durable.is_set()
+    j.add(b"b", 2, 1)  # appending goes on meanwhile
+    synced = threading.Event()
+    waiter = threading.Thread(target=lambda: (j.sync(), synced.set()))
+    waiter.start()
+    assert not synced.wait(0.2)  # sync() waits for the fdatasync in flight
+    fs.gate.set()
+    assert synced.wait(10) and durable.is_set() and not j.syncing_behind
+    waiter.join()
+    assert fs.log_syncs == 2  # "b" came after the first fdatasync started: synced again
+    j.close()
+    assert [e[0] for e in DurableJournal(str(tmp_path / "journal.log"))[:]] == [b"a", b"b"]
+
+
+def test_a_failed_fdatasync_behind_fails_the_next_sync(tmp_path: Path) -> None:
+    """A failure on the journal's thread reaches the fatal handler there, and the next
+    sync() raises: the leader's tick never counts entries that fdatasync did not cover."""
+    import threading
+
+    fs, fatal = GatedFsync(fail=True), FatalRecorder()
+    j = DurableJournal(str(tmp_path / "journal.log"), fsync_fn=fs, on_fatal=fatal)
+    fs.armed = True
+    j.add(b"a", 1, 1)
+    woken = threading.Event()
+    j.sync_behind(woken.set)
+    fs.gate.set()
+    assert woken.wait(10)  # the loop is woken even when it failed
+    assert len(fatal.calls) == 1
+    with pytest.raises(JournalFailedError):
+        j.sync()
+    with pytest.raises(JournalFailedError):
+        j.add(b"b", 2, 1)
+
+
+def test_truncation_waits_for_the_fdatasync_behind(tmp_path: Path) -> None:
+    """deleteEntriesTo replaces the log file: it must not close the descriptor the
+    journal's thread is syncing."""
+    import threading
+
+    fs = GatedFsync()
+    j = DurableJournal(str(tmp_path / "journal.log"), fsync_fn=fs)
+    fs.armed = True
+    for i in range(1, 5):
+        j.add(b"x%d" % i, i, 1)
+    j.sync_behind(lambda: None)
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (j.deleteEntriesTo(2), done.set()))
+    t.start()
+    assert not done.wait(0.2)
+    fs.gate.set()
+    assert done.wait(10)
+    t.join()
+    assert [e[1] for e in j[:]] == [3, 4]
+    j.close()

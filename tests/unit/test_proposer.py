@@ -159,3 +159,34 @@ def test_batch_whose_entries_all_failed_says_the_weakest_claim() -> None:
 
     status, body = _batch(_api(lambda payload, cb: cb(None, SubmitError.NO_LEADER)), 2)
     assert status == 503 and body["error"]["code"] == "unavailable"
+
+
+def test_results_from_the_loop_thread_do_not_wake_the_loop_through_its_descriptor() -> None:
+    """Issue 28: raft runs on the node's own loop, so an applied entry's results are handed
+    over with call_soon; call_soon_threadsafe cost a write and a read of the loop's wake-up
+    descriptor per entry. From another thread (raft on a thread of its own) it stays
+    call_soon_threadsafe, or the loop would not wake."""
+    import threading
+
+    def on_loop(payload, cb):
+        cb([{"revision": 1}] * len(entry.decode(payload)[1]), None)
+
+    def on_thread(payload, cb):
+        threading.Thread(target=on_loop, args=(payload, cb)).start()
+
+    async def main(submit):
+        loop = asyncio.get_running_loop()
+        woken = []
+        real = loop.call_soon_threadsafe
+
+        def counting(*args, **kwargs):
+            woken.append(args[0])
+            return real(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        p = Proposer(submit)
+        assert await asyncio.wait_for(p.write(dict(PUT)), 2.0) == {"revision": 1}
+        return woken
+
+    assert asyncio.run(main(on_loop)) == []
+    assert len(asyncio.run(main(on_thread))) == 1
