@@ -312,7 +312,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if args.workload != "put":
             raise SystemExit("--quick measures puts only")
-        print(report(asyncio.run(run_quick(args)), args))
+        results = asyncio.run(run_quick(args))
+        print(report(results, args))
+        if args.json:
+            args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
         return 0
     rounds = asyncio.run(run(args))
     print(markdown(summarize(rounds), rounds))
