@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CONFIG ?= cluster.toml
 
-.PHONY: help venv up down status test lint clean
+.PHONY: help venv up down status test lint clean cpu-per-put
 
 help:
 	@echo "make up      create .venv if needed and start a local 3-node cluster"
@@ -14,6 +14,7 @@ help:
 	@echo "make down    stop the cluster (data is kept)"
 	@echo "make test    run the test suite"
 	@echo "make lint    ruff"
+	@echo "make cpu-per-put  leader/follower CPU, fsyncs, entries, syscalls per put at x1, x64"
 	@echo "make clean   stop the cluster, remove data/ and $(CONFIG)"
 
 $(BIN)/python:
@@ -41,6 +42,10 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# The write path's before/after check (benchmarks/README.md): a minute or two.
+cpu-per-put: $(STAMP)
+	$(BIN)/python -m benchmarks.cpu_per_op --quick --no-chart
 
 clean:
 	@if [ -f $(CONFIG) ] && [ -x $(BIN)/statekeeper ]; then \

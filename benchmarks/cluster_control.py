@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import random
+import signal
 import socket
+import subprocess
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -113,6 +115,19 @@ async def running(
     except BaseException:
         kill_all()
         raise
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None, what: str, timeout: float = 30.0) -> None:
+    """SIGTERM a server we started, wait, SIGKILL after `timeout`; nothing if it is gone."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"warning: {what} ignored SIGTERM; SIGKILL", file=sys.stderr)
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def rss_of_pid(pid: int) -> int | None:

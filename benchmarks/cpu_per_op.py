@@ -179,7 +179,7 @@ def write_chart(rounds: Sequence[Round], path: Path, title: str) -> bool:
 # ------------------------------------------------------------------------------- running
 
 
-def _op(system, args: argparse.Namespace, keys: Sequence[str], value: bytes):
+def load_op(system, args: argparse.Namespace, keys: Sequence[str], value: bytes):
     n = len(keys)
     state = {"i": 0}
     if args.workload == "put":
@@ -213,7 +213,7 @@ async def _one_round(system, pids: Mapping[str, int], args, keys, value) -> Roun
         asyncio.create_task(mark(args.warmup + args.duration)),
     ]
     result = await run_load(
-        _op(system, args, keys, value),
+        load_op(system, args, keys, value),
         clients=args.clients,
         duration=args.duration,
         warmup=args.warmup,
@@ -265,9 +265,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clients", type=int, default=64, help="concurrent workers (default 64)")
     p.add_argument("--value-size", type=int, default=256, help="bytes per value (default 256)")
     p.add_argument("--keys", type=int, default=10_000, help="distinct keys (default 10000)")
-    p.add_argument("--duration", type=float, default=10.0, help="measured seconds per round")
-    p.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
+    p.add_argument(
+        "--duration", type=float, help="measured seconds per round (default 10; --quick 4)"
+    )
+    p.add_argument("--warmup", type=float, help="unmeasured seconds first (default 2; --quick 1)")
     p.add_argument("--rounds", type=int, default=3, help="measured windows (default 3)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="the write path's before/after check (benchmarks/cpu_per_put_quick.py): puts at "
+        "1 and 64 clients, a fresh cluster each, leader and follower CPU us/put with "
+        "fsyncs, raft entries, ticks and syscalls per put; a minute or two",
+    )
+    p.add_argument(
+        "--strace-seconds",
+        type=float,
+        default=3.0,
+        help="--quick: the separate strace window per client count (0: no syscall counts)",
+    )
     p.add_argument("--data-dir", type=Path, help="parent of the cluster's temp dir")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the rounds as JSON")
     p.add_argument(
@@ -288,6 +303,20 @@ def chart_title(args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.duration is None:
+        args.duration = 4.0 if args.quick else 10.0
+    if args.warmup is None:
+        args.warmup = 1.0 if args.quick else 2.0
+    if args.quick:
+        from benchmarks.cpu_per_put_quick import report, run_quick
+
+        if args.workload != "put":
+            raise SystemExit("--quick measures puts only")
+        results = asyncio.run(run_quick(args))
+        print(report(results, args))
+        if args.json:
+            args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
+        return 0
     rounds = asyncio.run(run(args))
     print(markdown(summarize(rounds), rounds))
     if not args.no_chart:

@@ -25,7 +25,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -34,7 +33,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cluster_control import ClusterControl, _free_port_block, _stderr_say, running
+from benchmarks.cluster_control import (
+    ClusterControl,
+    _free_port_block,
+    _stderr_say,
+    running,
+    stop_process,
+)
 from benchmarks.systems import System, register
 
 APT_PACKAGE = "etcd-server"
@@ -182,16 +187,7 @@ class EtcdCluster:
         proc.wait(timeout=10)
 
     def stop(self, member: str, timeout: float = 30.0) -> None:
-        proc = self.procs.get(member)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            print(f"warning: etcd {member} ignored SIGTERM; SIGKILL", file=sys.stderr)
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(self.procs.get(member), f"etcd {member}", timeout)
 
     def stop_all(self, timeout: float = 30.0) -> None:
         for proc in self.procs.values():
@@ -333,6 +329,7 @@ class EtcdSystem(System):
         self.timeout = timeout
         self._conns: list[_Failover] = []
         self._next: itertools.cycle[_Failover] | None = None
+        self._appended = 0  # events appended: numbers each event's key
 
     async def setup(self) -> None:
         try:
@@ -420,6 +417,17 @@ class EtcdSystem(System):
         # etcd has no non-atomic multi-op request: its way to send many writes in one
         # round trip is a Txn without compares (at most --max-txn-ops, 128, ops).
         await self._txn(items)
+
+    async def append(self, stream: str, events: Sequence[bytes]) -> None:
+        # etcd has no append: a put per event under a new key, several in one Txn (the
+        # same bytes per event and the same number of round trips as an append).
+        first = self._appended
+        self._appended += len(events)
+        items = [(f"{stream}/{first + i:012d}", e) for i, e in enumerate(events)]
+        if len(items) == 1:
+            await self.put(*items[0])
+        else:
+            await self._txn(items)
 
     async def populate(
         self,

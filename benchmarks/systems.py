@@ -41,6 +41,9 @@ class System(ABC):
     name: ClassVar[str]
     # Used when neither --endpoints nor --start-cluster is given.
     default_endpoints: ClassVar[tuple[str, ...]] = ()
+    # The benchmarks.compare groups this system takes part in; None: every group. (Redis
+    # Streams stand beside the others in the append rows only.)
+    compare_groups: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, endpoints: Sequence[str], *, pool: int = 1) -> None:
         if not endpoints:
@@ -111,6 +114,11 @@ class System(ABC):
         """Write every (key, value) in one request (client-side batching; raise on any failure)."""
         raise NotImplementedError(f"{self.name}: batch")
 
+    async def append(self, stream: str, events: Sequence[bytes]) -> None:
+        """Append `events` to `stream` in one request (an event log), durably, with the
+        system's closest operation (benchmarks/compare/workloads.py APPEND_ACTIONS)."""
+        raise NotImplementedError(f"{self.name}: append")
+
     async def bulk_populate(
         self,
         keys: Sequence[str],
@@ -157,7 +165,7 @@ class System(ABC):
 
 SYSTEMS: dict[str, type[System]] = {}
 # Systems registered by modules that import this one: name -> module, imported on lookup.
-ELSEWHERE: dict[str, str] = {"etcd": "benchmarks.etcd"}
+ELSEWHERE: dict[str, str] = {"etcd": "benchmarks.etcd", "redis": "benchmarks.redis_streams"}
 
 
 def register(cls: type[System]) -> type[System]:
@@ -275,6 +283,10 @@ class StatekeeperSystem(System):
             # A batch is not atomic: each op reports its own failure instead of raising.
             if isinstance(r, BaseException):
                 raise r
+
+    async def append(self, stream: str, events: Sequence[bytes]) -> None:
+        # One append op of every event: atomic, one revision (client/stream_commands.py).
+        await next(self._next).append(stream, events, ns=self.ns)  # type: ignore[arg-type]
 
     def bulk_batch(self, batch: int, value: bytes) -> int:
         # Keep one request near 1 MiB whatever the value size (limit: max_request_bytes).

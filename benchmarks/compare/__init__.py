@@ -8,7 +8,8 @@ loopback, same disk, fsync on for both, driven by the same closed-loop harness
 systems' medians, the median ratio statekeeper/etcd per row with its spread over rounds,
 and the client's CPU per op is printed and appended, with the date, the machine and the
 exact command, to benchmarks/RESULTS.md (--results); a PNG chart goes to
-benchmarks/results/.
+benchmarks/results/. The stream-append rows (group "append") add Redis 7 Streams as a
+third system (benchmarks/redis_streams.py) and get tables of their own.
 
 The package, one job per module:
 - workloads.py: the rows (Workload, kv_matrix) and the per-request coroutines (make_op)

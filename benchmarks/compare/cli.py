@@ -26,16 +26,18 @@ from benchmarks.compare.progress import make_bar
 from benchmarks.compare.report import results_section, rounds_line, versions
 from benchmarks.compare.rounds import Row, summarize_row
 from benchmarks.compare.runner import run_compare, total_steps
-from benchmarks.compare.table import LEGEND, markdown_table, row_notes, server_table
+from benchmarks.compare.table import result_blocks, row_notes
 from benchmarks.compare.workloads import BATCH_OPS, GROUPS, Workload, select_workloads
 from benchmarks.load import append_results, fs_type, machine_info
+from benchmarks.redis_streams import REDIS_SETUP
 from benchmarks.systems import get_system_class
 
 BENCH_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS = BENCH_DIR / "RESULTS.md"
 DEFAULT_CHART_DIR = BENCH_DIR / "results"
 DEFAULT_DATA_DIR = BENCH_DIR / "out"  # git-ignored and on the same disk as the project
-DEFAULT_SYSTEMS = ("etcd", "statekeeper")  # round 1's order; later rounds alternate
+# Round 1's order; later rounds rotate it. Redis takes part in the append rows only.
+DEFAULT_SYSTEMS = ("etcd", "statekeeper", "redis")
 DEFAULT_ROUNDS = 3
 
 
@@ -47,9 +49,11 @@ def build_parser(prog: str = "python -m benchmarks.compare") -> argparse.Argumen
         "3-node statekeeper cluster (one at a time, fsync on), run the same workloads on\n"
         "both in alternating rounds (a fresh cluster each), print one table with the\n"
         "median ratio statekeeper/etcd per row and its spread, append it to\n"
-        "benchmarks/RESULTS.md and draw a chart. Needs the bench extra\n"
-        "(pip install -e '.[bench]').",
+        "benchmarks/RESULTS.md and draw a chart. The append rows add Redis Streams\n"
+        "(one redis-server, appendfsync always) as a third system. Needs the bench\n"
+        "extra (pip install -e '.[bench]').",
         epilog=f"examples:\n  {prog} --quick\n  {prog} --only put,get --duration 5\n"
+        f"  {prog} --only append --duration 5   # stream appends vs etcd puts vs Redis XADD\n"
         f"  {prog} --quick --rounds 2 --only put --duration 2 --warmup 1 "
         "--results /tmp/r.md",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -73,8 +77,8 @@ def build_parser(prog: str = "python -m benchmarks.compare") -> argparse.Argumen
         "--systems",
         default=",".join(DEFAULT_SYSTEMS),
         metavar="NAMES",
-        help="systems to run, in this order in odd rounds, reversed in even ones "
-        "(default: etcd,statekeeper)",
+        help="systems to run, in this order in round 1, rotated by one each later round "
+        "(default: etcd,statekeeper,redis; redis runs the append rows only)",
     )
     p.add_argument(
         "--duration", type=float, help="measured seconds per row (default 10; --quick 3)"
@@ -168,7 +172,9 @@ def _checked_settings(
     return systems, groups, workloads, s
 
 
-def settings_text(args: argparse.Namespace, s: Settings, elapsed: float) -> str:
+def settings_text(
+    args: argparse.Namespace, s: Settings, elapsed: float, workloads: Sequence[Workload] = ()
+) -> str:
     text = (
         f"fsync on for both (statekeeper fsync=always, etcd defaults); windows {s.duration:g} s "
         f"after {s.warmup:g} s warm-up; key space {s.keys:,}; closed loop, one client object "
@@ -176,6 +182,8 @@ def settings_text(args: argparse.Namespace, s: Settings, elapsed: float) -> str:
         f"channel per member); failover: {FAILOVER_LOAD_CLIENTS} put clients, "
         f"{s.failover_trials} trials per round; run took {elapsed / 60:.1f} min"
     )
+    if any(w.kind == "append" for w in workloads):
+        text += f"; append rows: {REDIS_SETUP}"
     if args.quick:
         text += "; --quick subset"
     if args.note:
@@ -185,14 +193,9 @@ def settings_text(args: argparse.Namespace, s: Settings, elapsed: float) -> str:
 
 def print_results(rows: Sequence[Row], systems: Sequence[str], s: Settings) -> None:
     print(rounds_line(systems, s.rounds)[2:])
-    print()
-    print(markdown_table(rows))
-    server = server_table(rows)
-    if server:
-        print("\nServer CPU per op (us, median over rounds; followers: their mean):\n")
-        print(server)
-    print()
-    print(LEGEND)
+    for block in result_blocks(rows, REDIS_SETUP):
+        print()
+        print(block)
     for line in row_notes(rows):
         print(line)
 
@@ -200,6 +203,7 @@ def print_results(rows: Sequence[Row], systems: Sequence[str], s: Settings) -> N
 def write_outputs(
     args: argparse.Namespace, rows: Sequence[Row], systems: Sequence[str], s: Settings,
     *, command: str, now: dt.datetime, load: str, elapsed: float,
+    workloads: Sequence[Workload] = (),
 ) -> None:  # fmt: skip
     """The results section and chart (unless --no-results) and the JSON (with --json)."""
     info = versions()
@@ -217,8 +221,9 @@ def write_outputs(
             f"data on {fs_type(args.data_dir)} ({args.data_dir})"
         )
         section = results_section(
-            rows, command=command, settings=settings_text(args, s, elapsed), target=target,
+            rows, command=command, settings=settings_text(args, s, elapsed, workloads), target=target,
             chart=chart_rel, info=info, now=now, load=load, rounds=rounds_line(systems, s.rounds),
+            redis_setup=REDIS_SETUP,
         )  # fmt: skip
         append_results(args.results, section)
         print(f"appended to {args.results}", file=sys.stderr)
@@ -241,7 +246,7 @@ async def amain(args: argparse.Namespace, command: str) -> int:
     args.data_dir.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    bar = make_bar(total_steps(groups, s, workloads, len(systems)), not args.no_progress)
+    bar = make_bar(total_steps(groups, s, workloads, systems), not args.no_progress)
     t0 = time.monotonic()
     try:
         rows = await run_compare(
@@ -252,7 +257,8 @@ async def amain(args: argparse.Namespace, command: str) -> int:
     elapsed = time.monotonic() - t0
     print_results(rows, systems, s)
     print(f"\n(total {elapsed / 60:.1f} min)", file=sys.stderr)
-    write_outputs(args, rows, systems, s, command=command, now=now, load=load, elapsed=elapsed)
+    write_outputs(args, rows, systems, s, command=command, now=now, load=load, elapsed=elapsed,
+                  workloads=workloads)  # fmt: skip
     failed = any(m is None or m.failed for r in rows for ms in r.results.values() for m in ms)
     return 1 if failed else 0
 

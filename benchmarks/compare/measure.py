@@ -108,7 +108,7 @@ async def run_kv_group(
             progress=LoadProgress(bar, s.keys, "loading"),
         )
     # Reads first, while every key holds a 256 B value; the put rows change that.
-    order = {"get": 0, "mix": 1, "put": 2, "cas": 3, "txn": 4, "batch": 5}
+    order = {"get": 0, "mix": 1, "put": 2, "cas": 3, "txn": 4, "batch": 5, "append": 6}
     for w in sorted(workloads, key=lambda w: order[w.kind]):
         bar.set_description(f"{name}: {w.label}")
         if not supports(system, w.kind):

@@ -12,7 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 from benchmarks.compare.rounds import Row, order_text
-from benchmarks.compare.table import LEGEND, markdown_table, row_notes, server_table
+from benchmarks.compare.table import result_blocks, row_notes
 from benchmarks.load import machine_info
 
 BENCH_DIR = Path(__file__).resolve().parent.parent
@@ -26,7 +26,13 @@ def versions() -> dict[str, str]:
         out["etcd"] = etcd_version(find_etcd(install=False))
     except Exception:  # noqa: BLE001 - not installed: the section says so
         out["etcd"] = "not installed"
-    for pkg in ("aetcd", "grpcio", "protobuf", "httptools", "uvloop"):
+    try:
+        from benchmarks.redis_streams import find_redis, redis_version
+
+        out["redis-server"] = redis_version(find_redis())
+    except Exception:  # noqa: BLE001 - not installed: the section says so
+        out["redis-server"] = "not installed"
+    for pkg in ("aetcd", "grpcio", "protobuf", "redis", "httptools", "uvloop"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -70,6 +76,7 @@ def results_section(
     now: dt.datetime,
     load: str,
     rounds: str = "",
+    redis_setup: str = "",
 ) -> str:
     m = machine_info()
     lines = [
@@ -83,14 +90,9 @@ def results_section(
         "- versions: " + ", ".join(f"{k} {v}" for k, v in info.items()),
         f"- load average at start: {load}",
         "",
-        markdown_table(rows),
-        "",
     ]
-    server = server_table(rows)
-    if server:
-        lines += ["Server CPU per op (us, median over rounds; followers: their mean):", "",
-                  server, ""]  # fmt: skip
-    lines += [LEGEND, ""]
+    for block in result_blocks(rows, redis_setup):
+        lines += [block, ""]
     notes = row_notes(rows)
     if notes:
         lines += ["Notes:", "", *notes, ""]

@@ -6,8 +6,9 @@ Why rounds: one measurement per system per row is noise on a shared 2-core machi
 table reports medians with the spread of the per-round ratios.
 
 Invariants and formats:
-- Round r (0-based) runs the systems in the given order when r is even and reversed when
-  it is odd (etcd, sk | sk, etcd | etcd, sk ...), so neither always goes first.
+- Round r (0-based) runs the systems rotated left by r (etcd, sk | sk, etcd | etcd, sk
+  ...; with three: etcd, sk, redis | sk, redis, etcd | redis, etcd, sk), so none always
+  goes first; for two systems that is the given order and its reverse, alternately.
 - `Row.results[system][r]` is that system's `Measure` of round r, or None when the round
   did not get to it. Round r of one system is paired with round r of the other.
 - A system's figure for a row is the median over its measured rounds of value, p50 and
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 
 from chaos.stats import percentile
 
-SK, ETCD = "statekeeper", "etcd"
+SK, ETCD, REDIS = "statekeeper", "etcd", "redis"
 
 
 @dataclass
@@ -90,8 +91,9 @@ class RowSummary:
 
 
 def round_order(systems: Sequence[str], round_no: int) -> list[str]:
-    """The order the systems run in, in round `round_no` (0-based)."""
-    return list(systems) if round_no % 2 == 0 else list(reversed(systems))
+    """The order the systems run in, in round `round_no` (0-based): rotated left by it."""
+    k = round_no % len(systems) if systems else 0
+    return list(systems[k:]) + list(systems[:k])
 
 
 def order_text(systems: Sequence[str], rounds: int) -> str:

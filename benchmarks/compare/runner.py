@@ -1,7 +1,9 @@
 """The run: for each group, `rounds` rounds, each system on a fresh cluster per round.
 
 Order (rounds.round_order): group by group; within a group round 0 runs the systems as
-given, round 1 reversed, and so on. One cluster at a time, never two under load together.
+given, round 1 rotated by one, and so on. One cluster at a time, never two under load
+together. A system runs only the groups its `System.compare_groups` names (Redis: the
+append rows); the append rows are a group of their own, on fresh clusters.
 A system failing in one round records `failed` for that round's rows and the run goes on:
 the other rounds and the other system still count.
 """
@@ -36,11 +38,17 @@ def make_rows(groups: Sequence[str], s: Settings, workloads: Sequence[Workload])
     return rows
 
 
+def group_workloads(group: str, workloads: Sequence[Workload]) -> list[Workload]:
+    """The rows of a run group: 'append' the append rows, 'kv' every other key-value row."""
+    return [w for w in workloads if (w.kind == "append") == (group == "append")]
+
+
 def group_plan(groups: Sequence[str], workloads: Sequence[Workload]) -> list[tuple[str, list[str]]]:
     """(group, row keys) in the order they run."""
     plan: list[tuple[str, list[str]]] = []
-    if workloads:
-        plan.append(("kv", [w.key for w in workloads]))
+    for group in ("kv", "append"):
+        if rows := group_workloads(group, workloads):
+            plan.append((group, [w.key for w in rows]))
     if "failover" in groups:
         plan.append(("failover", ["failover"]))
     if "cold-start" in groups:
@@ -48,17 +56,27 @@ def group_plan(groups: Sequence[str], workloads: Sequence[Workload]) -> list[tup
     return plan
 
 
-def group_steps(group: str, s: Settings, n_workloads: int) -> int:
+def group_steps(group: str, s: Settings, workloads: Sequence[Workload]) -> int:
     """Progress-bar steps one system takes for one group in one round."""
-    return {"kv": n_workloads, "failover": s.failover_trials, "cold-start": 2}[group]
+    if group in ("kv", "append"):
+        return len(group_workloads(group, workloads))
+    return {"failover": s.failover_trials, "cold-start": 2}[group]
+
+
+def takes_part(system: str, group: str) -> bool:
+    """Whether `system` runs `group` (kv/append: any of its rows' kinds; see compare_groups)."""
+    wanted = get_system_class(system).compare_groups
+    return wanted is None or group in wanted
 
 
 def total_steps(
-    groups: Sequence[str], s: Settings, workloads: Sequence[Workload], n_systems: int
+    groups: Sequence[str], s: Settings, workloads: Sequence[Workload], systems: Sequence[str]
 ) -> int:
     """The bar's total: every step of every group, system and round."""
-    per_round = sum(group_steps(g, s, len(workloads)) for g, _ in group_plan(groups, workloads))
-    return per_round * n_systems * s.rounds
+    return s.rounds * sum(
+        group_steps(g, s, workloads) * sum(takes_part(n, g) for n in systems)
+        for g, _ in group_plan(groups, workloads)
+    )
 
 
 async def run_compare(
@@ -72,8 +90,9 @@ async def run_compare(
 ) -> list[Row]:
     rows = make_rows(groups, s, workloads)
     for group, keys in group_plan(groups, workloads):
+        members = [n for n in systems if takes_part(n, group)]
         for r in range(s.rounds):
-            for name in round_order(systems, r):
+            for name in round_order(members, r):
                 tag = f"{name} r{r + 1}/{s.rounds}"
                 bar.set_description(f"{tag}: starting a 3-node cluster ({group})")
                 t_group = time.monotonic()
@@ -91,7 +110,7 @@ async def run_compare(
                 for k in keys:
                     rows[k].put(name, r, s.rounds, got.get(k) or Measure(failed="not measured"))
                 # Keep the bar's total honest when a group ended early.
-                left = group_steps(group, s, len(workloads)) - (getattr(bar, "n", 0) - start_n)
+                left = group_steps(group, s, workloads) - (getattr(bar, "n", 0) - start_n)
                 if left > 0:
                     bar.update(left)
                 bar.write(f"{tag}: {group} done in {time.monotonic() - t_group:.0f}s")
@@ -115,8 +134,9 @@ async def _run_group_on(
             system = cls(control.endpoints, **extra)
             try:
                 await system.setup()
-                if group == "kv":
-                    return await run_kv_group(system, list(workloads), s, bar, tag, control)
+                if group in ("kv", "append"):
+                    rows = group_workloads(group, workloads)
+                    return await run_kv_group(system, rows, s, bar, tag, control)
                 if group == "failover":
                     return {"failover": await run_failover(system, control, s, bar, tag)}
                 return await run_cold_start(system, control, s, bar, tag)

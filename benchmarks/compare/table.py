@@ -3,14 +3,25 @@
 Every figure comes from rounds.summarize_row (medians over rounds, pooled failover
 trials, median ratio with its min-max spread); this module only formats. Two tables:
 the main one (throughput, latency, ratio, client CPU, errors) and one of the servers' CPU
-per op (leader and followers), printed only when some row has server figures.
+per op (leader and followers), printed only when some row has server figures. The append
+rows, where Redis Streams stand as a third system, get tables of their own
+(append_tables: figures with both ratios, server CPU, and what each system did per request).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from benchmarks.compare.rounds import ETCD, SK, Row, RowSummary, SystemSummary, summarize_row
+from benchmarks.compare.rounds import (
+    ETCD,
+    REDIS,
+    SK,
+    Row,
+    RowSummary,
+    SystemSummary,
+    summarize_row,
+)
+from benchmarks.compare.workloads import APPEND_ACTIONS, append_events
 
 CLIENT_BUSY = 0.8  # fraction of a core above which the load generator may be the limit
 
@@ -35,7 +46,7 @@ SERVER_COLUMNS = (
     "etcd leader us/op",
     "etcd follower us/op",
 )
-_LEFT = {"workload"}
+_LEFT = {"workload", "statekeeper does", "etcd does", "redis does"}
 
 LEGEND = (
     "Each system ran every group once per round, each time on a fresh cluster, the order "
@@ -199,3 +210,123 @@ def row_notes(rows: Sequence[Row]) -> list[str]:
             if parts:
                 notes.append(f"- {row.label}, {system}: " + "; ".join(parts))
     return notes
+
+
+# ------------------------------------------------------------------ the append rows
+
+SYSTEMS3 = (SK, ETCD, REDIS)
+APPEND_COLUMNS = (
+    "workload",
+    "statekeeper events/s",
+    "etcd events/s",
+    "redis events/s",
+    "median ratio sk/etcd",
+    "spread sk/etcd",
+    "median ratio sk/redis",
+    "spread sk/redis",
+    "p50 ms sk / etcd / redis",
+    "p99 ms sk / etcd / redis",
+    "client CPU us/event sk / etcd / redis",
+    "errors sk / etcd / redis",
+)
+APPEND_SERVER_COLUMNS = (
+    "workload",
+    "sk leader us/event",
+    "sk follower us/event",
+    "etcd leader us/event",
+    "etcd follower us/event",
+    "redis us/event",
+)
+APPEND_ACTION_COLUMNS = ("workload", "statekeeper does", "etcd does", "redis does")
+APPEND_LEGEND = (
+    "Append rows: each request appends its events to one of 64 streams picked at random "
+    "(etcd: puts of the same size under new keys); events/s counts events, not requests. "
+    "The systems ran in an order rotating between rounds, each round on a fresh cluster "
+    "(statekeeper, etcd: 3 members; Redis: one server). Figures are medians over the "
+    "rounds; a ratio is statekeeper's events/s over etcd's (or Redis's) in the same round, "
+    "median over the rounds, and its spread the lowest and highest of those. Server CPU: "
+    "utime+stime of each process over the measured window per event."
+)
+
+
+def is_append_row(row: Row) -> bool:
+    return append_events(row.key) is not None
+
+
+def _three(
+    fmt: Callable[[float | None], str], sums: Sequence[SystemSummary | None], attr: str
+) -> str:
+    values = [getattr(s, attr) if s else None for s in sums]
+    return "-" if all(v is None for v in values) else " / ".join(fmt(v) for v in values)
+
+
+def append_cells(row: Row) -> list[str]:
+    by_etcd, by_redis = summarize_row(row, (SK, ETCD)), summarize_row(row, (SK, REDIS))
+    sums = [by_etcd.systems.get(name) for name in SYSTEMS3]
+    return [
+        row.label,
+        *(format_value(row.kind, s) for s in sums),
+        format_ratio(by_etcd.ratio),
+        format_spread(by_etcd.ratio_min, by_etcd.ratio_max),
+        format_ratio(by_redis.ratio),
+        format_spread(by_redis.ratio_min, by_redis.ratio_max),
+        _three(format_ms, sums, "p50_ms"),
+        _three(format_ms, sums, "p99_ms"),
+        _three(format_us, sums, "client_us_per_op"),
+        " / ".join(_errors(s) for s in sums),
+    ]
+
+
+def append_server_cells(row: Row) -> list[str] | None:
+    """Leader and follower CPU per event of statekeeper and etcd, Redis's server's."""
+    systems = summarize_row(row).systems
+    cells = [row.label]
+    for name in (SK, ETCD):
+        s = systems.get(name)
+        cells += [format_us(s.leader_us_per_op if s else None),
+                  format_us(s.follower_us_per_op if s else None)]  # fmt: skip
+    redis = systems.get(REDIS)
+    cells.append(format_us(redis.leader_us_per_op if redis else None))
+    return cells if any(c != "-" for c in cells[1:]) else None
+
+
+def append_actions(rows: Sequence[Row]) -> str:
+    """What each system did for one request of each append row (APPEND_ACTIONS)."""
+    body = []
+    for r in rows:
+        n = append_events(r.key)
+        body.append([r.label, *(APPEND_ACTIONS[name].get(n or 1, "-") for name in SYSTEMS3)])
+    return render(APPEND_ACTION_COLUMNS, body)
+
+
+def append_tables(rows: Sequence[Row], setup: str = "") -> str | None:
+    """The append rows' tables (figures, server CPU, what each system did) and their
+    legend, or None when the run had no append row. `setup`: how Redis ran (a note)."""
+    appends = [r for r in rows if is_append_row(r)]
+    if not appends:
+        return None
+    parts = [render(APPEND_COLUMNS, [append_cells(r) for r in appends])]
+    server = [c for r in appends if (c := append_server_cells(r)) is not None]
+    if server:
+        parts += ["Server CPU per event (us, median over rounds; followers: their mean):",
+                  render(APPEND_SERVER_COLUMNS, server)]  # fmt: skip
+    parts += ["What each system did per request:", append_actions(appends)]
+    parts.append(APPEND_LEGEND + (f" {setup}." if setup else ""))
+    return "\n\n".join(parts)
+
+
+def result_blocks(rows: Sequence[Row], redis_setup: str = "") -> list[str]:
+    """Everything under a run's heading, as paragraphs: the etcd table of the key-value rows,
+    its server CPU table and legend, then the append rows' tables (printed and in RESULTS.md)."""
+    kv = [r for r in rows if not is_append_row(r)]
+    blocks = []
+    if kv:
+        blocks.append(markdown_table(kv))
+        server = server_table(kv)
+        if server:
+            blocks += ["Server CPU per op (us, median over rounds; followers: their mean):", server]
+        blocks.append(LEGEND)
+    appends = append_tables(rows, redis_setup)
+    if appends:
+        blocks += ["Stream appends (statekeeper, etcd, Redis Streams):", appends]
+    return blocks

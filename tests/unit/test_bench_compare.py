@@ -259,7 +259,7 @@ import sys
 import {first}
 from benchmarks import load, systems
 assert ("benchmarks.etcd" in sys.modules) == ({first!r} == "benchmarks.etcd")
-assert systems.system_names() == ["etcd", "statekeeper"]
+assert systems.system_names() == ["etcd", "redis", "statekeeper"]
 assert load.build_parser().parse_args(["--system", "etcd"]).system == "etcd"
 assert systems.get_system_class("etcd").__name__ == "EtcdSystem"
 assert systems.SYSTEMS.keys() == {{"etcd", "statekeeper"}}

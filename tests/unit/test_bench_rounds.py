@@ -173,7 +173,10 @@ def test_the_bar_counts_every_round() -> None:
                  max_clients=8, rounds=3)  # fmt: skip
     workloads = [Workload("put", 1), Workload("put", 64)]
     # (2 kv rows + 5 failover trials + 2 cold-start steps) x 2 systems x 3 rounds
-    assert total_steps(["put", "failover", "cold-start"], s, workloads, 2) == 9 * 2 * 3
+    assert (
+        total_steps(["put", "failover", "cold-start"], s, workloads, ["etcd", "statekeeper"])
+        == 9 * 2 * 3
+    )
 
 
 # ---------------------------------------------------------------- the runner, on fakes
@@ -245,7 +248,7 @@ async def test_runner_alternates_fresh_clusters_and_keeps_every_round(
     s = Settings(duration=0.1, warmup=0.0, keys=100, keys_cold_start=10, failover_trials=1,
                  max_clients=4, rounds=3)  # fmt: skip
     workloads = [Workload("put", 2), Workload("put", 4)]
-    bar = QuietBar(total_steps(["put"], s, workloads, 2))
+    bar = QuietBar(total_steps(["put"], s, workloads, ["etcd", "statekeeper"]))
     rows = await runner.run_compare(
         ["etcd", "statekeeper"], ["put"], s, workloads=workloads, data_dir=tmp_path, bar=bar
     )
