@@ -114,6 +114,10 @@ class EntryTx:
         self.pack = pack
         self.overlay: dict[bytes, bytes | None] = {}
         self.staging: dict[bytes, bytes | None] = {}
+        # Every DB value read by this entry (None: absent). The DB does not change while
+        # an entry applies (its writes go to the overlay), so a key read twice (a txn's
+        # compare and its put, two puts of one key) is read from RocksDB once.
+        self.db_read: dict[bytes, bytes | None] = {}
         self.base_revision = meta.revision  # everything <= this is in the DB itself
         self.revision = meta.revision
         self.compact_revision = meta.compact_revision
@@ -143,7 +147,9 @@ class EntryTx:
         if v is _MISSING:
             v = self.overlay.get(k, _MISSING)
             if v is _MISSING:
-                return db_get(self.db, k)
+                v = self.db_read.get(k, _MISSING)
+                if v is _MISSING:
+                    v = self.db_read[k] = db_get(self.db, k)
         return v
 
     def _db_scan(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, int, bytes]]:
@@ -191,8 +197,8 @@ class EntryTx:
         return self.kv_from_meta(ns_b, key_b, key, unpack(cur))
 
     def kv_from_meta(self, ns_b: bytes, key_b: bytes, key: str, meta: list) -> dict:
-        """The kv of a live key, given its "c" record [version, create, mod]."""
-        version, create, mod = meta
+        """The kv of a live key, given its "c" record [version, create, mod, lease?]."""
+        version, create, mod = meta[0], meta[1], meta[2]
         rec = self.point(hist_prefix(ns_b, key_b) + p64(mod))
         return kv(key, unpack(rec)[0] if rec is not None else b"", version, create, mod)
 

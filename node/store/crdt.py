@@ -50,8 +50,9 @@ from client.crdt import model
 from node.config import Limits
 from node.crdt_ops import decode_state
 from node.errors import OpError
+from node.store import lease_state
 from node.store.apply import EntryTx, handles, read_op
-from node.store.keys import cur_key, key_lease_key, unpack
+from node.store.keys import SEP, cur_key, cur_lease, unpack
 from node.store.kv import write_put
 from node.store.reads import Source, check_revision
 
@@ -149,8 +150,7 @@ def merge(tx: EntryTx, op: dict) -> dict:
             )
         lease = 0
         if cur is not None:
-            raw = tx.point(key_lease_key(ns_b, key_b))
-            lease = unpack(raw) if raw is not None else 0
+            lease = lease_state.key_lease(tx, ns_b + SEP + key_b, cur_lease(unpack(cur)))
         write_put(tx, ns_b, key_b, key, new_value, False, lease)
         result = {"revision": tx.revision + 1, "changed": True}
     result["value"] = model.value(crdt_type, merged)

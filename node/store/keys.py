@@ -12,8 +12,10 @@ contain no NUL, so NUL works as separator and byte order of the composite keys e
     b"m"                                 meta map: applied_index, revision,
                                          compact_revision, clock, pruned_rev, idem_pruned,
                                          changes_pruned
-    b"c" ns 0x00 key                     current index of live keys:
-                                         [version, create_revision, mod_revision]
+    b"c" ns 0x00 key                     current index of live keys: [version,
+                                         create_revision, mod_revision, lease]
+                                         (lease 0: none); the 3-field shape (no
+                                         lease: see "K") is read too, see below
     b"h" ns 0x00 key 0x00 rev8           history record written at revision rev:
                                          [value, version, create_revision], or nil
                                          for a tombstone (the key was deleted at rev)
@@ -93,7 +95,14 @@ keeps the events at or below it; `compact` never prunes them. Lease records are 
 versioned either: they hold the current state only ("K"/"k" exist exactly while the key
 is live and attached; a delete or a put without a lease removes both; "J"/"j" exist
 exactly while the stream exists and is attached: an append with `lease` sets them, one
-without leaves them, the lease's revoke/expiry deletes the stream and them). Records written
+without leaves them, the lease's revoke/expiry deletes the stream and them). The "c"
+record carries the key's lease (4th field) so that a put, which reads "c" anyway, needs
+no "K" read to learn what it detaches (issue 28: one point read fewer per put of a live
+key). Records written before that have 3 fields and say nothing about the lease: for them
+"K" is read (`cur_lease` is None), so data dirs and snapshots of older versions open
+unchanged; a put rewrites the record in the 4-field shape. "K"/"k" are still written for
+every attached key (lock_list and lease revocation read them). Older versions cannot read
+the 4-field shape (no downgrade). Records written
 before idempotency keys were scoped to a namespace (b"i" idempotency_key, 3 fields) are
 never matched again and expire as before.
 """
@@ -153,6 +162,12 @@ def unpack(b: bytes) -> Any:
 def cur_key(ns_b: bytes, key_b: bytes) -> bytes:
     """b"c" ns 0x00 key: the live key's [version, create_revision, mod_revision]."""
     return CUR + ns_b + SEP + key_b
+
+
+def cur_lease(meta: list) -> int | None:
+    """The lease a "c" record names (0: none); None for a record of the 3-field shape
+    written by older versions, whose lease only "K" knows (node/store/lease_state.py)."""
+    return meta[3] if len(meta) > 3 else None
 
 
 def hist_prefix(ns_b: bytes, key_b: bytes) -> bytes:

@@ -26,6 +26,7 @@ from node.store.keys import (
     archived_key,
     change_key,
     cur_key,
+    cur_lease,
     hist_prefix,
     hist_prefix_of,
     inc,
@@ -49,17 +50,17 @@ def write_put(
         meta = unpack(cur)
         if want_prev:
             prev = tx.kv_from_meta(ns_b, key_b, key, meta)
-        version, create, mod = meta
+        version, create, mod = meta[0] + 1, meta[1], meta[2]
+        old_lease = cur_lease(meta)  # None: an old-shape record, "K" knows
         tx.stage(superseded_key(rev, hb + p64(mod)), b"")
-        version += 1
     else:
-        version, create = 1, rev
+        version, create, old_lease = 1, rev, 0
         ak = archived_key(ns_b, key_b)
         if tx.point(ak) is not None:  # an archived key written again: no longer archived
             tx.stage(ak, None)
-    tx.stage(ck, tx.pack([version, create, rev]))
+    tx.stage(ck, tx.pack([version, create, rev, lease]))
     tx.stage(hb + p64(rev), tx.pack([value, version, create]))
-    lease_state.set_key_lease(tx, ns_b, key_b, lease, cur is not None)
+    lease_state.set_key_lease(tx, ns_b, key_b, lease, old_lease)
     tx.stage(change_key(rev, ck), b"")
     tx.hist_written += 1
     tx.wrote = True
@@ -71,7 +72,7 @@ def write_delete(tx: EntryTx, ck: bytes, meta: list) -> None:
     rev = tx.revision + 1
     hb = hist_prefix_of(ck)
     tx.stage(ck, None)
-    lease_state.detach(tx, ck)
+    lease_state.detach(tx, ck, cur_lease(meta))
     tx.stage(superseded_key(rev, hb + p64(meta[2])), b"")
     tx.stage(hb + p64(rev), TOMBSTONE)
     tx.stage(superseded_key(rev, hb + p64(rev)), b"")  # the tombstone itself goes at rev

@@ -144,14 +144,23 @@ def for_put(tx: EntryTx, op: dict) -> tuple[int, bool]:
     return 0, False
 
 
-def set_key_lease(tx: EntryTx, ns_b: bytes, key_b: bytes, lease: int, existed: bool) -> None:
+def key_lease(src: Source, member: bytes, known: int | None) -> int:
+    """The lease (0: none) of the live key `member` (ns 0x00 key) whose "c" record says
+    `known` (keys.cur_lease); its "K" record is read only for an old-shape record (None)."""
+    if known is not None:
+        return known
+    raw = src.point(KEY_LEASE + member)
+    return unpack(raw) if raw is not None else 0
+
+
+def set_key_lease(
+    tx: EntryTx, ns_b: bytes, key_b: bytes, lease: int, old_lease: int | None
+) -> None:
     """After a put of the key: attach it to `lease`, or (0) detach it from any lease.
-    `existed`: the key was live before the put (else it has no attachment to look up)."""
+    `old_lease`: the lease its "c" record named before the put (0 when it was not live;
+    None for an old-shape record: read from "K")."""
     kk = key_lease_key(ns_b, key_b)
-    old = 0
-    if existed:
-        raw = tx.point(kk)
-        old = unpack(raw) if raw is not None else 0
+    old = key_lease(tx, kk[1:], old_lease)
     if old == lease:
         return
     member = ns_b + SEP + key_b
@@ -164,12 +173,12 @@ def set_key_lease(tx: EntryTx, ns_b: bytes, key_b: bytes, lease: int, existed: b
         tx.stage(kk, None)
 
 
-def detach(tx: EntryTx, ck: bytes) -> None:
-    """With the deletion of the live key whose "c" key is `ck`: drop its attachment."""
+def detach(tx: EntryTx, ck: bytes, known: int | None) -> None:
+    """With the deletion of the live key whose "c" key is `ck` and record names lease
+    `known` (keys.cur_lease): drop its attachment."""
     member = ck[1:]  # ns 0x00 key
-    kk = KEY_LEASE + member
-    raw = tx.point(kk)
-    if raw is None:
+    lease = key_lease(tx, member, known)
+    if not lease:
         return
-    tx.stage(kk, None)
-    tx.stage(lease_keys_prefix(unpack(raw)) + member, None)
+    tx.stage(KEY_LEASE + member, None)
+    tx.stage(lease_keys_prefix(lease) + member, None)

@@ -60,7 +60,7 @@ from node.errors import OpError
 from node.lock_ops import FENCED_OPS, LOCK_PREFIX, TOKEN_DIGITS, waiter_key, waiter_prefix
 from node.store import apply, lease_state
 from node.store.apply import EntryTx, handles, read_op
-from node.store.keys import cur_key, hist_prefix_of, inc, key_lease_key, p64, unpack
+from node.store.keys import cur_key, cur_lease, hist_prefix_of, inc, p64, unpack
 from node.store.kv import write_delete, write_put
 from node.store.reads import Source
 
@@ -215,13 +215,13 @@ def _owner(src: Source, ck: bytes, mod: int) -> str | None:
 
 
 def _waiter(src: Source, ns_b: bytes, ck: bytes, raw: bytes) -> dict:
-    _, create, mod = unpack(raw)
-    key = _key_of(ck, ns_b)
-    lease = src.point(key_lease_key(ns_b, key.encode()))
+    meta = unpack(raw)
+    create, mod = meta[1], meta[2]
+    lease = lease_state.key_lease(src, ck[1:], cur_lease(meta))
     return {
-        "key": key,
+        "key": _key_of(ck, ns_b),
         "fence": create,
-        "lease": unpack(lease) if lease is not None else None,
+        "lease": lease or None,
         "owner": _owner(src, ck, mod),
     }
 

@@ -171,7 +171,7 @@ def _range_latest(
     next_key = items.pop()[0][skip:].decode() if len(items) > limit else None
     kvs = []
     for ck, meta in items:
-        version, create, mod = unpack(meta)
+        version, create, mod = unpack(meta)[:3]  # [3]: the lease (keys.py)
         value = None
         if not keys_only:
             rec = src.point(hist_prefix_of(ck) + p64(mod))

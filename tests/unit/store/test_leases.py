@@ -333,6 +333,10 @@ def _check_invariants(sm: StateMachine) -> None:
     attached = {(keys.u64(k[1:9]), k[9:]) for k in items if k[:1] == keys.LEASE_KEY}
     by_key = {(keys.unpack(v), k[1:]) for k, v in items.items() if k[:1] == keys.KEY_LEASE}
     assert attached == by_key
+    lease_of = {member: lease for lease, member in by_key}
+    for k, v in items.items():  # a "c" record names the key's lease (keys.py)
+        if k[:1] == keys.CUR:
+            assert keys.cur_lease(keys.unpack(v)) == lease_of.get(k[1:], 0)
     for lease, member in attached:
         assert lease in leases
         assert keys.CUR + member in items  # only live keys are attached
