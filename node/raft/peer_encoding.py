@@ -40,6 +40,17 @@ stays per connection on purpose: a sealed message carries the rand_key of one co
 and must not be valid on another. Chunked ('transmission') and snapshot ('serialized')
 messages are packed per connection.
 
+Measured (process time, in process, base ee342da vs this format, 3 alternated runs, medians;
+2 shared, loaded cores): a leader's send pass of an append_entries to 2 followers (encode
+once, seal twice) 47.9 -> 9.1 us for 1 entry of ~400 B, 617 -> 39 us for 64 such entries;
+a follower's open + decode of it 13.9 -> 6.4 us and 133 -> 24 us; a next_node_idx reply
+14.8 -> 5.9 us to encode and seal, 8.1 -> 5.2 us to open and decode. Bytes: 639 -> 584 and
+24,091 -> 27,802 (entries of random values; deflate had saved 13% of the larger).
+A put at one client is 2 passes on the leader (the entry, then the commit index) and 2
+replies from each follower (counted on 3 in-process nodes, 200 puts: leader 4 frames sent,
+4 opened, 2.08 packs per put; each follower 2 and 2): ~90 us less CPU per put on the
+leader and ~33 us on each follower.
+
 Cache lifetime: one PassEncoder per leader send pass (syncobj._SyncObj's
 __sendAppendEntries), dropped when the pass ends, so bytes are never reused once the log,
 the term or the commit index can have changed. Within a pass the leader's log does not
