@@ -13,9 +13,9 @@ checks that the certificate names the peer's node id (a DNS subject alternative 
 certificate from the same CA (no node id) cannot join raft.
 
 TLS wraps the peer layer's AES-GCM sealing with the cluster secret (node/raft/peers.py), it
-does not replace it. Why: peer messages are pickles, so whatever admits a connection is the
-only thing between the network and code execution; keeping the secret check inside TLS means
-a mistake in certificate handling (a CA that also signs agents' client certificates, a
+does not replace it. Why: whatever admits a connection is the only thing between the network
+and raft's state (and, before peer wire format 2, pickle); keeping the secret check inside
+TLS means a mistake in certificate handling (a CA that also signs agents' client certificates, a
 verification mode left at "optional") still does not open the raft port. What TLS adds is
 what the shared secret cannot give: per-node identity, forward secrecy (a leaked secret does
 not decrypt recorded traffic), and a standard, audited handshake. What it costs is measured

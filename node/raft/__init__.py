@@ -33,7 +33,8 @@ The package, one job per module:
                    raft thread, the interface above
     syncobj.py     the one importer of pysyncobj: _SyncObj (the workarounds below),
                    build_conf, _DialNode, _PeerTransport, _TlsConnection, the FAIL_REASON
-                   mapping, the pickle protocol, handing pysyncobj our journal
+                   mapping, the pickle protocol, the peer codec its connections use,
+                   handing pysyncobj our journal
     tls_connection.py  raft TLS as mixins (no pysyncobj import): TlsConnectionMixin of
                    syncobj._TlsConnection, TlsTransportMixin of _PeerTransport
     readindex.py   ReadIndexMixin of _SyncObj: leadership confirmed by one message round
@@ -56,8 +57,9 @@ The package, one job per module:
     compaction.py  JournalBoundMixin of _SyncObj: a snapshot once the journal is too big
     commit_notice.py  CommitNoticeMixin of _SyncObj: the leader's commit-only AppendEntries
                    ride on the next pass (or go out after 2 ms; at once for forwarded entries)
-    peer_encoding.py  one pickle + deflate of an AppendEntries for all followers
-                   (SharedSendMixin of _PeerTransport; no pysyncobj import)
+    peer_encoding.py  the peers' wire format (version byte | msgpack, sealed; its home):
+                   PeerCodecMixin of _PeerConnection, and one packing of an AppendEntries
+                   for all followers (SharedSendMixin of _PeerTransport; no pysyncobj import)
     tls_pipe.py    TlsPipe: sans-IO TLS (ssl.SSLObject over memory BIOs) for the raft port
     conn_buffers.py  InPlaceBuffersMixin of _PeerConnection: peer connection buffers that
                    grow and drain in place (no pysyncobj import)
@@ -77,9 +79,9 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   and we bound the follower's commit index by the last entry the message vouched for.
   [log.py, syncobj.py] Tests: test_raft_safety.py::test_followers_never_truncate_under_pipelined_load;
   the bound: test_raft_defects.py::test_snapshot_install_message_never_commits_a_stale_tail
-- peer messages are pickle: every peer must hold the cluster secret (AES-GCM, also ~15x
-  faster than pysyncobj's Fernet), and a message failing authentication is logged and its
-  connection dropped before anything is unpickled. pysyncobj checks a connection's timeout
+- peer messages were pickle (now msgpack, below): every peer must hold the cluster secret
+  (AES-GCM, also ~15x faster than pysyncobj's Fernet), and a message failing
+  authentication is logged and its connection dropped before anything is decoded. pysyncobj checks a connection's timeout
   only when bytes arrive: a connection that has not authenticated within a grace period is
   dropped. [peers.py, syncobj.py] Tests: test_raft_safety.py::
   test_crafted_pickle_and_garbage_on_the_raft_port_are_rejected and
@@ -136,9 +138,10 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   memory: a snapshot is also taken once the journal holds [raft] snapshot_max_journal_bytes
   (the state machine flushed first, on a helper thread). [compaction.py]
   Test: test_raft_workarounds.py::test_journal_size_bounds_the_journal
-- commands and peer messages are pickled with protocol 2, which encodes bytes through a
-  latin-1 str (14x slower than protocol 5 for a 60 KB entry): protocol 5 is set whenever
-  node.raft is imported. [syncobj.py] Test: tests/unit/test_peer_auth.py::
+- pysyncobj pickles with protocol 2, which encodes bytes through a latin-1 str (14x slower
+  than protocol 5 for a 60 KB entry): protocol 5 is set whenever node.raft is imported
+  (what still pickles: an entry of 64 MiB or more, sent in pysyncobj's chunks; older
+  journals' commands). [syncobj.py] Test: tests/unit/test_peer_auth.py::
   test_pysyncobj_pickles_with_a_modern_protocol
 - a crash between a snapshot's rename and the journal's prefix drop made the next start
   cut the journal to the snapshot's two entries, losing acknowledged entries after it:
@@ -166,13 +169,13 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   test_an_entry_larger_than_the_socket_buffers_reaches_the_followers_at_once (and the
   cluster tests there)
 - every peer message is deflated at level 3 on the raft thread, once per follower (~40 ms
-  per MiB of incompressible bytes): messages of 64 KiB or more are sent stored (level 0).
-  [syncobj._PeerZlib] Test: tests/unit/test_peer_auth.py::
+  per MiB of incompressible bytes): no peer message is deflated now (the codec below).
+  [peer_encoding.py] Test: tests/unit/test_peer_encoding.py::
   test_large_peer_messages_are_not_deflated_on_the_raft_thread
 - TLS on the raft port ([tls] raft, node/tls.py says why it WRAPS the AES-GCM layer):
   pysyncobj reads and writes its non-blocking sockets itself, in several places. Its
   connections are turned into _TlsConnection, whose read and send (the only socket
-  calls) go through a TlsPipe: the poller, framing, AES-GCM and pickling stay pysyncobj's.
+  calls) go through a TlsPipe: the poller, framing, AES-GCM and the codec stay as they are.
   Raft TLS off: no _TlsConnection, the transport is what it was. Three things pysyncobj
   would get wrong on its own: unsent ciphertext is not in its write buffer, so it would
   drop the write event (a 3 MiB entry then crossed one buffer per heartbeat and lost the
@@ -227,9 +230,22 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
 - the leader pickles and deflates the same AppendEntries once per follower (a small
   message: ~70 us, mostly zlib's set-up, on 2 shared cores): one encoding per distinct
   message of a send pass, each connection keeping its own rand_key and AES-GCM seal; the
-  bytes on the wire decode as before. [peer_encoding.py, syncobj._SyncObj__sendAppendEntries,
-  syncobj._PeerTransport] Tests: test_raft_encoding.py::
-  test_followers_share_one_encoding_per_append_entries; tests/unit/test_peer_encoding.py
+  bytes on the wire are those of packing the message for that connection alone.
+  [peer_encoding.py, syncobj._SyncObj__sendAppendEntries, syncobj._PeerTransport] Tests:
+  test_raft_encoding.py::test_followers_share_one_encoding_per_append_entries;
+  tests/unit/test_peer_encoding.py::
+  test_the_shared_encoding_is_the_per_connection_encoding_byte_for_byte
+- every peer message is zlib(pickle((rand_key, message))): zlib's set-up costs tens of us
+  per small message, deflate does not pay on loopback even for large entries, and pickle
+  is code execution for whoever gets past the seal. Peer messages are version byte 0x02 |
+  msgpack([rand_key, message]) inside the same AES-GCM seal, with pysyncobj's rand_key and
+  stamp checks kept; pysyncobj's tcp_connection gets no pickle or zlib (a call raises); a
+  value msgpack cannot encode raises PeerEncodeError; a node receiving another version
+  (the old format's 0x78, or an unknown byte) logs one ERROR naming the peer ("upgrade all
+  nodes together") and drops the connection. Every node of a cluster must run the same
+  version. [peer_encoding.PeerCodecMixin, conn_buffers.py, syncobj._PeerConnection]
+  Tests: tests/unit/test_peer_encoding.py (every message kind round-trips; ::
+  test_another_wire_version_is_refused_with_one_clear_error); the cluster tests
 - @replicated wraps every entry in a pickle (dumps on the leader, loads of journal data on
   every node: ~1 us at 400 B, ~1.2 ms at 1 MiB): entries are journalled as the REGULAR
   type byte + the entry itself and dispatched by _SyncObj__doApplyCommand; journals of the

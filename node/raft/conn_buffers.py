@@ -20,10 +20,10 @@ pysyncobj's own code keeps running unchanged: its two buffer attributes are prop
 over the bytearrays, so `buffer += data` extends in place and a plain assignment
 (`bytes()` on connect and disconnect) replaces the bytearray. Overridden:
 - __processSend: the socket write, consuming what was sent from the front;
-- __processParseMessage: pysyncobj's parser (length prefix, seal, timestamp, rand key,
-  unpickle: all of it still pysyncobj's) sees one complete frame at a time, cut from
-  the front of the read buffer, so what is buffered behind it is never copied; and each
-  frame handed on counts as a read for the connection's timeout (below).
+- __processParseMessage: one complete frame at a time is cut from the front of the read
+  buffer (what is buffered behind it is never copied) and handed, without its length
+  prefix, to open_frame (peer_encoding.PeerCodecMixin: seal, timestamp, version, msgpack,
+  rand key); each frame handed on counts as a read for the connection's timeout (below).
 
 The timeout. pysyncobj stamps __lastReadTime once per READ event, which reads all the
 socket holds (many 1 MiB snapshot chunks), then handles the frames one by one; every send
@@ -32,8 +32,8 @@ slower than connectionTimeout (1.4 s) to handle one read's frames dropped its OW
 connection, and the leader restarted the snapshot from zero (a receiver slowed to 0.3 s
 per MiB: 13 such drops in 30 s, never caught up). The time this node spends handling what
 it received is not the peer's silence: each frame is stamped as it is handed on.
-Nothing of the wire format changes. Imports nothing of pysyncobj: syncobj.py combines it
-with TcpConnection (and sets _DISCONNECTED).
+Nothing of the wire format is decided here (peer_encoding.py). Imports nothing of
+pysyncobj: syncobj.py combines it with TcpConnection.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ class InPlaceBuffersMixin:
     """(with syncobj._PeerConnection) pysyncobj's TcpConnection without its quadratic
     buffer copies (module docstring)."""
 
-    _DISCONNECTED: int
     _read_clock: Callable[[], float]  # pysyncobj's clock of __lastReadTime
     _sk_out: bytearray
     _sk_in: bytearray | bytes
+    open_frame: Callable[[bytes], object]  # the message in one frame, or None (dropped)
 
     def _get_out(self) -> bytearray:
         return self._sk_out
@@ -102,13 +102,8 @@ class InPlaceBuffersMixin:
             return None
         if len(pending) < end:
             return None
-        # pysyncobj's parser sees this frame alone: it copies the message out (as it always
-        # did) and keeps nothing; what is buffered behind it stays where it is.
-        self._sk_in = bytes(memoryview(pending)[:end])
+        frame = bytes(memoryview(pending)[_LENGTH.size : end])
         del pending[:end]
         self._TcpConnection__lastReadTime = self._read_clock()  # the timeout (docstring)
-        try:
-            return super()._TcpConnection__processParseMessage()  # type: ignore[misc]
-        finally:
-            # A rejected frame disconnects (and empties the buffer): keep nothing then.
-            self._sk_in = pending if self.state != self._DISCONNECTED else bytearray()
+        # A rejected frame disconnects, which replaces the read buffer: nothing is kept.
+        return self.open_frame(frame)

@@ -1,122 +1,243 @@
-"""One encoding of an AppendEntries message for every follower of a send pass.
+"""The raft peers' wire format (its home: docs/protocol.md points here), and one encoding
+of an AppendEntries message for every follower of a send pass.
 
-pysyncobj's TcpConnection.send turns each message into
-    length | encrypt(zlib(pickle((rand_key, message))))
-once per connection. In steady state the leader sends every follower the same
-append_entries message (same term, commit index, prevLogIdx/prevLogTerm and entries),
-so the pickle and deflate of the message itself, the expensive part, are the same
-work repeated; only the connection's rand_key differs.
+Wire format, version 2 (every node of a cluster must run the same version):
 
-What is shared, and what is not:
-- Shared (SharedBody, encoded once per message content per send pass): the pickle of the
-  message, and its deflate.
-- Per connection: the 32-byte rand_key (pysyncobj's per-connection replay protection: a
-  message is accepted only with the key its receiver sent on that connection), the
-  AES-GCM seal (node/raft/peers.py: random nonce per message, timestamp checked per
-  connection) and the length prefix. Sealing stays per connection on purpose: a sealed
-  message carries the rand_key of one connection and must not be valid on another, and
-  GCM costs ~8 us per message. Authentication is not weakened in any way.
+    frame   = length | sealed
+    length  = 4 bytes, native int (pysyncobj's prefix): the size of `sealed`
+    sealed  = AES-GCM seal of `plain` (peers.py: version | timestamp | nonce | ciphertext)
+    plain   = 0x02 | msgpack([rand_key, message])    once the connection exchanged keys
+            | 0x02 | msgpack(message)                 the key exchange itself (a bare key)
 
-Wire format: unchanged, byte for byte decodable by pysyncobj's receiver (old nodes
-included): after decryption it is one zlib stream whose content is a pickle that loads
-to (rand_key, message). It is assembled from pieces:
-- pickle: PROTO 5 | SHORT_BINBYTES rand_key | the message's own pickle without its
-  PROTO header and with its final STOP replaced by TUPLE2 | STOP. The rand_key is not
-  memoized, so the memo indices of the message's pickle are the same as when it is
-  pickled alone; frame lengths are unchanged (TUPLE2 takes STOP's byte).
-- deflate (RFC 1951): a stored block holding the prefix, the message's deflate blocks
-  (none final, ended byte-aligned by Z_SYNC_FLUSH, no reference before their own start),
-  then a final stored block holding the suffix; zlib header and the Adler-32 of the whole
-  (combined from the pieces', RFC 1950) around it. This is how parallel deflaters
-  concatenate independently compressed pieces.
+`message` is what pysyncobj and our mixins send: a map with str keys ("type" and the
+rest), or on a new connection a bare value (the 32-byte rand_key, then the node's address
+string). msgpack with bin for bytes and str for text; arrays decode as lists (tuples are
+sent as arrays): pysyncobj unpacks entries with `add(*entry)` and `x, y, z = ...`, never
+by type. The rand_key (pysyncobj's per-connection replay protection: a message is accepted
+only with the key its receiver sent on that connection) and the seal's timestamp check are
+pysyncobj's, unchanged. A value msgpack cannot encode raises PeerEncodeError in the sender
+(nothing falls back to pickle: pysyncobj's tcp_connection is given no pickle or zlib at
+all, see syncobj.py).
+
+The byte after decryption is the format's version. Before version 2 a message was
+zlib(pickle((rand_key, message))), whose first byte is zlib's 0x78: a node that receives
+that, or any other unknown version byte, logs one error naming the peer ("upgrade all
+nodes together") and drops the connection (an older node given a version-2 frame fails
+its zlib.decompress and drops the connection without a word: pysyncobj logs nothing).
+
+No deflate. zlib's set-up alone cost 40-90 us per small message, and for large entries it
+does not pay on loopback: deflate + inflate of 1 MiB cost 12-18 ms of CPU for JSON-like
+text (ratio 0.25-0.30) and ~30 ms for random bytes, against ~1 ms for sealing, opening and
+moving the whole MiB through a loopback socket (16 KiB: 0.24-0.42 ms against 0.04 ms).
+Measured with process_time, /tmp/codec/deflate_pays.py of the change (in its report).
+
+Sharing: in steady state the leader sends every follower the same append_entries message
+(same term, commit index, prevLogIdx/prevLogTerm and entries), so it is packed once per
+send pass (PassEncoder) and handed to each connection as a PackedMessage; the connection
+prefixes the array header and its own rand_key (msgpack of [k, m] is 0x92, then k's
+msgpack, then m's: the same bytes as packing the pair) and seals per connection. Sealing
+stays per connection on purpose: a sealed message carries the rand_key of one connection
+and must not be valid on another. Chunked ('transmission') and snapshot ('serialized')
+messages are packed per connection.
+
+Measured (process time, in process, base ee342da vs this format, 3 alternated runs, medians;
+2 shared, loaded cores): a leader's send pass of an append_entries to 2 followers (encode
+once, seal twice) 47.9 -> 9.1 us for 1 entry of ~400 B, 617 -> 39 us for 64 such entries;
+a follower's open + decode of it 13.9 -> 6.4 us and 133 -> 24 us; a next_node_idx reply
+14.8 -> 5.9 us to encode and seal, 8.1 -> 5.2 us to open and decode. Bytes: 639 -> 584 and
+24,091 -> 27,802 (entries of random values; deflate had saved 13% of the larger).
+A put at one client is 2 passes on the leader (the entry, then the commit index) and 2
+replies from each follower (counted on 3 in-process nodes, 200 puts: leader 4 frames sent,
+4 opened, 2.08 packs per put; each follower 2 and 2): ~90 us less CPU per put on the
+leader and ~33 us on each follower.
 
 Cache lifetime: one PassEncoder per leader send pass (syncobj._SyncObj's
 __sendAppendEntries), dropped when the pass ends, so bytes are never reused once the log,
 the term or the commit index can have changed. Within a pass the leader's log does not
 change, so (prevLogIdx, number of entries) names the entries; the key adds the term,
-commit index, prevLogTerm and the last entry's (index, term) anyway. Chunked
-('transmission') and snapshot ('serialized') messages are encoded the usual way.
-
-Measured on 2 cores shared with other work (indicative only): the pickle + deflate of a
-small message (a few entries, ~2 KB) costs 40-90 us of process time, nearly all zlib's
-set-up, and was paid once per follower; a frame for one more follower costs a few us.
-benchmarks/cpu_per_op.py, puts of 256 B at 64 clients, base and this change alternated
-three times (9 windows of 5 s each): leader 204 -> 198 us/put, followers 86 -> 82 (the
-proposer puts several puts in one entry, so the per-entry saving is spread over them);
-batches of 64 puts at 8 clients: leader 87 -> 83, followers 60 -> 56-58 (this change with
-log.py's ENTRY_COMMAND and apply.op_digest's). Spreads overlap: a quiet machine must
-confirm.
+commit index, prevLogTerm and the last entry's (index, term) anyway.
 """
 
 from __future__ import annotations
 
-import pickle
+import logging
+import math
 import struct
-import zlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-_PROTO5 = b"\x80\x05"
-_SHORT_BINBYTES = b"C"
-_TUPLE2_STOP = b"\x86."
-_STOP = b"."
-_ZLIB_HEADER = zlib.compress(b"", 3)[:2]
-_ADLER_BASE = 65521
-_WBITS_RAW = -15
+import msgpack
+
+log = logging.getLogger("statekeeper.raft")
+
+WIRE_VERSION = 2
+_VERSION = bytes([WIRE_VERSION])
+_ZLIB_HEADER_BYTE = 0x78  # the first byte of every message of the pickle + zlib format
+_PAIR = b"\x92"  # msgpack: an array of two, [rand_key, message]
+_LENGTH = struct.Struct("i")  # pysyncobj's frame prefix: native int, the frame's size
+REFUSAL_LOG_REPEAT_SECONDS = 60.0  # an older node redials every 0.3 s
+
+
+class PeerEncodeError(TypeError):
+    """A peer message holds a value msgpack cannot encode (a bug in the sender)."""
+
+
+class PeerWireVersionError(ValueError):
+    """A peer speaks another wire format version."""
 
 
 @dataclass(frozen=True, slots=True)
-class SharedBody:
-    """The parts of a message's encoding that do not depend on the connection."""
+class PackedMessage:
+    """A message already packed (msgpack) once for several connections."""
 
-    deflated: bytes  # raw deflate blocks of `size` bytes of pickle, none final
-    adler: int  # Adler-32 of those bytes
-    size: int
+    packed: bytes
 
 
-def adler32_combine(adler1: int, adler2: int, len2: int) -> int:
-    """Adler-32 of A + B from adler32(A), adler32(B) and len(B) (as zlib's own)."""
-    rem = len2 % _ADLER_BASE
-    sum1 = adler1 & 0xFFFF
-    sum2 = (rem * sum1) % _ADLER_BASE
-    sum1 += (adler2 & 0xFFFF) + _ADLER_BASE - 1
-    sum2 += (adler1 >> 16) + (adler2 >> 16) + _ADLER_BASE - rem
-    sum1 %= _ADLER_BASE
-    sum2 %= _ADLER_BASE
-    return (sum2 << 16) | sum1
+def pack(message: object) -> bytes:
+    """msgpack of one peer message; PeerEncodeError if it holds anything msgpack cannot
+    encode (never a fallback)."""
+    try:
+        return msgpack.packb(message, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as e:
+        kind = message.get("type") if isinstance(message, dict) else type(message).__name__
+        raise PeerEncodeError(f"raft peer message {kind!r} cannot be encoded: {e}") from e
 
 
-def _stored_block(data: bytes, final: bool) -> bytes:
-    # Byte-aligned stored block: header bits (BFINAL, BTYPE=00) padded to a byte, LEN, NLEN.
-    assert len(data) <= 0xFFFF
-    return bytes([1 if final else 0]) + struct.pack("<HH", len(data), len(data) ^ 0xFFFF) + data
+def plain_frame(rand_key: bytes | None, packed: bytes) -> bytes:
+    """What is sealed: VERSION | msgpack([rand_key, message]) (VERSION | msgpack(message)
+    before the key exchange), from the message's msgpack."""
+    if rand_key:
+        return b"".join((_VERSION, _PAIR, msgpack.packb(rand_key, use_bin_type=True), packed))
+    return _VERSION + packed
 
 
-def encode_body(message: object, protocol: int, level_for: Callable[[int], int]) -> SharedBody:
-    """Pickle `message` once (protocol >= 4, as the receiver's pickle.loads reads any) and
-    deflate it at level_for(its size): the shared middle of every connection's encoding."""
-    assert protocol >= 4  # the protocol header is replaced by our own PROTO 5
-    data = pickle.dumps(message, protocol=protocol)
-    assert data[:1] == b"\x80" and data[-1:] == _STOP
-    body = data[2:-1] + b"\x86"  # no PROTO header; TUPLE2 in STOP's place
-    c = zlib.compressobj(level_for(len(data)), zlib.DEFLATED, _WBITS_RAW)
-    return SharedBody(c.compress(body) + c.flush(zlib.Z_SYNC_FLUSH), zlib.adler32(body), len(body))
+def unpack_plain(plain: bytes) -> object:
+    """The value of an opened frame; PeerWireVersionError if it is not of this version."""
+    if plain[:1] != _VERSION:
+        raise PeerWireVersionError(_version_mismatch(plain[:1]))
+    return msgpack.unpackb(memoryview(plain)[1:], raw=False, strict_map_key=True)
 
 
-def frame(rand_key: bytes, shared: SharedBody) -> bytes:
-    """The zlib stream pysyncobj's receiver expects: content pickle((rand_key, message))."""
-    prefix = _PROTO5 + _SHORT_BINBYTES + bytes([len(rand_key)]) + rand_key
-    adler = adler32_combine(zlib.adler32(prefix), shared.adler, shared.size)
-    adler = adler32_combine(adler, zlib.adler32(_STOP), 1)
-    return b"".join(
-        (
-            _ZLIB_HEADER,
-            _stored_block(prefix, final=False),
-            shared.deflated,
-            _stored_block(_STOP, final=True),
-            struct.pack(">I", adler),
-        )
+def _version_mismatch(first: bytes) -> str:
+    if first == bytes([_ZLIB_HEADER_BYTE]):
+        theirs = "the old pickle + zlib peer wire format (before version 2)"
+    elif first:
+        theirs = f"peer wire format version {first[0]}"
+    else:
+        theirs = "an empty message"
+    return (
+        f"it speaks {theirs}, this node speaks version {WIRE_VERSION}: every node must run "
+        "the same peer wire format version; upgrade all nodes together "
+        "(docs/protocol.md, 'Journal format and upgrades')"
     )
+
+
+_UNANSWERED = (
+    "it closed the connection without answering our key exchange: it runs another peer "
+    "wire format version (every node must run the same peer wire format version; upgrade "
+    "all nodes together), or another cluster secret (its log then says 'failed "
+    "authentication')"
+)
+
+
+class _RefusalLog:
+    """One line per peer host and reason (at `level`); the same again within
+    REFUSAL_LOG_REPEAT_SECONDS at DEBUG."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], float] = {}
+
+    def refused(self, peer: str, why: str, level: int = logging.ERROR) -> None:
+        key = (peer.rsplit(":", 1)[0], why)
+        now = time.monotonic()
+        if now - self._last.get(key, -math.inf) < REFUSAL_LOG_REPEAT_SECONDS:
+            level = logging.DEBUG
+        else:
+            self._last[key] = now
+        log.log(level, "dropped the raft peer connection with %s: %s", peer, why)
+
+
+refusals = _RefusalLog()
+
+
+class PeerCodecMixin:
+    """(with syncobj._PeerConnection) pysyncobj's TcpConnection.send and the decoding half
+    of its parser, in the format above. conn_buffers.InPlaceBuffersMixin cuts the frames
+    and hands each one (without its length prefix) to open_frame. The combining class sets
+    _seal_clock (pysyncobj's monotonic, CLOCK_MONOTONIC_RAW: a receiver drops the connection
+    when a seal's whole-second stamp goes back, so every seal takes the same clock) and
+    _CONNECTED (pysyncobj's CONNECTION_STATE.CONNECTED).
+
+    A node of an older version drops a connection it cannot read without a word, so when
+    this node dials it (a node dials the peers whose address sorts below its own), neither
+    side would say why they never connect: a dialled connection that the peer closes (or
+    that times out) before it answered our key exchange is logged (WARNING) as that.
+    _TlsConnection turns this off (warn_unanswered_dial): it logs its own unanswered dial."""
+
+    _seal_clock: Callable[[], float]
+    _CONNECTED: int
+    warn_unanswered_dial = True
+    _sk_unanswered = False  # a dial of ours that the peer has not answered yet
+    sendRandKey: bytes | None
+    recvRandKey: bytes | None
+    recvLastTimestamp: int
+    encryptor: object
+
+    def send(self, message) -> None:
+        packed = message.packed if type(message) is PackedMessage else pack(message)
+        data = plain_frame(self.sendRandKey, packed)
+        if self.encryptor:
+            data = self.encryptor.encrypt_at_time(data, int(self._seal_clock()))
+        out = self._TcpConnection__writeBuffer
+        out += _LENGTH.pack(len(data))
+        out += data
+        self._TcpConnection__writeBuffer = out  # a bytearray, extended in place
+        self._TcpConnection__trySendBuffer()
+
+    def open_frame(self, token: bytes):
+        """The message in one frame (length prefix cut off), or None with the connection
+        dropped: pysyncobj's checks (seal, stamp order, rand_key), then our version."""
+        try:
+            if self.encryptor:
+                stamp = self.encryptor.extract_timestamp(token)
+                if stamp < self.recvLastTimestamp:
+                    raise ValueError("a seal's timestamp went back")
+                self.recvLastTimestamp = stamp
+                token = self.encryptor.decrypt(token)
+            message = unpack_plain(token)
+            if self.recvRandKey:
+                rand_key, message = message
+                if rand_key != self.recvRandKey:
+                    raise ValueError("wrong rand_key")
+        except PeerWireVersionError as e:
+            self._sk_unanswered = False  # said why already
+            refusals.refused(self._peer_name(), str(e))
+            self.disconnect()
+            return None
+        except Exception:  # pysyncobj's parser drops the connection on anything
+            self._sk_unanswered = False
+            self.disconnect()
+            return None
+        self._sk_unanswered = False
+        return message
+
+    def connect(self, host, port):
+        self._sk_unanswered = self.warn_unanswered_dial
+        return super().connect(host, port)  # type: ignore[misc]
+
+    def disconnect(self):
+        if self._sk_unanswered and self.state == self._CONNECTED:
+            refusals.refused(self._peer_name(), _UNANSWERED, logging.WARNING)
+        self._sk_unanswered = False
+        return super().disconnect()  # type: ignore[misc]
+
+    def _peer_name(self) -> str:
+        try:
+            host, port = self._TcpConnection__socket.getpeername()[:2]
+            return f"{host}:{port}"
+        except (OSError, TypeError, ValueError, AttributeError):
+            return "an unknown address"
 
 
 def message_key(message: object) -> tuple | None:
@@ -140,32 +261,28 @@ def message_key(message: object) -> tuple | None:
 
 class PassEncoder:
     """The shared encodings of one leader send pass (create one per pass, then drop it).
-    `level_for(size)` is the deflate level of a pickle of `size` bytes.
 
     Kept for reuse: encodings under `keep_below` bytes, at most MAX_KEPT of them. A pass
     sends a lagging follower its whole backlog, so an unbounded cache would hold a second
-    copy of it (its write buffer holds one); large messages are stored, not deflated, so
-    encoding one again is a copy, not zlib's work."""
+    copy of it (its write buffer holds one); packing a large message again is a copy."""
 
     MAX_KEPT = 256
 
-    def __init__(self, protocol: int, level_for: Callable[[int], int], keep_below: int):
-        self._protocol = protocol
-        self._level_for = level_for
+    def __init__(self, keep_below: int = 64 * 1024):
         self._keep_below = keep_below
-        self._bodies: dict[tuple, SharedBody] = {}
-        self.encoded = 0  # bodies pickled and deflated (tests and metrics)
+        self._kept: dict[tuple, PackedMessage] = {}
+        self.encoded = 0  # messages packed (tests and metrics)
         self.reused = 0
 
-    def body(self, message: object) -> SharedBody | None:
+    def packed(self, message: object) -> PackedMessage | None:
         key = message_key(message)
         if key is None:
             return None
-        shared = self._bodies.get(key)
+        shared = self._kept.get(key)
         if shared is None:
-            shared = encode_body(message, self._protocol, self._level_for)
-            if shared.size < self._keep_below and len(self._bodies) < self.MAX_KEPT:
-                self._bodies[key] = shared
+            shared = PackedMessage(pack(message))
+            if len(shared.packed) < self._keep_below and len(self._kept) < self.MAX_KEPT:
+                self._kept[key] = shared
             self.encoded += 1
         else:
             self.reused += 1
@@ -174,37 +291,12 @@ class PassEncoder:
 
 class SharedSendMixin:
     """(with syncobj._PeerTransport) send(): an append_entries message of a leader's send
-    pass goes out with the pass's shared encoding (PassEncoder) under the connection's own
-    rand_key and seal; everything else through pysyncobj's TcpConnection.send.
-    The combining class sets _CONNECTED (pysyncobj's CONNECTION_STATE.CONNECTED) and
-    _seal_clock (the clock TcpConnection.send stamps seals with: pysyncobj's monotonic,
-    CLOCK_MONOTONIC_RAW). A receiver drops the connection when a seal's whole-second stamp
-    goes back: stamped with time.monotonic (another clock), a shared message and a plain one
-    sent around a second boundary could arrive out of stamp order; the connection dropped
-    and the read rounds and entries on it were lost (a linearizable read at one client
-    waited 5 s, in 1 of 2 runs of 5 s)."""
-
-    _CONNECTED: int
-    _seal_clock: Callable[[], float]
+    pass goes out as the pass's PackedMessage (packed once), which each connection frames
+    with its own rand_key and seals (PeerCodecMixin.send); everything else is packed by
+    the connection."""
 
     def send(self, node, message) -> bool:
         encoder = getattr(self._syncObj, "send_pass", None)
-        conn = self._connections.get(node)
-        if (
-            encoder is None
-            or conn is None
-            or conn.state != self._CONNECTED
-            or not conn.sendRandKey
-            or self._send_random_sleep_duration
-        ):
-            return super().send(node, message)
-        shared = encoder.body(message)
-        if shared is None:
-            return super().send(node, message)
-        data = frame(conn.sendRandKey, shared)
-        if conn.encryptor:
-            data = conn.encryptor.encrypt_at_time(data, int(self._seal_clock()))
-        # What TcpConnection.send does with the bytes it made.
-        conn._TcpConnection__writeBuffer += struct.pack("i", len(data)) + data
-        conn._TcpConnection__trySendBuffer()
-        return conn.state == self._CONNECTED
+        if encoder is not None:
+            message = encoder.packed(message) or message
+        return super().send(node, message)  # type: ignore[misc]

@@ -1,7 +1,7 @@
 """The one module of the node that imports pysyncobj: its SyncObj subclass with the
 workarounds (the list is in node/raft/__init__.py), the SyncObjConf we run it with, the
-peer address type, the mapping of its failure reasons, its pickle protocol and the
-journal it is handed.
+peer address type, the mapping of its failure reasons, its pickle protocol, the peer codec
+its connections use (peer_encoding.py) and the journal it is handed.
 
 The ReadIndex and pre-vote logic are mixins (readindex.py, prevote.py) that reach
 pysyncobj only through self."""
@@ -14,7 +14,6 @@ import os
 import ssl
 import threading
 import time
-import zlib
 from collections.abc import Callable
 
 import pysyncobj.syncobj as _syncobj_module
@@ -44,7 +43,7 @@ from node.raft.log import ENTRY_COMMAND, _RaftLog, entry_payload
 from node.raft.loop_driver import LoopDriver
 from node.raft.members import Member
 from node.raft.membership import MembershipMixin
-from node.raft.peer_encoding import PassEncoder, SharedSendMixin
+from node.raft.peer_encoding import PassEncoder, PeerCodecMixin, SharedSendMixin
 from node.raft.peer_set import ConfigPeersMixin
 from node.raft.peers import UnauthenticatedSweepMixin, _AuthenticatingEncryptor
 from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
@@ -54,24 +53,25 @@ from node.raft.transfer import LeadershipTransferMixin
 
 log = logging.getLogger("statekeeper.raft")
 
-# pysyncobj pickles every command and peer message with protocol 2, which encodes bytes
-# through a latin-1 str round trip: 14x slower than protocol 5 for a 60 KB entry, and our
-# entries are all bytes. Module globals are not name-mangled: this is its `__protocol`.
+# pysyncobj pickles with protocol 2, which encodes bytes through a latin-1 str round trip:
+# 14x slower than protocol 5 for a 60 KB entry. Peer messages are msgpack now
+# (peer_encoding.py) and entries are journalled without pickle (log.py), but pysyncobj
+# still pickles an entry of MAX_MESSAGE_BYTES or more to send it in chunks (an
+# append_entries 'transmission', sealed like every message), and older journals hold
+# pickled commands. Module globals are not name-mangled: this is its `__protocol`.
 PEER_PICKLE_PROTOCOL = 5
 setattr(_pysyncobj_pickle, "__protocol", PEER_PICKLE_PROTOCOL)
 
 # Large entries. Measured on 2 loaded cores, 3 nodes on loopback: one entry of three 1 MiB
 # random values cost the leader its term on the first try (4 of 4 runs,
 # tests/integration/test_large_entries.py). Two defects of pysyncobj's TcpConnection,
-# worked around below (_PeerTransport, _PeerZlib):
+# worked around here (_PeerTransport; _PeerConnection's codec):
 # - send() writes what the socket takes and leaves the rest for the next send() on that
 #   connection: one socket buffer per heartbeat (0.1 s). The entry reached the followers
 #   1.5-1.8 s after it was sent, with every heartbeat queued behind it.
 # - every message is deflated at level 3 on the raft thread, once per follower: 100-180 ms
-#   for those 3 MiB each, a 390 ms stall of the leader's heartbeats. Stored: ~2 ms.
-# Messages from this size on are sent stored (deflate level 0); smaller ones keep
-# pysyncobj's level 3, at most ~2 ms per follower (35 MB/s on incompressible bytes).
-COMPRESS_BELOW = 64 * 1024
+#   for those 3 MiB each, a 390 ms stall of the leader's heartbeats. No peer message is
+#   deflated now (peer_encoding.py says why).
 # Socket buffers of peer connections (pysyncobj's default: 64 KiB; the kernel caps them at
 # net.core.[rw]mem_max). With both workarounds, 3 runs of 4 such entries each: 64 KiB
 # buffers let a follower go 278-432 ms without a heartbeat (a multi-MiB message crosses in
@@ -170,36 +170,34 @@ def build_conf(
     )
 
 
-def peer_deflate_level(size: int, level: int = 3) -> int:
-    """Deflate level of a peer message of `size` bytes: pysyncobj's 3, or stored (0) from
-    COMPRESS_BELOW on."""
-    return level if size < COMPRESS_BELOW else 0
+class _NoPeerPickle:
+    """What pysyncobj's tcp_connection calls `pickle` and `zlib`: peer messages are encoded
+    by _PeerConnection (peer_encoding.py); a path that still reached pysyncobj's own
+    encoding must fail loudly, never put a pickle on the wire."""
+
+    def __getattr__(self, name: str):
+        raise RuntimeError(
+            f"pysyncobj's tcp_connection called {name}(): raft peer messages are encoded "
+            "by node/raft/peer_encoding.py, never pickled"
+        )
 
 
-class _PeerZlib:
-    """What pysyncobj's tcp_connection calls `zlib`: messages of COMPRESS_BELOW bytes or
-    more are stored (deflate level 0) instead of deflated at level 3 on the raft thread.
-    Any zlib stream decompresses the same way, so nodes with and without this interoperate."""
-
-    @staticmethod
-    def compress(data: bytes, level: int = -1) -> bytes:
-        return zlib.compress(data, peer_deflate_level(len(data), level))
-
-    decompress = staticmethod(zlib.decompress)
-
-
-_tcp_connection_module.zlib = _PeerZlib
+_tcp_connection_module.pickle = _NoPeerPickle()
+_tcp_connection_module.zlib = _NoPeerPickle()
 
 
 _POLL_ALL = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR
 
 
-class _PeerConnection(InPlaceBuffersMixin, TcpConnection):
+class _PeerConnection(InPlaceBuffersMixin, PeerCodecMixin, TcpConnection):
     """pysyncobj's TcpConnection with buffers that grow and drain in place
-    (conn_buffers.py): every peer connection, dialled or accepted, is one of these."""
+    (conn_buffers.py) and our wire format (peer_encoding.py: msgpack with a version byte,
+    no pickle, no zlib): every peer connection, dialled or accepted, is one of these."""
 
-    _DISCONNECTED = CONNECTION_STATE.DISCONNECTED
+    _DISCONNECTED = CONNECTION_STATE.DISCONNECTED  # for TlsConnectionMixin
+    _CONNECTED = CONNECTION_STATE.CONNECTED  # for PeerCodecMixin
     _read_clock = staticmethod(_pysyncobj_monotonic)
+    _seal_clock = staticmethod(_pysyncobj_monotonic)  # what TcpConnection.send stamped with
 
 
 # The two places pysyncobj makes peer connections (its transport dials, its server accepts).
@@ -211,12 +209,13 @@ class _TlsConnection(TlsConnectionMixin, _PeerConnection):
     """_PeerConnection with raft TLS (tls_connection.TlsConnectionMixin)."""
 
     _POLL_ALL = _POLL_ALL
+    warn_unanswered_dial = False  # TlsConnectionMixin logs an unanswered dial itself
 
 
 class _PeerTransport(ConfigPeersMixin, TlsTransportMixin, SharedSendMixin, TCPTransport):
     """pysyncobj's TCP transport, made to finish sending what it started, sending a
-    leader's append_entries with one pickle and deflate for all followers
-    (peer_encoding.SharedSendMixin), and (raft TLS on) running every connection through TLS.
+    leader's append_entries packed once for all followers (peer_encoding.SharedSendMixin),
+    and (raft TLS on) running every connection through TLS.
 
     TcpConnection.send() writes what the socket accepts and keeps the rest, but asks the
     poller for a write event only while it was already writing; an idle connection (the
@@ -233,8 +232,6 @@ class _PeerTransport(ConfigPeersMixin, TlsTransportMixin, SharedSendMixin, TCPTr
 
     _tls_connection_class = _TlsConnection
     _POLL_ALL = _POLL_ALL
-    _CONNECTED = CONNECTION_STATE.CONNECTED
-    _seal_clock = staticmethod(_pysyncobj_monotonic)  # what TcpConnection.send stamps with
 
     def send(self, node, message) -> bool:
         kind = message.get("type") if type(message) is dict else None
@@ -478,9 +475,9 @@ class _SyncObj(
             self._journal.sync_behind(self._on_log_durable)
 
     def _SyncObj__sendAppendEntries(self) -> None:
-        # One pickle + deflate per distinct message of the pass, not per follower
+        # One msgpack per distinct message of the pass, not per follower
         # (peer_encoding.py); the encodings die with the pass, so none is ever stale.
-        self.send_pass = PassEncoder(PEER_PICKLE_PROTOCOL, peer_deflate_level, COMPRESS_BELOW)
+        self.send_pass = PassEncoder()
         self.note_pass_sent()  # commit_notice.py
         try:
             SyncObj._SyncObj__sendAppendEntries(self)  # type: ignore[attr-defined]

@@ -1,5 +1,5 @@
-"""How the raft layer encodes what it sends and journals (issue 17, per-op CPU): one pickle
-and deflate per AppendEntries for all followers (node/raft/peer_encoding.py), entries
+"""How the raft layer encodes what it sends and journals (issue 17, per-op CPU): one packing
+per AppendEntries for all followers (node/raft/peer_encoding.py), entries
 journalled without pysyncobj's @replicated pickle (node/raft/log.py), checked on real raft
 nodes on loopback with real RocksDB."""
 
@@ -36,9 +36,9 @@ class _CountingEncoder(peer_encoding.PassEncoder):
 def test_followers_share_one_encoding_per_append_entries(
     tmp_path: Path, members, monkeypatch
 ) -> None:
-    """Before: every follower's AppendEntries was pickled and deflated on its own (~70 us
-    each for a small message, mostly zlib's set-up). Now the second follower reuses the
-    first one's bytes, and both still apply every entry."""
+    """Before: every follower's AppendEntries was encoded on its own (pickle + deflate then:
+    ~70 us each for a small message, mostly zlib's set-up). Now the second follower reuses
+    the first one's bytes, and both still apply every entry."""
     monkeypatch.setattr(syncobj, "PassEncoder", _CountingEncoder)
     _CountingEncoder.passes = []
     cfg = config(tmp_path, 3)

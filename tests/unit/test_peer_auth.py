@@ -54,25 +54,3 @@ def test_pysyncobj_pickles_with_a_modern_protocol() -> None:
     data = pysyncobj_pickle.dumps((0, (b"x" * 1000,)))
     assert data[:2] == bytes([0x80, raft.PEER_PICKLE_PROTOCOL])
     assert pysyncobj_pickle.loads(data) == (0, (b"x" * 1000,))
-
-
-def test_large_peer_messages_are_not_deflated_on_the_raft_thread() -> None:
-    """pysyncobj deflates every peer message at level 3 on its raft thread, once per
-    follower: 100-180 ms for a 3 MiB entry of incompressible bytes, which with two
-    followers stopped the leader's heartbeats for ~0.4 s (an election timeout).
-    Messages from node.raft.syncobj.COMPRESS_BELOW bytes on are stored instead."""
-    import os
-    import zlib
-
-    from pysyncobj import tcp_connection
-
-    from node.raft import syncobj
-
-    small = b"x" * (syncobj.COMPRESS_BELOW - 1)
-    large = b"x" * syncobj.COMPRESS_BELOW
-    assert len(tcp_connection.zlib.compress(small, 3)) < 1000  # still deflated
-    stored = tcp_connection.zlib.compress(large, 3)
-    assert len(stored) > len(large)  # level 0: stored blocks, even for compressible bytes
-    assert zlib.decompress(stored) == large
-    data = os.urandom(3 * 1024 * 1024)
-    assert tcp_connection.zlib.decompress(zlib.compress(data, 3)) == data  # reads any level
