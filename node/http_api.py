@@ -220,13 +220,12 @@ class Api:
         """The one entry point of the HTTP server: every answer, errors included
         (counted and timed in statekeeper_http_request*, node/metrics.py)."""
         m = self.metrics
-        in_flight = m.http_in_flight
-        in_flight.inc()
+        m.requests_in_flight += 1
         started = time.perf_counter()
         try:
             resp = await self._dispatch(request)
         finally:
-            in_flight.dec()
+            m.requests_in_flight -= 1
         m.observe_request(
             self._route_label(request.path), resp.status, time.perf_counter() - started
         )

@@ -248,3 +248,43 @@ def test_journal_reports_each_fsync(tmp_path: Path) -> None:
     j.close()
     assert len(seen) == j.fsyncs - before >= 1
     assert all(s >= 0 for s in seen)
+
+
+def test_request_tally_exposes_what_prometheus_client_objects_would() -> None:
+    """statekeeper_http_requests / _request_duration_seconds are plain ints folded in at
+    scrape time (issue 28): the same samples as a Counter and a Histogram given the same
+    observations, boundaries included (a duration equal to a bucket's le is in it)."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    from node.metrics import LATENCY_BUCKETS
+
+    observed = [("/v1/kv/put", 200, 0.001), ("/v1/kv/put", 200, 0.0007), ("/v1/kv/put", 507, 20.0)]
+    observed += [("/v1/kv/get", 404, 0.0005), ("/v1/kv/put", 200, 2.5), ("other", 404, 0.0)]
+    m = NodeMetrics()
+    ref = CollectorRegistry()
+    counter = Counter("statekeeper_http_requests", "x", ["route", "code"], registry=ref)
+    hist = Histogram(
+        "statekeeper_http_request_duration_seconds",
+        "x",
+        ["route"],
+        buckets=LATENCY_BUCKETS,
+        registry=ref,
+    )
+    for route, status, seconds in observed:
+        m.observe_request(route, status, seconds)
+        counter.labels(route, str(status)).inc()
+        hist.labels(route).observe(seconds)
+
+    def samples(families) -> set:
+        return {
+            (s.name, tuple(sorted(s.labels.items())), None if "_created" in s.name else s.value)
+            for f in families
+            if f.name.startswith("statekeeper_http_request")
+            and f.name != "statekeeper_http_requests_in_flight"
+            for s in f.samples
+        }
+
+    ours = samples(_scrape(m).values())
+    assert ours == samples(ref.collect()) and len(ours) > 20
+    m.requests_in_flight += 3  # read by the gauge at scrape time
+    assert _value(_scrape(m)["statekeeper_http_requests_in_flight"]) == 3
