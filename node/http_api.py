@@ -19,6 +19,7 @@ from node.backup_ops import CONTENT_TYPE as BACKUP_TYPE
 from node.backup_ops import PATH as BACKUP_PATH
 from node.backup_ops import Backups
 from node.config import ClusterConfig
+from node.deadlines import Deadlines
 from node.entry import mark_validated
 from node.errors import OpError, status_for
 from node.http_limits import fd_budget
@@ -83,6 +84,7 @@ class Api:
         self.proposer = proposer
         self.limits = cluster.limits
         self.timeout = cluster.raft.request_timeout
+        self.deadlines = Deadlines(self.timeout)
         self._urls = {n.id: cluster.url(n.id) for n in cluster.nodes}
         self.shutting_down = False
         # The NOSPACE alarm (node/quota.py); disk_free: a fresh statvfs, or None.
@@ -364,11 +366,10 @@ class Api:
                 f"{self.node_id} knows no raft leader (election in progress or partitioned); retry",
             )
 
-    async def _write_within_timeout(self, aw):
+    async def _write_within_timeout(self, fut: asyncio.Future):
         try:
-            # asyncio.timeout, unlike wait_for, does not wrap the awaitable in a new task.
-            async with asyncio.timeout(self.timeout):
-                return await aw
+            # One timer for every write in flight, not one per request (node/deadlines.py).
+            return await self.deadlines.wait(fut)
         except TimeoutError:
             raise OpError(
                 "timeout",
@@ -404,7 +405,7 @@ class Api:
                 return self._single_result(name, admission.replays[0], fmt)
             try:
                 result = await self._write_within_timeout(
-                    self.proposer.write(mark_validated(op), request.content_length)
+                    self.proposer.write_many([mark_validated(op)], request.content_length)[0]
                 )
             finally:
                 self.quota.release(admission.admitted)
