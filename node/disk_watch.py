@@ -2,9 +2,9 @@
 
 A timer on the HTTP loop walks the data dir every `check_interval_seconds` (a few dozen
 files: RocksDB's SSTs and WAL, the raft journal, snapshot files) and reads statvfs; a
-growing write reads statvfs once more (~2 us), or uses one read less than 10 ms before
+growing write reads statvfs once more (~2 us), or uses one read less than 50 ms before
 (node/quota.py FREE_READING_MAX_AGE), so a filesystem filled by someone else is seen
-within 10 ms. Nothing here runs inside a raft tick. Measured with `python -m
+within 50 ms. Nothing here runs inside a raft tick. Measured with `python -m
 node.disk_watch DATA_DIR` on the 2-core dev machine, a running node's dir of 14 files
 (75.6 MiB): dir_bytes 222 us, statvfs 8.6 us (2.2 us on an idle machine); the walk, once
 a second, costs nothing that matters.

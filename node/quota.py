@@ -55,10 +55,12 @@ AMPLIFICATION = 2
 DEFAULT_RESERVE_MIN = 64 * MIB
 DEFAULT_RESERVE_FRACTION = 0.05
 # Seconds a statvfs taken for `check` serves later growing writes. One per write was
-# ~1 % of a leader's GIL time at 64 clients doing puts (py-spy --gil, issue 28); a write
-# judged by a reading up to 10 ms old also counts every byte admitted since that reading,
-# so what it can miss is only what other processes wrote to the disk in those 10 ms.
-FREE_READING_MAX_AGE = 0.01
+# ~1 % of a leader's GIL time at 64 clients doing puts (py-spy --gil, issue 28), and one
+# per 10 ms still 1.7 %: 4 us alone, but it releases the GIL to the raft thread and the
+# sample stays on it until the HTTP loop has it back. A write judged by a reading up to
+# 50 ms old also counts every byte admitted since that reading, so what it can miss is
+# only what other processes wrote to the disk in those 50 ms.
+FREE_READING_MAX_AGE = 0.05
 
 # Write ops refused under the alarm: they add data (a txn only when a branch does).
 GROWING_OPS = frozenset(
