@@ -9,8 +9,8 @@ waiting does for all of them. Per write that is a clock read and an append.
 
 On expiry the write's future is cancelled, as asyncio.timeout's cancellation of the
 awaiting task did (the proposer sees the same cancelled future), and the awaiting
-coroutine gets TimeoutError. A cancellation of the awaiting task itself still propagates
-as CancelledError.
+coroutine, told by timed_out() that the deadline did it, answers the timeout error. A
+cancellation of the awaiting task itself still propagates as CancelledError.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ class Deadlines:
         self._timer: asyncio.TimerHandle | None = None
         self._expired: set[asyncio.Future] = set()
 
-    async def wait(self, fut: asyncio.Future):
-        """The result of `fut`; TimeoutError if it is not done within `seconds`."""
+    def watch(self, fut: asyncio.Future) -> None:
+        """Cancel `fut` in `seconds` unless it is done by then. Its waiter, on the
+        CancelledError, asks timed_out() whether that was the deadline (no wrapping
+        coroutine: one less per request)."""
         loop = fut.get_loop()
         if loop is not self._loop:  # first use, or a new event loop (tests): start afresh
             self._loop, self._queue, self._timer, self._expired = loop, deque(), None, set()
@@ -40,15 +42,15 @@ class Deadlines:
         queue.append((loop.time() + self.seconds, fut))
         if self._timer is None:
             self._timer = loop.call_at(queue[0][0], self._expire)
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            if fut in self._expired:
-                self._expired.discard(fut)
-                task = asyncio.current_task()
-                if task is None or not task.cancelling():  # not cancelled from outside too
-                    raise TimeoutError from None
-            raise
+
+    def timed_out(self, fut: asyncio.Future) -> bool:
+        """Whether a watched `fut` was cancelled by its deadline and the task awaiting it
+        (the current one) was not cancelled too: then the await means TimeoutError."""
+        if fut not in self._expired:
+            return False
+        self._expired.discard(fut)
+        task = asyncio.current_task()
+        return task is None or not task.cancelling()
 
     def _expire(self) -> None:
         self._timer = None

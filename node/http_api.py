@@ -367,10 +367,13 @@ class Api:
             )
 
     async def _write_within_timeout(self, fut: asyncio.Future):
+        # One timer for every write in flight, not one per request (node/deadlines.py).
+        self.deadlines.watch(fut)
         try:
-            # One timer for every write in flight, not one per request (node/deadlines.py).
-            return await self.deadlines.wait(fut)
-        except TimeoutError:
+            return await fut
+        except asyncio.CancelledError:
+            if not self.deadlines.timed_out(fut):
+                raise
             raise OpError(
                 "timeout",
                 f"no commit within {self.timeout:g} s; the write may still be applied: "

@@ -18,16 +18,27 @@ from node.http_api import Api
 from node.http_server import Request
 
 
+async def _wait(deadlines: Deadlines, fut: asyncio.Future):
+    """How node/http_api.py waits for a write: TimeoutError for the deadline."""
+    deadlines.watch(fut)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        if deadlines.timed_out(fut):
+            raise TimeoutError from None
+        raise
+
+
 def test_each_write_times_out_at_its_own_deadline_and_answered_ones_do_not() -> None:
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
         deadlines = Deadlines(0.2)
         stuck_early, answered, stuck_late = (loop.create_future() for _ in range(3))
         started = loop.time()
-        waits = [asyncio.ensure_future(deadlines.wait(stuck_early))]
+        waits = [asyncio.ensure_future(_wait(deadlines, stuck_early))]
         await asyncio.sleep(0.1)
-        waits.append(asyncio.ensure_future(deadlines.wait(answered)))
-        waits.append(asyncio.ensure_future(deadlines.wait(stuck_late)))
+        waits.append(asyncio.ensure_future(_wait(deadlines, answered)))
+        waits.append(asyncio.ensure_future(_wait(deadlines, stuck_late)))
         await asyncio.sleep(0)
         answered.set_result({"revision": 7})
         with pytest.raises(TimeoutError):
@@ -50,7 +61,7 @@ def test_a_gathered_batch_times_out_and_its_futures_are_cancelled() -> None:
         ops = [loop.create_future(), loop.create_future()]
         ops[0].set_result({"ok": 1})
         with pytest.raises(TimeoutError):
-            await Deadlines(0.05).wait(asyncio.gather(*ops, return_exceptions=True))
+            await _wait(Deadlines(0.05), asyncio.gather(*ops, return_exceptions=True))
         assert ops[1].cancelled()
 
     asyncio.run(scenario())
@@ -61,7 +72,7 @@ def test_cancelling_the_waiting_task_is_a_cancellation_not_a_timeout() -> None:
         loop = asyncio.get_running_loop()
         deadlines = Deadlines(5.0)
         fut = loop.create_future()
-        waiting = asyncio.ensure_future(deadlines.wait(fut))
+        waiting = asyncio.ensure_future(_wait(deadlines, fut))
         await asyncio.sleep(0.01)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -70,7 +81,7 @@ def test_cancelling_the_waiting_task_is_a_cancellation_not_a_timeout() -> None:
         # The one timer goes on serving later writes.
         later = loop.create_future()
         loop.call_later(0.01, later.set_result, "done")
-        assert await deadlines.wait(later) == "done"
+        assert await _wait(deadlines, later) == "done"
 
     asyncio.run(scenario())
 
@@ -80,7 +91,7 @@ def test_a_new_event_loop_starts_with_an_empty_queue() -> None:
 
     async def stuck() -> None:
         with pytest.raises(TimeoutError):
-            await deadlines.wait(asyncio.get_running_loop().create_future())
+            await _wait(deadlines, asyncio.get_running_loop().create_future())
 
     asyncio.run(stuck())
     asyncio.run(stuck())
