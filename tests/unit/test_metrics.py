@@ -141,6 +141,38 @@ def test_route_labels_are_bounded() -> None:
     assert api._route_label("/v1/streams/append") == "/v1/streams/append"
     assert api._route_label("/metrics") == "/metrics"
     assert api._route_label("/some/random/path?x=1") == "other"
+    # Labels are remembered for real routes only (issue 28): asked again, the same answers,
+    # and made-up paths leave nothing behind.
+    for i in range(100):
+        assert api._route_label(f"/v1/kv/nonsense{i}") == "/v1/kv/{op}"
+        assert api._route_label(f"/x{i}") == "other"
+    assert api._route_label("/v1/kv/put") == "/v1/kv/put"
+    assert api._route_label("/v1/kv/nonsense") == "/v1/kv/{op}"
+    assert set(api._labels) == {"/v1/kv/put", "/v1/streams/append", "/metrics"}
+
+
+def test_routes_are_remembered_for_real_routes_only() -> None:
+    import asyncio
+    import json
+
+    from node.config import local_cluster
+    from node.http_api import Api
+    from node.http_server import Request
+
+    api = Api(local_cluster(secret=""), "node-0", None, None, None)  # routes only
+    headers = {"host": "127.0.0.1", "content-type": "application/json"}
+
+    def code(method: str, path: str) -> str | None:
+        request = Request(method, path, "", headers, b"{}", "127.0.0.1:9")
+        body = json.loads(asyncio.run(api.dispatch(request)).body)
+        return body.get("error", {}).get("code")
+
+    for _ in range(2):  # the second time from what the first one remembered
+        assert code("GET", "/v1/openapi.json") is None
+        assert code("POST", "/v1/kv/nonsense") == "unknown_op"
+        assert code("GET", "/v1/kv/put") == "method_not_allowed"
+        assert code("POST", "/v1/nothing") == "not_found"
+    assert set(api._handlers) == {("GET", "/v1/openapi.json")}
 
 
 def test_instrumentation_cost_is_small() -> None:
