@@ -1,12 +1,13 @@
 """Measures a node's disk use for its storage quota (node/quota.py decides).
 
 A timer on the HTTP loop walks the data dir every `check_interval_seconds` (a few dozen
-files: RocksDB's SSTs and WAL, the raft journal, snapshot files) and reads statvfs; each
-growing write reads statvfs once more (~2 us) so a filesystem filled by someone else is
-seen at once. Nothing here runs inside a raft tick. Measured with `python -m
+files: RocksDB's SSTs and WAL, the raft journal, snapshot files) and reads statvfs; a
+growing write reads statvfs once more (~2 us), or uses one read less than 50 ms before
+(node/quota.py FREE_READING_MAX_AGE), so a filesystem filled by someone else is seen
+within 50 ms. Nothing here runs inside a raft tick. Measured with `python -m
 node.disk_watch DATA_DIR` on the 2-core dev machine, a running node's dir of 14 files
-(75.6 MiB): dir_bytes 222 us, statvfs 8.6 us (2.2 us on an idle machine); a put costs
-~5 ms, so the per-write statvfs is < 0.2 % and the walk, once a second, nothing.
+(75.6 MiB): dir_bytes 222 us, statvfs 8.6 us (2.2 us on an idle machine); the walk, once
+a second, costs nothing that matters.
 
 While space is tight (node/quota.py StorageQuota.tight: the alarm is raised or close to
 it), a measurement that sees the store's compact revision move

@@ -44,6 +44,7 @@ log = logging.getLogger("statekeeper.http")
 
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_HEAD_STARTS_KEPT = 64  # HttpServer.head_starts: statuses x content types seen
 
 
 @dataclass(slots=True)
@@ -100,6 +101,9 @@ class HttpServer:
         self.limits = limits
         # Pre-encoded once: every answer carries them (e.g. X-Statekeeper-Node).
         self.fixed_headers = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in extra_headers)
+        # (status, content type) -> the head up to the Content-Length value: built once,
+        # formatting it per answer cost ~1.5 us (issue 28). Bounded: few of each.
+        self.head_starts: dict[tuple[int, str], bytes] = {}
         # The connections served, counted by client address (node/http_limits.py).
         self.table = ConnectionTable(limits)
         self.connections: set[_HttpProtocol] = self.table.members
@@ -171,6 +175,15 @@ class HttpServer:
             conn.abort()
         if self._server is not None:
             await self._server.wait_closed()
+
+
+def _head_start(status: int, content_type: str) -> bytes:
+    """An answer's status line and Content-Type, up to the Content-Length value."""
+    return b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: " % (
+        status,
+        _REASONS.get(status, b"Unknown"),
+        content_type.encode("latin-1"),
+    )
 
 
 def _peer_certificate(transport: asyncio.BaseTransport) -> bool:
@@ -502,13 +515,17 @@ class _HttpProtocol(asyncio.Protocol):
         transport = self.transport
         if transport is None or self._closed:
             return
+        server = self.server
+        start = server.head_starts.get((resp.status, resp.content_type))
+        if start is None:
+            start = _head_start(resp.status, resp.content_type)
+            if len(server.head_starts) < _HEAD_STARTS_KEPT:
+                server.head_starts[(resp.status, resp.content_type)] = start
         extra = "".join(f"{k}: {v}\r\n" for k, v in resp.headers) if resp.headers else ""
-        head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s%s%s\r\n" % (
-            resp.status,
-            _REASONS.get(resp.status, b"Unknown"),
-            resp.content_type.encode("latin-1"),
+        head = b"%s%d\r\n%s%s%s\r\n" % (
+            start,
             len(resp.body),
-            self.server.fixed_headers,
+            server.fixed_headers,
             extra.encode("latin-1"),
             b"" if keep_alive else b"Connection: close\r\n",
         )

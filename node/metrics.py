@@ -6,7 +6,8 @@ them apart.
 
 Two kinds of values:
 
-- Pushed where the work already is: HTTP requests (node/http_api.py dispatch), entry sizes
+- Pushed where the work already is: HTTP requests (node/http_api.py dispatch, into the
+  plain ints of RequestTally, folded into families at scrape time), entry sizes
   and proposal-to-apply latency (node/proposer.py), journal fsync latency
   (node/journal.py), snapshot duration and size (node/raft/raft_node.py), ReadIndex
   outcomes (node/reads.py). Only these pay on the hot path.
@@ -21,10 +22,12 @@ of ours. It never waits for a scrape beyond that.
 Hot-path cost, measured by `python -m node.metrics` (a micro-benchmark of the exact calls:
 observe calls per request x their cost) on the 2-core dev machine while a CI run loaded it
 (CPython 3.11, prometheus-client 0.26; 3 runs): a Counter child inc() 0.5-0.7 us, a
-Histogram child observe() 1.2-1.6 us, perf_counter() < 0.1 us. Per HTTP request (in-flight
-gauge inc + dec, two perf_counter, the cached (route, code) lookup, one inc, one observe):
-4.0-5.1 us. Per raft entry proposed (entry-size observe, perf_counter pair, latency
-observe): 2.9-3.9 us, shared by every op of a group commit. Per journal fsync: 1.5-1.9 us,
+Histogram child observe() 1.2-1.6 us, perf_counter() < 0.1 us. Per HTTP request it was
+4.0-5.1 us with prometheus-client objects (in-flight gauge inc + dec, one inc, one
+observe); since issue 28 the request families are plain ints read at scrape time
+(RequestTally, the in-flight gauge's set_function): 1.35-1.44 us per request against
+7.5-15 us for the old code in the same 3 alternating runs (a loaded machine). Per raft
+entry proposed (entry-size observe, perf_counter pair, latency observe): 2.9-3.9 us, shared by every op of a group commit. Per journal fsync: 1.5-1.9 us,
 next to an fdatasync of 100 us or more. A put therefore pays at most ~10 us: against the
 ~5 ms of a put at c1 (benchmarks/RESULTS.md, 198 puts/s) that is 0.2 %, and against the
 ~730 us of machine time per put at c64 (1,376 puts/s on 2 cores) about 1 %. This is
@@ -34,13 +37,16 @@ arithmetic from the micro-benchmark, not an A/B of put throughput with and witho
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from itertools import accumulate
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from node.raft.interface import RaftStatus
 
@@ -59,22 +65,16 @@ class NodeMetrics:
 
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry(auto_describe=True)
-        self.http_requests = Counter(
-            "statekeeper_http_requests",
-            "HTTP requests answered, by route template (KV ops by name) and status code",
-            ["route", "code"],
-            registry=r,
-        )
-        self.http_duration = Histogram(
-            "statekeeper_http_request_duration_seconds",
-            "Time from dispatch to the answer's head (a watch: until its stream starts), by route",
-            ["route"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
+        # statekeeper_http_requests and statekeeper_http_request_duration_seconds: plain
+        # ints on the HTTP loop, turned into families at scrape time (RequestTally).
+        self.requests = RequestTally(LATENCY_BUCKETS)
+        r.register(self.requests)
         self.http_in_flight = Gauge(
             "statekeeper_http_requests_in_flight", "HTTP requests being handled", registry=r
         )
+        # Read by the gauge at scrape time; node/http_api.py dispatch counts it up and down.
+        self.requests_in_flight = 0
+        self.http_in_flight.set_function(lambda: self.requests_in_flight)
         self.auth_denials = Counter(
             "statekeeper_auth_denials",
             "Requests refused by [auth], by error code (unauthenticated, permission_denied)",
@@ -120,20 +120,9 @@ class NodeMetrics:
             ["outcome"],
             registry=r,
         )
-        # (route, code) -> (counter child, histogram child): labels() takes a lock and
-        # builds a tuple each call; a plain dict lookup does not. Bounded: routes x codes.
-        self._http_children: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
-        children = self._http_children.get((route, status))
-        if children is None:
-            children = (
-                self.http_requests.labels(route, str(status)),
-                self.http_duration.labels(route),
-            )
-            self._http_children[(route, status)] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        self.requests.observe(route, status, seconds)
 
     def attach(self, collector: Collector) -> None:
         self.registry.register(collector)
@@ -142,6 +131,67 @@ class NodeMetrics:
         """The body and Content-Type of a scrape (text format, or OpenMetrics if asked)."""
         encoder, content_type = choose_encoder(accept or "")
         return encoder(self.registry), content_type
+
+
+class RequestTally(Collector):
+    """HTTP requests answered by (route, code) and their durations by route, kept in plain
+    ints and floats and exposed at scrape time as the Counter and Histogram families that
+    prometheus-client objects would give (same names, labels, buckets, `_created`).
+
+    Why not those objects: a Counter child inc() plus a Histogram child observe() (a lock
+    each, a bucket loop) per request were ~2 us, 2-4 % of a leader's GIL time at 64 clients
+    doing puts (py-spy --gil, issue 28); here it is a dict lookup, a bisect and three adds.
+    Not thread-safe: observe() and the scrape both run on the HTTP loop."""
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self._bounds = (*buckets, float("inf"))
+        self._les = [floatToGoString(b) for b in self._bounds]
+        # (route, status) -> [count, that route's histogram]; a histogram is a list of
+        # per-bucket counts (not cumulative) followed by the sum of the durations.
+        self._by_code: dict[tuple[str, int], list] = {}
+        self._by_route: dict[str, list] = {}
+        self._created: dict[object, float] = {}  # a series' first observation (_created)
+
+    def observe(self, route: str, status: int, seconds: float) -> None:
+        cell = self._by_code.get((route, status))
+        if cell is None:
+            cell = self._new_series(route, status)
+        cell[0] += 1
+        hist = cell[1]
+        hist[bisect_left(self._bounds, seconds)] += 1  # first bucket with seconds <= le
+        hist[-1] += seconds
+
+    def _new_series(self, route: str, status: int) -> list:
+        hist = self._by_route.get(route)
+        if hist is None:
+            hist = self._by_route[route] = [0] * len(self._bounds) + [0.0]
+            self._created[route] = time.time()
+        cell = self._by_code[(route, status)] = [0, hist]
+        self._created[(route, status)] = time.time()
+        return cell
+
+    def collect(self) -> Iterator[Any]:
+        requests = CounterMetricFamily(
+            "statekeeper_http_requests",
+            "HTTP requests answered, by route template (KV ops by name) and status code",
+            labels=["route", "code"],
+        )
+        for (route, status), cell in list(self._by_code.items()):
+            created = self._created[(route, status)]
+            requests.add_metric([route, str(status)], cell[0], created=created)
+        yield requests
+        name = "statekeeper_http_request_duration_seconds"
+        durations = HistogramMetricFamily(
+            name,
+            "Time from dispatch to the answer's head (a watch: until its stream starts), by route",
+            labels=["route"],
+        )
+        for route, hist in list(self._by_route.items()):
+            cumulative = accumulate(hist[:-1])
+            buckets = list(zip(self._les, cumulative, strict=True))
+            durations.add_metric([route], buckets, hist[-1])
+            durations.add_sample(f"{name}_created", {"route": route}, self._created[route])
+        yield durations
 
 
 class StatusCollector(Collector):
@@ -231,7 +281,6 @@ def _bench(n: int = 200_000) -> dict[str, float]:
     """Microseconds per call of each instrumentation step, and per request/entry/fsync."""
     m = NodeMetrics()
     m.observe_request("/v1/kv/put", 200, 0.001)
-    g = m.http_in_flight
     h = m.entry_size
     p = m.proposal_duration
     now = time.perf_counter
@@ -243,9 +292,9 @@ def _bench(n: int = 200_000) -> dict[str, float]:
         return (now() - t0) / n * 1e6
 
     def request() -> None:
-        g.inc()
+        m.requests_in_flight += 1
         t0 = now()
-        g.dec()
+        m.requests_in_flight -= 1
         m.observe_request("/v1/kv/put", 200, now() - t0)
 
     def entry() -> None:
@@ -262,7 +311,7 @@ def _bench(n: int = 200_000) -> dict[str, float]:
         "request": per_call(request) - base,
         "entry": per_call(entry) - base,
         "fsync": per_call(fsync) - base,
-        "counter_inc": per_call(m.http_requests.labels("/v1/kv/put", "200").inc) - base,
+        "counter_inc": per_call(m.proposals_failed.inc) - base,
         "histogram_observe": per_call(lambda: p.observe(0.001)) - base,
         "perf_counter": per_call(now) - base,
     }

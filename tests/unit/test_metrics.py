@@ -141,6 +141,38 @@ def test_route_labels_are_bounded() -> None:
     assert api._route_label("/v1/streams/append") == "/v1/streams/append"
     assert api._route_label("/metrics") == "/metrics"
     assert api._route_label("/some/random/path?x=1") == "other"
+    # Labels are remembered for real routes only (issue 28): asked again, the same answers,
+    # and made-up paths leave nothing behind.
+    for i in range(100):
+        assert api._route_label(f"/v1/kv/nonsense{i}") == "/v1/kv/{op}"
+        assert api._route_label(f"/x{i}") == "other"
+    assert api._route_label("/v1/kv/put") == "/v1/kv/put"
+    assert api._route_label("/v1/kv/nonsense") == "/v1/kv/{op}"
+    assert set(api._labels) == {"/v1/kv/put", "/v1/streams/append", "/metrics"}
+
+
+def test_routes_are_remembered_for_real_routes_only() -> None:
+    import asyncio
+    import json
+
+    from node.config import local_cluster
+    from node.http_api import Api
+    from node.http_server import Request
+
+    api = Api(local_cluster(secret=""), "node-0", None, None, None)  # routes only
+    headers = {"host": "127.0.0.1", "content-type": "application/json"}
+
+    def code(method: str, path: str) -> str | None:
+        request = Request(method, path, "", headers, b"{}", "127.0.0.1:9")
+        body = json.loads(asyncio.run(api.dispatch(request)).body)
+        return body.get("error", {}).get("code")
+
+    for _ in range(2):  # the second time from what the first one remembered
+        assert code("GET", "/v1/openapi.json") is None
+        assert code("POST", "/v1/kv/nonsense") == "unknown_op"
+        assert code("GET", "/v1/kv/put") == "method_not_allowed"
+        assert code("POST", "/v1/nothing") == "not_found"
+    assert set(api._handlers) == {("GET", "/v1/openapi.json")}
 
 
 def test_instrumentation_cost_is_small() -> None:
@@ -248,3 +280,43 @@ def test_journal_reports_each_fsync(tmp_path: Path) -> None:
     j.close()
     assert len(seen) == j.fsyncs - before >= 1
     assert all(s >= 0 for s in seen)
+
+
+def test_request_tally_exposes_what_prometheus_client_objects_would() -> None:
+    """statekeeper_http_requests / _request_duration_seconds are plain ints folded in at
+    scrape time (issue 28): the same samples as a Counter and a Histogram given the same
+    observations, boundaries included (a duration equal to a bucket's le is in it)."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    from node.metrics import LATENCY_BUCKETS
+
+    observed = [("/v1/kv/put", 200, 0.001), ("/v1/kv/put", 200, 0.0007), ("/v1/kv/put", 507, 20.0)]
+    observed += [("/v1/kv/get", 404, 0.0005), ("/v1/kv/put", 200, 2.5), ("other", 404, 0.0)]
+    m = NodeMetrics()
+    ref = CollectorRegistry()
+    counter = Counter("statekeeper_http_requests", "x", ["route", "code"], registry=ref)
+    hist = Histogram(
+        "statekeeper_http_request_duration_seconds",
+        "x",
+        ["route"],
+        buckets=LATENCY_BUCKETS,
+        registry=ref,
+    )
+    for route, status, seconds in observed:
+        m.observe_request(route, status, seconds)
+        counter.labels(route, str(status)).inc()
+        hist.labels(route).observe(seconds)
+
+    def samples(families) -> set:
+        return {
+            (s.name, tuple(sorted(s.labels.items())), None if "_created" in s.name else s.value)
+            for f in families
+            if f.name.startswith("statekeeper_http_request")
+            and f.name != "statekeeper_http_requests_in_flight"
+            for s in f.samples
+        }
+
+    ours = samples(_scrape(m).values())
+    assert ours == samples(ref.collect()) and len(ours) > 20
+    m.requests_in_flight += 3  # read by the gauge at scrape time
+    assert _value(_scrape(m)["statekeeper_http_requests_in_flight"]) == 3

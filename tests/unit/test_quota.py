@@ -15,6 +15,7 @@ from node.errors import OpError, status_for
 from node.ops import OPS, validate_op
 from node.quota import (
     AMPLIFICATION,
+    FREE_READING_MAX_AGE,
     GROWING_OPS,
     MIB,
     SHRINKING_OPS,
@@ -254,3 +255,28 @@ def test_a_peers_alarm_refuses_growing_writes_here_too():
     assert sq.alarm is None and sq.status()["peer_alarms"] == sq.peer_alarms
     sq.peer_alarms = {}
     assert sq.admit(MIB, growing=True, free_now=GIB) is None
+
+
+def test_a_recent_statvfs_serves_later_writes_and_counts_what_they_admitted():
+    """check takes a statvfs at most every FREE_READING_MAX_AGE (issue 28). A write judged
+    by an older reading also counts the bytes admitted since it: the second 1 MiB put sees
+    13 - 2 (first put) - 2 (itself) = 9 MiB, under the 10 MiB reserve, as a fresh statvfs
+    that does not show the first put yet would have said."""
+    now, reads = [100.0], []
+
+    def statvfs() -> int:
+        reads.append(now[0])
+        return 13 * MIB
+
+    sq = StorageQuota(GIB, 10 * MIB, clock=lambda: now[0])
+    sq.sample(Sample(0, GIB, 2 * GIB))
+    put = [{"op": "put"}]
+    assert sq.check("n", put, MIB, statvfs) == MIB
+    sq.release(MIB)  # answered: on disk, but the 13 MiB reading predates it
+    with pytest.raises(OpError) as refused:
+        sq.check("n", put, MIB, statvfs)
+    assert refused.value.code == "insufficient_storage" and reads == [100.0]
+    sq.alarm = None
+    now[0] += FREE_READING_MAX_AGE * 1.5  # a new reading shows the released put on disk
+    assert sq.check("n", put, MIB, statvfs) == MIB and reads == [100.0, now[0]]
+    assert sq.check("n", [{"op": "delete"}], MIB, statvfs) == 0 and len(reads) == 2

@@ -12,9 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from node import http_api, openapi
+from node import http_api, openapi, web_guard
 from node.config import local_cluster
 from node.config_tables import AuthSettings, HttpSettings
+from node.errors import OpError
 from node.http_api import Api
 from node.http_server import Request
 from node.web_guard import WebGuard
@@ -73,6 +74,24 @@ def test_a_rebinding_host_is_421_with_auth_off() -> None:
 def test_hosts_that_name_the_node_pass(host: str) -> None:
     guard = WebGuard(("127.0.0.1", "node-0.internal"), (), ("lb.example",), False)
     guard.check("GET", {"host": host})
+
+
+def test_remembered_verdicts_stay_the_same_and_the_table_stays_bounded() -> None:
+    """Verdicts are cached per Host value (issue 28): a refused value stays refused on every
+    later request, and made-up values beyond the table's size are still judged."""
+    guard = WebGuard(("127.0.0.1",), (), (), False)
+    for _ in range(3):
+        guard.check("GET", {"host": "127.0.0.1:7000"})
+        with pytest.raises(OpError) as refused:
+            guard.check("GET", {"host": "evil.example:7000"})
+        assert refused.value.code == "host_not_allowed"
+    for i in range(web_guard.HOST_VERDICTS_KEPT + 10):
+        with pytest.raises(OpError):
+            guard.check("GET", {"host": f"evil{i}.example"})
+    assert len(guard._host_verdicts) == web_guard.HOST_VERDICTS_KEPT
+    with pytest.raises(OpError):  # past the table's size: judged afresh, still refused
+        guard.check("GET", {"host": "late.example"})
+    guard.check("GET", {"host": "10.9.9.9"})
 
 
 def test_any_host_with_auth_on_and_a_configured_origin_pass() -> None:
