@@ -89,6 +89,7 @@ from langgraph.checkpoint.base import (
 from ..agent.plan import AgentPlan, arun, run
 from .saver_admin import copy_thread_plan, delete_for_runs_plan, delete_threads_plan, prune_plan
 from .saver_codec import Limits, check_serde
+from .saver_combine import CombinedClient, TxnCombiner
 from .saver_delta import delta_history_plan
 from .saver_plan import (
     Ctx,
@@ -140,6 +141,8 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         self._owns_client = False
         self._aclients: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
+        # Txns of threads sharing this saver go out together (saver_combine.py).
+        self._combined = CombinedClient(client, TxnCombiner(client, self.limits))
 
     @classmethod
     def from_endpoints(
@@ -192,7 +195,10 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
             return ac
 
     def _run(self, method: str, plan: AgentPlan[Any]) -> Any:
-        return run(self._sync(method), plan)
+        client = self._sync(method)
+        if self._combined.client is not client:  # self.client was replaced
+            self._combined = CombinedClient(client, TxnCombiner(client, self.limits))
+        return run(self._combined, plan)
 
     async def _arun(self, method: str, plan: AgentPlan[Any]) -> Any:
         return await arun(self._async(method), plan)

@@ -1,0 +1,157 @@
+"""Client-side group commit for the blocking StatekeeperSaver: the txns that threads
+sharing one saver issue while another of its requests is in flight go out together, as
+ONE POST /v1/batch of txns, when that request returns.
+
+Why. A LangGraph app on threads shares one saver, and every graph step costs ~2.3
+requests (1.2 checkpoint puts, 1.1 put_writes, 0.1 get_tuple; counted on a 10-node
+graph). Each request costs ~0.8 ms of the client's CPU in the blocking transport
+(urllib3 + http.client) and its own HTTP exchange on the leader, while raft already
+commits the txns of concurrent requests in one entry. Measured at 16 threads on one saver
+(3-node local cluster, fsync always, 2 shared cores, alternating rounds,
+/tmp prototype of this module): graph steps/s 175 -> 265 and 160 -> 225, client CPU per
+step 3.6-4.0 -> 2.0-2.1 ms, 15-16 txns per request; puts at 16 threads 8.5-9 txns per
+request, client CPU per put 0.80-0.83 -> 0.40-0.50 ms.
+
+How (flat combining). A thread whose txn finds no request of this saver in flight sends
+it at once, alone, exactly as before (one thread: no change, no wait). Otherwise it queues
+its txn and sleeps; the thread in flight, when its answer is in, sends everything queued
+as one batch (within the server's op and byte limits), hands each caller its own result,
+and passes the sender's role to the next queued caller if it still has to wait.
+
+Semantics are each txn's own: a batch is not atomic, each txn in it is (one raft entry
+may carry several; every txn keeps its own idempotency key, and the client retries a
+batch with the same keys). A per-txn error reaches its caller only. A request-level
+failure of the batch reaches every caller in it, as it would have reached each of their
+own requests (Unavailable, Timeout: outcome unknown), except InvalidRequest: the server
+refuses a whole batch for one bad op, so then each txn is sent again alone and each
+caller gets its own answer.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..agent.plan import Call
+from ..errors import InvalidRequest
+from .saver_codec import Limits, op_size
+
+__all__ = ["CombinedClient", "TxnCombiner"]
+
+
+class _Waiting:
+    """One caller's txn: its call, and (once ``done``) its result or error."""
+
+    __slots__ = ("call", "done", "error", "ops", "result", "size", "wake")
+
+    def __init__(self, call: Call) -> None:
+        self.call = call
+        self.wake = threading.Event()
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+        branches: Sequence[Sequence[Mapping[str, Any]]] = call.args
+        self.ops = 1 + sum(len(b) for b in branches)
+        self.size = sum(op_size(o) for b in branches for o in b)
+
+
+class TxnCombiner:
+    """Sends the txns of threads sharing ``client`` (see the module docstring)."""
+
+    def __init__(self, client: Any, limits: Limits) -> None:
+        self.client = client
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._queue: list[_Waiting] = []
+        self._sending = False
+
+    def txn(self, call: Call) -> Any:
+        """``client.txn(*call.args, **call.kwargs)``, possibly in one batch with others."""
+        me = _Waiting(call)
+        with self._lock:
+            self._queue.append(me)
+            lead = not self._sending
+            self._sending = True
+        if not lead:
+            me.wake.wait()  # done, or handed the sender's role
+        if not me.done:
+            self._send_until_done(me)
+        if me.error is not None:
+            raise me.error
+        return me.result
+
+    def _send_until_done(self, me: _Waiting) -> None:
+        try:
+            while not me.done:
+                self._send(self._take())
+        finally:
+            with self._lock:
+                if self._queue:
+                    self._queue[0].wake.set()  # not done: it sends next
+                else:
+                    self._sending = False
+
+    def _take(self) -> list[_Waiting]:
+        """The queued txns, oldest first, that fit in one request."""
+        with self._lock:
+            n, ops, size = 0, 0, 0
+            for w in self._queue:
+                if n and (
+                    ops + w.ops > self.limits.ops or size + w.size > self.limits.request_bytes
+                ):
+                    break
+                n, ops, size = n + 1, ops + w.ops, size + w.size
+            group, self._queue[:n] = self._queue[:n], []
+            return group
+
+    def _send(self, group: list[_Waiting]) -> None:
+        try:
+            if len(group) == 1:
+                self._alone(group[0])
+                return
+            try:
+                b = self.client.batch(ns=group[0].call.kwargs.get("ns"))
+                for w in group:
+                    b.txn(*w.call.args, **w.call.kwargs)
+                results = b.execute()
+            except InvalidRequest:  # one bad txn refuses the whole batch: each alone
+                for w in group:
+                    self._alone(w)
+                return
+            except Exception as exc:
+                for w in group:
+                    w.error = exc
+                return
+            for w, r in zip(group, results, strict=True):
+                if isinstance(r, BaseException):
+                    w.error = r
+                else:
+                    w.result = r
+        finally:
+            for w in group:
+                w.done = True
+                w.wake.set()
+
+    def _alone(self, w: _Waiting) -> None:
+        try:
+            w.result = self.client.txn(*w.call.args, **w.call.kwargs)
+        except Exception as exc:
+            w.error = exc
+
+
+class CombinedClient:
+    """``client`` with its ``txn`` sent through ``combiner`` (every other attribute is the
+    client's own), for :func:`client.agent.plan.run` to drive a saver plan over."""
+
+    __slots__ = ("client", "combiner")
+
+    def __init__(self, client: Any, combiner: TxnCombiner) -> None:
+        self.client = client
+        self.combiner = combiner
+
+    def txn(self, *args: Any, **kwargs: Any) -> Any:
+        return self.combiner.txn(Call("txn", args, kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
