@@ -20,7 +20,9 @@ every read of one get_tuple or list sees one revision (later reads are pinned to
 first's). delete_thread and prune("delete") are prefix deletes in one txn. delete_for_runs
 and prune("keep_latest") sweep each (thread, checkpoint_ns) in one txn guarded by a compare
 on its ``last/`` marker, so a checkpoint put concurrently never loses a blob it references.
-copy_thread is one txn when it fits (see saver_admin.py).
+copy_thread is one txn when it fits (see saver_admin.py). Threads sharing one saver: the
+txns its sync methods issue while another of its requests is in flight go out together in
+one batch request (saver_combine.py; each txn still atomic on its own).
 
 Outcomes. ok: the method returned; the write is committed on a majority (durable as the
 cluster's fsync setting makes it). failed: an exception from client/errors.py

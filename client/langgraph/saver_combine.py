@@ -12,11 +12,12 @@ commits the txns of concurrent requests in one entry. Measured at 16 threads on 
 step 3.6-4.0 -> 2.0-2.1 ms, 15-16 txns per request; puts at 16 threads 8.5-9 txns per
 request, client CPU per put 0.80-0.83 -> 0.40-0.50 ms.
 
-How (flat combining). A thread whose txn finds no request of this saver in flight sends
-it at once, alone, exactly as before (one thread: no change, no wait). Otherwise it queues
-its txn and sleeps; the thread in flight, when its answer is in, sends everything queued
-as one batch (within the server's op and byte limits), hands each caller its own result,
-and passes the sender's role to the next queued caller if it still has to wait.
+How (flat combining). A thread whose txn finds fewer than ``SENDERS`` (2) requests of
+this saver in flight sends it at once, alone, exactly as before (one thread: no change, no
+wait; a graph's checkpoint put is not held behind its step's put_writes). Otherwise it
+queues its txn and sleeps; a sender, when its answer is in, sends what is queued as one
+batch (within the server's op and byte limits), hands each caller its own result, and
+passes its role to the oldest caller still waiting.
 
 Semantics are each txn's own: a batch is not atomic, each txn in it is (one raft entry
 may carry several; every txn keeps its own idempotency key, and the client retries a
@@ -37,18 +38,25 @@ from ..agent.plan import Call
 from ..errors import InvalidRequest
 from .saver_codec import Limits, op_size
 
-__all__ = ["CombinedClient", "TxnCombiner"]
+__all__ = ["SENDERS", "CombinedClient", "TxnCombiner"]
+
+SENDERS = 2
+"""Requests of one saver in flight before txns wait to be combined: 2, so a graph's
+checkpoint put (LangGraph chains those) is never held behind the put_writes of the same
+step; at 16 threads still several txns per request."""
 
 
 class _Waiting:
-    """One caller's txn: its call, and (once ``done``) its result or error."""
+    """One caller's txn: its call, and (once ``done``) its result or error. ``lead``: its
+    thread sends (it was let through, or handed a sender's role); no other sender takes it."""
 
-    __slots__ = ("call", "done", "error", "ops", "result", "size", "wake")
+    __slots__ = ("call", "done", "error", "lead", "ops", "result", "size", "wake")
 
     def __init__(self, call: Call) -> None:
         self.call = call
-        self.wake = threading.Event()
+        self.wake = threading.Event()  # set once: done, or made a sender
         self.done = False
+        self.lead = False
         self.result: Any = None
         self.error: BaseException | None = None
         branches: Sequence[Sequence[Mapping[str, Any]]] = call.args
@@ -57,24 +65,27 @@ class _Waiting:
 
 
 class TxnCombiner:
-    """Sends the txns of threads sharing ``client`` (see the module docstring)."""
+    """Sends the txns of threads sharing ``client`` (see the module docstring): at most
+    ``senders`` requests in flight; txns beyond wait and go out together."""
 
-    def __init__(self, client: Any, limits: Limits) -> None:
+    def __init__(self, client: Any, limits: Limits, senders: int = SENDERS) -> None:
         self.client = client
         self.limits = limits
+        self.senders = senders
         self._lock = threading.Lock()
         self._queue: list[_Waiting] = []
-        self._sending = False
+        self._in_flight = 0  # threads in the sender's role
 
     def txn(self, call: Call) -> Any:
         """``client.txn(*call.args, **call.kwargs)``, possibly in one batch with others."""
         me = _Waiting(call)
         with self._lock:
             self._queue.append(me)
-            lead = not self._sending
-            self._sending = True
-        if not lead:
-            me.wake.wait()  # done, or handed the sender's role
+            if self._in_flight < self.senders:
+                self._in_flight += 1
+                me.lead = True
+        if not me.lead:
+            me.wake.wait()  # done, or made a sender
         if not me.done:
             self._send_until_done(me)
         if me.error is not None:
@@ -84,25 +95,33 @@ class TxnCombiner:
     def _send_until_done(self, me: _Waiting) -> None:
         try:
             while not me.done:
-                self._send(self._take())
+                self._send(self._take(me))
         finally:
-            with self._lock:
-                if self._queue:
-                    self._queue[0].wake.set()  # not done: it sends next
+            with self._lock:  # hand the role to the oldest waiter, if any
+                nxt = next((w for w in self._queue if not w.lead), None)
+                if nxt is None:
+                    self._in_flight -= 1
                 else:
-                    self._sending = False
+                    nxt.lead = True
+                    nxt.wake.set()
 
-    def _take(self) -> list[_Waiting]:
-        """The queued txns, oldest first, that fit in one request."""
+    def _take(self, me: _Waiting) -> list[_Waiting]:
+        """The queued txns, oldest first, that fit in one request: ``me`` and those no
+        other sender owns."""
         with self._lock:
-            n, ops, size = 0, 0, 0
+            group: list[_Waiting] = []
+            ops = size = 0
             for w in self._queue:
-                if n and (
+                if w.lead and w is not me:
+                    continue
+                if group and (
                     ops + w.ops > self.limits.ops or size + w.size > self.limits.request_bytes
                 ):
                     break
-                n, ops, size = n + 1, ops + w.ops, size + w.size
-            group, self._queue[:n] = self._queue[:n], []
+                group.append(w)
+                ops, size = ops + w.ops, size + w.size
+            taken = {id(w) for w in group}
+            self._queue = [w for w in self._queue if id(w) not in taken]
             return group
 
     def _send(self, group: list[_Waiting]) -> None:

@@ -66,8 +66,11 @@ def txn_call(key: str, value: bytes = b"v") -> Call:
     return Call("txn", ([], [ops.put(key, value)], []), {"ns": "lg"})
 
 
-def run_concurrently(comb: TxnCombiner, client: FakeClient, keys: list[str]) -> dict[str, Any]:
-    """``first`` goes alone and is held in flight while ``keys`` queue behind it."""
+def run_concurrently(
+    comb: TxnCombiner, client: FakeClient, keys: list[str], waiting: int | None = None
+) -> dict[str, Any]:
+    """``first`` goes alone and is held in flight while ``keys`` are issued (``waiting``
+    of them queue: all of them with one sender)."""
     out: dict[str, Any] = {}
 
     def call(key: str) -> None:
@@ -83,7 +86,9 @@ def run_concurrently(comb: TxnCombiner, client: FakeClient, keys: list[str]) -> 
     for t in rest:
         t.start()
     deadline = time.monotonic() + 5
-    while len(comb._queue) < len(keys) and time.monotonic() < deadline:
+    while len(comb._queue) < (len(keys) if waiting is None else waiting) and (
+        time.monotonic() < deadline
+    ):
         time.sleep(0.005)
     client.hold.set()
     for t in [first, *rest]:
@@ -94,7 +99,7 @@ def run_concurrently(comb: TxnCombiner, client: FakeClient, keys: list[str]) -> 
 def test_a_lone_txn_is_sent_as_a_txn() -> None:
     client = FakeClient()
     client.hold.set()
-    comb = TxnCombiner(client, Limits())
+    comb = TxnCombiner(client, Limits(), senders=1)
     assert comb.txn(txn_call("a")) == ("ok", "a")
     assert comb.txn(txn_call("b")) == ("ok", "b")
     assert client.sent == [("txn", "a"), ("txn", "b")]
@@ -103,7 +108,7 @@ def test_a_lone_txn_is_sent_as_a_txn() -> None:
 def test_txns_issued_while_one_is_in_flight_go_as_one_batch() -> None:
     client = FakeClient()
     client.errors["c"] = Unavailable("c failed alone")
-    comb = TxnCombiner(client, Limits())
+    comb = TxnCombiner(client, Limits(), senders=1)
     out = run_concurrently(comb, client, ["a", "b", "c"])
     assert client.sent[0] == ("txn", "first")
     assert client.sent[1][0] == "batch" and sorted(client.sent[1][1]) == ["a", "b", "c"]
@@ -111,14 +116,14 @@ def test_txns_issued_while_one_is_in_flight_go_as_one_batch() -> None:
     assert out["first"] == ("ok", "first")
     assert out["a"] == ("ok", "a") and out["b"] == ("ok", "b")
     assert isinstance(out["c"], Unavailable)  # its own error, to it only
-    assert not comb._sending and not comb._queue
+    assert not comb._in_flight and not comb._queue
 
 
 def test_a_batch_refused_as_invalid_is_resent_txn_by_txn() -> None:
     client = FakeClient()
     client.batch_error = InvalidRequest("one op is bad", code="too_large")
     client.errors["b"] = InvalidRequest("b is too large", code="too_large")
-    comb = TxnCombiner(client, Limits())
+    comb = TxnCombiner(client, Limits(), senders=1)
     out = run_concurrently(comb, client, ["a", "b"])
     assert client.sent[1][0] == "batch"
     assert sorted(client.sent[2:]) == [("txn", "a"), ("txn", "b")]
@@ -129,16 +134,16 @@ def test_a_batch_refused_as_invalid_is_resent_txn_by_txn() -> None:
 def test_a_request_level_failure_reaches_every_caller_of_the_batch() -> None:
     client = FakeClient()
     client.batch_error = Unavailable("no leader")
-    comb = TxnCombiner(client, Limits())
+    comb = TxnCombiner(client, Limits(), senders=1)
     out = run_concurrently(comb, client, ["a", "b"])
     assert out["first"] == ("ok", "first")
     assert all(isinstance(out[k], Unavailable) for k in ("a", "b"))
-    assert not comb._sending
+    assert not comb._in_flight
 
 
 def test_groups_stay_within_the_op_limit() -> None:
     client = FakeClient()
-    comb = TxnCombiner(client, Limits(ops=5))  # each txn here counts 2 ops
+    comb = TxnCombiner(client, Limits(ops=5), senders=1)  # each txn here counts 2 ops
     out = run_concurrently(comb, client, ["a", "b", "c", "d", "e"])
     batches = [s for s in client.sent[1:]]
     assert all(len(b[1]) <= 2 for b in batches if b[0] == "batch")
@@ -162,12 +167,27 @@ def test_a_plan_run_over_the_combined_client_sends_its_txns_through_the_combiner
             return got, r, "caught"
 
     client.errors["bad"] = Unavailable("down")
-    assert run(CombinedClient(client, TxnCombiner(client, Limits())), plan()) == (
+    assert run(CombinedClient(client, TxnCombiner(client, Limits(), senders=1)), plan()) == (
         ("got", "k"),
         ("ok", "t"),
         "caught",
     )
     assert client.sent == [("txn", "t"), ("txn", "bad")]
+
+
+def test_with_two_senders_a_second_txn_is_not_held_behind_the_first() -> None:
+    """A graph step's checkpoint put must not wait behind that step's put_writes."""
+    client = FakeClient()
+    comb = TxnCombiner(client, Limits(), senders=2)
+    out: dict[str, Any] = {}
+    first = threading.Thread(target=lambda: out.update(first=comb.txn(txn_call("first"))))
+    first.start()
+    assert client.in_flight.wait(5)
+    assert comb.txn(txn_call("second")) == ("ok", "second")  # while "first" is held
+    client.hold.set()
+    first.join(5)
+    assert client.sent == [("txn", "first"), ("txn", "second")] and out["first"]
+    assert comb._in_flight == 0
 
 
 @pytest.mark.parametrize("threads", [8])
@@ -188,4 +208,4 @@ def test_many_threads_each_get_their_own_result(threads: int) -> None:
     for t in ts:
         t.join(10)
     assert len(out) == threads * 50 and all(v == ("ok", k) for k, v in out.items())
-    assert not comb._sending and not comb._queue
+    assert not comb._in_flight and not comb._queue
