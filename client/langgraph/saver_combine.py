@@ -2,15 +2,18 @@
 sharing one saver issue while another of its requests is in flight go out together, as
 ONE POST /v1/batch of txns, when that request returns.
 
-Why. A LangGraph app on threads shares one saver, and every graph step costs ~2.3
+Why. A LangGraph app on threads shares one saver, and every graph step costs ~2.4
 requests (1.2 checkpoint puts, 1.1 put_writes, 0.1 get_tuple; counted on a 10-node
 graph). Each request costs ~0.8 ms of the client's CPU in the blocking transport
 (urllib3 + http.client) and its own HTTP exchange on the leader, while raft already
 commits the txns of concurrent requests in one entry. Measured at 16 threads on one saver
-(3-node local cluster, fsync always, 2 shared cores, alternating rounds,
-/tmp prototype of this module): graph steps/s 175 -> 265 and 160 -> 225, client CPU per
-step 3.6-4.0 -> 2.0-2.1 ms, 15-16 txns per request; puts at 16 threads 8.5-9 txns per
-request, client CPU per put 0.80-0.83 -> 0.40-0.50 ms.
+(3-node local cluster, fsync always, 2 cores shared with other work at load 6-8; the old
+and new ``_run`` alternating in one process, 3 rounds of 4 s, medians (min-max)):
+requests per put 1.01 -> 0.18, client CPU per put 1015 (900-1030) -> 536 (429-557) us,
+puts/s 248 (144-307) -> 278 (248-292); graph steps: requests per step 2.8-3.1 -> 0.28-0.31,
+client CPU per step 3.6 (3.2-5.1) -> 2.2 (2.2-2.8) ms, nodes' CPU per step 4.0 (3.3-5.8)
+-> 3.3 (3.1-4.0) ms, steps/s 188 (120-200) -> 223 (165-230). One thread's puts: unchanged
+(a 1-thread graph: 2.4 -> 2.2 requests per step, LangGraph's own background threads).
 
 How (flat combining). A thread whose txn finds fewer than ``SENDERS`` (2) requests of
 this saver in flight sends it at once, alone, exactly as before (one thread: no change, no
