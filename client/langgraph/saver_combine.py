@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..agent.plan import Call
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, Unavailable
 from .saver_codec import Limits, op_size
 
 __all__ = ["SENDERS", "CombinedClient", "TxnCombiner"]
@@ -128,6 +128,8 @@ class TxnCombiner:
             return group
 
     def _send(self, group: list[_Waiting]) -> None:
+        for w in group:  # what a caller gets if this thread is interrupted mid-request
+            w.error = Unavailable("the request carrying this txn was interrupted: outcome unknown")
         try:
             if len(group) == 1:
                 self._alone(group[0])
@@ -149,7 +151,7 @@ class TxnCombiner:
                 if isinstance(r, BaseException):
                     w.error = r
                 else:
-                    w.result = r
+                    w.result, w.error = r, None
         finally:
             for w in group:
                 w.done = True
@@ -158,6 +160,7 @@ class TxnCombiner:
     def _alone(self, w: _Waiting) -> None:
         try:
             w.result = self.client.txn(*w.call.args, **w.call.kwargs)
+            w.error = None
         except Exception as exc:
             w.error = exc
 

@@ -76,7 +76,7 @@ def run_concurrently(
     def call(key: str) -> None:
         try:
             out[key] = comb.txn(txn_call(key))
-        except Exception as e:
+        except BaseException as e:  # noqa: BLE001 - the test reads what each caller got
             out[key] = e
 
     first = threading.Thread(target=call, args=("first",))
@@ -139,6 +139,18 @@ def test_a_request_level_failure_reaches_every_caller_of_the_batch() -> None:
     assert out["first"] == ("ok", "first")
     assert all(isinstance(out[k], Unavailable) for k in ("a", "b"))
     assert not comb._in_flight
+
+
+def test_callers_of_a_batch_whose_sender_is_interrupted_get_an_unknown_outcome() -> None:
+    client = FakeClient()
+    client.batch_error = KeyboardInterrupt()  # not an Exception: escapes the sender
+    comb = TxnCombiner(client, Limits(), senders=1)
+    out = run_concurrently(comb, client, ["a", "b"])
+    sender = [k for k in ("a", "b") if isinstance(out[k], KeyboardInterrupt)]
+    others = [k for k in ("a", "b") if k not in sender]
+    assert len(sender) == 1 and len(others) == 1
+    assert isinstance(out[others[0]], Unavailable)  # not a silent None
+    assert comb._in_flight == 0 and not comb._queue
 
 
 def test_groups_stay_within_the_op_limit() -> None:
