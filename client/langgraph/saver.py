@@ -20,7 +20,9 @@ every read of one get_tuple or list sees one revision (later reads are pinned to
 first's). delete_thread and prune("delete") are prefix deletes in one txn. delete_for_runs
 and prune("keep_latest") sweep each (thread, checkpoint_ns) in one txn guarded by a compare
 on its ``last/`` marker, so a checkpoint put concurrently never loses a blob it references.
-copy_thread is one txn when it fits (see saver_admin.py).
+copy_thread is one txn when it fits (see saver_admin.py). Threads sharing one saver: the
+txns its sync methods issue while another of its requests is in flight go out together in
+one batch request (saver_combine.py; each txn still atomic on its own).
 
 Outcomes. ok: the method returned; the write is committed on a majority (durable as the
 cluster's fsync setting makes it). failed: an exception from client/errors.py
@@ -89,6 +91,7 @@ from langgraph.checkpoint.base import (
 from ..agent.plan import AgentPlan, arun, run
 from .saver_admin import copy_thread_plan, delete_for_runs_plan, delete_threads_plan, prune_plan
 from .saver_codec import Limits, check_serde
+from .saver_combine import CombinedClient, TxnCombiner
 from .saver_delta import delta_history_plan
 from .saver_plan import (
     Ctx,
@@ -140,6 +143,8 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         self._owns_client = False
         self._aclients: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
+        # Txns of threads sharing this saver go out together (saver_combine.py).
+        self._combined = CombinedClient(client, TxnCombiner(client, self.limits))
 
     @classmethod
     def from_endpoints(
@@ -192,7 +197,10 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
             return ac
 
     def _run(self, method: str, plan: AgentPlan[Any]) -> Any:
-        return run(self._sync(method), plan)
+        client = self._sync(method)
+        if self._combined.client is not client:  # self.client was replaced
+            self._combined = CombinedClient(client, TxnCombiner(client, self.limits))
+        return run(self._combined, plan)
 
     async def _arun(self, method: str, plan: AgentPlan[Any]) -> Any:
         return await arun(self._async(method), plan)

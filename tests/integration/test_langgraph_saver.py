@@ -257,3 +257,42 @@ def test_async_client_per_event_loop_and_missing_clients(endpoints: list[str]) -
             asyncio.run(sync_only.aget_tuple(generate_config("one")))
     with pytest.raises(RuntimeError, match="client=Client"):
         StatekeeperSaver(ns=ns).get_tuple(generate_config("one"))
+
+
+def test_threads_sharing_a_saver_are_combined_and_each_put_is_its_own(
+    saver: StatekeeperSaver,
+) -> None:
+    """16 threads put chains and pending writes through ONE saver: txns issued while
+    another is in flight go out as batches (fewer requests than txns: saver_combine.py),
+    and every checkpoint and write reads back as its own put wrote it."""
+    sent: list[str] = []
+    real_txn, real_batch = saver.client.txn, saver.client.batch
+    saver.client.txn = lambda *a, **kw: sent.append("txn") or real_txn(*a, **kw)
+    saver.client.batch = lambda *a, **kw: sent.append("batch") or real_batch(*a, **kw)
+    errors: list[BaseException] = []
+    heads: dict[str, dict] = {}
+
+    def worker(w: int) -> None:
+        try:
+            parent = None
+            for step in range(6):
+                cfg = _put(saver, f"w{w}", {"n": step, "w": w}, parent=parent, step=step)
+                saver.put_writes(cfg, [("n", step + 1), ("w", w)], f"task-{w}-{step}")
+                parent = cfg
+            heads[f"w{w}"] = parent
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    saver.client.txn, saver.client.batch = real_txn, real_batch
+    assert not errors, errors
+    assert len(sent) < 16 * 12  # 192 txns: some went out together
+    for w in range(16):
+        tup = saver.get_tuple(heads[f"w{w}"])
+        assert tup.checkpoint["channel_values"] == {"n": 5, "w": w}
+        assert [(c, v) for _, c, v in tup.pending_writes] == [("n", 6), ("w", w)]
+        assert len(list(saver.list(generate_config(f"w{w}")))) == 6
