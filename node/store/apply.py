@@ -328,16 +328,24 @@ def recorded_result(
     return result, None
 
 
+# Values _canonical leaves as they are: the top-level fields of a put or delete.
+_FLAT = frozenset((str, bytes, int, bool, float, type(None)))
+
+
 def _canonical(v: Any) -> Any:
+    # Flat members are not walked: a saver txn's digest called this 46 times per op
+    # (18% of its apply, cProfile, issue 28). Exact types first, the flat check inline:
+    # op_digest of a txn of ten 256 B puts 49 -> 34 us (timeit, best of 5).
+    t = type(v)
+    if t is dict:
+        return [[k, x if type(x) in _FLAT else _canonical(x)] for k, x in sorted(v.items())]
+    if t is list or t is tuple:
+        return [x if type(x) in _FLAT else _canonical(x) for x in v]
     if isinstance(v, dict):
         return [[k, _canonical(v[k])] for k in sorted(v)]
     if isinstance(v, list | tuple):
         return [_canonical(x) for x in v]
     return v
-
-
-# Values _canonical leaves as they are: the top-level fields of a put or delete.
-_FLAT = frozenset((str, bytes, int, bool, float, type(None)))
 
 
 def op_digest(op: dict, pack: Callable[[Any], bytes] | None = None) -> bytes:

@@ -4,8 +4,12 @@ cluster, must agree). The expected values were computed by the code before issue
 
 from __future__ import annotations
 
+import hashlib
+
 import msgpack
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from node.config import Limits
 from node.ops import validate_op
@@ -53,3 +57,35 @@ def test_digest_through_a_reused_packer_is_the_same(raw: dict, expected: str) ->
     op = validate_op(raw, Limits())
     assert op_digest(op, packer.pack).hex() == expected
     assert op_digest(op, packer.pack).hex() == expected  # the Packer resets between calls
+
+
+def _reference_canonical(v):
+    """_canonical as it was before issue 28 (the bytes must not change)."""
+    if isinstance(v, dict):
+        return [[k, _reference_canonical(v[k])] for k in sorted(v)]
+    if isinstance(v, list | tuple):
+        return [_reference_canonical(x) for x in v]
+    return v
+
+
+_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=5)
+    | st.binary(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.text(max_size=6), _values, max_size=6))
+def test_the_faster_walk_packs_the_same_bytes(op: dict) -> None:
+    reference = [(k, _reference_canonical(op[k])) for k in sorted(op) if k != "idempotency_key"]
+    expected = hashlib.blake2b(msgpack.packb(reference, use_bin_type=True), digest_size=16)
+    assert op_digest(op) == expected.digest()
