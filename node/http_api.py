@@ -597,10 +597,13 @@ class Api:
         st = self.raft.status()
         if st.ready and not self.shutting_down:
             return self._respond({"ready": True, "node_id": self.node_id}, codec.JSON)
+        if self.shutting_down:
+            # The same code as the drain's answer to a request read after the signal
+            # (http_server.drain): one read just before it must not answer differently.
+            err = OpError("unavailable", f"{self.node_id} is shutting down; retry on another node")
+            return self._respond({"error": err.to_dict(), "ready": False}, codec.JSON, 503)
         reason = (
-            "shutting down"
-            if self.shutting_down
-            else f"restoring a snapshot (state machine at applied index {st.applied_index})"
+            f"restoring a snapshot (state machine at applied index {st.applied_index})"
             if st.restoring
             else "no leader known"
             if st.leader_id is None

@@ -453,10 +453,11 @@ class _Builder:
                 "ready",
                 "Readiness",
                 "200 when a leader is known and this node has applied up to the leader's commit "
-                "index (within a small lag); else 503 `not_ready`. Always JSON.",
+                "index (within a small lag); else 503 `not_ready`, or `unavailable` once the "
+                "node is stopping (SIGTERM). Always JSON.",
                 "Ready",
                 "Ready.",
-                ("not_ready",),
+                ("not_ready", "unavailable"),
                 tag="health",
             ),
             "/v1/openapi.json": self.get(
