@@ -4,15 +4,17 @@ raft index).
 
 Compaction to C (explicit `compact` op, or automatic when revision - compact_revision
 exceeds retention.history_revisions plus 1/16 slack) only moves `compact_revision`; the
-physical pruning deletes every "s" entry with rev <= C together with the history record
-it names, a bounded number per entry (HIST_PRUNE_MIN + 2 per history record the entry
-wrote, so it keeps up with any write rate). `pruned_rev` remembers how far it got (seek
-position, skips RocksDB tombstones). Reads at R >= C stay exact because the newest record
-<= C of every key is never superseded at <= C.
+physical pruning deletes every change-log record ("r" rev key, read by node/watch.py) with
+rev <= C together with the history records its value names (the ones the write at rev
+superseded), a bounded number per entry (HIST_PRUNE_MIN + 2 per history record the entry
+wrote, so it keeps up with any write rate). `changes_pruned` remembers how far it got
+(seek position, skips RocksDB tombstones). Reads at R >= C stay exact because the newest
+record <= C of every key is never superseded at <= C. A watch from at or below
+compact_revision is refused (`compacted`), so no reader needs the pruned log.
 
-The change log ("r" rev key, read by node/watch.py) is pruned the same way and with the
-same budget, up to the same compact revision: `changes_pruned` is its seek position. A
-watch from at or below compact_revision is refused (`compacted`), so no reader needs it.
+Data written before issue 28 names superseded records in "s" rev8 <history key> entries
+instead (and its "r" values are empty): those are pruned the same way, up to the same
+revision, with `pruned_rev` as their seek position; nothing writes "s" any more.
 
 Idempotency records are pruned the same way, in expiry order through the "e" index, once
 the replicated clock has passed their expiry (IDEM_PRUNE_MIN + 2 per record stored).
@@ -20,10 +22,12 @@ the replicated clock has passed their expiry (IDEM_PRUNE_MIN + 2 per record stor
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from node.errors import OpError
 from node.store.apply import AFTER_ENTRY, EntryTx, handles
 from node.store.backend import check
-from node.store.keys import CHANGE, IDEM, IDEM_EXP, INF, SUPERSEDED, p64, u64
+from node.store.keys import CHANGE, HIST, IDEM, IDEM_EXP, INF, SEP, SUPERSEDED, p64, u64
 
 HIST_PRUNE_MIN = 256
 IDEM_PRUNE_MIN = 64
@@ -56,19 +60,42 @@ AFTER_ENTRY.append(prune)
 
 
 def _prune_history(tx: EntryTx, budget: int) -> None:
-    # An "s" entry names the history record it supersedes: both go.
-    tx.pruned_rev = _prune_revision_index(tx, SUPERSEDED, tx.pruned_rev, budget, True)
+    # Data written before issue 28: an "s" entry names the history record it supersedes,
+    # both go. Nothing writes "s" now; on a newer data dir this is one seek that finds none.
+    tx.pruned_rev = _prune_revision_index(tx, SUPERSEDED, tx.pruned_rev, budget, _named_by_key)
 
 
 def _prune_changes(tx: EntryTx, budget: int) -> None:
-    tx.changes_pruned = _prune_revision_index(tx, CHANGE, tx.changes_pruned, budget, False)
+    # A change-log record's value names the key's history records it superseded.
+    tx.changes_pruned = _prune_revision_index(
+        tx, CHANGE, tx.changes_pruned, budget, _named_by_value
+    )
+
+
+def _named_by_key(k: bytes, v: bytes) -> list[bytes]:
+    """The history record an "s" rev8 <history key> entry names."""
+    return [k[9:]]
+
+
+def _named_by_value(k: bytes, v: bytes) -> list[bytes]:
+    """The history records the change-log record "r" rev8 ns 0x00 key supersedes: one per
+    rev8 of its value (empty for a key created at rev, and in records written before the
+    value named them, whose "s" entries do)."""
+    if not v:
+        return []
+    hb = HIST + k[9:] + SEP
+    return [hb + v[i : i + 8] for i in range(0, len(v), 8)]
 
 
 def _prune_revision_index(
-    tx: EntryTx, tag: bytes, pruned_to: int, budget: int, with_record: bool
+    tx: EntryTx,
+    tag: bytes,
+    pruned_to: int,
+    budget: int,
+    named: Callable[[bytes, bytes], list[bytes]],
 ) -> int:
     """Delete the `tag` rev8 ... entries with rev in (pruned_to, compact target], at most
-    `budget` of them (and, `with_record`, the record each one names after its rev8);
+    `budget` of them, and the records `named(key, value)` says each one supersedes;
     returns the revision pruned up to. Entries written by this entry are above
     base_revision and not in the DB yet: a later entry prunes them."""
     target = min(tx.compact_revision, tx.base_revision)
@@ -77,6 +104,7 @@ def _prune_revision_index(
     it = tx.db_iter()
     it.seek(tag + p64(pruned_to + 1))
     done_to = target
+    overlay = tx.overlay
     while it.valid():
         k = it.key()
         if k[:1] != tag:
@@ -87,9 +115,9 @@ def _prune_revision_index(
         if budget <= 0:
             done_to = rev - 1
             break
-        tx.overlay[k] = None
-        if with_record:
-            tx.overlay[k[9:]] = None
+        overlay[k] = None
+        for record in named(k, it.value()):
+            overlay[record] = None
         budget -= 1
         it.next()
     check(it)

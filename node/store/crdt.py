@@ -9,7 +9,7 @@ A CRDT lives in an ordinary kv key: its value is the envelope
 so get, range, watch, history, leases, txn compares and compaction all treat it as any
 value, and put/cas/delete over it simply replace or remove it. `merge` reads the key's
 envelope (empty(type) when the key is absent), folds the op's state in with model.merge
-and writes the result back through kv.write_put (the same "c"/"h"/"s"/"r" records as a
+and writes the result back through kv.write_put (the same "c"/"h"/"r" records as a
 put, so watches and history see merges). When the merged envelope is byte-identical to
 the stored one (canonical encoding: equal states, equal bytes) nothing is written and no
 revision is taken: `changed: false`. A merge keeps the key's lease attachment (a put

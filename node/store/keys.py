@@ -20,9 +20,8 @@ contain no NUL, so NUL works as separator and byte order of the composite keys e
                                          [value, version, create_revision], or nil
                                          for a tombstone (the key was deleted at rev)
     b"s" rev8 <history key>              empty; the history record is superseded at
-                                         rev (no read at >= rev needs it). A tombstone
-                                         also indexes itself at its own revision so a
-                                         deleted key vanishes once compacted past it.
+                                         rev (no read at >= rev needs it). Written
+                                         before issue 28 only (see "r"); still pruned.
     b"i" ns 0x00 idempotency_key         [expires_ms, revision, result, op_digest]
     b"e" ms8 ns 0x00 idempotency_key     empty; expiry index of the "i" records
     b"Q" ns 0x00 stream                  stream meta (node/store/streams.py): [first_seq,
@@ -47,10 +46,16 @@ contain no NUL, so NUL works as separator and byte order of the composite keys e
     b"J" ns 0x00 stream                  the lease the stream is attached to (int); "J"
                                          exists iff "j" does, iff the stream exists (its
                                          "Q") and was last appended to with that lease
-    b"r" rev8 ns 0x00 key                empty; the change log (node/watch.py): key was
-                                         put or deleted at rev (its "h" record at rev says
-                                         which). Written by every put/delete, pruned with
-                                         the history up to compact_revision.
+    b"r" rev8 ns 0x00 key                the change log (node/watch.py): key was put or
+                                         deleted at rev (its "h" record at rev says
+                                         which). Value: the rev8s of the key's "h"
+                                         records the write superseded at rev (no read
+                                         at >= rev needs them): empty for a put that
+                                         created the key, the previous mod_revision for
+                                         an overwrite, that and rev itself for a delete
+                                         (a deleted key vanishes once compacted past it).
+                                         Written by every put/delete; pruned up to
+                                         compact_revision with the records it names.
     b"P" ns 0x00 target 0x00 prefix      retention policy (node/store/retention.py):
                                          [keep_last, keep_every, max_age_s,
                                          create_revision, mod_revision] (nil = rule unset)
@@ -102,8 +107,15 @@ key). Records written before that have 3 fields and say nothing about the lease:
 "K" is read (`cur_lease` is None), so data dirs and snapshots of older versions open
 unchanged; a put rewrites the record in the 4-field shape. "K"/"k" are still written for
 every attached key (lock_list and lease revocation read them). Older versions cannot read
-the 4-field shape (no downgrade). Records written
-before idempotency keys were scoped to a namespace (b"i" idempotency_key, 3 fields) are
+the 4-field shape (no downgrade).
+
+Superseded history: before issue 28 every write also stored an "s" entry per history
+record it superseded (a fourth record per put) and left "r" values empty; now the "r"
+record's value names them (kv.write_put: 4 -> 3 records per put). compaction.py prunes
+both ("s" entries of older data dirs and snapshots, with `pruned_rev` as their seek
+position; "r" with `changes_pruned`), so old data opens and compacts unchanged; an
+older version would read the new data correctly but never prune the history records
+named only in "r" values (no downgrade). Records written before idempotency keys were scoped to a namespace (b"i" idempotency_key, 3 fields) are
 never matched again and expire as before.
 """
 

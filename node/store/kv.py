@@ -1,9 +1,9 @@
 """The key-value ops: put, delete, cas, and get/range inside an entry (etcd's model) and
 as reads of StateMachine.read (`reads.serves`).
 
-A write at revision rev stages the key's new "c" record, its "h" record at rev, an
-"s" entry marking the record it replaces as superseded at rev, and its change-log record
-"r" rev key (read by node/watch.py) (node/store/keys.py).
+A write at revision rev stages the key's new "c" record, its "h" record at rev, and its
+change-log record "r" rev key (read by node/watch.py), whose value names the "h" records
+the write supersedes at rev (node/store/keys.py).
 
 Archival (node/store/archive.py): a put that creates a key (it is not live) also removes
 the key's archive tombstone b"A" if there is one: one point lookup, paid only by puts that
@@ -31,7 +31,6 @@ from node.store.keys import (
     hist_prefix_of,
     inc,
     p64,
-    superseded_key,
     unpack,
 )
 
@@ -40,10 +39,15 @@ def write_put(
     tx: EntryTx, ns_b: bytes, key_b: bytes, key: str, value: bytes, want_prev: bool, lease: int = 0
 ):
     """Stage a put; returns (the previous kv when asked, else None; (version, create, rev)).
-    The key ends up attached to `lease` (0: to no lease; node/store/lease_state.py)."""
+    The key ends up attached to `lease` (0: to no lease; node/store/lease_state.py).
+
+    Three records (issue 28 item 3): "c", "h" at rev, and the change-log record "r" at rev
+    whose value names the "h" record the put supersedes (the key's previous mod_revision;
+    empty when the put creates the key), which before was a fourth record ("s")."""
     rev = tx.revision + 1
     ck = cur_key(ns_b, key_b)
     hb = hist_prefix(ns_b, key_b)
+    staging = tx.staging
     cur = tx.point(ck)
     prev = None
     if cur is not None:
@@ -52,42 +56,48 @@ def write_put(
             prev = tx.kv_from_meta(ns_b, key_b, key, meta)
         version, create, mod = meta[0] + 1, meta[1], meta[2]
         old_lease = cur_lease(meta)  # None: an old-shape record, "K" knows
-        tx.stage(superseded_key(rev, hb + p64(mod)), b"")
+        superseded = p64(mod)
     else:
-        version, create, old_lease = 1, rev, 0
+        version, create, old_lease, superseded = 1, rev, 0, b""
         ak = archived_key(ns_b, key_b)
         if tx.point(ak) is not None:  # an archived key written again: no longer archived
-            tx.stage(ak, None)
-    tx.stage(ck, tx.pack([version, create, rev, lease]))
-    tx.stage(hb + p64(rev), tx.pack([value, version, create]))
-    lease_state.set_key_lease(tx, ns_b, key_b, lease, old_lease)
-    tx.stage(change_key(rev, ck), b"")
+            staging[ak] = None
+    pack = tx.pack
+    staging[ck] = pack([version, create, rev, lease])
+    staging[hb + p64(rev)] = pack([value, version, create])
+    if old_lease != lease:  # None (old shape) != any lease: set_key_lease reads "K"
+        lease_state.set_key_lease(tx, ns_b, key_b, lease, old_lease)
+    staging[change_key(rev, ck)] = superseded
     tx.hist_written += 1
     tx.wrote = True
     return prev, (version, create, rev)
 
 
 def write_delete(tx: EntryTx, ck: bytes, meta: list) -> None:
-    """Stage the deletion of the live key whose "c" key is `ck` and record is `meta`."""
+    """Stage the deletion of the live key whose "c" key is `ck` and record is `meta`: its
+    tombstone "h" at rev and its change-log record "r" at rev naming the record it
+    supersedes and the tombstone itself (a deleted key vanishes once compacted past rev)."""
     rev = tx.revision + 1
-    hb = hist_prefix_of(ck)
+    rev8 = p64(rev)
     tx.stage(ck, None)
     lease_state.detach(tx, ck, cur_lease(meta))
-    tx.stage(superseded_key(rev, hb + p64(meta[2])), b"")
-    tx.stage(hb + p64(rev), TOMBSTONE)
-    tx.stage(superseded_key(rev, hb + p64(rev)), b"")  # the tombstone itself goes at rev
-    tx.stage(change_key(rev, ck), b"")
+    tx.stage(hist_prefix_of(ck) + rev8, TOMBSTONE)
+    tx.stage(change_key(rev, ck), p64(meta[2]) + rev8)
     tx.hist_written += 1
     tx.wrote = True
 
 
 @handles("put")
 def put(tx: EntryTx, op: dict) -> dict:
-    ns_b, key = op["ns"].encode(), op["key"]
-    lease, granted = lease_state.for_put(tx, op)
-    prev, _ = write_put(tx, ns_b, key.encode(), key, op["value"], op["prev_kv"], lease)
+    key = op["key"]
+    if op.get("lease") is None and op.get("ttl_ms") is None:
+        lease, granted = 0, False  # lease_state.for_put's answer, without the call
+    else:
+        lease, granted = lease_state.for_put(tx, op)
+    want_prev = op["prev_kv"]
+    prev, _ = write_put(tx, op["ns"].encode(), key.encode(), key, op["value"], want_prev, lease)
     result: dict[str, Any] = {"revision": tx.revision + 1}
-    if op["prev_kv"]:
+    if want_prev:
         result["prev_kv"] = prev
     if granted:
         result["lease"] = lease

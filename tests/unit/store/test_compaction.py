@@ -4,8 +4,9 @@ import pytest
 
 from node.config import Retention
 from node.errors import OpError
-from node.store import compaction
-from tests.unit.store.util import Node, history_records, put
+from node.store import StateMachine, compaction, keys
+from node.store.backend import open_db
+from tests.unit.store.util import Node, history_records, put, raw_items
 
 
 def test_explicit_compaction(node):
@@ -78,3 +79,67 @@ def test_pruning_runs_in_bounded_chunks(tmp_path, monkeypatch):
         assert n.value("k", revision=30) == b"29"
     assert len(history_records(n.sm)) == 1
     n.sm.close()
+
+
+def _index_records(sm, tag):
+    return {k: v for k, v in raw_items(sm) if k[:1] == tag}
+
+
+def test_a_write_names_what_it_supersedes_in_its_change_log_record(node):
+    # Issue 28: a put writes "c", "h" and "r" (no "s" record); the "r" value names the
+    # history records the write superseded: none for a create, the previous one for an
+    # overwrite, the previous one and the tombstone itself for a delete.
+    node.put("a", b"1")  # rev 1
+    node.put("a", b"2")  # rev 2
+    node.delete("a")  # rev 3
+    assert _index_records(node.sm, keys.SUPERSEDED) == {}
+    ck = keys.cur_key(b"default", b"a")
+    assert _index_records(node.sm, keys.CHANGE) == {
+        keys.change_key(1, ck): b"",
+        keys.change_key(2, ck): keys.p64(1),
+        keys.change_key(3, ck): keys.p64(2) + keys.p64(3),
+    }
+
+
+def _as_written_before_issue_28(path):
+    """Rewrite the DB at `path` (closed) into the older index format: an "s" rev8 <history
+    key> entry per superseded record and empty "r" values."""
+    db = open_db(path)
+    try:
+        changes = [(k, v) for k, v in db.items(from_key=keys.CHANGE) if k[:1] == keys.CHANGE]
+        for k, v in changes:
+            hb = keys.HIST + k[9:] + keys.SEP
+            for i in range(0, len(v), 8):
+                db[keys.SUPERSEDED + k[1:9] + hb + v[i : i + 8]] = b""
+            db[k] = b""
+    finally:
+        db.close()
+
+
+def test_history_indexed_the_older_way_is_still_pruned(tmp_path):
+    # Data dirs (and snapshots) of versions before issue 28 index superseded records with
+    # "s" entries; history written after the upgrade names them in "r". Compaction must
+    # prune both, leaving exactly what a store that never had the old format keeps.
+    def writes(n, first, last):
+        for i in range(first, last):
+            n.put(f"k{i % 3}", b"%d" % i)
+            if i % 4 == 0:
+                n.delete(f"k{(i + 1) % 3}")
+
+    old, twin = Node(tmp_path / "old"), Node(tmp_path / "twin")
+    for n in (old, twin):
+        writes(n, 0, 12)
+    old.sm.close()
+    _as_written_before_issue_28(tmp_path / "old")
+    old.sm = StateMachine(tmp_path / "old")
+    assert _index_records(old.sm, keys.SUPERSEDED)  # the conversion did something
+    for n in (old, twin):
+        writes(n, 12, 24)
+        n.one({"op": "compact", "revision": n.sm.revision - 2})
+        n.apply()  # physical pruning of what the entry above compacted
+    assert _index_records(old.sm, keys.SUPERSEDED) == {}
+    assert history_records(old.sm) == history_records(twin.sm)
+    for r in range(old.sm.compact_revision, old.sm.revision + 1):
+        assert old.sm.range("default", revision=r) == twin.sm.range("default", revision=r)
+    for n in (old, twin):
+        n.sm.close()
