@@ -30,6 +30,7 @@ import tomli_w
 # The settings tables ([limits], [retention], [raft], [http], [tls], [auth]).
 from node.config_tables import (
     CLIENT_AUTH_MODES,
+    RAFT_ENTRY_LIMIT_BYTES,
     AuthSettings,
     HttpSettings,
     Limits,
@@ -45,6 +46,7 @@ from node.journal import FSYNC_MODES
 __all__ = [
     "CLIENT_AUTH_MODES",
     "FSYNC_MODES",
+    "RAFT_ENTRY_LIMIT_BYTES",
     "SECRET_ENV",
     "SECRET_FILE_ENV",
     "SECRET_ON_COMMAND_LINE",
@@ -329,6 +331,16 @@ def validate(cfg: ClusterConfig) -> None:
         raise ConfigError("raft: need 0 < election_timeout_min < election_timeout_max")
     if r.snapshot_max_journal_bytes < 1024 * 1024:
         raise ConfigError("raft: snapshot_max_journal_bytes must be at least 1 MiB")
+    half = RAFT_ENTRY_LIMIT_BYTES // 2  # a batch: max_entry_bytes + one more request
+    for key, value in (
+        ("limits.max_request_bytes", cfg.limits.max_request_bytes),
+        ("raft.max_entry_bytes", r.max_entry_bytes),
+    ):
+        if not 1 <= value <= half:
+            raise ConfigError(
+                f"{key} must be within 1..{half} ({half // 2**20} MiB, half of the "
+                f"{RAFT_ENTRY_LIMIT_BYTES // 2**20} MiB one raft entry may hold), not {value}"
+            )
     if r.live_stall_seconds < 1:  # below a second a busy but healthy node looks stuck
         raise ConfigError("raft: live_stall_seconds must be at least 1 (default 10)")
     h = cfg.http

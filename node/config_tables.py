@@ -9,6 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The most bytes one raft entry may have (the command pysyncobj journals and ships: its type
+# byte + the entry, node/raft/log.py). pysyncobj 0.3.17 pickles an entry of
+# appendEntriesBatchSizeBytes or more and sends it in 'transmission' chunks that the
+# follower unpickles: code execution for whoever can send raft messages. Our nodes never
+# chunk nor accept chunks (node/raft/pickle_guard.py); this bound keeps every entry far
+# below the 64 MiB at which pysyncobj chunked with our batch size, and one entry's stall of
+# the raft loop short (~25-30 ms per MiB, see max_entry_bytes). A larger one is refused
+# before it is journalled: 413 request_too_large, nothing applied. Fixed, not configurable:
+# every node must accept what its leader sends. validate() (node/config.py) keeps
+# [limits] max_request_bytes and [raft] max_entry_bytes at half of it or less, since a
+# batch may hold max_entry_bytes of requests plus one more request.
+RAFT_ENTRY_LIMIT_BYTES = 32 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class Limits:

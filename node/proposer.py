@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from node import entry
+from node.config import RAFT_ENTRY_LIMIT_BYTES
 from node.errors import OpError
 from node.raft import SubmitError
 
@@ -40,6 +41,13 @@ Submit = Callable[[bytes, Callable[[object, "SubmitError | None"], None]], None]
 def _error_for(err: SubmitError) -> OpError:
     if err is SubmitError.NO_LEADER:
         return OpError("unavailable", "no raft leader is reachable; nothing was applied, retry")
+    if err is SubmitError.ENTRY_TOO_LARGE:
+        return OpError(
+            "request_too_large",
+            f"the raft entry of this request would exceed {RAFT_ENTRY_LIMIT_BYTES} bytes, "
+            "the most one raft entry may hold (docs/protocol.md, 'Raft entries'); nothing "
+            "was applied: send fewer or smaller ops",
+        )
     return OpError(
         "timeout",
         "the leader changed before the write was confirmed; it may or may not have been "

@@ -55,6 +55,8 @@ The package, one job per module:
     peers.py       _AuthenticatingEncryptor: AES-GCM peer messages; UnauthenticatedSweepMixin
                    of _SyncObj: connections that never authenticate are dropped
     compaction.py  JournalBoundMixin of _SyncObj: a snapshot once the journal is too big
+    pickle_guard.py  PicklePathsMixin of _SyncObj: every path where pysyncobj would unpickle
+                   a peer's bytes, closed (its docstring lists each pickle.loads site)
     commit_notice.py  CommitNoticeMixin of _SyncObj: the leader's commit-only AppendEntries
                    ride on the next pass (or go out after 2 ms; at once for forwarded entries)
     peer_encoding.py  the peers' wire format (version byte | msgpack, sealed; its home):
@@ -140,8 +142,9 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   Test: test_raft_workarounds.py::test_journal_size_bounds_the_journal
 - pysyncobj pickles with protocol 2, which encodes bytes through a latin-1 str (14x slower
   than protocol 5 for a 60 KB entry): protocol 5 is set whenever node.raft is imported
-  (what still pickles: an entry of 64 MiB or more, sent in pysyncobj's chunks; older
-  journals' commands). [syncobj.py] Test: tests/unit/test_peer_auth.py::
+  (what still pickles: nothing we send or journal; pysyncobj's own VERSION and MEMBERSHIP
+  commands, which we never write; older journals' commands are read back by a restricted
+  unpickler, log.py). [syncobj.py] Test: tests/unit/test_peer_auth.py::
   test_pysyncobj_pickles_with_a_modern_protocol
 - a crash between a snapshot's rename and the journal's prefix drop made the next start
   cut the journal to the snapshot's two entries, losing acknowledged entries after it:
@@ -293,6 +296,26 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   committed entry of its leader's term it grants no vote or pre-vote, stands for no
   election and takes no hand-over. [catchup.py, node/raft_state.py, syncobj.py] Tests:
   test_lost_disk.py; tests/unit/test_raft_state.py
+- pysyncobj unpickles a peer's bytes in two places our codec does not cover: a lone entry
+  of appendEntriesBatchSizeBytes (64 MiB here) or more is pickled by the leader and sent
+  in 'transmission' chunks that the follower joins and unpickles, and a VERSION command
+  (setCodeVersion; or any peer's forwarded 'apply_command', which the leader appended as it
+  came) is unpickled by every node that applies it: code execution on every node for a
+  peer holding the cluster secret. The leader never chunks (a batch size no entry reaches;
+  _SyncObj__getEntries caps batches at MAX_MESSAGE_BYTES), one entry holds at most
+  config.RAFT_ENTRY_LIMIT_BYTES = 32 MiB (RaftNode.submit refuses more: 413
+  request_too_large; config keeps max_request_bytes and max_entry_bytes at 16 MiB or
+  less), a node drops every AppendEntries carrying 'transmission' unread (ERROR once a
+  minute per peer host), a leader appends a forwarded command only if it is an entry or a
+  membership change within the bound (else answered REQUEST_DENIED), VERSION entries
+  apply as no-ops and setCodeVersion refuses. [pickle_guard.py, syncobj.build_conf,
+  syncobj._SyncObj, raft_node.RaftNode.submit, node/config.py] Tests:
+  test_raft_pickle_paths.py (a sealed 'transmission' carrying a pickle that creates a file:
+  ::test_a_sealed_transmission_carrying_a_pickle_is_dropped_unread; ::
+  test_the_leader_never_chunks_a_large_entry; ::test_version_commands_are_never_unpickled;
+  ::test_an_entry_over_the_bound_is_refused_and_nothing_is_journalled);
+  tests/unit/test_pickle_guard.py; tests/unit/test_config.py::
+  test_request_and_batch_sizes_stay_under_half_the_raft_entry_bound
 - the leader (appendEntriesUseBatch off) sends a pass of AppendEntries only to carry a new
   commit index after every applied entry: at one client two passes per put, four answers
   to decode, two messages for each follower. The notice rides on the next pass, or goes

@@ -16,6 +16,8 @@ class SubmitError(Enum):
     NO_LEADER = "no_leader"
     # May or may not be applied: retry only with the same idempotency key.
     OUTCOME_UNKNOWN = "outcome_unknown"
+    # Over config.RAFT_ENTRY_LIMIT_BYTES: refused before anything was queued, not applied.
+    ENTRY_TOO_LARGE = "entry_too_large"
 
 
 @dataclass(frozen=True)

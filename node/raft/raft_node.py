@@ -18,16 +18,23 @@ from typing import TYPE_CHECKING
 
 from node import failpoints, snapshot_file
 from node.cluster_clock import ClusterClock
-from node.config import ClusterConfig, ConfigError
+from node.config import RAFT_ENTRY_LIMIT_BYTES, ClusterConfig, ConfigError
 from node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
 from node.raft.install import SyncBehind
-from node.raft.interface import FSM, ApplyFn, Callback, RaftStatus
+from node.raft.interface import FSM, ApplyFn, Callback, RaftStatus, SubmitError
 from node.raft.log import _entry_tuple, _RaftLog
 from node.raft.loop_driver import LoopDriver
 from node.raft.members import Member, MemberError
 from node.raft.membership import ChangeCallback
 from node.raft.peers import _AuthenticatingEncryptor
-from node.raft.syncobj import SERIALIZER_STATE, _DialNode, _SyncObj, build_conf, submit_callback
+from node.raft.syncobj import (
+    SERIALIZER_STATE,
+    _DialNode,
+    _SyncObj,
+    build_conf,
+    replicated_command_size,
+    submit_callback,
+)
 from node.raft_state import prepare_raft_dir
 from node.tls import raft_contexts
 
@@ -303,7 +310,12 @@ class RaftNode:
     # -- the small interface ------------------------------------------------------------
 
     def submit(self, payload: bytes, callback: Callback) -> None:
-        """Replicate one entry; callback(results, None) once it is applied on this node."""
+        """Replicate one entry; callback(results, None) once it is applied on this node.
+        An entry over RAFT_ENTRY_LIMIT_BYTES: callback(None, ENTRY_TOO_LARGE) at once, on
+        this thread, nothing queued (pickle_guard.py says why the bound)."""
+        if replicated_command_size(payload) > RAFT_ENTRY_LIMIT_BYTES:
+            callback(None, SubmitError.ENTRY_TOO_LARGE)
+            return
         self._obj._apply_entry(payload, callback=submit_callback(callback))
 
     def journal_size_bytes(self) -> int:

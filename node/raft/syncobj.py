@@ -31,7 +31,7 @@ from pysyncobj.transport import TCPTransport
 
 from node import failpoints
 from node.cluster_clock import ClusterClock
-from node.config import RaftSettings
+from node.config import RAFT_ENTRY_LIMIT_BYTES, RaftSettings
 from node.raft import loop_driver
 from node.raft.catchup import CatchUpMixin
 from node.raft.commit_notice import CommitNoticeMixin
@@ -46,6 +46,7 @@ from node.raft.membership import MembershipMixin
 from node.raft.peer_encoding import PassEncoder, PeerCodecMixin, SharedSendMixin
 from node.raft.peer_set import ConfigPeersMixin
 from node.raft.peers import UnauthenticatedSweepMixin, _AuthenticatingEncryptor
+from node.raft.pickle_guard import VERSION_COMMAND, PicklePathsMixin
 from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
 from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST, ReadIndexMixin
 from node.raft.tls_connection import TlsConnectionMixin, TlsTransportMixin
@@ -55,10 +56,10 @@ log = logging.getLogger("statekeeper.raft")
 
 # pysyncobj pickles with protocol 2, which encodes bytes through a latin-1 str round trip:
 # 14x slower than protocol 5 for a 60 KB entry. Peer messages are msgpack now
-# (peer_encoding.py) and entries are journalled without pickle (log.py), but pysyncobj
-# still pickles an entry of MAX_MESSAGE_BYTES or more to send it in chunks (an
-# append_entries 'transmission', sealed like every message), and older journals hold
-# pickled commands. Module globals are not name-mangled: this is its `__protocol`.
+# (peer_encoding.py), entries are journalled without pickle (log.py) and no entry is ever
+# sent in pysyncobj's pickled chunks (pickle_guard.py): what pysyncobj would still pickle
+# is its own VERSION and MEMBERSHIP commands, which we never write. Module globals are not
+# name-mangled: this is its `__protocol`.
 PEER_PICKLE_PROTOCOL = 5
 setattr(_pysyncobj_pickle, "__protocol", PEER_PICKLE_PROTOCOL)
 
@@ -79,10 +80,16 @@ setattr(_pysyncobj_pickle, "__protocol", PEER_PICKLE_PROTOCOL)
 # 64 KiB recv); 4 MiB buffers: 143-219 ms, batches answered in ~0.1 s.
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 
-# One append_entries message may carry this many bytes of entries. The default (64 KiB)
-# sends a group-committed entry of a few MiB as dozens of chunked messages; on loopback
-# one message per entry is cheaper.
+# One append_entries message may carry this many bytes of entries (more only for a lone
+# entry larger than this, from an older journal: it goes as one message). The default
+# (64 KiB) sends a group-committed entry of a few MiB as dozens of chunked messages; on
+# loopback one message per entry is cheaper. _SyncObj__getEntries applies it: pysyncobj's
+# appendEntriesBatchSizeBytes is set where no entry reaches it (_NEVER_CHUNK), because
+# pysyncobj pickles a lone entry of that size or more and sends it in 'transmission'
+# chunks, which followers unpickle (pickle_guard.py).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_NEVER_CHUNK = 1 << 62
+assert RAFT_ENTRY_LIMIT_BYTES < MAX_MESSAGE_BYTES < _NEVER_CHUNK
 
 # loop_driver.py speaks pysyncobj's poller event types without importing it.
 assert (POLL_EVENT_TYPE.READ, POLL_EVENT_TYPE.WRITE, POLL_EVENT_TYPE.ERROR) == (
@@ -90,6 +97,7 @@ assert (POLL_EVENT_TYPE.READ, POLL_EVENT_TYPE.WRITE, POLL_EVENT_TYPE.ERROR) == (
     loop_driver.WRITE,
     loop_driver.ERROR,
 )
+assert VERSION_COMMAND == bytes([_syncobj_module._COMMAND_TYPE.VERSION])
 
 NEXT_NODE_IDX = "next_node_idx"
 
@@ -147,7 +155,7 @@ def build_conf(
         # No thread of pysyncobj's own: the node's asyncio loop ticks it (loop_driver.py).
         autoTick=False,
         appendEntriesUseBatch=False,
-        appendEntriesBatchSizeBytes=MAX_MESSAGE_BYTES,
+        appendEntriesBatchSizeBytes=_NEVER_CHUNK,  # batches: _SyncObj__getEntries
         sendBufferSize=SOCKET_BUFFER_BYTES,
         recvBufferSize=SOCKET_BUFFER_BYTES,
         raftMinTimeout=r.election_timeout_min,
@@ -289,9 +297,12 @@ class _SyncObj(
     MembershipMixin,
     LeadershipTransferMixin,
     CommitNoticeMixin,
+    PicklePathsMixin,
     SyncObj,
 ):
     """pysyncobj's SyncObj with this node's workarounds (listed in node/raft/__init__.py)."""
+
+    _REQUEST_DENIED = FAIL_REASON.REQUEST_DENIED  # for PicklePathsMixin
 
     def __init__(
         self,
@@ -406,7 +417,9 @@ class _SyncObj(
 
     def _SyncObj__doApplyCommand(self, command: bytes):
         payload = entry_payload(command)
-        if payload is None:  # NO_OP, membership, version: pysyncobj's (membership.py)
+        if payload is None:  # NO_OP, membership: pysyncobj's (membership.py)
+            if self.skipped_version_command(command):  # never unpickled (pickle_guard.py)
+                return None
             return SyncObj._SyncObj__doApplyCommand(self, command)  # type: ignore[attr-defined]
         # The index being applied is not passed in; pysyncobj increments
         # raftLastApplied right after this returns.
@@ -484,6 +497,13 @@ class _SyncObj(
         finally:
             self.send_pass = None
 
+    def _SyncObj__getEntries(self, fromIDx, count=None, maxSizeBytes=None):
+        # The leader's batches (the one call with a size) stop at MAX_MESSAGE_BYTES, read
+        # here at each call; pysyncobj's own limit, which would chunk, is never reached.
+        if maxSizeBytes is not None:
+            maxSizeBytes = min(maxSizeBytes, MAX_MESSAGE_BYTES)
+        return SyncObj._SyncObj__getEntries(self, fromIDx, count, maxSizeBytes)  # type: ignore[attr-defined]
+
     def _SyncObj__applyLogEntries(self) -> bool:
         # True: pysyncobj's leader sends every follower the new commit index at once;
         # commit_notice.py defers that to the next pass unless a follower waits for it.
@@ -522,6 +542,8 @@ class _SyncObj(
 
     def _SyncObj__onMessageReceived(self, node, message):
         kind = message.get("type") if isinstance(message, dict) else None
+        if self.refused_pickle_path(node, kind, message):  # pickle_guard.py
+            return None
         if self.dropped_while_restoring(kind, message) or self.refused_while_catching_up(kind):
             return None
         if kind == PREVOTE_REQUEST:

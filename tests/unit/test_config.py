@@ -149,3 +149,14 @@ def test_live_stall_seconds_is_read_and_checked() -> None:
     assert _parse("[raft]\nlive_stall_seconds = 30\n").raft.live_stall_seconds == 30.0
     with pytest.raises(ConfigError, match="live_stall_seconds must be at least 1"):
         node_config.validate(_parse("[raft]\nlive_stall_seconds = 0.5\n"))
+
+
+@pytest.mark.parametrize("table", ["[limits]\nmax_request_bytes", "[raft]\nmax_entry_bytes"])
+def test_request_and_batch_sizes_stay_under_half_the_raft_entry_bound(table: str) -> None:
+    """One raft entry may hold RAFT_ENTRY_LIMIT_BYTES (below pysyncobj's 64 MiB chunking,
+    node/raft/pickle_guard.py); a batch holds up to max_entry_bytes plus one request."""
+    half = node_config.RAFT_ENTRY_LIMIT_BYTES // 2
+    assert node_config.RAFT_ENTRY_LIMIT_BYTES < 64 * 1024 * 1024
+    assert _parse(f"{table} = {half}\n")
+    with pytest.raises(ConfigError, match=r"must be within 1\.\.16777216 \(16 MiB"):
+        _parse(f"{table} = {half + 1}\n")

@@ -190,3 +190,11 @@ def test_results_from_the_loop_thread_do_not_wake_the_loop_through_its_descripto
 
     assert asyncio.run(main(on_loop)) == []
     assert len(asyncio.run(main(on_thread))) == 1
+
+
+def test_an_entry_over_the_raft_bound_is_413_and_nothing_was_applied() -> None:
+    """raft refuses an entry over RAFT_ENTRY_LIMIT_BYTES before queueing it (RaftNode.submit):
+    the client gets 413 request_too_large, saying nothing was applied."""
+    status, body = _batch(_api(lambda payload, cb: cb(None, SubmitError.ENTRY_TOO_LARGE)), 1)
+    assert status == 413 and body["error"]["code"] == "request_too_large", body
+    assert "nothing was applied" in body["error"]["message"]
