@@ -62,9 +62,15 @@ class _Waiting:
         self.lead = False
         self.result: Any = None
         self.error: BaseException | None = None
-        branches: Sequence[Sequence[Mapping[str, Any]]] = call.args
-        self.ops = 1 + sum(len(b) for b in branches)
-        self.size = sum(op_size(o) for b in branches for o in b)
+        self.ops = self.size = -1  # counted by measure(), only when txns are combined
+
+    def measure(self) -> tuple[int, int]:
+        """(ops, bytes) this txn adds to a batch request."""
+        if self.ops < 0:
+            branches: Sequence[Sequence[Mapping[str, Any]]] = self.call.args
+            self.ops = 1 + sum(len(b) for b in branches)
+            self.size = sum(op_size(o) for b in branches for o in b)
+        return self.ops, self.size
 
 
 class TxnCombiner:
@@ -112,17 +118,19 @@ class TxnCombiner:
         """The queued txns, oldest first, that fit in one request: ``me`` and those no
         other sender owns."""
         with self._lock:
+            if len(self._queue) == 1 and self._queue[0] is me:  # alone: nothing to size
+                self._queue = []
+                return [me]
             group: list[_Waiting] = []
             ops = size = 0
             for w in self._queue:
                 if w.lead and w is not me:
                     continue
-                if group and (
-                    ops + w.ops > self.limits.ops or size + w.size > self.limits.request_bytes
-                ):
+                n, b = w.measure()
+                if group and (ops + n > self.limits.ops or size + b > self.limits.request_bytes):
                     break
                 group.append(w)
-                ops, size = ops + w.ops, size + w.size
+                ops, size = ops + n, size + b
             taken = {id(w) for w in group}
             self._queue = [w for w in self._queue if id(w) not in taken]
             return group
