@@ -33,7 +33,7 @@ import time
 
 import httptools
 
-from .aio_connection import CannotConnect, ConnectionLost, Endpoint
+from .aio_connection import AnswerHeaders, CannotConnect, ConnectionLost, Endpoint
 from .wire import Request
 
 __all__ = ["SyncPool"]
@@ -41,7 +41,7 @@ __all__ = ["SyncPool"]
 _RECV = 1 << 16
 
 
-class _Conn:
+class _Conn(AnswerHeaders):
     """One keep-alive connection and its answer parser (httptools callbacks)."""
 
     __slots__ = (
@@ -123,16 +123,6 @@ class _Conn:
         self.framed = self.headers_done = False
         self.ctype = None
         self.chunks = []
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        n = len(name)
-        if n == 12:
-            if name.lower() == b"content-type":
-                self.ctype = value.decode("latin-1")
-        elif (n == 14 and name.lower() == b"content-length") or (
-            n == 17 and name.lower() == b"transfer-encoding"
-        ):
-            self.framed = True
 
     def on_headers_complete(self) -> None:
         self.headers_done = True

@@ -5,14 +5,17 @@ Each test: keep-alive reuse and the ways an answer can end, as the server sees t
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import msgpack
 import pytest
 
-from client import Client, RetryPolicy, Timeout, Unavailable
+from client import Client, RetryPolicy, Timeout, TlsError, Unavailable
+from tests.loopback.self_signed import self_signed
 from tests.loopback.test_aio_transport import Server
 
 ONCE = RetryPolicy.disabled()
@@ -20,9 +23,14 @@ ONCE = RetryPolicy.disabled()
 
 @pytest.fixture
 def server() -> Iterator[Server]:
+    yield from _threaded(None)
+
+
+def _threaded(tls: ssl.SSLContext | None) -> Iterator[Server]:
+    """A Server on its own event loop in a thread (the Client under test blocks)."""
     loop = asyncio.new_event_loop()
     srv = Server()
-    loop.run_until_complete(srv.start())
+    loop.run_until_complete(srv.start(tls=tls))
     t = threading.Thread(target=loop.run_forever, daemon=True)
     t.start()
     yield srv
@@ -135,3 +143,18 @@ def test_threads_get_their_own_answers_on_their_own_connections(server: Server) 
         assert server.max_open >= 2  # in flight together: a connection each
         c.status()
     _until(lambda: server.open == 0)  # two kept idle (max_connections) and closed at close()
+
+
+def test_https_verifies_the_certificate_and_keeps_the_connection(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    for srv in _threaded(tls):
+        url = srv.url(scheme="https")
+        with Client(url, retry=ONCE) as c, pytest.raises(TlsError) as ei:
+            c.status()  # not trusted: the handshake fails
+        assert ei.value.code == "tls_failed"
+        with Client(url, retry=ONCE, ca=cert) as c:
+            assert [c.status()["n"] for _ in range(3)] == [1, 2, 3]  # one TLS connection
+            assert c.get("k").value == b"k"
+        assert srv.conns == 1  # the failed handshake never reached the handler
