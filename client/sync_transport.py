@@ -147,12 +147,20 @@ class _Conn(AnswerHeaders):
 
 def _dropped(sock: socket.socket) -> bool:
     """An idle connection that is readable has been closed by the server (or holds stray
-    bytes, or TLS records): not reusable. One poll, as urllib3 checks before reuse."""
+    bytes, or TLS records): not reusable. One zero-timeout poll, as urllib3 checks before
+    reuse (poll, not select: select refuses descriptors above 1023)."""
     try:
+        if _HAS_POLL:
+            p = select.poll()
+            p.register(sock, select.POLLIN)
+            return bool(p.poll(0))
         readable, _, _ = select.select([sock], [], [], 0)
     except (OSError, ValueError):
         return True
     return bool(readable)
+
+
+_HAS_POLL = hasattr(select, "poll")
 
 
 class SyncPool:
