@@ -5,9 +5,9 @@ with httptools (llhttp) parsing the answers, as AsyncClient's transport does
 Why. urllib3's request path (its pool, http.client's request and header objects, the
 email parser http.client runs on every answer's headers) cost 710-812 us of client CPU
 per request against 180-207 us for the same exchange over a bare socket (a put of 256 B
-to a local 3-node cluster, 300 requests per round, process time; /tmp/sv/raw.py of the
-issue 28 saver work). A LangGraph saver put is one request, so this was about 60% of the
-client's CPU per checkpoint.
+to a local 3-node cluster, 300 requests per round, two rounds, process time, issue 28).
+A LangGraph saver put is one request: its client CPU fell from 1200-1280 to 483-488 us
+(400 puts of benchmarks/langgraph_workload.py's checkpoints, two rounds each).
 
 What it does, no more: one request at a time per connection (no pipelining); idle
 connections reused last-in first-out per endpoint, at most ``max_idle`` kept per

@@ -4,8 +4,9 @@ ONE POST /v1/batch of txns, when that request returns.
 
 Why. A LangGraph app on threads shares one saver, and every graph step costs ~2.4
 requests (1.2 checkpoint puts, 1.1 put_writes, 0.1 get_tuple; counted on a 10-node
-graph). Each request costs ~0.8 ms of the client's CPU in the blocking transport
-(urllib3 + http.client) and its own HTTP exchange on the leader, while raft already
+graph). Each request cost ~0.8 ms of the client's CPU in the blocking transport when
+it was urllib3 + http.client (~0.15 ms since client/sync_transport.py) and costs its own
+HTTP exchange on the leader, while raft already
 commits the txns of concurrent requests in one entry. Measured at 16 threads on one saver
 (3-node local cluster, fsync always, 2 cores shared with other work at load 6-8; the old
 and new ``_run`` alternating in one process, 3 rounds of 4 s, medians (min-max)):
