@@ -39,17 +39,20 @@ from .wire import Request
 __all__ = ["SyncPool"]
 
 _RECV = 1 << 16
+_NO_ANSWER: tuple[int, str | None, bytes] = (0, None, b"")
 
 
 class _Conn(AnswerHeaders):
     """One keep-alive connection and its answer parser (httptools callbacks)."""
 
     __slots__ = (
+        "answer",
         "answered",
         "chunks",
         "ctype",
         "done",
         "ep",
+        "extra",
         "framed",
         "headers_done",
         "parser",
@@ -64,6 +67,8 @@ class _Conn(AnswerHeaders):
         self.parser = httptools.HttpResponseParser(self)
         self.answered = 0  # whole answers received on this connection
         self.done = False  # the current answer is complete
+        self.extra = False  # more came after it: out of step, never reuse
+        self.answer = _NO_ANSWER
         self.reusable = False
         self.headers_done = False
         self.framed = False  # Content-Length or Transfer-Encoding given
@@ -75,7 +80,7 @@ class _Conn(AnswerHeaders):
         """Send ``data``, read its whole answer within ``timeout`` seconds."""
         sock = self.sock
         deadline = time.monotonic() + timeout
-        self.done = self.headers_done = False
+        self.done = self.headers_done = self.extra = False
         sock.settimeout(timeout)
         try:
             sock.sendall(data)
@@ -99,9 +104,8 @@ class _Conn(AnswerHeaders):
             except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
                 self.reusable = False
                 raise ConnectionLost(f"invalid HTTP answer from {self.ep.url}: {exc!r}") from exc
-        body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
-        self.chunks = []
-        return self.status, self.ctype, body
+        answer, self.answer = self.answer, _NO_ANSWER  # an idle connection keeps none
+        return answer
 
     def _eof(self, seen: bool) -> tuple[int, str | None, bytes]:
         self.reusable = False
@@ -118,7 +122,8 @@ class _Conn(AnswerHeaders):
     # -- httptools callbacks
 
     def on_message_begin(self) -> None:
-        if self.done:  # a second answer to one request: out of step
+        if self.done:  # a second answer to one request: out of step (self.answer is kept)
+            self.extra = True
             self.reusable = False
         self.framed = self.headers_done = False
         self.ctype = None
@@ -127,7 +132,7 @@ class _Conn(AnswerHeaders):
     def on_headers_complete(self) -> None:
         self.headers_done = True
         self.status = self.parser.get_status_code()
-        self.reusable = self.parser.should_keep_alive()
+        self.reusable = self.parser.should_keep_alive() and not self.extra
 
     def on_body(self, body: bytes) -> None:
         self.chunks.append(body)
@@ -135,6 +140,12 @@ class _Conn(AnswerHeaders):
     def on_message_complete(self) -> None:
         if self.parser.get_status_code() < 200:  # an interim answer: the real one follows
             return
+        if self.extra:
+            return
+        chunks = self.chunks
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self.chunks = []
+        self.answer = (self.status, self.ctype, body)
         self.answered += 1
         self.done = True
 

@@ -126,10 +126,11 @@ class Server:
             await writer.drain()
             return False
         extra = b"Connection: close\r\n" if action == "close_header" else b""
-        writer.write(
+        answer = (
             b"HTTP/1.1 200 OK\r\nContent-Type: application/msgpack\r\n"
             b"Content-Length: %d\r\n%s\r\n%s" % (len(payload), extra, payload)
         )
+        writer.write(answer * 2 if action == "twice" else answer)  # twice: out of step
         await writer.drain()
         if action == "close_idle":  # answer, then close the idle connection (idle timeout)
             await asyncio.sleep(0.01)

@@ -88,6 +88,17 @@ def test_answer_delimited_by_eof_is_read_and_not_reused(server: Server) -> None:
         assert c.status()["conn"] == 2
 
 
+def test_a_second_answer_to_one_request_is_dropped_with_its_connection(
+    server: Server,
+) -> None:
+    server.script[:] = ["twice"]
+    with Client(server.url(), retry=ONCE) as c:
+        assert c.get("k1").value == b"k1"
+        # Had the connection been reused, this would read the stray answer to "k1".
+        assert c.get("k2").value == b"k2"
+    assert [cid for cid, _, _ in server.requests] == [1, 2]
+
+
 def test_close_before_answering_is_kind_lost_and_retried_with_the_same_key(
     server: Server,
 ) -> None:
