@@ -7,7 +7,9 @@ email parser http.client runs on every answer's headers) cost 710-812 us of clie
 per request against 180-207 us for the same exchange over a bare socket (a put of 256 B
 to a local 3-node cluster, 300 requests per round, two rounds, process time, issue 28).
 A LangGraph saver put is one request: its client CPU fell from 1200-1280 to 483-488 us
-(400 puts of benchmarks/langgraph_workload.py's checkpoints, two rounds each).
+(400 puts of benchmarks/langgraph_workload.py's checkpoints, two rounds each). And
+http.client sends a request's head and body in two send() calls (cProfile: 600 sendall
+for 300 requests), so the node reads each request in two segments; here it is one.
 
 What it does, no more: one request at a time per connection (no pipelining); idle
 connections reused last-in first-out per endpoint, at most ``max_idle`` kept per
