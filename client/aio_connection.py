@@ -21,7 +21,7 @@ from .wire import Request
 if TYPE_CHECKING:
     from .aio_transport import Pool
 
-__all__ = ["CannotConnect", "Connection", "ConnectionLost", "Endpoint"]
+__all__ = ["AnswerHeaders", "CannotConnect", "Connection", "ConnectionLost", "Endpoint"]
 
 
 class CannotConnect(OSError):
@@ -83,7 +83,27 @@ class Endpoint:
         return head
 
 
-class Connection(asyncio.Protocol):
+class AnswerHeaders:
+    """httptools' ``on_header`` for an answer: its Content-Type (``ctype``), and whether
+    Content-Length or Transfer-Encoding frame its body (``framed``; else it ends at EOF).
+    Shared by this module's Connection and the blocking client's (client/sync_transport.py)."""
+
+    __slots__ = ()
+    ctype: str | None
+    framed: bool
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        n = len(name)
+        if n == 12:
+            if name.lower() == b"content-type":
+                self.ctype = value.decode("latin-1")
+        elif (n == 14 and name.lower() == b"content-length") or (
+            n == 17 and name.lower() == b"transfer-encoding"
+        ):
+            self.framed = True
+
+
+class Connection(AnswerHeaders, asyncio.Protocol):
     """One keep-alive connection, one outstanding request at a time.
 
     The request's future (``fut``) gets ``(status, content_type, body)``, or
@@ -221,16 +241,6 @@ class Connection(asyncio.Protocol):
         self.framed = False
         self.ctype = None
         self.chunks.clear()
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        n = len(name)
-        if n == 12:
-            if name.lower() == b"content-type":
-                self.ctype = value.decode("latin-1")
-        elif (n == 14 and name.lower() == b"content-length") or (
-            n == 17 and name.lower() == b"transfer-encoding"
-        ):
-            self.framed = True
 
     def on_headers_complete(self) -> None:
         self.headers_done = True

@@ -9,7 +9,7 @@ A plan is a generator that yields what to do next and is sent what came of it:
 - a :class:`retry.Backoff`: sleep ``delay`` seconds, then go on with ``next(plan)``.
 
 It returns the call's result (``StopIteration.value``) or raises the call's error. Each
-client runs plans over its own transport in ``_drive``: blocking over urllib3 in
+client runs plans over its own transport in ``_drive``: blocking over sockets in
 client/sync.py, awaited over asyncio in client/aio.py. So the retry loop, which node to
 ask and when to look for the leader are written once, here.
 

@@ -1,4 +1,5 @@
-"""Blocking client over urllib3 (one PoolManager, keep-alive connections).
+"""Blocking client: requests over client/sync_transport.py (keep-alive sockets, httptools),
+watch streams over urllib3.
 
 The operations are defined once, in client/commands.py; this module is the transport:
 it sends a call's attempts over urllib3 and sleeps between them (``_drive``).
@@ -17,6 +18,7 @@ import urllib3
 from urllib3.exceptions import ConnectTimeoutError, HTTPError, ReadTimeoutError
 from urllib3.util import parse_url
 
+from .aio_connection import CannotConnect
 from .base import Answer, Pages, Plan
 from .batch_ops import ClientBatch
 from .cache import Cache
@@ -27,6 +29,7 @@ from .lease_keeper import Lease, ThreadKeeper
 from .lock import Lock
 from .responses import connection_error
 from .retry import Backoff
+from .sync_transport import SyncPool
 from .watch import WatchSession
 from .wire import Request
 
@@ -37,7 +40,9 @@ _TRANSPORT_ERRORS = (HTTPError, OSError)
 
 
 def _kind(exc: BaseException) -> str:
-    if isinstance(exc, ConnectTimeoutError):  # includes NewConnectionError (refused, DNS)
+    # ConnectTimeoutError includes NewConnectionError (refused, DNS); CannotConnect is
+    # sync_transport's (nothing was sent).
+    if isinstance(exc, ConnectTimeoutError | CannotConnect):
         return "connect"
     if isinstance(exc, ReadTimeoutError | TimeoutError):
         return "timeout"
@@ -107,6 +112,9 @@ class Client(Commands[Batch]):
     _effects_type = Effects
 
     def _init_transport(self, max_connections: int) -> None:
+        # Requests go over sync_transport (a third of urllib3's CPU per request, see
+        # there); watch streams over urllib3.
+        self._conns = SyncPool(max_connections, self._tls, self._authorization)
         self._pm = urllib3.PoolManager(
             num_pools=len(self._endpoints) + 8,
             maxsize=max_connections,
@@ -118,7 +126,6 @@ class Client(Commands[Batch]):
         self._pools: dict[str, tuple[urllib3.HTTPConnectionPool, str]] = {}
         for url in self._endpoints.urls:
             self._pool(url)
-        self._default_timeout = urllib3.Timeout(connect=self.timeout, read=self.timeout)
         self._streams: set[urllib3.BaseHTTPResponse] = set()  # watches being read
         # id(headers) -> (headers, headers + Authorization): see _headers.
         self._with_auth: dict[int, tuple[Any, dict[str, str]]] = {}
@@ -131,23 +138,7 @@ class Client(Commands[Batch]):
         return entry
 
     def _send(self, url: str, req: Request, timeout: float) -> tuple[int, str | None, bytes]:
-        pool, prefix = self._pool(url)
-        tmo = (
-            self._default_timeout
-            if timeout == self.timeout
-            else urllib3.Timeout(connect=timeout, read=timeout)
-        )
-        resp = pool.urlopen(
-            req.method,
-            prefix + req.path,
-            body=req.body,
-            headers=self._headers(req.headers) if self._authorization else req.headers,
-            retries=False,
-            redirect=False,
-            timeout=tmo,
-            preload_content=True,
-        )
-        return resp.status, resp.headers.get("Content-Type"), resp.data
+        return self._conns.send(url, req, timeout)
 
     def _headers(self, headers: Any) -> Any:
         """A request's headers plus Authorization, merged once per headers mapping."""
@@ -233,6 +224,7 @@ class Client(Commands[Batch]):
         for resp in list(self._streams):  # wakes a watch blocked in another thread
             with contextlib.suppress(Exception):
                 resp.shutdown()
+        self._conns.close()
         self._pm.clear()
 
     def __enter__(self) -> Client:

@@ -1,7 +1,7 @@
 """The wire basics of the client's sans-IO core: a :class:`Request`, the msgpack encoding,
 the read options. No sockets anywhere in the core.
 
-``Client`` (urllib3) and ``AsyncClient`` (asyncio) both build a :class:`Request` with the
+``Client`` (blocking sockets) and ``AsyncClient`` (asyncio) both build a :class:`Request` with the
 builders of client/kv_requests.py and client/batch_ops.py, send ``request.body`` to
 ``endpoint + request.path`` and hand the answer's status, Content-Type and body to
 ``request.parse``, which returns the result (client/results.py) or raises the typed

@@ -4,8 +4,9 @@ ONE POST /v1/batch of txns, when that request returns.
 
 Why. A LangGraph app on threads shares one saver, and every graph step costs ~2.4
 requests (1.2 checkpoint puts, 1.1 put_writes, 0.1 get_tuple; counted on a 10-node
-graph). Each request costs ~0.8 ms of the client's CPU in the blocking transport
-(urllib3 + http.client) and its own HTTP exchange on the leader, while raft already
+graph). Each request cost ~0.8 ms of the client's CPU in the blocking transport when
+it was urllib3 + http.client (~0.15 ms since client/sync_transport.py) and costs its own
+HTTP exchange on the leader, while raft already
 commits the txns of concurrent requests in one entry. Measured at 16 threads on one saver
 (3-node local cluster, fsync always, 2 cores shared with other work at load 6-8; the old
 and new ``_run`` alternating in one process, 3 rounds of 4 s, medians (min-max)):
@@ -62,9 +63,15 @@ class _Waiting:
         self.lead = False
         self.result: Any = None
         self.error: BaseException | None = None
-        branches: Sequence[Sequence[Mapping[str, Any]]] = call.args
-        self.ops = 1 + sum(len(b) for b in branches)
-        self.size = sum(op_size(o) for b in branches for o in b)
+        self.ops = self.size = -1  # counted by measure(), only when txns are combined
+
+    def measure(self) -> tuple[int, int]:
+        """(ops, bytes) this txn adds to a batch request."""
+        if self.ops < 0:
+            branches: Sequence[Sequence[Mapping[str, Any]]] = self.call.args
+            self.ops = 1 + sum(len(b) for b in branches)
+            self.size = sum(op_size(o) for b in branches for o in b)
+        return self.ops, self.size
 
 
 class TxnCombiner:
@@ -112,17 +119,19 @@ class TxnCombiner:
         """The queued txns, oldest first, that fit in one request: ``me`` and those no
         other sender owns."""
         with self._lock:
+            if len(self._queue) == 1 and self._queue[0] is me:  # alone: nothing to size
+                self._queue = []
+                return [me]
             group: list[_Waiting] = []
             ops = size = 0
             for w in self._queue:
                 if w.lead and w is not me:
                     continue
-                if group and (
-                    ops + w.ops > self.limits.ops or size + w.size > self.limits.request_bytes
-                ):
+                n, b = w.measure()
+                if group and (ops + n > self.limits.ops or size + b > self.limits.request_bytes):
                     break
                 group.append(w)
-                ops, size = ops + w.ops, size + w.size
+                ops, size = ops + n, size + b
             taken = {id(w) for w in group}
             self._queue = [w for w in self._queue if id(w) not in taken]
             return group

@@ -10,8 +10,6 @@ reuse and the max_connections cap are observed from the server's side.
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import socket
 import ssl
 import threading
@@ -26,6 +24,7 @@ import pytest
 from client import AsyncClient, RetryPolicy, Timeout, TlsError, Unavailable
 from client.kv_requests import status_request
 from client.wire import Request
+from tests.loopback.self_signed import self_signed
 
 MSGPACK = "application/msgpack"
 ONCE = RetryPolicy.disabled()
@@ -127,10 +126,11 @@ class Server:
             await writer.drain()
             return False
         extra = b"Connection: close\r\n" if action == "close_header" else b""
-        writer.write(
+        answer = (
             b"HTTP/1.1 200 OK\r\nContent-Type: application/msgpack\r\n"
             b"Content-Length: %d\r\n%s\r\n%s" % (len(payload), extra, payload)
         )
+        writer.write(answer * 2 if action == "twice" else answer)  # twice: out of step
         await writer.drain()
         if action == "close_idle":  # answer, then close the idle connection (idle timeout)
             await asyncio.sleep(0.01)
@@ -390,46 +390,10 @@ async def test_closed_client_refuses_and_closes_idle_connections(server: Server)
 # ------------------------------------------------------------------- https
 
 
-def _self_signed(tmp: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 async def test_https_endpoint_verifies_the_certificate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     tls.load_cert_chain(cert, key)
     srv = await Server().start(tls=tls)
