@@ -81,7 +81,10 @@ class MemoryClient:
         self.kv.setdefault((ns, key), []).append((rev, value, version, create))
 
     def _keys(self, ns: str, revision: int | None) -> list[str]:
-        return sorted(k for (n, k) in self.kv if n == ns and self._at(n, k, revision) is not None)
+        # LangGraph writes from its background threads while a graph step reads: walk a
+        # copy ("dictionary changed size during iteration" otherwise, about one run in ten).
+        found = (k for (n, k) in list(self.kv) if n == ns)
+        return sorted(k for k in found if self._at(ns, k, revision) is not None)
 
     # -- kv
     def put(self, key, value, *, ns=None, idempotency_key=None, prev_kv=False):
