@@ -82,21 +82,42 @@ def _whole(f: float) -> int | float:
     return f
 
 
+_WALKED = frozenset((float, dict, list))  # the types _msgpack_numbers must look into
+
+
 def _msgpack_numbers(obj: Any) -> Any:
     """msgpack floats that are whole numbers as ints, in maps and arrays (not in bin);
-    iterative, so a deeply nested body costs no recursion."""
+    iterative, so a deeply nested body costs no recursion.
+
+    The float markers are in nearly every body with binary values (a random byte is 0xca
+    or 0xcb one time in 128), so this walk runs on most batches: a map or an array with
+    nothing to convert or enter is passed over by one C-level set test (isdisjoint), and
+    a value is replaced in place (no copy of the items). A batch of 64 puts of 256 B:
+    1.03 -> 0.43 us per put (timeit, best of 5), 1.5 % of the leader's CPU under
+    batches of 64 puts at 16 clients before (py-spy --gil)."""
     if type(obj) is float:
         return _whole(obj)
     stack = [obj]
     while stack:
         node = stack.pop()
-        items = node.items() if type(node) is dict else enumerate(node)
-        for k, v in list(items):
-            t = type(v)
-            if t is float:
-                node[k] = _whole(v)
-            elif t is dict or t is list:
-                stack.append(v)
+        if type(node) is dict:
+            if _WALKED.isdisjoint(map(type, node.values())):
+                continue
+            for k, v in node.items():  # replacing a value is not resizing: safe
+                t = type(v)
+                if t is float:
+                    node[k] = _whole(v)
+                elif t is dict or t is list:
+                    stack.append(v)
+        else:
+            if _WALKED.isdisjoint(map(type, node)):
+                continue
+            for i, v in enumerate(node):
+                t = type(v)
+                if t is float:
+                    node[i] = _whole(v)
+                elif t is dict or t is list:
+                    stack.append(v)
     return obj
 
 

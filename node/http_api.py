@@ -468,26 +468,18 @@ class Api:
         results: list[dict | None] = [None] * len(ops)
         if writes:
             self._check_serving()
-            admission = await self.gate.admit([op for _, op in writes], request.content_length)
+            write_ops = [op for _, op in writes]
+            admission = await self.gate.admit(write_ops, request.content_length)
             size = (request.content_length) // max(1, len(ops))
             if admission.replays is not None:  # refused, and all applied before (quota_gate)
                 done: list = admission.replays
             else:
                 try:
-                    queued = self.proposer.write_many(
-                        [mark_validated(op) for _, op in writes], size
-                    )
-                    done = await self._write_within_timeout(
-                        asyncio.gather(*queued, return_exceptions=True)
-                    )
+                    done = await self._write_runs(write_ops, size)
                 finally:
                     self.quota.release(admission.admitted)
             for (i, _), r in zip(writes, done, strict=True):
                 results[i] = r
-            _raise_unless_partly_applied(done)
-            for i, r in enumerate(results):
-                if isinstance(r, OpError):
-                    results[i] = {"error": r.to_dict()}
         if len(writes) < len(ops):
             # Reads of a batch are served after its writes, so they see them.
             if not writes or consistency != "linearizable":
@@ -499,6 +491,27 @@ class Api:
                     except OpError as e:
                         results[i] = {"error": e.to_dict()}
         return self._respond({"results": results}, fmt)
+
+    async def _write_runs(self, ops: list[dict], size: int) -> list:
+        """Propose a batch's validated write `ops` and wait for them: one result dict per
+        op, an OpError for each op of an entry that failed when another one applied (the
+        error itself is raised when none applied: _raise_unless_partly_applied)."""
+        for op in ops:
+            mark_validated(op)
+        runs = self.proposer.write_runs(ops, size)
+        if len(runs) == 1:  # the whole batch in one entry: its outcome is the batch's
+            return await self._write_within_timeout(runs[0][1])
+        outcomes = await self._write_within_timeout(
+            asyncio.gather(*(fut for _, fut in runs), return_exceptions=True)
+        )
+        _raise_unless_partly_applied(outcomes)
+        done: list = []
+        for (n, _), outcome in zip(runs, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                done.extend([{"error": outcome.to_dict()}] * n)
+            else:
+                done.extend(outcome)
+        return done
 
     async def handle_watch(self, request: Request) -> StreamedResponse:
         """POST /v1/watch: a long-lived stream of frames (node/watch.py)."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from node.config import Limits
 from node.errors import OpError
-from node.op_fields import MAX_REVISION, Field, PageLimit, invalid
+from node.op_fields import CHECK_ABSENT, MAX_REVISION, Field, PageLimit, invalid
 from node.op_schemas import int_schema
 from node.op_spec import OpSpec
 
@@ -46,6 +46,9 @@ class LeaseId(Field):
         if type(v) is not int or not 1 <= v <= MAX_REVISION:
             raise invalid(f"{self.name} must be a lease id (a positive integer)")
         return v
+
+    def absent(self):
+        return CHECK_ABSENT if self.required else None
 
     def schema(self, limits, wire):
         return int_schema(self.doc, minimum=1, maximum=MAX_REVISION)
@@ -88,6 +91,9 @@ class LeaseTTL(Field):
                 f"(min_lease_ttl_ms on this node .. one day), got {v!r}",
             )
         return v
+
+    def absent(self):
+        return CHECK_ABSENT if self.required else None
 
     def schema(self, limits, wire):
         return int_schema(

@@ -118,6 +118,9 @@ class Fence(Field):
         name = self._name.check(v["name"], limits, False, out)
         return {"name": name, "token": self._token.check(v["token"], limits, False, out)}
 
+    def absent(self):
+        return None
+
     def schema(self, limits, wire):
         return {
             **obj(

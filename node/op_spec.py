@@ -11,14 +11,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from node.config import Limits
-from node.op_fields import Field, Namespace
+from node.op_fields import CHECK_ABSENT, Field, Namespace
 
 Checks = tuple[tuple[str, Callable[[Any, Limits, bool, dict], Any]], ...]
+# (name, bound check, what an absent field is without calling check or CHECK_ABSENT)
+PlanChecks = tuple[tuple[str, Callable[[Any, Limits, bool, dict], Any], Any], ...]
 
 
 def bound_checks(fields: tuple[Field, ...]) -> Checks:
     """(name, bound check) per field: the validation loop then looks nothing up."""
     return tuple((f.name, f.check) for f in fields)
+
+
+def _defined_in(cls: type, attr: str) -> type:
+    return next(c for c in cls.__mro__ if attr in c.__dict__)
+
+
+def absent_value(f: Field) -> Any:
+    """f.absent(), or CHECK_ABSENT when a subclass overrides check() without absent()."""
+    cls = type(f)
+    return f.absent() if _defined_in(cls, "absent") is _defined_in(cls, "check") else CHECK_ABSENT
+
+
+def plan_checks(fields: tuple[Field, ...]) -> PlanChecks:
+    """bound_checks with each field's absent_value, for validate_op."""
+    return tuple((f.name, f.check, absent_value(f)) for f in fields)
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,7 @@ from node.lease_ops import (
 )
 from node.lock_ops import fenced, lock_specs
 from node.op_fields import (
+    CHECK_ABSENT,
     DEFAULT_NS,
     DEFAULT_RANGE_LIMIT,
     MAX_IDEMPOTENCY_KEY_CHARS,
@@ -103,7 +104,7 @@ from node.op_fields import (
     invalid,
 )
 from node.op_schemas import ref, wire_name
-from node.op_spec import Checks, OpSpec, bound_checks
+from node.op_spec import Checks, OpSpec, bound_checks, plan_checks
 from node.retention_ops import internal_specs, retention_specs
 from node.stream_ops import STREAM, stream_specs
 
@@ -178,8 +179,12 @@ def validate_op(
     if pre is not None:
         pre(op, limits)
     get = op.get
-    for field_name, check in checks:
-        out[field_name] = check(get(field_name), limits, in_txn, out)
+    for field_name, check, absent in checks:
+        v = get(field_name)
+        if v is None and absent is not CHECK_ABSENT:  # what check(None) would return
+            out[field_name] = absent
+        else:
+            out[field_name] = check(v, limits, in_txn, out)
     if post is not None:
         post(out, limits)
     if admit is not None and not internal:
@@ -493,11 +498,16 @@ ALL_OPS = WRITE_OPS | READ_OPS
 TXN_BRANCH_OPS = frozenset(s.name for s in _SPECS if s.in_txn)
 CMP_TARGETS = frozenset(CMP_TARGETS_ORDER)
 CMP_OPS = frozenset(CMP_OPS_ORDER)
+
+
 # What validate_op runs per op name, unpacked in one go.
-_PLANS = {s.name: (s.in_txn, s.has_ns, s.pre, s.rest, s.post, s.admit) for s in _SPECS}
-_INTERNAL_PLANS = {
-    s.name: (s.in_txn, s.has_ns, s.pre, s.rest, s.post, s.admit) for s in _INTERNAL_SPECS
-}
+def _plan(s: OpSpec) -> tuple:
+    checks = plan_checks(s.fields[1:] if s.has_ns else s.fields)  # the fields of s.rest
+    return s.in_txn, s.has_ns, s.pre, checks, s.post, s.admit
+
+
+_PLANS = {s.name: _plan(s) for s in _SPECS}
+_INTERNAL_PLANS = {s.name: _plan(s) for s in _INTERNAL_SPECS}
 _check_ns = NS.check
 _NOT_IN_TXN = (
     "{} is not allowed inside a txn (only " + ", ".join(s.name for s in _SPECS if s.in_txn) + ")"

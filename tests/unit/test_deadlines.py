@@ -109,9 +109,14 @@ def test_the_api_answers_timeout_for_a_put_and_a_batch_that_never_commit() -> No
         stuck.extend(futures)
         return futures
 
+    def write_runs(ops: list[dict], size: int) -> list[tuple[int, asyncio.Future]]:
+        return [(len(ops), write_many(ops, size)[0])]
+
     sm = SimpleNamespace(tokens={}, lease_ns=lambda lease: None)
     raft = SimpleNamespace(leader_known=lambda: True)
-    api = Api(cfg, "node-0", sm, raft, SimpleNamespace(write_many=write_many))
+    api = Api(
+        cfg, "node-0", sm, raft, SimpleNamespace(write_many=write_many, write_runs=write_runs)
+    )
     headers = {"host": "127.0.0.1:7000", "content-type": "application/json"}
     put = b'{"ns": "a", "key": "k", "value": "v"}'
     batch = b'{"ops": [{"op": "put", "ns": "a", "key": "k", "value": "v"}]}'

@@ -368,6 +368,31 @@ def test_msgpack_whole_numbers_are_integers_as_in_json():
     assert validate_op(raw, Limits())["ttl_ms"] == 5000
 
 
+def test_msgpack_whole_numbers_deep_in_a_batch_next_to_maps_without_floats():
+    """The walk passes over maps and arrays with nothing to convert or enter, and still
+    finds a float several levels down, after them (a batch body with binary values)."""
+    import msgpack
+
+    body = {
+        "ops": [
+            {"op": "put", "key": "a", "value": b"\xca\xcb"},
+            {"op": "put", "key": "b", "value": b"v", "ttl_ms": 5000.0},
+            [[2.0, "s"], {"x": [3.0, 0.5]}],
+        ],
+        "n": 1.0,
+    }
+    out = codec.decode(msgpack.packb(body, use_bin_type=True), codec.MSGPACK)
+    assert out == {
+        "ops": [
+            {"op": "put", "key": "a", "value": b"\xca\xcb"},
+            {"op": "put", "key": "b", "value": b"v", "ttl_ms": 5000},
+            [[2, "s"], {"x": [3, 0.5]}],
+        ],
+        "n": 1,
+    }
+    assert type(out["ops"][1]["ttl_ms"]) is int and type(out["ops"][2][1]["x"][1]) is float
+
+
 def test_read_options_null_is_absent_and_empty_is_refused():
     from node.reads import read_options
 

@@ -112,6 +112,54 @@ def test_write_many_queues_a_batch_into_one_entry_with_one_future_per_op() -> No
     assert [r["key"] for r in results] == [f"k{i}" for i in range(5)]
 
 
+def test_write_runs_gives_one_future_per_entry_with_its_ops_results_in_order() -> None:
+    """A batch's ops get one future per raft entry they share (not one per op): the
+    future of a run holds the results of exactly its ops, in order, also when the entry
+    size bound splits the batch, and when the run starts behind ops queued before it."""
+    entries: list[list[dict]] = []
+
+    def submit(payload, cb):
+        ops = entry.decode(payload)[1]
+        entries.append(ops)
+        cb([{"key": op["key"]} for op in ops], None)
+
+    async def main(max_entry_bytes: int) -> tuple[list, list]:
+        p = Proposer(submit, max_entry_bytes=max_entry_bytes)
+        single = p.write_many([dict(PUT, key="before")], size_hint=10)
+        runs = p.write_runs([dict(PUT, key=f"k{i}") for i in range(5)], size_hint=10)
+        assert not any(f.done() for _, f in runs)
+        return [n for n, _ in runs], [await f for _, f in runs] + [await single[0]]
+
+    sizes, got = asyncio.run(main(1 << 20))
+    assert sizes == [5] and len(entries) == 1
+    assert got == [[{"key": f"k{i}"} for i in range(5)], {"key": "before"}]
+    entries.clear()
+    sizes, got = asyncio.run(main(25))  # 10 bytes an op: two ops an entry
+    assert [len(e) for e in entries] == [2, 2, 2] and sizes == [1, 2, 2]
+    assert got[:3] == [
+        [{"key": "k0"}],
+        [{"key": "k1"}, {"key": "k2"}],
+        [{"key": "k3"}, {"key": "k4"}],
+    ]
+
+
+def test_write_runs_fail_with_their_entry() -> None:
+    """A run of an entry that fails (no leader) raises the entry's error, like write()."""
+
+    def submit(payload, cb):
+        cb(None, SubmitError.NO_LEADER)
+
+    async def main():
+        p = Proposer(submit)
+        [(n, fut)] = p.write_runs([dict(PUT, key="a"), dict(PUT, key="b")])
+        assert n == 2
+        with pytest.raises(OpError) as e:
+            await fut
+        return e.value.code
+
+    assert asyncio.run(main()) == "unavailable"
+
+
 def _api(submit) -> Api:
     cfg = ClusterConfig(
         nodes=(NodeConfig(id="n0", host="127.0.0.1", raft_port=1, http_port=2),), secret="s"
@@ -124,7 +172,9 @@ def _api(submit) -> Api:
 
 def _batch(api: Api, n: int) -> tuple[int, dict]:
     body = {"ops": [{"op": "put", "key": f"k{i}", "value": "v"} for i in range(n)]}
-    req = Request("POST", "/v1/batch", "", {"content-type": "application/json"}, json.dumps(body).encode())
+    req = Request(
+        "POST", "/v1/batch", "", {"content-type": "application/json"}, json.dumps(body).encode()
+    )
     resp = asyncio.run(api.dispatch(req))
     return resp.status, json.loads(resp.body)
 
