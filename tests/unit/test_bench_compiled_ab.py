@@ -12,13 +12,20 @@ from benchmarks import compiled_ab
 
 @pytest.fixture
 def own_modules():
-    """compiled_ab.load replaces node.* and benchmarks.* in sys.modules: put them back."""
+    """compiled_ab.load replaces node.* and benchmarks.* in sys.modules: put them back.
+    Importing the copies also patches pysyncobj's module globals (node/raft/syncobj.py
+    sets pysyncobj's TcpConnection to its own _PeerConnection): those go back too, or a
+    later test in the same process sees the copy's classes (test_conn_buffers.py did)."""
     ours = ("node", "benchmarks")
     saved = {n: m for n, m in sys.modules.items() if n.split(".")[0] in ours}
+    patched = {m: dict(vars(m)) for n, m in sys.modules.items() if n.split(".")[0] == "pysyncobj"}
     yield
     for name in [n for n in sys.modules if n.split(".")[0] in ours]:
         del sys.modules[name]
     sys.modules.update(saved)
+    for module, globals_before in patched.items():
+        vars(module).clear()
+        vars(module).update(globals_before)
 
 
 def test_paired_gives_the_ratio_per_block():
