@@ -192,11 +192,6 @@ def hist_prefix_of(ck: bytes) -> bytes:
     return HIST + ck[1:] + SEP
 
 
-def superseded_key(rev: int, hist_key: bytes) -> bytes:
-    """b"s" rev8 <history key>: that history record is not needed at >= rev."""
-    return SUPERSEDED + p64(rev) + hist_key
-
-
 def idem_record_id(ns: str, idempotency_key: str) -> bytes:
     """Where an idempotency record lives: its ns, NUL, its key (ns has no NUL)."""
     return ns.encode() + SEP + idempotency_key.encode()
