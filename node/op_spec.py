@@ -99,3 +99,20 @@ class OpSpec:
     def title(self) -> str:
         """CamelCase name for schema components: read_stream -> ReadStream."""
         return "".join(part.capitalize() for part in self.name.split("_"))
+
+
+@dataclass(frozen=True)
+class OpenApiFamily:
+    """An op family's part of GET /v1/openapi.json, declared in its node/openapi_*.py and
+    listed once in node/openapi_schemas.py's FAMILIES."""
+
+    tag: str  # the routes' tag: /v1/<tag>/... (OpSpec.path)
+    about: str  # the tag's description
+    # op -> (summary, description, 200 description, error codes), given the error codes
+    # every write / read answers.
+    op_docs: Callable[[tuple[str, ...], tuple[str, ...]], dict]
+    schemas: Callable[[], dict[str, dict]]  # components, the same on both wires
+    results: tuple[str, ...]  # the ops' result components (a batch answers any of them)
+    # components that differ between JSON and msgpack: name -> build(wire)
+    wire_schemas: dict[str, Callable[[str], dict]] = field(default_factory=dict)
+    examples: Callable[[], dict[str, dict]] | None = None  # op -> request examples

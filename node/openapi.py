@@ -21,17 +21,11 @@ from node.errors import CODES, STATUS
 from node.lock_ops import FENCED_OPS
 from node.op_fields import Continuation, IdempotencyKey, Schema
 from node.op_schemas import ref, wire_name
-from node.openapi_archive import archive_op_docs
-from node.openapi_auth import auth_op_docs
-from node.openapi_crdt import crdt_examples, crdt_op_docs
 from node.openapi_examples import cas_examples, get_examples, put_examples
-from node.openapi_leases import lease_examples, lease_op_docs
-from node.openapi_locks import FENCE_NOTE, lock_examples, lock_op_docs
+from node.openapi_locks import FENCE_NOTE
 from node.openapi_members import member_paths, member_schemas
 from node.openapi_requests import WIRES, request_name, request_schemas
-from node.openapi_retention import retention_op_docs
-from node.openapi_schemas import common_schemas, result_schemas
-from node.openapi_streams import stream_examples, stream_op_docs
+from node.openapi_schemas import FAMILIES, common_schemas, result_schemas
 from node.openapi_watch import watch_paths, watch_schemas
 from node.ops import OPS
 from node.stream_ops import StreamContinuation
@@ -148,13 +142,7 @@ _OP_DOCS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
         "Compacted (a revision at or below compact_revision changes nothing).",
         (*_BODY_ERRORS, "unavailable", "timeout", "future_revision"),
     ),
-    **stream_op_docs(_WRITE_ERRORS, _READ_ERRORS),
-    **lease_op_docs(_WRITE_ERRORS, _READ_ERRORS),
-    **lock_op_docs(_WRITE_ERRORS, _READ_ERRORS),
-    **crdt_op_docs(_WRITE_ERRORS, _READ_ERRORS),
-    **retention_op_docs(_WRITE_ERRORS, _READ_ERRORS),
-    **archive_op_docs(_WRITE_ERRORS, _READ_ERRORS),
-    **auth_op_docs(_WRITE_ERRORS, _READ_ERRORS),
+    **{op: d for f in FAMILIES for op, d in f.op_docs(_WRITE_ERRORS, _READ_ERRORS).items()},
 }
 for _name in FENCED_OPS:  # every write that takes a `fence` (node/lock_ops.py)
     _summary, _description, _ok, _errors = _OP_DOCS[_name]
@@ -338,10 +326,7 @@ class _Builder:
             "put": put_examples(self.limits),
             "get": get_examples(),
             "cas": cas_examples(),
-            **stream_examples(),
-            **lease_examples(),
-            **lock_examples(),
-            **crdt_examples(),
+            **{op: ex for f in FAMILIES if f.examples for op, ex in f.examples().items()},
         }
         paths = {}
         for name, spec in OPS.items():
@@ -576,13 +561,7 @@ def _document(limits: Limits) -> dict:
         "info": _info(limits),
         "tags": [
             {"name": "kv", "description": "Single-key ops, range, txn, compaction."},
-            {"name": "streams", "description": "Append-only event streams."},
-            {"name": "leases", "description": "Leases: TTLs that delete their keys."},
-            {"name": "locks", "description": "Fair locks on leases, and fencing tokens."},
-            {"name": "crdt", "description": "CRDTs: counters, sets, registers, maps."},
-            {"name": "retention", "description": "Retention policies the cluster enforces."},
-            {"name": "archive", "description": "Archival to a cold tier: plan, seal, restore."},
-            {"name": "auth", "description": "Bearer tokens: create, revoke, list, whoami."},
+            *({"name": f.tag, "description": f.about} for f in FAMILIES),
             {"name": "watch", "description": "Streams of changes from a revision on."},
             {"name": "batch", "description": "Many ops in one request."},
             {"name": "ops", "description": "Node status."},
