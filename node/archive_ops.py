@@ -35,7 +35,7 @@ import binascii
 import re
 from typing import Any
 
-from node.errors import OpError
+from node.errors import ErrorCode, OpError, declare
 from node.op_fields import (
     MAX_REVISION,
     NO_NUL,
@@ -61,6 +61,15 @@ from node.retention_ops import (
     _set_post,
 )
 from node.stream_ops import MAX_EVENT_ID_CHARS, MAX_EVENT_TYPE_BYTES, _meta, meta_schema
+
+# The error codes of the archive ops (node/errors.py has the ones every op shares).
+ERRORS = declare(
+    ErrorCode(
+        "archived",
+        410,
+        "get of a key / read_stream from a seq that was archived to a cold-tier segment (`error` has `segment`, `url`, `sha256`, `bytes`, and `key` + `archived_revision` or `stream` + `from_seq` + `before_seq`)",
+    ),
+)
 
 MAX_ARCHIVE_ITEMS = 500  # keys + streams of one seal / restore, items of one plan page
 MAX_ARCHIVE_EVENTS = MAX_TRUNCATE_EVENTS  # events of one seal / restore; a plan item's span
@@ -467,6 +476,7 @@ def archive_specs(ns: Field, idempotency_key: Field) -> tuple[OpSpec, ...]:
             "archive_seal op: delete the items that still hold and leave tombstones naming the "
             "segment; one revision.",
             write=True,
+            grows=False,
             post=_seal_post,
             path="/v1/archive/seal",
         ),

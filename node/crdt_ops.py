@@ -18,10 +18,24 @@ from __future__ import annotations
 
 from client.crdt import model
 from node.config import Limits
-from node.errors import OpError
+from node.errors import ErrorCode, OpError, declare
 from node.op_fields import Bytes, Choice, Field, Flag, Revision, Schema
 from node.op_schemas import value_props
 from node.op_spec import OpSpec
+
+# The error codes of the CRDT ops (node/errors.py has the ones every op shares).
+ERRORS = declare(
+    ErrorCode(
+        "invalid_crdt_state",
+        400,
+        "a merge's `state` (bytes of the documented size) is not model.encode(type, ...) of its `type`: not msgpack, or not a valid state",
+    ),
+    ErrorCode(
+        "crdt_type_mismatch",
+        409,
+        "merge or crdt_get of a key that holds a plain value or another CRDT type (`error.found`: its type, or null); nothing changed",
+    ),
+)
 
 INVALID_CRDT_STATE = "invalid_crdt_state"
 TYPE_DOC = (

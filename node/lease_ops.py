@@ -27,10 +27,19 @@ expire what is already due).
 from __future__ import annotations
 
 from node.config import Limits
-from node.errors import OpError
+from node.errors import ErrorCode, OpError, declare
 from node.op_fields import CHECK_ABSENT, MAX_REVISION, Field, PageLimit, invalid
 from node.op_schemas import int_schema
 from node.op_spec import OpSpec
+
+# The error codes of the lease ops (node/errors.py has the ones every op shares).
+ERRORS = declare(
+    ErrorCode(
+        "lease_not_found",
+        404,
+        "the lease does not exist: never granted, revoked, or expired (lease_revoke, lease_info, put with `lease`)",
+    ),
+)
 
 MAX_LEASE_TTL_MS = 86_400_000  # one day
 MAX_LEASES_PER_OP = 1000  # lease_keepalive / lease_expire
@@ -154,6 +163,7 @@ def lease_specs(ns: Field, idempotency_key: Field) -> tuple[OpSpec, ...]:
             (LEASE_IDS,),
             "lease_keepalive op: renew many leases at once (expires = now + ttl).",
             write=True,
+            grows=False,
             path="/v1/leases/keepalive",
         ),
         OpSpec(
@@ -161,6 +171,7 @@ def lease_specs(ns: Field, idempotency_key: Field) -> tuple[OpSpec, ...]:
             (LEASE, idempotency_key),
             "lease_revoke op: delete the lease and every key attached to it, at one revision.",
             write=True,
+            grows=False,
             path="/v1/leases/revoke",
         ),
         OpSpec(
@@ -193,6 +204,7 @@ INTERNAL_SPECS: tuple[OpSpec, ...] = (
         (LEASE_IDS,),
         "lease_expire op (node-internal): revoke those of the leases that are due.",
         write=True,
+        grows=False,
         path="/internal/lease_expire",
     ),
 )

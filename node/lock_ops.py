@@ -27,6 +27,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 
 from node.config import Limits
+from node.errors import ErrorCode, declare
 from node.lease_ops import LeaseId
 from node.op_fields import (
     MAX_REVISION,
@@ -40,6 +41,25 @@ from node.op_fields import (
 )
 from node.op_schemas import int_schema, obj, str_schema
 from node.op_spec import OpSpec
+
+# The error codes of the lock ops (node/errors.py has the ones every op shares).
+ERRORS = declare(
+    ErrorCode(
+        "lock_not_held",
+        404,
+        "lock_release of a waiter that is gone (released, or its lease expired or was revoked)",
+    ),
+    ErrorCode(
+        "fence_mismatch",
+        409,
+        "a fenced write's token is not the fence of the lock's holder (`error` has `name`, `token`, `holder_fence`: the holder's fence or null); nothing applied",
+    ),
+    ErrorCode(
+        "lock_held",
+        409,
+        "lock_acquire with `wait: false` of a lock someone holds (`error` has `holder_fence`); nothing written",
+    ),
+)
 
 LOCK_PREFIX = "__lock/"
 TOKEN_DIGITS = 20  # a waiter key ends in its revision, zero-padded: byte order = rev order
@@ -236,6 +256,7 @@ def lock_specs(ns: Field, idempotency_key: Field) -> tuple[OpSpec, ...]:
             ),
             "lock_release op: delete the waiter key (the next waiter then holds the lock).",
             write=True,
+            grows=False,
             path="/v1/locks/release",
         ),
         OpSpec(

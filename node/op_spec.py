@@ -47,6 +47,12 @@ class OpSpec:
     doc: str  # description of its request schema
     write: bool  # goes through raft
     in_txn: bool = False  # allowed in a txn branch
+    # A write that can add data: refused with 507 while the storage alarm is raised
+    # (node/quota.py). None = True for a write (a write forgotten here stays refused: the
+    # safe side), False for a read. Declare False for a write that removes data or rewrites
+    # a fixed-size record (delete, compact, lease_keepalive), so it passes under the alarm
+    # and frees space; a txn declares False: its branches decide (quota.grows).
+    grows: bool | None = None
     # (a, (b, c)): `a` excludes `b` and `c` (checked after the fields; also in the schema).
     exclusive: tuple[str, tuple[str, ...]] | None = None
     # Extra checks: `pre(raw, limits)` before the fields, `post(out, limits)` after them.
@@ -75,6 +81,10 @@ class OpSpec:
         object.__setattr__(self, "batch_refused", tuple(f for f in self.fields if f.batch_error))
         if not self.path:
             object.__setattr__(self, "path", f"/v1/kv/{self.name}")
+        if self.grows is None:
+            object.__setattr__(self, "grows", self.write)
+        elif self.grows and not self.write:
+            raise ValueError(f"op {self.name}: a read cannot grow the store")
         if not self.access:
             object.__setattr__(self, "access", "write" if self.write else "read")
         if self.access not in ("read", "write", "admin", "none"):
@@ -89,3 +99,20 @@ class OpSpec:
     def title(self) -> str:
         """CamelCase name for schema components: read_stream -> ReadStream."""
         return "".join(part.capitalize() for part in self.name.split("_"))
+
+
+@dataclass(frozen=True)
+class OpenApiFamily:
+    """An op family's part of GET /v1/openapi.json, declared in its node/openapi_*.py and
+    listed once in node/openapi_schemas.py's FAMILIES."""
+
+    tag: str  # the routes' tag: /v1/<tag>/... (OpSpec.path)
+    about: str  # the tag's description
+    # op -> (summary, description, 200 description, error codes), given the error codes
+    # every write / read answers.
+    op_docs: Callable[[tuple[str, ...], tuple[str, ...]], dict]
+    schemas: Callable[[], dict[str, dict]]  # components, the same on both wires
+    results: tuple[str, ...]  # the ops' result components (a batch answers any of them)
+    # components that differ between JSON and msgpack: name -> build(wire)
+    wire_schemas: dict[str, Callable[[str], dict]] = field(default_factory=dict)
+    examples: Callable[[], dict[str, dict]] | None = None  # op -> request examples

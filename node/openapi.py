@@ -17,21 +17,15 @@ from typing import Any
 
 from node.config import Limits
 from node.crdt_ops import CrdtState
-from node.errors import STATUS
+from node.errors import CODES, STATUS
 from node.lock_ops import FENCED_OPS
 from node.op_fields import Continuation, IdempotencyKey, Schema
 from node.op_schemas import ref, wire_name
-from node.openapi_archive import archive_op_docs
-from node.openapi_auth import auth_op_docs
-from node.openapi_crdt import crdt_examples, crdt_op_docs
 from node.openapi_examples import cas_examples, get_examples, put_examples
-from node.openapi_leases import lease_examples, lease_op_docs
-from node.openapi_locks import FENCE_NOTE, lock_examples, lock_op_docs
-from node.openapi_members import MEMBER_ERROR_WHEN, member_paths, member_schemas
+from node.openapi_locks import FENCE_NOTE
+from node.openapi_members import member_paths, member_schemas
 from node.openapi_requests import WIRES, request_name, request_schemas
-from node.openapi_retention import retention_op_docs
-from node.openapi_schemas import common_schemas, result_schemas
-from node.openapi_streams import stream_examples, stream_op_docs
+from node.openapi_schemas import FAMILIES, common_schemas, result_schemas
 from node.openapi_watch import watch_paths, watch_schemas
 from node.ops import OPS
 from node.stream_ops import StreamContinuation
@@ -41,62 +35,9 @@ MSGPACK = "application/msgpack"
 X_MSGPACK = "application/x-msgpack"
 NODE_HEADER = "X-Statekeeper-Node"
 
-# Codes the HTTP layer answers that node.errors.STATUS does not map (http_api.py).
-HTTP_ONLY_STATUS = {"method_not_allowed": 405, "not_ready": 503, "not_live": 503}
-
-# code -> when. docs/protocol.md "Errors" plus the codes node/errors.py and node/http_api.py
-# add; the HTTP status comes from node.errors.STATUS (or HTTP_ONLY_STATUS).
-ERROR_WHEN: dict[str, str] = {
-    "malformed_body": "the body is not valid JSON/msgpack, is truncated or empty, or is not an object",
-    "malformed_http": "the bytes are not an HTTP/1.1 request (the node answers, then closes the connection)",
-    "headers_too_large": "the request line and headers exceed 64 KiB",
-    "unsupported_media_type": "the Content-Type is neither JSON nor msgpack (a POST without one too)",
-    "origin_not_allowed": "the request carries an Origin header (a web page's request) that is not in [http] allowed_origins; any route",
-    "host_not_allowed": "auth is off and the Host header is a DNS name that names no node (DNS rebinding); any route",
-    "unknown_op": "the op name is not known (batch/txn, or /v1/kv/{op} with an unknown op)",
-    "invalid_argument": "wrong type, missing field, bad ns/key, bad compare, txn writes a key twice",
-    "invalid_request": "a raft entry could not be decoded (per-op result; not expected over HTTP)",
-    "invalid_token": "a `continuation` of the documented shape that no previous page returned (it does not decode)",
-    "invalid_crdt_state": "a merge's `state` (bytes of the documented size) is not model.encode(type, ...) of its `type`: not msgpack, or not a valid state",
-    "future_revision": "the read revision, or a read's min_revision, is above the current revision (a serializable read catches up once before it says so)",
-    "key_too_large": "a key exceeds max_key_bytes",
-    "value_too_large": "a value exceeds max_value_bytes",
-    "request_too_large": "the body exceeds max_request_bytes",
-    "too_many_ops": "more ops (txn: compares + ops) than max_ops_per_request",
-    "key_not_found": "get of a missing key (the body still has `revision`)",
-    "not_found": "unknown path; crdt_get of a missing key (`error.revision`: the revision read)",
-    "method_not_allowed": "the path exists but not for this method",
-    "unauthenticated": "[auth] enabled and no, a malformed, unknown (or revoked), wrong or expired bearer token (header `WWW-Authenticate: Bearer`)",
-    "token_exists": "auth_token_create of a token id that exists already (with another idempotency_key): draw a new token",
-    "too_many_grants": "auth_token_create with more than 16 grants",
-    "grant_prefix_too_long": "auth_token_create with a grant prefix over 256 UTF-8 bytes",
-    "token_too_large": "auth_token_create whose stored record would exceed 4096 bytes",
-    "permission_denied": "[auth] enabled and the token's grants do not cover the op (`error` has `op` and `ns`); nothing applied",
-    "compare_failed": "the cas expectation was not met (the body has the current `kv` and `revision`)",
-    "crdt_type_mismatch": "merge or crdt_get of a key that holds a plain value or another CRDT type (`error.found`: its type, or null); nothing changed",
-    "expectation_failed": "a stream append's `expect` did not hold (`error` has the stream's `last_seq` and `exists`); nothing appended",
-    "stream_not_found": "stream_info or truncate_stream of a stream that does not exist",
-    "lease_not_found": "the lease does not exist: never granted, revoked, or expired (lease_revoke, lease_info, put with `lease`)",
-    "too_many_events": "a stream append carries more events than max_events_per_append",
-    "too_many_policies": "retention_set of a new policy in a namespace that holds 1000",
-    "fence_mismatch": "a fenced write's token is not the fence of the lock's holder (`error` has `name`, `token`, `holder_fence`: the holder's fence or null); nothing applied",
-    "lock_held": "lock_acquire with `wait: false` of a lock someone holds (`error` has `holder_fence`); nothing written",
-    "lock_not_held": "lock_release of a waiter that is gone (released, or its lease expired or was revoked)",
-    "idempotency_key_reused": "the idempotency_key was already used in this namespace for a different request (nothing applied)",
-    "compacted": "the read revision is below compact_revision (history dropped)",
-    "archived": "get of a key / read_stream from a seq that was archived to a cold-tier segment (`error` has `segment`, `url`, `sha256`, `bytes`, and `key` + `archived_revision` or `stream` + `from_seq` + `before_seq`)",
-    "unavailable": "no leader / no quorum / shutting down: retry, possibly on another node",
-    "not_ready": "no leader known, or this node lags behind the leader's commit index",
-    "not_live": "this node's raft loop has made no progress for [raft] live_stall_seconds (a stuck raft thread: restart the node)",
-    "timeout": "a write whose outcome is unknown (it may still commit: retry with the same idempotency_key)",
-    "insufficient_storage": "the node's NOSPACE alarm is raised ([storage] quota_bytes reached, or the disk's free space under the reserve) and the write adds data (put, cas, append, merge, lease_grant, lock_acquire, retention_set, archive_restore, a txn with a put); this attempt was not proposed (an earlier attempt with the same idempotency_key may have been: one that was applied gets its recorded answer instead of the 507). Reads, deletes and compaction still work; the alarm clears once space is freed",
-    "too_many_watches": "the caller's token has the most watches open one token may have (100): close one first",
-    "too_many_connections": "the node already serves [http] max_connections connections (the node answers, then closes the connection; retry later)",
-    "client_certificate_required": '[tls] client_auth is "required" and the connection brought no client certificate (answered, then closed)',
-    "request_timeout": "the request's head or body did not arrive within [http] header_timeout / body_timeout (the node answers, then closes the connection)",
-    "internal": "a bug; never expected",
-}
-ERROR_WHEN.update(MEMBER_ERROR_WHEN)  # the membership routes' (node/openapi_members.py)
+# code -> when: every code's declaration (node/errors.py, and the op families' `ERRORS`,
+# all registered once node.ops is imported); docs/protocol.md "Errors" has the same table.
+ERROR_WHEN: dict[str, str] = {c.code: c.when for c in CODES.values()}
 # Codes raised against a `Limits` attribute: their description names this node's value.
 _LIMIT_OF = {
     "key_too_large": "max_key_bytes",
@@ -109,7 +50,7 @@ _LIMIT_OF = {
 
 def error_status(code: str) -> int:
     """HTTP status the API answers for an error code."""
-    return STATUS[code] if code in STATUS else HTTP_ONLY_STATUS[code]
+    return STATUS[code]
 
 
 def error_when(code: str, limits: Limits) -> str:
@@ -201,13 +142,7 @@ _OP_DOCS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
         "Compacted (a revision at or below compact_revision changes nothing).",
         (*_BODY_ERRORS, "unavailable", "timeout", "future_revision"),
     ),
-    **stream_op_docs(_WRITE_ERRORS, _READ_ERRORS),
-    **lease_op_docs(_WRITE_ERRORS, _READ_ERRORS),
-    **lock_op_docs(_WRITE_ERRORS, _READ_ERRORS),
-    **crdt_op_docs(_WRITE_ERRORS, _READ_ERRORS),
-    **retention_op_docs(_WRITE_ERRORS, _READ_ERRORS),
-    **archive_op_docs(_WRITE_ERRORS, _READ_ERRORS),
-    **auth_op_docs(_WRITE_ERRORS, _READ_ERRORS),
+    **{op: d for f in FAMILIES for op, d in f.op_docs(_WRITE_ERRORS, _READ_ERRORS).items()},
 }
 for _name in FENCED_OPS:  # every write that takes a `fence` (node/lock_ops.py)
     _summary, _description, _ok, _errors = _OP_DOCS[_name]
@@ -391,10 +326,7 @@ class _Builder:
             "put": put_examples(self.limits),
             "get": get_examples(),
             "cas": cas_examples(),
-            **stream_examples(),
-            **lease_examples(),
-            **lock_examples(),
-            **crdt_examples(),
+            **{op: ex for f in FAMILIES if f.examples for op, ex in f.examples().items()},
         }
         paths = {}
         for name, spec in OPS.items():
@@ -593,8 +525,8 @@ BEARER_SCHEME = {
     "bearerAuth": {
         "type": "http",
         "scheme": "bearer",
-        "description": "`Authorization: Bearer <token>` (docs/protocol.md \"Authentication "
-        "and authorization\"); declared when the node runs with [auth] enabled.",
+        "description": '`Authorization: Bearer <token>` (docs/protocol.md "Authentication '
+        'and authorization"); declared when the node runs with [auth] enabled.',
     }
 }
 
@@ -629,13 +561,7 @@ def _document(limits: Limits) -> dict:
         "info": _info(limits),
         "tags": [
             {"name": "kv", "description": "Single-key ops, range, txn, compaction."},
-            {"name": "streams", "description": "Append-only event streams."},
-            {"name": "leases", "description": "Leases: TTLs that delete their keys."},
-            {"name": "locks", "description": "Fair locks on leases, and fencing tokens."},
-            {"name": "crdt", "description": "CRDTs: counters, sets, registers, maps."},
-            {"name": "retention", "description": "Retention policies the cluster enforces."},
-            {"name": "archive", "description": "Archival to a cold tier: plan, seal, restore."},
-            {"name": "auth", "description": "Bearer tokens: create, revoke, list, whoami."},
+            *({"name": f.tag, "description": f.about} for f in FAMILIES),
             {"name": "watch", "description": "Streams of changes from a revision on."},
             {"name": "batch", "description": "Many ops in one request."},
             {"name": "ops", "description": "Node status."},

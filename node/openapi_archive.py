@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from node.op_fields import Schema
 from node.op_schemas import bool_schema, int_schema, obj, replayed_schema, rev_schema, str_schema
+from node.op_spec import OpenApiFamily
 
 
 def _skipped() -> Schema:
@@ -136,3 +137,12 @@ def archive_op_docs(write_errors: tuple[str, ...], read_errors: tuple[str, ...])
             read_errors,
         ),
     }
+
+
+FAMILY = OpenApiFamily(
+    "archive",
+    "Archival to a cold tier: plan, seal, restore.",
+    archive_op_docs,
+    archive_schemas,
+    ARCHIVE_RESULTS,
+)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from node.op_fields import Schema
 from node.op_schemas import int_schema, obj, replayed_schema, rev_schema, str_schema
+from node.op_spec import OpenApiFamily
 
 
 def _token_props() -> dict[str, Schema]:
@@ -123,3 +124,12 @@ def auth_op_docs(write_errors: tuple[str, ...], read_errors: tuple[str, ...]) ->
             read_errors,
         ),
     }
+
+
+FAMILY = OpenApiFamily(
+    "auth",
+    "Bearer tokens: create, revoke, list, whoami.",
+    auth_op_docs,
+    auth_schemas,
+    AUTH_RESULTS,
+)

@@ -19,6 +19,7 @@ from node.op_schemas import (
     rev_schema,
     value_props,
 )
+from node.op_spec import OpenApiFamily
 
 _VALUE = {
     "description": "The CRDT's value: gcounter/pncounter an integer, orset the sorted list of "
@@ -186,3 +187,14 @@ def crdt_examples() -> dict[str, dict]:
             },
         },
     }
+
+
+FAMILY = OpenApiFamily(
+    "crdt",
+    "CRDTs: counters, sets, registers, maps.",
+    crdt_op_docs,
+    crdt_schemas,
+    CRDT_RESULTS,
+    wire_schemas=CRDT_WIRE_SCHEMAS,
+    examples=crdt_examples,
+)

@@ -8,6 +8,7 @@ from typing import Any
 
 from node.op_fields import Schema
 from node.op_schemas import bool_schema, int_schema, obj, replayed_schema, rev_schema, str_schema
+from node.op_spec import OpenApiFamily
 
 
 def _lease_id(description: str = "The lease's id.") -> Schema:
@@ -215,3 +216,13 @@ def lease_examples() -> dict[str, dict]:
             },
         },
     }
+
+
+FAMILY = OpenApiFamily(
+    "leases",
+    "Leases: TTLs that delete their keys.",
+    lease_op_docs,
+    lease_schemas,
+    LEASE_RESULTS,
+    examples=lease_examples,
+)

@@ -9,6 +9,7 @@ from typing import Any
 
 from node.op_fields import Schema
 from node.op_schemas import bool_schema, int_schema, obj, replayed_schema, rev_schema, str_schema
+from node.op_spec import OpenApiFamily
 
 FENCE_NOTE = (
     " With `fence: {name, token}` the write applies only while lock `name` of its namespace "
@@ -174,3 +175,13 @@ def lock_examples() -> dict[str, dict]:
             },
         },
     }
+
+
+FAMILY = OpenApiFamily(
+    "locks",
+    "Fair locks on leases, and fencing tokens.",
+    lock_op_docs,
+    lock_schemas,
+    LOCK_RESULTS,
+    examples=lock_examples,
+)

@@ -12,16 +12,6 @@ from node.raft.members import NODE_ID
 # What members.is_host accepts, as one pattern (IPv4 addresses match it too).
 DOCUMENTED_HOST = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}(\.[A-Za-z0-9_-]{1,63})*\.?$"
 
-MEMBER_ERROR_WHEN = {
-    "not_leader": "a membership change or leader transfer sent to a follower (`error.leader`, `error.leader_url`: where to send it); nothing changed",
-    "member_exists": "member_add of an id or raft address that is a member already; nothing changed",
-    "member_not_found": "member_remove / leader_transfer naming no member; nothing changed",
-    "member_change_pending": "the previous membership change is not committed yet (one change at a time); nothing changed",
-    "member_is_leader": "member_remove of the leader itself: it hands leadership over; send the removal to the new leader",
-    "member_unreachable": "member_add of a node nothing listens for on its raft port (start it first); nothing changed",
-    "transfer_refused": "leader_transfer to a member that has not replicated the whole log yet (or the leader stepped down): retry",
-}
-
 _ERRORS = (
     "malformed_body",
     "unsupported_media_type",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from node.op_fields import Schema
 from node.op_schemas import bool_schema, int_schema, obj, replayed_schema, rev_schema, str_schema
+from node.op_spec import OpenApiFamily
 
 
 def _rule(doc: str) -> Schema:
@@ -160,3 +161,12 @@ def retention_op_docs(write_errors: tuple[str, ...], read_errors: tuple[str, ...
             (*write_errors, "stream_not_found", "idempotency_key_reused"),
         ),
     }
+
+
+FAMILY = OpenApiFamily(
+    "retention",
+    "Retention policies the cluster enforces.",
+    retention_op_docs,
+    retention_schemas,
+    RETENTION_RESULTS,
+)

@@ -11,6 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from node import (
+    openapi_archive,
+    openapi_auth,
+    openapi_crdt,
+    openapi_leases,
+    openapi_locks,
+    openapi_retention,
+    openapi_streams,
+)
 from node.op_fields import Schema
 from node.op_schemas import (
     bool_schema,
@@ -24,14 +33,19 @@ from node.op_schemas import (
     wire_name,
     wired_ref,
 )
-from node.openapi_archive import ARCHIVE_RESULTS, archive_schemas
-from node.openapi_auth import AUTH_RESULTS, auth_schemas
-from node.openapi_crdt import CRDT_RESULTS, CRDT_WIRE_SCHEMAS, crdt_schemas
-from node.openapi_leases import LEASE_RESULTS, lease_schemas
-from node.openapi_locks import LOCK_RESULTS, lock_schemas
 from node.openapi_members import members_list_schema
-from node.openapi_retention import RETENTION_RESULTS, retention_schemas
-from node.openapi_streams import STREAM_RESULTS, STREAM_WIRE_SCHEMAS, stream_schemas
+
+# The op families' parts of the document (each its node/openapi_*.py's FAMILY), in the
+# order of their tags, schemas and op docs.
+FAMILIES = (
+    openapi_streams.FAMILY,
+    openapi_leases.FAMILY,
+    openapi_locks.FAMILY,
+    openapi_crdt.FAMILY,
+    openapi_retention.FAMILY,
+    openapi_archive.FAMILY,
+    openapi_auth.FAMILY,
+)
 
 
 def _nullable(schema: Schema) -> Schema:
@@ -126,13 +140,7 @@ def common_schemas(error_codes: Iterable[str]) -> dict[str, Schema]:
             },
             ("revision", "compact_revision"),
         ),
-        **stream_schemas(),
-        **lease_schemas(),
-        **lock_schemas(),
-        **crdt_schemas(),
-        **retention_schemas(),
-        **archive_schemas(),
-        **auth_schemas(),
+        **{name: schema for f in FAMILIES for name, schema in f.schemas().items()},
         "Status": _status_schema(),
         "Live": obj(
             {"ok": {"const": True}, "node_id": str_schema("Id of this node."), **_LIVE_FIELDS},
@@ -346,23 +354,15 @@ def _batch_result(w: str) -> Schema:
     results = [
         wired_ref(f"{op}Result", w) for op in ("Put", "Get", "Delete", "Range", "Cas", "Txn")
     ]
-    streams = [wired_ref(name, w) for name in STREAM_WIRE_SCHEMAS if name != "StreamEvent"]
-    shared = [ref(name) for name in STREAM_RESULTS if name not in STREAM_WIRE_SCHEMAS]
-    shared += [ref(name) for name in LEASE_RESULTS]
-    shared += [ref(name) for name in LOCK_RESULTS]
-    shared += [ref(name) for name in RETENTION_RESULTS]
-    shared += [ref(name) for name in ARCHIVE_RESULTS]
-    shared += [ref(name) for name in AUTH_RESULTS]
-    crdt = [wired_ref(name, w) for name in CRDT_WIRE_SCHEMAS]
-    shared += [ref(name) for name in CRDT_RESULTS if name not in CRDT_WIRE_SCHEMAS]
+    wired = [wired_ref(n, w) for f in FAMILIES for n in f.wire_schemas if n in f.results]
+    shared = [ref(n) for f in FAMILIES for n in f.results if n not in f.wire_schemas]
     return obj(
         {
             "results": _array(
                 {
                     "anyOf": [
                         *results,
-                        *streams,
-                        *crdt,
+                        *wired,
                         ref("CompactResult"),
                         *shared,
                         ref("Error"),
@@ -386,8 +386,7 @@ WIRE_SCHEMAS = {
     "TxnResult": _txn_result,
     "TxnOpResult": _txn_op_result,
     "BatchResult": _batch_result,
-    **STREAM_WIRE_SCHEMAS,
-    **CRDT_WIRE_SCHEMAS,
+    **{name: build for f in FAMILIES for name, build in f.wire_schemas.items()},
 }
 
 

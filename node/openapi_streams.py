@@ -18,6 +18,7 @@ from node.op_schemas import (
     value_props,
     wired_ref,
 )
+from node.op_spec import OpenApiFamily
 
 
 def _seq(description: str) -> Schema:
@@ -282,3 +283,14 @@ def _read_stream_examples() -> dict:
             )
         },
     }
+
+
+FAMILY = OpenApiFamily(
+    "streams",
+    "Append-only event streams.",
+    stream_op_docs,
+    stream_schemas,
+    STREAM_RESULTS,
+    wire_schemas=STREAM_WIRE_SCHEMAS,
+    examples=stream_examples,
+)

@@ -381,6 +381,7 @@ _SPECS = (
         ),
         "delete op.",
         write=True,
+        grows=False,
         in_txn=True,
     ),
     OpSpec(
@@ -407,6 +408,7 @@ _SPECS = (
         "txn op: atomic; all writes share one revision. One txn may not write the same key "
         "twice (`invalid_argument`). Compares and ops together: at most max_ops_per_request.",
         write=True,
+        grows=False,  # its branches decide (node/quota.py)
         pre=_txn_size,
     ),
     OpSpec(
@@ -422,6 +424,7 @@ _SPECS = (
         ),
         "compact op.",
         write=True,
+        grows=False,
         access="admin",
     ),
     OpSpec(

@@ -22,8 +22,8 @@ Alarm semantics (etcd's NOSPACE, with an automatic disarm):
   of the same write may have been applied: node/quota_gate.py answers a retry whose
   idempotency key has a record with that record, and says what it knows otherwise); reads, deletes, compaction, lease revokes /
   keepalives, lock releases, stream truncation, archival seals and the leader's own GC
-  and lease expiry still pass (GROWING_OPS vs SHRINKING_OPS below: every write op is in
-  exactly one, tests/unit/test_quota.py checks it);
+  and lease expiry still pass (each op's OpSpec says which: its `grows` flag, which
+  tests/unit/test_quota.py checks for every write op);
 - cleared by a measurement that finds room for a write of `margin` bytes (5 % of the
   quota, at least 1 MiB) under both limits (hysteresis: one freed byte does not flap it).
   Deleting is not enough to free space: deleted values stay in the history until a
@@ -48,6 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from node.errors import OpError
+from node.ops import INTERNAL_OPS, OPS
 
 MIB = 1024 * 1024
 # Bytes on this node's disk per byte of an entry before RocksDB flushes: journal + WAL.
@@ -62,40 +63,9 @@ DEFAULT_RESERVE_FRACTION = 0.05
 # only what other processes wrote to the disk in those 50 ms.
 FREE_READING_MAX_AGE = 0.05
 
-# Write ops refused under the alarm: they add data (a txn only when a branch does).
-GROWING_OPS = frozenset(
-    {
-        "put",
-        "cas",
-        "append",
-        "merge",
-        "lease_grant",
-        "lock_acquire",
-        "retention_set",
-        "archive_restore",
-        # A token record is up to 4 KiB held in every node's memory; exempt, 40 fat
-        # tokens were accepted while NOSPACE refused puts (issue 27, item 7). The root
-        # token, derived from the cluster secret, needs no record to run a compaction.
-        "auth_token_create",
-    }
-)
-# Write ops that pass under the alarm: they remove data (or stubs replace it), or rewrite
-# a fixed-size record (a lease's expiry).
-SHRINKING_OPS = frozenset(
-    {
-        "delete",
-        "compact",
-        "lease_keepalive",
-        "lease_revoke",
-        "lease_expire",
-        "gc",
-        "lock_release",
-        "retention_delete",
-        "truncate_stream",
-        "archive_seal",
-        "auth_token_revoke",
-    }
-)
+# Write ops refused under the alarm: those whose OpSpec declares they add data (`grows`;
+# a txn only when a branch does). tests/unit/test_quota.py pins the classification.
+GROWING_OPS = frozenset(s.name for s in (*OPS.values(), *INTERNAL_OPS.values()) if s.grows)
 
 
 def grows(op: dict) -> bool:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.errors import OpError
+from node.errors import ErrorCode, OpError, declare
 from node.op_fields import (
     MAX_NS_BYTES,
     MAX_REVISION,
@@ -50,6 +50,13 @@ from node.op_fields import (
 )
 from node.op_schemas import given, int_schema, str_schema
 from node.op_spec import OpSpec
+
+# The error codes of the retention ops (node/errors.py has the ones every op shares).
+ERRORS = declare(
+    ErrorCode(
+        "too_many_policies", 413, "retention_set of a new policy in a namespace that holds 1000"
+    ),
+)
 
 MAX_POLICIES_PER_NS = 1000  # more: 413 `too_many_policies`
 MAX_GC_ITEMS = 500  # deletes + truncates of one gc op
@@ -259,6 +266,7 @@ def retention_specs(ns: Field, idempotency_key: Field, stream: Field) -> tuple[O
             (ns, PREFIX, TARGET, idempotency_key),
             "retention_delete op: remove the policy of (ns, target, prefix) (deleted: 0 if none).",
             write=True,
+            grows=False,
             path="/v1/retention/delete",
         ),
         OpSpec(
@@ -286,6 +294,7 @@ def retention_specs(ns: Field, idempotency_key: Field, stream: Field) -> tuple[O
             "truncate_stream op: remove a stream's events with seq < before_seq (at most "
             f"{MAX_TRUNCATE_EVENTS} per op: `more` says call again) and their id dedup records.",
             write=True,
+            grows=False,
             path="/v1/streams/truncate",
         ),
     )
@@ -303,6 +312,7 @@ def internal_specs(ns: Field) -> tuple[OpSpec, ...]:
             ),
             "gc op (node-internal): the leader's retention enforcement, one revision.",
             write=True,
+            grows=False,
             post=_gc_post,
             path="/internal/gc",
         ),

@@ -27,7 +27,7 @@ from typing import Any
 import msgpack
 
 from node.config import Limits
-from node.errors import OpError
+from node.errors import ErrorCode, OpError, declare
 from node.lease_ops import LeaseId
 from node.op_fields import (
     INVALID_TOKEN,
@@ -48,6 +48,21 @@ from node.op_fields import (
 )
 from node.op_schemas import int_schema, nullable, obj, str_schema, value_props
 from node.op_spec import OpSpec
+
+# The error codes of the stream ops (node/errors.py has the ones every op shares).
+ERRORS = declare(
+    ErrorCode(
+        "stream_not_found", 404, "stream_info or truncate_stream of a stream that does not exist"
+    ),
+    ErrorCode(
+        "too_many_events", 413, "a stream append carries more events than max_events_per_append"
+    ),
+    ErrorCode(
+        "expectation_failed",
+        409,
+        "a stream append's `expect` did not hold (`error` has the stream's `last_seq` and `exists`); nothing appended",
+    ),
+)
 
 MAX_EVENT_TYPE_BYTES = 256
 MAX_EVENT_ID_CHARS = 128
