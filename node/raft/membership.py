@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from node.raft.members import (
     ADD,
@@ -58,6 +59,10 @@ ChangeCallback = Callable[[MemberError | None], None]
 
 
 class MembershipMixin:
+    # pysyncobj's FAIL_REASON: set by node/raft/syncobj.py's _SyncObj (the one pysyncobj
+    # importer), which mixes this class in; importing it from there would be a circle.
+    _FAIL_REASON: Any
+
     def _init_membership(self, self_address: str, base: dict[str, Member], make_node):
         """`base`: the member set before the journal's membership entries (the snapshot's
         or cluster.toml's, RaftNode.initial_members)."""
@@ -129,15 +134,15 @@ class MembershipMixin:
 
     def change_member(self, kind: str, member: Member, done: ChangeCallback) -> None:
         """Queue a change (any thread); done(None) once committed, else done(MemberError)."""
-        from node.raft.syncobj import FAIL_REASON  # the one pysyncobj importer
+        reason = self._FAIL_REASON
 
         def on_done(_result, err) -> None:
-            if err == FAIL_REASON.SUCCESS:
+            if err == reason.SUCCESS:
                 done(None)
-            elif err == FAIL_REASON.REQUEST_DENIED and self._member_refusal is not None:
+            elif err == reason.REQUEST_DENIED and self._member_refusal is not None:
                 refusal, self._member_refusal = self._member_refusal, None
                 done(refusal)
-            elif err in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER):
+            elif err in (reason.NOT_LEADER, reason.MISSING_LEADER):
                 done(MemberError("not_leader", "this node is not the leader"))
             else:
                 done(MemberError("outcome_unknown", f"the change's outcome is unknown ({err})"))
@@ -176,9 +181,7 @@ class MembershipMixin:
 
     def _addNodeToCluster(self, args, callback):
         # pysyncobj's utility message (syncobj_admin -add): only change_member changes members.
-        from node.raft.syncobj import FAIL_REASON
-
-        callback(None, FAIL_REASON.REQUEST_DENIED)
+        callback(None, self._FAIL_REASON.REQUEST_DENIED)
 
     _removeNodeFromCluster = _addNodeToCluster
 

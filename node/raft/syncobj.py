@@ -303,6 +303,7 @@ class _SyncObj(
     """pysyncobj's SyncObj with this node's workarounds (listed in node/raft/__init__.py)."""
 
     _REQUEST_DENIED = FAIL_REASON.REQUEST_DENIED  # for PicklePathsMixin
+    _FAIL_REASON = FAIL_REASON  # for MembershipMixin
 
     def __init__(
         self,
