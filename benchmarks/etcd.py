@@ -35,9 +35,9 @@ from typing import Any
 
 from benchmarks.cluster_control import (
     ClusterControl,
-    _free_port_block,
-    _stderr_say,
+    free_port_block,
     running,
+    stderr_say,
     stop_process,
 )
 from benchmarks.systems import System, register
@@ -123,8 +123,8 @@ class EtcdCluster:
         self.binary = binary
         self.workdir = workdir
         rng = random.Random()
-        client_base = _free_port_block(size, set(), rng)
-        peer_base = _free_port_block(size, set(range(client_base, client_base + size)), rng)
+        client_base = free_port_block(size, set(), rng)
+        peer_base = free_port_block(size, set(range(client_base, client_base + size)), rng)
         self.members = [f"m{i}" for i in range(size)]
         self.client_port = {m: client_base + i for i, m in enumerate(self.members)}
         self.peer_port = {m: peer_base + i for i, m in enumerate(self.members)}
@@ -453,7 +453,7 @@ class EtcdSystem(System):
         if fsync != "always":
             # etcd 3.4 has no supported way to turn fsync off; never pretend it has.
             raise ValueError("etcd runs with fsync on only (fsync='always')")
-        say = _stderr_say(quiet)
+        say = stderr_say(quiet)
         binary = find_etcd(say=say)
         cluster = EtcdCluster(binary, workdir, size)
         say(

@@ -27,7 +27,7 @@ from typing import Any
 from client.auth_tokens import root_token
 from cluster.certs import init_cluster_tls
 from cluster.ports import free_ports
-from cluster.supervisor import LocalCluster, _opener, http_get_json
+from cluster.supervisor import LocalCluster, http_get_json, url_opener
 from node import config as node_config
 from node.config import ClusterConfig, NodeConfig
 
@@ -63,7 +63,7 @@ def _post_json(url: str, body: dict, tls, token: str, timeout: float) -> tuple[i
         },
     )
     try:
-        with _opener(tls).open(req, timeout=timeout) as resp:
+        with url_opener(tls).open(req, timeout=timeout) as resp:
             status, raw = resp.status, resp.read()
     except urllib.error.HTTPError as e:
         status, raw = e.code, e.read() if e.fp is not None else b""

@@ -31,33 +31,33 @@ The package, one job per module:
     interface.py   SubmitError, RaftStatus, FSM (the state machine as raft sees it)
     raft_node.py   RaftNode: builds the SyncObj from the cluster config, snapshots off the
                    raft thread, the interface above
-    syncobj.py     the one importer of pysyncobj: _SyncObj (the workarounds below),
-                   build_conf, _DialNode, _PeerTransport, _TlsConnection, the FAIL_REASON
+    syncobj.py     the one importer of pysyncobj: PatchedSyncObj (the workarounds below),
+                   build_conf, DialNode, _PeerTransport, _TlsConnection, the FAIL_REASON
                    mapping, the pickle protocol, the peer codec its connections use,
                    handing pysyncobj our journal
     tls_connection.py  raft TLS as mixins (no pysyncobj import): TlsConnectionMixin of
                    syncobj._TlsConnection, TlsTransportMixin of _PeerTransport
-    readindex.py   ReadIndexMixin of _SyncObj: leadership confirmed by one message round
+    readindex.py   ReadIndexMixin of PatchedSyncObj: leadership confirmed by one message round
     members.py     Member, the membership entry format and the rule "members are a function
                    of the log" (no pysyncobj, no I/O)
-    membership.py  MembershipMixin of _SyncObj: dynamic membership on pysyncobj's engine
+    membership.py  MembershipMixin of PatchedSyncObj: dynamic membership on pysyncobj's engine
     peer_set.py    ConfigPeersMixin of _PeerTransport: whom the transport talks to (the
                    members of the log's end and of the committed configuration, and any
                    authenticated peer that connects; no pysyncobj import)
-    prevote.py     PreVoteMixin of _SyncObj
-    catchup.py     CatchUpMixin of _SyncObj: a node that started without raft state votes
+    prevote.py     PreVoteMixin of PatchedSyncObj
+    catchup.py     CatchUpMixin of PatchedSyncObj: a node that started without raft state votes
                    only once caught up (node/raft_state.py creates the raft dir)
-    install.py     SnapshotInstallMixin of _SyncObj: the follower's side of snapshots (commit
+    install.py     SnapshotInstallMixin of PatchedSyncObj: the follower's side of snapshots (commit
                    bound, chunk acks, journal kept on load, gates while restoring)
-    log.py         _RaftLog: the journal as pysyncobj sees it
+    log.py         RaftLog: the journal as pysyncobj sees it
     loop_driver.py LoopPoller, LoopDriver: pysyncobj ticked by the node's asyncio loop
     seed.py        write_seed_snapshot: a restored node's raft snapshot
-    peers.py       _AuthenticatingEncryptor: AES-GCM peer messages; UnauthenticatedSweepMixin
-                   of _SyncObj: connections that never authenticate are dropped
-    compaction.py  JournalBoundMixin of _SyncObj: a snapshot once the journal is too big
-    pickle_guard.py  PicklePathsMixin of _SyncObj: every path where pysyncobj would unpickle
+    peers.py       AuthenticatingEncryptor: AES-GCM peer messages; UnauthenticatedSweepMixin
+                   of PatchedSyncObj: connections that never authenticate are dropped
+    compaction.py  JournalBoundMixin of PatchedSyncObj: a snapshot once the journal is too big
+    pickle_guard.py  PicklePathsMixin of PatchedSyncObj: every path where pysyncobj would unpickle
                    a peer's bytes, closed (its docstring lists each pickle.loads site)
-    commit_notice.py  CommitNoticeMixin of _SyncObj: the leader's commit-only AppendEntries
+    commit_notice.py  CommitNoticeMixin of PatchedSyncObj: the leader's commit-only AppendEntries
                    ride on the next pass (or go out after 2 ms; at once for forwarded entries)
     peer_encoding.py  the peers' wire format (version byte | msgpack, sealed; its home):
                    PeerCodecMixin of _PeerConnection, and one packing of an AppendEntries
@@ -77,7 +77,7 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   test_fsync_failure_stops_the_node_and_loses_nothing_acknowledged; tests/unit/test_journal.py
   (sync_behind: test_sync_behind_returns_before_the_fdatasync_and_sync_waits_for_it)
 - followers truncate everything after prevLogIdx on every AppendEntries: we ignore that
-  truncation and let _RaftLog.add truncate only where a term really conflicts (Raft 5.3),
+  truncation and let RaftLog.add truncate only where a term really conflicts (Raft 5.3),
   and we bound the follower's commit index by the last entry the message vouched for.
   [log.py, syncobj.py] Tests: test_raft_safety.py::test_followers_never_truncate_under_pipelined_load;
   the bound: test_raft_defects.py::test_snapshot_install_message_never_commits_a_stale_tail
@@ -100,7 +100,7 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   test_restart_after_log_compaction_keeps_data_and_accepts_writes
 - restart re-applies journal entries after the last snapshot: apply_fn skips indexes the
   state machine already recorded (the index being applied is raftLastApplied + 1).
-  [syncobj._SyncObj._SyncObj__doApplyCommand, FSM.apply] Test: the same one
+  [syncobj.PatchedSyncObj._SyncObj__doApplyCommand, FSM.apply] Test: the same one
 - one thread does networking, elections, apply and callbacks: callbacks must not block.
   A rule for callers, nothing to test; the snapshot follows from it (next item). That
   thread was pysyncobj's own (autoTick); it is now the node's asyncio loop (autoTick off,
@@ -162,7 +162,7 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   a leader. [prevote.py] Test: test_raft_defects.py::test_one_node_cluster_elects_itself
 - submit() raised BlockingIOError when the wake-up pipe was full although the command was
   queued (and so applied later): the pipe is no longer written, a queued command asks the
-  loop driver for a tick. [syncobj._SyncObj._wake_by_driver] Tests:
+  loop driver for a tick. [syncobj.PatchedSyncObj._wake_by_driver] Tests:
   test_raft_defects.py::test_full_wakeup_pipe_does_not_fail_submit; tests/unit/test_proposer.py
 - a peer message larger than the socket buffer was sent only as far as the socket took it;
   the rest waited for the next message on that connection (one buffer per heartbeat): a
@@ -309,7 +309,7 @@ where the fix lives and its test (tests/integration/ unless the path says otherw
   minute per peer host), a leader appends a forwarded command only if it is an entry or a
   membership change within the bound (else answered REQUEST_DENIED), VERSION entries
   apply as no-ops and setCodeVersion refuses. [pickle_guard.py, syncobj.build_conf,
-  syncobj._SyncObj, raft_node.RaftNode.submit, node/config.py] Tests:
+  syncobj.PatchedSyncObj, raft_node.RaftNode.submit, node/config.py] Tests:
   test_raft_pickle_paths.py (a sealed 'transmission' carrying a pickle that creates a file:
   ::test_a_sealed_transmission_carrying_a_pickle_is_dropped_unread; ::
   test_the_leader_never_chunks_a_large_entry; ::test_version_commands_are_never_unpickled;

@@ -1,4 +1,4 @@
-"""MembershipMixin of syncobj._SyncObj: online membership change on pysyncobj's engine
+"""MembershipMixin of syncobj.PatchedSyncObj: online membership change on pysyncobj's engine
 (dynamicMembershipChange), reaching pysyncobj only through self. The rule and the
 invariant (the member set is a function of the log) are in members.py.
 
@@ -8,7 +8,7 @@ What pysyncobj 0.3.17 does on its own, and why it is taken over here:
   whenever a message does not extend the log's end. Our journal keeps entries a repeated
   or reordered AppendEntries re-sends (log.py), so that undo would drop a member whose
   entry is still in the log. Here a change is applied when the journal really appends its
-  entry, and undone when the journal really truncates it (_RaftLog.on_membership);
+  entry, and undone when the journal really truncates it (RaftLog.on_membership);
   pysyncobj's own calls (append, undo, apply, restart replay) do nothing.
 - its "one change at a time" check never fires (__changeClusterIDx is never set): the
   leader here refuses a change while the last membership entry is uncommitted.
@@ -59,7 +59,7 @@ ChangeCallback = Callable[[MemberError | None], None]
 
 
 class MembershipMixin:
-    # pysyncobj's FAIL_REASON: set by node/raft/syncobj.py's _SyncObj (the one pysyncobj
+    # pysyncobj's FAIL_REASON: set by node/raft/syncobj.py's PatchedSyncObj (the one pysyncobj
     # importer), which mixes this class in; importing it from there would be a circle.
     _FAIL_REASON: Any
 

@@ -52,7 +52,7 @@ replies from each follower (counted on 3 in-process nodes, 200 puts: leader 4 fr
 4 opened, 2.08 packs per put; each follower 2 and 2): ~90 us less CPU per put on the
 leader and ~33 us on each follower.
 
-Cache lifetime: one PassEncoder per leader send pass (syncobj._SyncObj's
+Cache lifetime: one PassEncoder per leader send pass (syncobj.PatchedSyncObj's
 __sendAppendEntries), dropped when the pass ends, so bytes are never reused once the log,
 the term or the commit index can have changed. Within a pass the leader's log does not
 change, so (prevLogIdx, number of entries) names the entries; the key adds the term,

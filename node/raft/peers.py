@@ -19,7 +19,7 @@ log = logging.getLogger("statekeeper.raft")
 _KDF_SALT = b"statekeeper raft peers v1"
 
 
-class _AuthenticatingEncryptor:
+class AuthenticatingEncryptor:
     """What pysyncobj's transport calls for every peer message, with AES-GCM instead of
     its Fernet (AES-CBC + HMAC + base64: ~120 us per message here, GCM ~8 us). A token is
     version | 8-byte timestamp | 12-byte nonce | ciphertext+tag, the first 9 bytes
@@ -79,7 +79,7 @@ MAX_UNAUTHENTICATED_BYTES = 64 * 1024
 
 
 class UnauthenticatedSweepMixin:
-    """Of syncobj._SyncObj (no pysyncobj import): call _init_sweep() before SyncObj.__init__
+    """Of syncobj.PatchedSyncObj (no pysyncobj import): call _init_sweep() before SyncObj.__init__
     and _sweep_unauthenticated() from every tick; `_sk_encryptor` counts the rejections."""
 
     def _init_sweep(self) -> None:

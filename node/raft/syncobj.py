@@ -39,13 +39,13 @@ from node.raft.compaction import JournalBoundMixin
 from node.raft.conn_buffers import InPlaceBuffersMixin
 from node.raft.install import SNAPSHOT_CHUNK_ACK, SnapshotInstallMixin, SyncBehind
 from node.raft.interface import ApplyFn, Callback, SubmitError
-from node.raft.log import ENTRY_COMMAND, _RaftLog, entry_payload
+from node.raft.log import ENTRY_COMMAND, RaftLog, entry_payload
 from node.raft.loop_driver import LoopDriver
 from node.raft.members import Member
 from node.raft.membership import MembershipMixin
 from node.raft.peer_encoding import PassEncoder, PeerCodecMixin, SharedSendMixin
 from node.raft.peer_set import ConfigPeersMixin
-from node.raft.peers import UnauthenticatedSweepMixin, _AuthenticatingEncryptor
+from node.raft.peers import AuthenticatingEncryptor, UnauthenticatedSweepMixin
 from node.raft.pickle_guard import VERSION_COMMAND, PicklePathsMixin
 from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
 from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST, ReadIndexMixin
@@ -233,7 +233,7 @@ class _PeerTransport(ConfigPeersMixin, TlsTransportMixin, SharedSendMixin, TCPTr
     leaves bytes behind subscribes the connection to write events again, until it drains
     (pysyncobj's own write-event handler then drops the subscription).
 
-    TLS (the _SyncObj's `tls`: (accepting ctx, dialling ctx) or None): dialled connections
+    TLS (the PatchedSyncObj's `tls`: (accepting ctx, dialling ctx) or None): dialled connections
     name the peer's node id as server name (the context checks the certificate has it);
     accepted ones require a certificate naming some cluster node, and the node address it
     then claims (its first message after pysyncobj's key exchange) must be that node's."""
@@ -258,7 +258,7 @@ class _PeerTransport(ConfigPeersMixin, TlsTransportMixin, SharedSendMixin, TCPTr
         return sent
 
 
-class _DialNode(TCPNode):
+class DialNode(TCPNode):
     """A peer whose identity is its raft address but which is dialled elsewhere (a proxy,
     or a per-link loopback address that a fault injector can cut)."""
 
@@ -287,7 +287,7 @@ logging.getLogger("pysyncobj.syncobj").addFilter(_TruncationLogFilter())
 _journal_patch_lock = threading.Lock()
 
 
-class _SyncObj(
+class PatchedSyncObj(
     SnapshotInstallMixin,
     JournalBoundMixin,
     UnauthenticatedSweepMixin,
@@ -311,8 +311,8 @@ class _SyncObj(
         members: dict[str, Member],  # before the journal's membership entries
         conf: SyncObjConf,
         apply_fn: ApplyFn,
-        journal: _RaftLog,
-        encryptor: _AuthenticatingEncryptor,
+        journal: RaftLog,
+        encryptor: AuthenticatingEncryptor,
         *,
         clock: ClusterClock,
         max_journal_bytes: float = math.inf,
@@ -538,7 +538,7 @@ class _SyncObj(
 
     def _SyncObj__deleteEntriesFrom(self, fromIDx):
         # pysyncobj calls this for every AppendEntries whose prevLogIdx is not our last
-        # entry; _RaftLog.add truncates only at a real conflict instead.
+        # entry; RaftLog.add truncates only at a real conflict instead.
         return None
 
     def _SyncObj__onMessageReceived(self, node, message):

@@ -71,7 +71,7 @@ from node.store.keys import (
 )
 from node.store.kv import write_delete, write_put
 from node.store.reads import Source, page_key, page_token
-from node.store.retention_select import Policy, _value_len, select
+from node.store.retention_select import Policy, select, stored_value_len
 from node.store.streams import StreamMeta, event_digest, truncate
 
 # -- archive_seal ----------------------------------------------------------------------------
@@ -257,7 +257,7 @@ def archive_restore(tx: EntryTx, op: dict) -> dict:
 def _plan_items(src: Source, p: Policy, sel: Any) -> list:
     ns_b = p.ns.encode()
     if p.target == "keys":
-        return [[k, m, _value_len(src, ns_b, k, m)] for k, m in sel.deletes]
+        return [[k, m, stored_value_len(src, ns_b, k, m)] for k, m in sel.deletes]
     out = []
     for stream, cut in sel.truncates:
         meta = StreamMeta.load(src, stream_meta_key(ns_b, stream.encode()))

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from cryptography.exceptions import InvalidTag
 
-from node.raft.peers import _AuthenticatingEncryptor
+from node.raft.peers import AuthenticatingEncryptor
 
 
 @pytest.fixture(scope="module")
 def pair():
-    return _AuthenticatingEncryptor("s3cret"), _AuthenticatingEncryptor("s3cret")
+    return AuthenticatingEncryptor("s3cret"), AuthenticatingEncryptor("s3cret")
 
 
 def test_roundtrip_between_two_holders_of_the_secret(pair) -> None:
@@ -33,7 +33,7 @@ def test_any_flipped_byte_is_rejected(pair, where: int) -> None:
 
 
 def test_a_different_secret_cannot_read_or_forge() -> None:
-    a, other = _AuthenticatingEncryptor("s3cret"), _AuthenticatingEncryptor("guess")
+    a, other = AuthenticatingEncryptor("s3cret"), AuthenticatingEncryptor("guess")
     with pytest.raises((ValueError, InvalidTag)):
         other.decrypt(a.encrypt_at_time(b"msg", 1))
     assert other.rejected == 1
