@@ -1,7 +1,7 @@
 """The follower's side of snapshots, a mixin of syncobj.PatchedSyncObj (no pysyncobj import: it
 reaches pysyncobj through self and super(), the name-mangled attributes spelt out).
 
-What pysyncobj got wrong, and what this does instead (node/raft/__init__.py lists each
+What pysyncobj got wrong, and what this does instead (node/raft/DESIGN.md lists each
 with its test):
 - an AppendEntries sets commit = min(leaderCommit, our last index), which committed a
   deposed leader's stale tail: commit only what the message vouched for;

@@ -1,7 +1,7 @@
 """RaftNode: a cluster member that replicates opaque byte entries and applies them in
 order: it builds the SyncObj (syncobj.py) from the cluster config, takes snapshots for it
 off the raft thread, and offers the rest of the node the small interface of
-node/raft/__init__.py."""
+node/raft/__init__.py (pysyncobj's defects it works around: node/raft/DESIGN.md)."""
 
 from __future__ import annotations
 

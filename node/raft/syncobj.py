@@ -1,5 +1,5 @@
 """The one module of the node that imports pysyncobj: its SyncObj subclass with the
-workarounds (the list is in node/raft/__init__.py), the SyncObjConf we run it with, the
+workarounds (the list is in node/raft/DESIGN.md), the SyncObjConf we run it with, the
 peer address type, the mapping of its failure reasons, its pickle protocol, the peer codec
 its connections use (peer_encoding.py) and the journal it is handed.
 
@@ -127,8 +127,8 @@ def submit_callback(callback: Callback) -> Callable[[object, object], None]:
 
 def replicated_command_size(payload: bytes) -> int:
     """Bytes pysyncobj journals and ships for one entry carrying `payload` (the command-type
-    byte + the payload, log.ENTRY_COMMAND); used by tests that probe pysyncobj's chunking
-    boundary."""
+    byte + the payload, log.ENTRY_COMMAND): RaftNode.submit's bound, and what the tests
+    that probe pysyncobj's chunking boundary size their entries by."""
     return len(ENTRY_COMMAND) + len(payload)
 
 
@@ -300,7 +300,7 @@ class PatchedSyncObj(
     PicklePathsMixin,
     SyncObj,
 ):
-    """pysyncobj's SyncObj with this node's workarounds (listed in node/raft/__init__.py)."""
+    """pysyncobj's SyncObj with this node's workarounds (listed in node/raft/DESIGN.md)."""
 
     _REQUEST_DENIED = FAIL_REASON.REQUEST_DENIED  # for PicklePathsMixin
     _FAIL_REASON = FAIL_REASON  # for MembershipMixin

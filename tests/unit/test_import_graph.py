@@ -158,6 +158,4 @@ def private_imports(packages: tuple[str, ...] = PRIVATE_NAME_PACKAGES) -> list[s
 
 def test_no_module_imports_a_private_name_of_another() -> None:
     found = private_imports()
-    assert found == [], f"{len(found)} private names imported across modules:\n" + "\n".join(
-        found
-    )
+    assert found == [], f"{len(found)} private names imported across modules:\n" + "\n".join(found)

@@ -49,8 +49,8 @@ def test_pysyncobj_pickles_with_a_modern_protocol() -> None:
     """Protocol 2 (pysyncobj's default) pickles bytes via a latin-1 str: slow for entries."""
     from pysyncobj import pickle as pysyncobj_pickle
 
-    from node import raft
+    from node.raft import syncobj
 
     data = pysyncobj_pickle.dumps((0, (b"x" * 1000,)))
-    assert data[:2] == bytes([0x80, raft.PEER_PICKLE_PROTOCOL])
+    assert data[:2] == bytes([0x80, syncobj.PEER_PICKLE_PROTOCOL])
     assert pysyncobj_pickle.loads(data) == (0, (b"x" * 1000,))
