@@ -266,7 +266,7 @@ class EtcdControl(ClusterControl):
 # ------------------------------------------------------------------------ the client
 
 
-def _host_port(endpoint: str) -> tuple[str, int]:
+def host_port(endpoint: str) -> tuple[str, int]:
     rest = endpoint.split("://", 1)[-1].rstrip("/")
     host, _, port = rest.rpartition(":")
     return host or "127.0.0.1", int(port or 2379)
@@ -339,7 +339,7 @@ class EtcdSystem(System):
                 "the etcd client is missing: pip install -e '.[bench]' (aetcd)"
             ) from e
         retryable = (aetcd.ConnectionFailedError, aetcd.ConnectionTimeoutError)
-        hosts = [_host_port(e) for e in self.endpoints]
+        hosts = [host_port(e) for e in self.endpoints]
         for i in range(self.pool):
             k = i % len(hosts)  # rotate, like StatekeeperSystem, to spread a pool's first choice
             clients = [

@@ -17,7 +17,6 @@ from chaos.nemesis import NS, Nemesis
 
 __all__ = ["nemesis_verdicts", "render_nemesis", "write_nemesis_png", "write_soak_report"]
 
-
 @dataclass
 class _Availability:
     """Per-step numbers from the history (ok ops only; times in the history's clock)."""

@@ -51,7 +51,7 @@ class MemberChangeError(RuntimeError):
     """A change was refused or did not finish; the message says what to do."""
 
 
-def _post_json(url: str, body: dict, tls, token: str, timeout: float) -> tuple[int, dict]:
+def post_json(url: str, body: dict, tls, token: str, timeout: float) -> tuple[int, dict]:
     req = urllib.request.Request(
         url,
         data=json.dumps(body).encode(),
@@ -159,7 +159,7 @@ class Membership:
         while time.monotonic() < deadline:
             leader = self._leader_for(deadline, exclude)
             url = self._leader_url(leader) + path
-            status, doc = _post_json(url, body, self.lc.tls, self.token, self.timeout)
+            status, doc = post_json(url, body, self.lc.tls, self.token, self.timeout)
             if status == 200:
                 return doc
             err = doc.get("error") or {}
@@ -174,7 +174,7 @@ class Membership:
 
     def ask(self, node_id: str, path: str, body: dict, timeout: float) -> tuple[int, dict]:
         """POST to `node_id` itself (no leader following, no retry): (status, answer)."""
-        return _post_json(self.cfg.url(node_id) + path, body, self.lc.tls, self.token, timeout)
+        return post_json(self.cfg.url(node_id) + path, body, self.lc.tls, self.token, timeout)
 
     # -- add ------------------------------------------------------------------------------
 

@@ -59,7 +59,6 @@ def minimize_ops(
     (``_droppable``) and keeps the result only if it is still non-linearizable, so the
     result proves the violation on its own.
     """
-
     def cut(base: list[Prepared], lo: int, hi: int) -> list[Prepared] | None:
         """base without what can go of base[lo:hi], if that still fails; else None."""
         part = _droppable(base[lo:hi], base[:lo] + base[hi:], initial)

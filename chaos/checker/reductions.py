@@ -214,7 +214,9 @@ def _promote_observed(
                 if now is o or o.complete < x.op.invoke_time or o.complete >= now.complete:
                     continue
                 fits = [a for a in x.applied if v in a.writes.get(k, ())]
-                now = replace(fits[0] if len(fits) == 1 else x, required=True, complete=o.complete)
+                now = replace(
+                    fits[0] if len(fits) == 1 else x, required=True, complete=o.complete
+                )
                 current[id(x)] = now
                 queue.append(now)
     promoted = [current[id(p)] for p in ops]

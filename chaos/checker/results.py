@@ -46,8 +46,7 @@ def _describe(op: Op) -> str:
             return "; ".join(parts) or "-"
 
         cond = " && ".join(
-            f"{c['key']} {c.get('op', '==')} {fmt_value(c.get('value'))}"
-            for c in inp.get("compare") or ()
+            f"{c['key']} {c.get('op', '==')} {fmt_value(c.get('value'))}" for c in inp.get("compare") or ()
         )
         text = f"txn(if {cond or 'true'} then {branch('success')} else {branch('failure')})"
         if not ok:

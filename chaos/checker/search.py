@@ -304,7 +304,8 @@ class _Search:
         subsets = [c for r in range(len(xs)) for c in itertools.combinations(xs, r)]
         if self.required[o]:
             return any(
-                (st := after(c)) is not INVALID and steps[o](st) is not INVALID for c in subsets
+                (st := after(c)) is not INVALID and steps[o](st) is not INVALID
+                for c in subsets
             )
         branch = self.branch_of[o]
         if branch is None:
@@ -313,7 +314,9 @@ class _Search:
         if full is INVALID:
             return True
         flipped = branch(full)
-        return any((st := after(c)) is not INVALID and branch(st) == flipped for c in subsets)
+        return any(
+            (st := after(c)) is not INVALID and branch(st) == flipped for c in subsets
+        )
 
     def apply(self, move: tuple[int, ...]) -> tuple[Any, int, int] | None:
         """(state, rlin, ilin) after the move, or None if the model rejects it or it

@@ -136,7 +136,9 @@ def lost_writes(
         if not ws and not from_initial:
             lost.append(LostWrite(key, None, final, "final value was never written"))
         else:
-            newest = max([w.complete_time for w in ws] + ([-math.inf] if from_initial else []))
+            newest = max(
+                [w.complete_time for w in ws] + ([-math.inf] if from_initial else [])
+            )
             for op, _v in acked[key]:
                 if op.invoke_time > newest:
                     why[id(op)] = (
@@ -213,10 +215,8 @@ def duplicate_applications(
             rev = op.output.get("revision")
             if op.outcome == "ok" and isinstance(rev, int):
                 seen[fk][rev].append(op)
-        if (
-            op.outcome == "ok"
-            and op.key is not None
-            and (op.f == "get" or (op.f == "cas" and not op.output.get("succeeded")))
+        if op.outcome == "ok" and op.key is not None and (
+            op.f == "get" or (op.f == "cas" and not op.output.get("succeeded"))
         ):
             mr = op.output.get("mod_revision")
             if "value" in op.output and op.output["value"] is not None and isinstance(mr, int):

@@ -32,16 +32,16 @@ The package, one job per module:
     raft_node.py   RaftNode: builds the SyncObj from the cluster config, snapshots off the
                    raft thread, the interface above
     syncobj.py     the one importer of pysyncobj: PatchedSyncObj (the workarounds below),
-                   build_conf, DialNode, _PeerTransport, _TlsConnection, the FAIL_REASON
+                   build_conf, DialNode, PeerTransport, _TlsConnection, the FAIL_REASON
                    mapping, the pickle protocol, the peer codec its connections use,
                    handing pysyncobj our journal
     tls_connection.py  raft TLS as mixins (no pysyncobj import): TlsConnectionMixin of
-                   syncobj._TlsConnection, TlsTransportMixin of _PeerTransport
+                   syncobj._TlsConnection, TlsTransportMixin of PeerTransport
     readindex.py   ReadIndexMixin of PatchedSyncObj: leadership confirmed by one message round
     members.py     Member, the membership entry format and the rule "members are a function
                    of the log" (no pysyncobj, no I/O)
     membership.py  MembershipMixin of PatchedSyncObj: dynamic membership on pysyncobj's engine
-    peer_set.py    ConfigPeersMixin of _PeerTransport: whom the transport talks to (the
+    peer_set.py    ConfigPeersMixin of PeerTransport: whom the transport talks to (the
                    members of the log's end and of the committed configuration, and any
                    authenticated peer that connects; no pysyncobj import)
     prevote.py     PreVoteMixin of PatchedSyncObj
@@ -60,10 +60,10 @@ The package, one job per module:
     commit_notice.py  CommitNoticeMixin of PatchedSyncObj: the leader's commit-only AppendEntries
                    ride on the next pass (or go out after 2 ms; at once for forwarded entries)
     peer_encoding.py  the peers' wire format (version byte | msgpack, sealed; its home):
-                   PeerCodecMixin of _PeerConnection, and one packing of an AppendEntries
-                   for all followers (SharedSendMixin of _PeerTransport; no pysyncobj import)
+                   PeerCodecMixin of PeerConnection, and one packing of an AppendEntries
+                   for all followers (SharedSendMixin of PeerTransport; no pysyncobj import)
     tls_pipe.py    TlsPipe: sans-IO TLS (ssl.SSLObject over memory BIOs) for the raft port
-    conn_buffers.py  InPlaceBuffersMixin of _PeerConnection: peer connection buffers that
+    conn_buffers.py  InPlaceBuffersMixin of PeerConnection: peer connection buffers that
                    grow and drain in place (no pysyncobj import)
 
 pysyncobj 0.3.17's defects this package works around, each with where the fix lives and

@@ -169,7 +169,7 @@ refusals = _RefusalLog()
 
 
 class PeerCodecMixin:
-    """(with syncobj._PeerConnection) pysyncobj's TcpConnection.send and the decoding half
+    """(with syncobj.PeerConnection) pysyncobj's TcpConnection.send and the decoding half
     of its parser, in the format above. conn_buffers.InPlaceBuffersMixin cuts the frames
     and hands each one (without its length prefix) to open_frame. The combining class sets
     _seal_clock (pysyncobj's monotonic, CLOCK_MONOTONIC_RAW: a receiver drops the connection
@@ -297,7 +297,7 @@ class PassEncoder:
 
 
 class SharedSendMixin:
-    """(with syncobj._PeerTransport) send(): an append_entries message of a leader's send
+    """(with syncobj.PeerTransport) send(): an append_entries message of a leader's send
     pass goes out as the pass's PackedMessage (packed once), which each connection frames
     with its own rand_key and seals (PeerCodecMixin.send); everything else is packed by
     the connection."""

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 log = logging.getLogger("statekeeper.raft")
 
 # Fixed and public on purpose: it only has to differ from other uses of the same secret.
-_KDF_SALT = b"statekeeper raft peers v1"
+KDF_SALT = b"statekeeper raft peers v1"
 
 
 class AuthenticatingEncryptor:
@@ -31,7 +31,7 @@ class AuthenticatingEncryptor:
     _HEAD = 9  # version + timestamp
 
     def __init__(self, secret: str):
-        kdf = PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=_KDF_SALT, iterations=200_000)
+        kdf = PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=KDF_SALT, iterations=200_000)
         self._aead = AESGCM(kdf.derive(secret.encode()))
         self.rejected = 0
         self._last_log = 0.0

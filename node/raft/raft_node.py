@@ -260,11 +260,7 @@ class RaftNode:
                 # Restore only when the snapshot is ahead of what RocksDB already holds: on
                 # a plain restart RocksDB is newer than the last snapshot and must be kept.
                 self._start_restore(path, offset, last[1])
-            return (
-                last,
-                entry_tuple(header["prev"]),
-                list(header.get("members") or header["cluster"]),
-            )
+            return last, entry_tuple(header["prev"]), list(header.get("members") or header["cluster"])
         except BaseException as e:
             self._restore_failed(e)
 

@@ -66,7 +66,7 @@ setattr(_pysyncobj_pickle, "__protocol", PEER_PICKLE_PROTOCOL)
 # Large entries. Measured on 2 loaded cores, 3 nodes on loopback: one entry of three 1 MiB
 # random values cost the leader its term on the first try (4 of 4 runs,
 # tests/integration/test_large_entries.py). Two defects of pysyncobj's TcpConnection,
-# worked around here (_PeerTransport; _PeerConnection's codec):
+# worked around here (PeerTransport; PeerConnection's codec):
 # - send() writes what the socket takes and leaves the rest for the next send() on that
 #   connection: one socket buffer per heartbeat (0.1 s). The entry reached the followers
 #   1.5-1.8 s after it was sent, with every heartbeat queued behind it.
@@ -180,7 +180,7 @@ def build_conf(
 
 class _NoPeerPickle:
     """What pysyncobj's tcp_connection calls `pickle` and `zlib`: peer messages are encoded
-    by _PeerConnection (peer_encoding.py); a path that still reached pysyncobj's own
+    by PeerConnection (peer_encoding.py); a path that still reached pysyncobj's own
     encoding must fail loudly, never put a pickle on the wire."""
 
     def __getattr__(self, name: str):
@@ -197,7 +197,7 @@ _tcp_connection_module.zlib = _NoPeerPickle()
 _POLL_ALL = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR
 
 
-class _PeerConnection(InPlaceBuffersMixin, PeerCodecMixin, TcpConnection):
+class PeerConnection(InPlaceBuffersMixin, PeerCodecMixin, TcpConnection):
     """pysyncobj's TcpConnection with buffers that grow and drain in place
     (conn_buffers.py) and our wire format (peer_encoding.py: msgpack with a version byte,
     no pickle, no zlib): every peer connection, dialled or accepted, is one of these."""
@@ -209,18 +209,18 @@ class _PeerConnection(InPlaceBuffersMixin, PeerCodecMixin, TcpConnection):
 
 
 # The two places pysyncobj makes peer connections (its transport dials, its server accepts).
-_transport_module.TcpConnection = _PeerConnection
-_tcp_server_module.TcpConnection = _PeerConnection
+_transport_module.TcpConnection = PeerConnection
+_tcp_server_module.TcpConnection = PeerConnection
 
 
-class _TlsConnection(TlsConnectionMixin, _PeerConnection):
-    """_PeerConnection with raft TLS (tls_connection.TlsConnectionMixin)."""
+class _TlsConnection(TlsConnectionMixin, PeerConnection):
+    """PeerConnection with raft TLS (tls_connection.TlsConnectionMixin)."""
 
     _POLL_ALL = _POLL_ALL
     warn_unanswered_dial = False  # TlsConnectionMixin logs an unanswered dial itself
 
 
-class _PeerTransport(ConfigPeersMixin, TlsTransportMixin, SharedSendMixin, TCPTransport):
+class PeerTransport(ConfigPeersMixin, TlsTransportMixin, SharedSendMixin, TCPTransport):
     """pysyncobj's TCP transport, made to finish sending what it started, sending a
     leader's append_entries packed once for all followers (peer_encoding.SharedSendMixin),
     and (raft TLS on) running every connection through TLS.
@@ -328,7 +328,7 @@ class PatchedSyncObj(
         # sockets in __init__, and the loop's reader registry is not thread-safe.
         self._driver = driver
         self._init_install(state_machine_restoring, sync_behind)
-        self._sk_tls = tls  # (accepting, dialling) contexts; read by _PeerTransport
+        self._sk_tls = tls  # (accepting, dialling) contexts; read by PeerTransport
         self._apply_fn = apply_fn
         self._clock = clock
         self._clock_term = -1  # term in which the clock was last anchored
@@ -371,7 +371,7 @@ class PatchedSyncObj(
                     peers,
                     conf=conf,
                     nodeClass=self.node_for,
-                    transportClass=_PeerTransport,
+                    transportClass=PeerTransport,
                 )
             finally:
                 _syncobj_module.createJournal, _syncobj_module.createPoller = originals

@@ -32,10 +32,7 @@ def config(base: Path, size: int, fsync: str = "always", **raft) -> ClusterConfi
         for i in range(size)
     )
     cfg = ClusterConfig(
-        nodes=nodes,
-        data_dir=str(base),
-        fsync=fsync,
-        secret="test-secret",
+        nodes=nodes, data_dir=str(base), fsync=fsync, secret="test-secret",
         raft=dataclasses.replace(RaftSettings(), **raft),
     )
     bootstrap_new_cluster(cfg)
@@ -119,9 +116,7 @@ class Exploit:
         return (os.system, (f"touch {self.marker}",))
 
 
-def write_journal(
-    raft_dir: Path, commands: list[tuple[bytes, int, int]], term: int, commit: int
-) -> None:
+def write_journal(raft_dir: Path, commands: list[tuple[bytes, int, int]], term: int, commit: int) -> None:
     """A raft journal of (command, index, term) entries, as a node left it (fsynced)."""
     from node.raft.log import RaftLog
 

@@ -114,14 +114,14 @@ def test_the_leader_never_chunks_a_large_entry(tmp_path: Path, nodes, monkeypatc
     entry goes as one msgpack message and reaches every follower."""
     monkeypatch.setattr(syncobj, "MAX_MESSAGE_BYTES", 64 * 1024)
     chunked: list[str] = []
-    send = syncobj._PeerTransport.send
+    send = syncobj.PeerTransport.send
 
     def recording(self, node, message):
         if isinstance(message, dict) and "transmission" in message:
             chunked.append(message["transmission"])
         return send(self, node, message)
 
-    monkeypatch.setattr(syncobj._PeerTransport, "send", recording)
+    monkeypatch.setattr(syncobj.PeerTransport, "send", recording)
     cfg, members = _three(tmp_path, nodes)
     lead = leader_of(members)
     rev = lead.put("large", b"x" * 200 * 1024)["revision"]

@@ -159,3 +159,10 @@ def private_imports(packages: tuple[str, ...] = PRIVATE_NAME_PACKAGES) -> list[s
 def test_no_module_imports_a_private_name_of_another() -> None:
     found = private_imports()
     assert found == [], f"{len(found)} private names imported across modules:\n" + "\n".join(found)
+
+
+def test_no_test_imports_a_private_name_of_the_code_it_tests() -> None:
+    """Tests go through the public names (a helper a test needs is shared, so public);
+    helpers shared between test files are not counted."""
+    found = private_imports(("tests",))
+    assert found == [], "\n".join(found)
