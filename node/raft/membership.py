@@ -35,7 +35,6 @@ What pysyncobj 0.3.17 does on its own, and why it is taken over here:
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -69,7 +68,6 @@ class MembershipMixin:
         self._sk_self_address = self_address
         self._sk_make_node = make_node  # (address, Member | None) -> pysyncobj node
         self._member_refusal: MemberError | None = None
-        self._raft_calls: deque[Callable[[], None]] = deque()  # run_on_raft_thread
         self._journal.on_membership = self._on_membership_entry
         self._rebase_members(base)
         # The commit index the transport's peers were last checked against (-1: never).
@@ -116,19 +114,6 @@ class MembershipMixin:
             member = Member.from_dict(spec)
             return self._sk_make_node(member.raft_address, member)
         return self._sk_make_node(spec, self.members.get(spec))
-
-    # -- hand-off -------------------------------------------------------------------------
-
-    def run_on_raft_thread(self, fn: Callable[[], None]) -> None:
-        """Run fn() on the raft thread at its next tick (pysyncobj is not thread-safe)."""
-        self._raft_calls.append(fn)
-
-    def _run_raft_calls(self) -> None:
-        while self._raft_calls:
-            try:
-                self._raft_calls.popleft()()
-            except Exception:
-                log.exception("a call handed to the raft thread failed")
 
     # -- the leader's side ----------------------------------------------------------------
 

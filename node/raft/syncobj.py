@@ -449,7 +449,6 @@ class PatchedSyncObj(
         self._catch_up_tick()
         self._prevote_tick()
         self._sweep_unauthenticated()
-        self._run_raft_calls()
         self._follow_peers()
         if self._state_machine_restoring():
             self._stand_for_no_election()
