@@ -15,9 +15,21 @@ from node.store.keys import archived_events_prefix, archived_key, inc, p64, segm
 from node.store.reads import Source
 
 
-def _segment(src: Source, ns_b: bytes, segment_id: str) -> list | None:
-    raw = src.point(segment_key(ns_b, segment_id))
-    return None if raw is None else unpack(raw)
+def _archived(src: Source, ns_b: bytes, seg_id: str, what: str, it: str, **fields) -> OpError:
+    """410 `archived`: `what` ("key 'k' is") lies in segment `seg_id`, whose url, sha256
+    and size the answer carries (the client reads at most `bytes` of the file)."""
+    raw = src.point(segment_key(ns_b, seg_id))
+    seg = unpack(raw) if raw is not None else [None, None, None]
+    return OpError(
+        "archived",
+        f"{what} archived in segment {seg_id} ({seg[0]}); read {it} from the archive "
+        f"or restore {it}",
+        segment=seg_id,
+        url=seg[0],
+        sha256=seg[1],
+        bytes=seg[2],
+        **fields,
+    )
 
 
 def check_key(src: Source, ns: str, key: str) -> None:
@@ -27,17 +39,8 @@ def check_key(src: Source, ns: str, key: str) -> None:
     if raw is None:
         return
     seg_id, archived_rev, _ = unpack(raw)
-    seg = _segment(src, ns_b, seg_id) or [None, None, None]
-    raise OpError(
-        "archived",
-        f"key {key!r} is archived in segment {seg_id} ({seg[0]}); read it from the archive "
-        "or restore it",
-        segment=seg_id,
-        url=seg[0],
-        sha256=seg[1],
-        bytes=seg[2],  # the client reads at most this much of the file
-        archived_revision=archived_rev,
-        key=key,
+    raise _archived(
+        src, ns_b, seg_id, f"key {key!r} is", "it", archived_revision=archived_rev, key=key
     )
 
 
@@ -61,19 +64,8 @@ def check_events(src: Source, ns: str, stream: str, seq: int) -> None:
     if found is None:
         return
     lo, before, seg_id, _ = found
-    seg = _segment(src, ns_b, seg_id) or [None, None, None]
-    raise OpError(
-        "archived",
-        f"events {lo}..{before - 1} of stream {stream!r} are archived in segment {seg_id} "
-        f"({seg[0]}); read them from the archive or restore them",
-        segment=seg_id,
-        url=seg[0],
-        sha256=seg[1],
-        bytes=seg[2],  # the client reads at most this much of the file
-        stream=stream,
-        from_seq=lo,
-        before_seq=before,
-    )
+    what = f"events {lo}..{before - 1} of stream {stream!r} are"
+    raise _archived(src, ns_b, seg_id, what, "them", stream=stream, from_seq=lo, before_seq=before)
 
 
 def archived_before(src: Source, ns_b: bytes, stream_b: bytes) -> int | None:
