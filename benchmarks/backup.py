@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks.cluster_control import _free_port_block
+from benchmarks.cluster_control import free_port_block
 from benchmarks.load import append_section, markdown_table
 from client import Client
 from cluster.supervisor import LocalCluster
@@ -72,7 +72,7 @@ class _Writer(threading.Thread):
 def run(args: argparse.Namespace) -> tuple[list[list[str]], list[str]]:
     OUT.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="backup-", dir=OUT))
-    base = _free_port_block(6, set(), random.Random())
+    base = free_port_block(6, set(), random.Random())
     cfg = node_config.local_cluster(http_base_port=base, raft_base_port=base + 3)
     path = work / "cluster.toml"
     node_config.write(cfg, path)

@@ -105,13 +105,13 @@ async def running(
     first; on any failure, an interrupt included, `kill_all` leaves no process behind."""
     try:
         try:
-            await _maybe_await(start())
+            await maybe_await(start())
         except BaseException:
             for m in control.members:
                 print(f"--- {label}{m} log tail ---\n{control.log_tail(m, 40)}", file=sys.stderr)
             raise
         yield control
-        await _maybe_await(stop())
+        await maybe_await(stop())
     except BaseException:
         kill_all()
         raise
@@ -150,7 +150,7 @@ def parse_vmrss(status: str) -> int | None:
     return None
 
 
-def _free_port_block(count: int, avoid: set[int], rng: random.Random) -> int:
+def free_port_block(count: int, avoid: set[int], rng: random.Random) -> int:
     """A base port such that base..base+count-1 are free on loopback and not in `avoid`.
 
     local_cluster() numbers node ports consecutively from a base, so single ephemeral
@@ -176,13 +176,13 @@ def _port_free(port: int) -> bool:
     return True
 
 
-async def _maybe_await(value: object) -> object:
+async def maybe_await(value: object) -> object:
     if inspect.isawaitable(value):
         return await value
     return value
 
 
-def _stderr_say(quiet: bool) -> Callable[[str], None]:
+def stderr_say(quiet: bool) -> Callable[[str], None]:
     def say(msg: str) -> None:
         if not quiet:
             print(msg, file=sys.stderr)

@@ -35,9 +35,9 @@ from typing import Any
 
 from benchmarks.cluster_control import (
     ClusterControl,
-    _free_port_block,
-    _stderr_say,
+    free_port_block,
     running,
+    stderr_say,
     stop_process,
 )
 from benchmarks.systems import System, register
@@ -123,8 +123,8 @@ class EtcdCluster:
         self.binary = binary
         self.workdir = workdir
         rng = random.Random()
-        client_base = _free_port_block(size, set(), rng)
-        peer_base = _free_port_block(size, set(range(client_base, client_base + size)), rng)
+        client_base = free_port_block(size, set(), rng)
+        peer_base = free_port_block(size, set(range(client_base, client_base + size)), rng)
         self.members = [f"m{i}" for i in range(size)]
         self.client_port = {m: client_base + i for i, m in enumerate(self.members)}
         self.peer_port = {m: peer_base + i for i, m in enumerate(self.members)}
@@ -266,7 +266,7 @@ class EtcdControl(ClusterControl):
 # ------------------------------------------------------------------------ the client
 
 
-def _host_port(endpoint: str) -> tuple[str, int]:
+def host_port(endpoint: str) -> tuple[str, int]:
     rest = endpoint.split("://", 1)[-1].rstrip("/")
     host, _, port = rest.rpartition(":")
     return host or "127.0.0.1", int(port or 2379)
@@ -339,7 +339,7 @@ class EtcdSystem(System):
                 "the etcd client is missing: pip install -e '.[bench]' (aetcd)"
             ) from e
         retryable = (aetcd.ConnectionFailedError, aetcd.ConnectionTimeoutError)
-        hosts = [_host_port(e) for e in self.endpoints]
+        hosts = [host_port(e) for e in self.endpoints]
         for i in range(self.pool):
             k = i % len(hosts)  # rotate, like StatekeeperSystem, to spread a pool's first choice
             clients = [
@@ -453,7 +453,7 @@ class EtcdSystem(System):
         if fsync != "always":
             # etcd 3.4 has no supported way to turn fsync off; never pretend it has.
             raise ValueError("etcd runs with fsync on only (fsync='always')")
-        say = _stderr_say(quiet)
+        say = stderr_say(quiet)
         binary = find_etcd(say=say)
         cluster = EtcdCluster(binary, workdir, size)
         say(

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-from benchmarks.cluster_control import _free_port_block
+from benchmarks.cluster_control import free_port_block
 
 SERVER_SETTINGS = {
     "fsync": "on",
@@ -90,7 +90,7 @@ class LocalPostgres:
             "initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
             "--no-instructions",
         )  # fmt: skip
-        self.port = _free_port_block(1, set(), random.Random())
+        self.port = free_port_block(1, set(), random.Random())
         opts = {**SERVER_SETTINGS, "port": str(self.port), "unix_socket_directories": str(self.dir)}
         o = " ".join(f"-c {k}={v}" for k, v in opts.items())
         log = str(self.dir / "server.log")

@@ -92,14 +92,14 @@ class Target:
 async def fresh_cluster(workdir: Path, args: argparse.Namespace) -> AsyncIterator[Target]:
     """A 3-node cluster like StatekeeperSystem.managed_cluster's, with this run's
     [retention] settings; stopped (down, then kill on failure) on exit."""
-    from benchmarks.cluster_control import _free_port_block, running
+    from benchmarks.cluster_control import free_port_block, running
     from benchmarks.systems import StatekeeperControl
     from cluster.supervisor import LocalCluster
     from node import config as node_config
 
     rng = random.Random()
-    http = _free_port_block(3, set(), rng)
-    raft = _free_port_block(3, set(range(http, http + 3)), rng)
+    http = free_port_block(3, set(), rng)
+    raft = free_port_block(3, set(range(http, http + 3)), rng)
     cfg = node_config.local_cluster(http_base_port=http, raft_base_port=raft, fsync="always")
     cfg = dataclasses.replace(
         cfg,

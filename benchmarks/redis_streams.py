@@ -28,9 +28,9 @@ from typing import Any
 
 from benchmarks.cluster_control import (
     ClusterControl,
-    _free_port_block,
-    _stderr_say,
+    free_port_block,
     running,
+    stderr_say,
     stop_process,
 )
 from benchmarks.systems import System, register
@@ -214,9 +214,9 @@ class RedisSystem(System):
         cls, workdir: Path, *, fsync: str = "always", quiet: bool = False, **_: Any
     ) -> AsyncIterator[ClusterControl]:
         """One redis-server (appendonly, appendfsync always) on a free loopback port."""
-        say = _stderr_say(quiet)
+        say = stderr_say(quiet)
         binary = find_redis()
-        server = RedisServer(binary, workdir / MEMBER, _free_port_block(1, set(), random.Random()),
+        server = RedisServer(binary, workdir / MEMBER, free_port_block(1, set(), random.Random()),
                              fsync)  # fmt: skip
         say(f"starting redis-server {redis_version(binary)} on port {server.port} (one node, "
             f"appendfsync {'always' if fsync == 'always' else 'no'})")  # fmt: skip

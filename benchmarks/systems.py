@@ -26,10 +26,10 @@ from typing import Any, ClassVar
 
 from benchmarks.cluster_control import (
     ClusterControl,
-    _free_port_block,
-    _maybe_await,
-    _stderr_say,
+    free_port_block,
+    maybe_await,
     running,
+    stderr_say,
 )
 
 CONSISTENCY_LEVELS = ("linearizable", "serializable")
@@ -238,7 +238,7 @@ class StatekeeperSystem(System):
         for c in clients:
             close = getattr(c, "aclose", None) or getattr(c, "close", None)
             if close is not None:
-                await _maybe_await(close())
+                await maybe_await(close())
 
     async def put(self, key: str, value: bytes) -> None:
         await next(self._next).put(key, value, ns=self.ns)  # type: ignore[arg-type]
@@ -311,10 +311,10 @@ class StatekeeperSystem(System):
         from cluster.supervisor import LocalCluster
         from node import config as node_config
 
-        say = _stderr_say(quiet)
+        say = stderr_say(quiet)
         rng = random.Random()
-        http_base = _free_port_block(size, set(), rng)
-        raft_base = _free_port_block(size, set(range(http_base, http_base + size)), rng)
+        http_base = free_port_block(size, set(), rng)
+        raft_base = free_port_block(size, set(range(http_base, http_base + size)), rng)
         cfg = node_config.local_cluster(
             size=size, http_base_port=http_base, raft_base_port=raft_base, fsync=fsync
         )

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.cluster_control import _free_port_block
+from benchmarks.cluster_control import free_port_block
 from benchmarks.cpu_per_op import read_cpu_seconds
 from benchmarks.harness import LoadResult
 from benchmarks.load import Spec, append_section, fs_type, make_keys, markdown_table, run_spec
@@ -55,8 +55,8 @@ ARMS = {"plain": (False, False), "https": (True, False), "https+raft": (True, Tr
 def _config(workdir: Path, arm: str, fsync: str) -> Path:
     client_tls, raft_tls = ARMS[arm]
     rng = random.Random()
-    http_base = _free_port_block(3, set(), rng)
-    raft_base = _free_port_block(3, set(range(http_base, http_base + 3)), rng)
+    http_base = free_port_block(3, set(), rng)
+    raft_base = free_port_block(3, set(range(http_base, http_base + 3)), rng)
     cfg = node_config.local_cluster(
         size=3, http_base_port=http_base, raft_base_port=raft_base, fsync=fsync
     )

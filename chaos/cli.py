@@ -272,7 +272,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return parser
 
 
-def _options(args: argparse.Namespace, fault: str, **phases: Any):
+def run_options(args: argparse.Namespace, fault: str, **phases: Any):
     """The RunOptions of ``fault``: the workload and output options every action takes
     (``_workload_args``, ``_output_args``), and ``phases``, the rest (duration, warmup,
     fault window, report dir, check time limit); by default as run and suite take them."""
@@ -336,7 +336,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.fault not in FAULTS:
         print(f"{PROG}: unknown fault {args.fault!r}; see '{PROG} list'", file=sys.stderr)
         return EXIT_USAGE
-    result = run_scenario(_options(args, args.fault))
+    result = run_scenario(run_options(args, args.fault))
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
@@ -352,7 +352,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
                 f"{PROG}: unknown fault(s) {', '.join(unknown)}; see '{PROG} list'", file=sys.stderr
             )
             return EXIT_USAGE
-    base = _options(args, "none")
+    base = run_options(args, "none")
     results, _ = run_suite(names, base, smoke=args.smoke, root=args.report_dir)
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
 
@@ -414,7 +414,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
         excluded=skipped,
     )
     cls = make_nemesis(cfg)
-    opts = _options(
+    opts = run_options(
         args,
         cls.name,
         duration=duration,

@@ -163,7 +163,7 @@ def render_nemesis(
         "| errors until healed | all ready after heal (s) | what it did |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    from chaos.report import _md_escape
+    from chaos.report import md_escape
 
     for r in nemesis.records:
         start = r.start_ns or r.begin_ns
@@ -186,7 +186,7 @@ def render_nemesis(
         ready = _fs(r.ready_s) if not r.not_ready else f"NOT READY ({r.not_ready})"
         out.append(
             f"| {r.step.index} | {r.name} | {rel_start:.2f} | {_fs(rel_stop)} | {_fs(held)} | "
-            f"{avail} | {errs} | {ready} | {_md_escape(what)} |"
+            f"{avail} | {errs} | {ready} | {md_escape(what)} |"
         )
     counts: dict[str, int] = {}
     for r in nemesis.records:

@@ -321,7 +321,7 @@ def format_verdicts(result: RunResult) -> str:
     return "\n".join(f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows)
 
 
-def _md_escape(s: str) -> str:
+def md_escape(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
@@ -348,7 +348,7 @@ def render_markdown(result: RunResult) -> str:
         out += ["## Verdicts", "", "| check | verdict | value | detail |", "|---|---|---|---|"]
         for v in r.verdicts:
             out.append(
-                f"| {v.name} | **{v.status}** | {_md_escape(v.value)} | {_md_escape(v.detail)} |"
+                f"| {v.name} | **{v.status}** | {md_escape(v.value)} | {md_escape(v.detail)} |"
             )
         out.append("")
     if m is not None:
@@ -381,7 +381,7 @@ def render_markdown(result: RunResult) -> str:
         out += ["## Timeline", "", f"![timeline]({r.files['timeline']})", ""]
     if r.events:
         out += ["## Events", "", "| t (s) | event |", "|---|---|"]
-        out += [f"| {t:.2f} | {_md_escape(e)} |" for t, e in r.events]
+        out += [f"| {t:.2f} | {md_escape(e)} |" for t, e in r.events]
         out.append("")
     if r.error_codes:
         out += ["## Client-side errors (per attempt)", "", "| code | count |", "|---|---|"]
@@ -402,7 +402,7 @@ def render_markdown(result: RunResult) -> str:
         ("Failpoint crashes", [f"{k}: {v}" for k, v in r.crashes.items()]),
     ):
         if items:
-            out += [f"## {title}", ""] + [f"- {_md_escape(x)}" for x in items] + [""]
+            out += [f"## {title}", ""] + [f"- {md_escape(x)}" for x in items] + [""]
     if r.files:
         out += ["## Files", ""] + [f"- {k}: `{v}`" for k, v in r.files.items()] + [""]
     return "\n".join(out)
@@ -491,7 +491,7 @@ def render_summary(
                     except ValueError:
                         pass
                 link = f"[report]({target})"
-            out.append("| " + " | ".join(_md_escape(c) for c in row) + f" | {link} |")
+            out.append("| " + " | ".join(md_escape(c) for c in row) + f" | {link} |")
         return "\n".join(out)
     table = [list(_SUMMARY_COLUMNS), *rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(_SUMMARY_COLUMNS))]

@@ -107,10 +107,6 @@ def classify_error(err: BaseException) -> tuple[str, bool]:
     return type(err).__name__, False
 
 
-class _Stop(Exception):
-    """The workload is stopping: give up the op (outcome decided by the caller)."""
-
-
 @dataclass
 class Counters:
     ok: int = 0

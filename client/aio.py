@@ -16,7 +16,7 @@ from typing import Any
 from .aio_cache import AsyncCache
 from .aio_connection import Endpoint
 from .aio_stream import StreamConnection, open_stream
-from .aio_transport import _TRANSPORT_ERRORS, Pool, _kind
+from .aio_transport import TRANSPORT_ERRORS, Pool, failure_kind
 from .base import Pages, Plan
 from .batch_ops import ClientBatch
 from .commands import AsyncCommands
@@ -146,8 +146,8 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
                 err = session.ended()
             except StatekeeperError as e:
                 err = e
-            except _TRANSPORT_ERRORS as exc:
-                err = connection_error(_kind(exc), url, exc)
+            except TRANSPORT_ERRORS as exc:
+                err = connection_error(failure_kind(exc), url, exc)
             finally:
                 if conn is not None:
                     self._streams.discard(conn)

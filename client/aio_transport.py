@@ -34,10 +34,10 @@ __all__ = ["Pool"]
 
 
 # TimeoutError (no whole answer in time) is an OSError too; listed for the reader.
-_TRANSPORT_ERRORS = (OSError, TimeoutError)
+TRANSPORT_ERRORS = (OSError, TimeoutError)
 
 
-def _kind(exc: BaseException) -> str:
+def failure_kind(exc: BaseException) -> str:
     if isinstance(exc, CannotConnect):  # refused, DNS, connect timeout: nothing sent
         return "connect"
     if isinstance(exc, TimeoutError):
@@ -105,8 +105,8 @@ class Pool:
         transport failure maps to (:func:`responses.connection_error`), returned."""
         try:
             return await self.send(url, req, timeout)
-        except _TRANSPORT_ERRORS as exc:
-            return connection_error(_kind(exc), url, exc)
+        except TRANSPORT_ERRORS as exc:
+            return connection_error(failure_kind(exc), url, exc)
 
     async def send(self, url: str, req: Request, timeout: float) -> tuple[int, str | None, bytes]:
         """Send ``req`` to ``url`` and wait at most ``timeout`` seconds (waiting for a free

@@ -23,23 +23,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .base import BaseClient, command
-from .errors import InvalidRequest
 from .responses import decode_ok
 from .retention_commands import parse_age
-from .wire import new_idempotency_key, post, read_options
+from .wire import check_archived_mode, new_idempotency_key, post, read_options
 
-__all__ = ["ARCHIVED_MODES", "ArchiveCommands", "check_archived_mode"]
-
-ARCHIVED_MODES = ("error", "fetch", "restore")
-
-
-def check_archived_mode(archived: Any, allowed: tuple[str, ...] = ARCHIVED_MODES) -> str:
-    if archived not in allowed:
-        raise InvalidRequest(
-            f"archived must be one of {', '.join(allowed)}, not {archived!r}",
-            code="invalid_argument",
-        )
-    return str(archived)
+__all__ = ["ArchiveCommands"]
 
 
 def _request(path: str, body: dict[str, Any], op: str, ns: str | None, ik: str | None = None):

@@ -30,7 +30,7 @@ import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .archive_commands import ArchiveCommands, check_archived_mode
+from .archive_commands import ArchiveCommands
 from .auth_commands import AuthCommands
 from .base import Pages, ScanPages, command, paged
 from .cache_commands import CacheCommands
@@ -51,6 +51,7 @@ from .results import CompactResult, DeleteResult, KeyValue, RangeResult, TxnResu
 from .retention_commands import RetentionCommands
 from .stream_commands import StreamCommands
 from .watch_commands import WatchCommands
+from .wire import check_archived_mode
 
 if TYPE_CHECKING:
     from .batch_ops import BatchOps

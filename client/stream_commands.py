@@ -20,6 +20,7 @@ from .stream_requests import (
     read_stream_request,
     stream_info_request,
 )
+from .wire import check_archived_mode
 
 __all__ = ["StreamCommands"]
 
@@ -132,7 +133,6 @@ class StreamCommands(BaseClient):
         """
         if archived != "error":
             from .archive.restore import fetch_stream
-            from .archive_commands import check_archived_mode
 
             check_archived_mode(archived, ("error", "fetch"))
             read = {

@@ -26,6 +26,7 @@ import msgpack
 from .errors import InvalidRequest
 
 __all__ = [
+    "ARCHIVED_MODES",
     "CONSISTENCY_LEVELS",
     "DEFAULT_ENDPOINT",
     "GET_HEADERS",
@@ -35,6 +36,7 @@ __all__ = [
     "SERIALIZABLE",
     "Parser",
     "Request",
+    "check_archived_mode",
     "check_key",
     "encode_value",
     "new_idempotency_key",
@@ -103,6 +105,21 @@ def check_key(key: Any) -> str:
     if isinstance(key, str):
         return key
     raise TypeError(f"key must be str, not {type(key).__name__}")
+
+
+# What a read does with data moved to the archive (docs/archive.md): the ``archived=``
+# argument of get and read_stream (client/commands.py, client/stream_commands.py), checked
+# here, below both, so that neither command mixin imports the other's module.
+ARCHIVED_MODES: Final = ("error", "fetch", "restore")
+
+
+def check_archived_mode(archived: Any, allowed: tuple[str, ...] = ARCHIVED_MODES) -> str:
+    if archived not in allowed:
+        raise InvalidRequest(
+            f"archived must be one of {', '.join(allowed)}, not {archived!r}",
+            code="invalid_argument",
+        )
+    return str(archived)
 
 
 def pack(obj: Any) -> bytes:

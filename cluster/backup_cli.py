@@ -44,6 +44,7 @@ from cluster.client_cli import (
     tls_context,
     token,
 )
+from cluster.config_file import create_config_if_missing
 
 EXIT_CODES = (
     "exit codes: 0 done; 1 cluster/transport failure (no endpoint answered, refused token,\n"
@@ -304,8 +305,6 @@ def _targets(args: argparse.Namespace) -> tuple[Any, list[str]]:
     """The new cluster's config (written if missing) and the nodes to seed."""
     cfg = cluster_config(args)
     if cfg is None:
-        from cluster.cli import create_config_if_missing  # (loaded: it runs this command)
-
         cfg, _ = create_config_if_missing(args.config)
         print(f"wrote {args.config} ({len(cfg.nodes)} local nodes, data in {cfg.data_dir}/)")
     node_ids = args.node or [n.id for n in cfg.nodes]

@@ -19,6 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from cluster import supervise_cli
+from cluster.config_file import (
+    DEFAULT_BASE_PORT,
+    DEFAULT_DATA_DIR,
+    RAFT_PORT_OFFSET,
+    UserError,
+    create_config_if_missing,
+    say,
+)
 from cluster.supervisor import (
     LocalCluster,
     SupervisorError,
@@ -35,18 +43,10 @@ from node.raft_state import NEW_CLUSTER_HELP
 
 PROG = "statekeeper"
 DEFAULT_CONFIG = "cluster.toml"
-SECRET_FILE_NAME = "secret"  # `cluster up` writes the cluster secret here, next to the config
-DEFAULT_DATA_DIR = "data"
-DEFAULT_BASE_PORT = 7000
-RAFT_PORT_OFFSET = 100  # raft ports sit 100 above the HTTP ports (7100-7102)
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the cluster misbehaved (timeout, node crashed)
 EXIT_USAGE = 2  # the user asked for something impossible (bad id, missing config)
-
-
-class UserError(Exception):
-    """A mistake in what was asked: shown as one line, exit code 2, no traceback."""
 
 
 # -- subcommand registry ---------------------------------------------------------------
@@ -224,43 +224,6 @@ def _passthrough_args(argv: list[str]) -> argparse.Namespace | None:
 
 
 # -- helpers (kept free of side effects where possible, for the unit tests) -------------
-
-
-def say(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def create_config_if_missing(
-    path: str | Path,
-    data_dir: str = DEFAULT_DATA_DIR,
-    base_port: int = DEFAULT_BASE_PORT,
-    fsync: str = "always",
-) -> tuple[ClusterConfig, bool]:
-    """Load the config at `path`, first writing the default 3-node one if it is absent.
-
-    Returns (config, created).
-    """
-    p = Path(path)
-    if p.exists():
-        return node_config.load(p), False
-    if not 1 <= base_port <= 65535 - RAFT_PORT_OFFSET - 2:
-        raise UserError(f"--base-port {base_port} leaves no room for 3 HTTP and 3 raft ports")
-    if p.parent and not p.parent.is_dir():
-        raise UserError(f"cannot create {p}: directory {p.parent} does not exist")
-    cfg = node_config.local_cluster(
-        http_base_port=base_port,
-        raft_base_port=base_port + RAFT_PORT_OFFSET,
-        data_dir=data_dir,
-        fsync=fsync,
-    )
-    # The secret goes to its own file, `secret` next to the config (0600 from the start);
-    # the config only names it, so it can be shared or shown without the secret.
-    secret_path = p.parent / SECRET_FILE_NAME
-    if not secret_path.exists():
-        node_config.write_secret_file(secret_path, cfg.secret)
-    cfg = dataclasses.replace(cfg, secret="", secret_file=SECRET_FILE_NAME)
-    node_config.write(cfg, p)
-    return node_config.load(p), True
 
 
 def enable_auth(path: Path) -> ClusterConfig:

@@ -65,7 +65,7 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
             ])(cmd_policy)
 
 
-def _rules(p: dict) -> str:
+def rules_text(p: dict) -> str:
     parts = []
     if p.get("keep_last") is not None:
         parts.append(f"keep_last={p['keep_last']}")
@@ -98,7 +98,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     for p in st["policies"]:
         unit = "keys" if p["target"] == "keys" else "events"
         h, f = p["holds"], p["frees"]
-        rows.append((p["ns"], p["target"], p["prefix"] or "(all)", _rules(p), h["groups"],
+        rows.append((p["ns"], p["target"], p["prefix"] or "(all)", rules_text(p), h["groups"],
                      h[unit], size(h["bytes"]), f[unit], size(f["bytes"])))
     if rows:
         print(table(("NS", "TARGET", "PREFIX", "RULES", "GROUPS", "HOLDS", "BYTES", "FREES",
@@ -137,7 +137,7 @@ def cmd_policy(args: argparse.Namespace) -> int:
                                 within=args.within)
             if not args.json:
                 what = "created" if r["created"] else "replaced"
-                print(f"policy {what} at revision {r['revision']}: {_rules(r['policy'])}")
+                print(f"policy {what} at revision {r['revision']}: {rules_text(r['policy'])}")
         elif args.action == "delete":
             r = c.retention_delete(args.prefix, target=args.target)
             if not args.json:
@@ -145,7 +145,7 @@ def cmd_policy(args: argparse.Namespace) -> int:
         else:
             r = _all_policies(c, args)
             if not args.json:
-                rows = [(p["ns"], p["target"], p["prefix"] or "(all)", _rules(p),
+                rows = [(p["ns"], p["target"], p["prefix"] or "(all)", rules_text(p),
                          p["mod_revision"]) for p in r["policies"]]
                 print(table(("NS", "TARGET", "PREFIX", "RULES", "REVISION"), rows)
                       if rows else "no retention policies")

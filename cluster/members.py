@@ -27,7 +27,7 @@ from typing import Any
 from client.auth_tokens import root_token
 from cluster.certs import init_cluster_tls
 from cluster.ports import free_ports
-from cluster.supervisor import LocalCluster, _opener, http_get_json
+from cluster.supervisor import LocalCluster, http_get_json, url_opener
 from node import config as node_config
 from node.config import ClusterConfig, NodeConfig
 
@@ -51,7 +51,7 @@ class MemberChangeError(RuntimeError):
     """A change was refused or did not finish; the message says what to do."""
 
 
-def _post_json(url: str, body: dict, tls, token: str, timeout: float) -> tuple[int, dict]:
+def post_json(url: str, body: dict, tls, token: str, timeout: float) -> tuple[int, dict]:
     req = urllib.request.Request(
         url,
         data=json.dumps(body).encode(),
@@ -63,7 +63,7 @@ def _post_json(url: str, body: dict, tls, token: str, timeout: float) -> tuple[i
         },
     )
     try:
-        with _opener(tls).open(req, timeout=timeout) as resp:
+        with url_opener(tls).open(req, timeout=timeout) as resp:
             status, raw = resp.status, resp.read()
     except urllib.error.HTTPError as e:
         status, raw = e.code, e.read() if e.fp is not None else b""
@@ -159,7 +159,7 @@ class Membership:
         while time.monotonic() < deadline:
             leader = self._leader_for(deadline, exclude)
             url = self._leader_url(leader) + path
-            status, doc = _post_json(url, body, self.lc.tls, self.token, self.timeout)
+            status, doc = post_json(url, body, self.lc.tls, self.token, self.timeout)
             if status == 200:
                 return doc
             err = doc.get("error") or {}
@@ -174,7 +174,7 @@ class Membership:
 
     def ask(self, node_id: str, path: str, body: dict, timeout: float) -> tuple[int, dict]:
         """POST to `node_id` itself (no leader following, no retry): (status, answer)."""
-        return _post_json(self.cfg.url(node_id) + path, body, self.lc.tls, self.token, timeout)
+        return post_json(self.cfg.url(node_id) + path, body, self.lc.tls, self.token, timeout)
 
     # -- add ------------------------------------------------------------------------------
 

@@ -60,7 +60,7 @@ class ClusterTimeout(SupervisorError, TimeoutError):
     """Nodes did not reach the awaited state in time."""
 
 
-def _opener(tls: ssl.SSLContext | None) -> urllib.request.OpenerDirector:
+def url_opener(tls: ssl.SSLContext | None) -> urllib.request.OpenerDirector:
     if tls is None:
         return _OPENER
     return urllib.request.build_opener(
@@ -78,7 +78,7 @@ def http_get_json(
     """
     req = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
-        with _opener(tls).open(req, timeout=timeout) as resp:
+        with url_opener(tls).open(req, timeout=timeout) as resp:
             status, body = resp.status, resp.read()
     except urllib.error.HTTPError as e:
         status, body = e.code, e.read() if e.fp is not None else b""

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cluster.config_file import create_config_if_missing, say
 from node import config as node_config
 
 TLS_DIR = "tls"
@@ -101,8 +102,6 @@ def cmd_init(args: argparse.Namespace) -> int:
     """Create tls/ca.pem (the CA), tls/<node id>.pem and -key.pem per node (keys 0600),
     and set [tls] enabled = true in the config. Existing files are kept, so running it
     again only adds what is missing (a new node, a new client). Restart the nodes after."""
-    from cluster.cli import create_config_if_missing, say
-
     path = Path(args.config)
     _, created = create_config_if_missing(path)
     if created:

@@ -58,9 +58,9 @@ from node.retention_ops import (
     Rule,
     Token,
     Within,
-    _set_post,
+    check_policy_rules,
 )
-from node.stream_ops import MAX_EVENT_ID_CHARS, MAX_EVENT_TYPE_BYTES, _meta, meta_schema
+from node.stream_ops import MAX_EVENT_ID_CHARS, MAX_EVENT_TYPE_BYTES, check_event_meta, meta_schema
 
 # The error codes of the archive ops (node/errors.py has the ones every op shares).
 ERRORS = declare(
@@ -341,7 +341,7 @@ def _event(raw: Any, limits: Any, where: str) -> list:
         _count(time_ms, f"{where} time_ms"),
         _count(rev, f"{where} revision"),
         eid,
-        _meta(meta, f"{where} meta"),
+        check_event_meta(meta, f"{where} meta"),
     ]
 
 
@@ -459,7 +459,7 @@ def archive_specs(ns: Field, idempotency_key: Field) -> tuple[OpSpec, ...]:
             "archive_plan op: what a retention policy with these rules would delete now, i.e. "
             "what an archive run archives (no stored policy is considered).",
             write=False,
-            post=_set_post,
+            post=check_policy_rules,
             path="/v1/archive/plan",
         ),
         OpSpec(

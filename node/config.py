@@ -164,9 +164,6 @@ class ClusterConfig:
         raw = n.data_dir or os.path.join(self.data_dir, n.id)
         return (Path(self.base_dir) / raw).resolve()
 
-    def peers_of(self, node_id: str) -> list[NodeConfig]:
-        return [n for n in self.nodes if n.id != node_id]
-
     @property
     def scheme(self) -> str:
         """The client port's URL scheme: https when [tls] is enabled."""

@@ -277,7 +277,7 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
-def _bench(n: int = 200_000) -> dict[str, float]:
+def bench_instrumentation(n: int = 200_000) -> dict[str, float]:
     """Microseconds per call of each instrumentation step, and per request/entry/fsync."""
     m = NodeMetrics()
     m.observe_request("/v1/kv/put", 200, 0.001)
@@ -318,5 +318,5 @@ def _bench(n: int = 200_000) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    for k, v in _bench().items():
+    for k, v in bench_instrumentation().items():
         print(f"{k:20s} {v:6.2f} us")

@@ -88,7 +88,7 @@ def _given(name: str) -> Schema:
     return {"required": [name], "properties": {name: {"type": "integer"}}}
 
 
-# Cross-field rules the op's post-check enforces (node/retention_ops.py _set_post, which
+# Cross-field rules the op's post-check enforces (node/retention_ops.py check_policy_rules, which
 # archive_plan shares).
 _POLICY_RULES: list[Schema] = [
     {"anyOf": [_given(k) for k in ("keep_last", "keep_every", "max_age_s")]},

@@ -186,7 +186,7 @@ class Token(Field):
         )
 
 
-def _set_post(out: dict, limits: Any) -> None:
+def check_policy_rules(out: dict, limits: Any) -> None:
     if out["keep_last"] is None and out["keep_every"] is None and out["max_age_s"] is None:
         raise invalid("a retention policy needs at least one of keep_last, keep_every, max_age_s")
     if out["keep_every"] is not None:
@@ -258,7 +258,7 @@ def retention_specs(ns: Field, idempotency_key: Field, stream: Field) -> tuple[O
             ),
             "retention_set op: create or replace the policy of (ns, target, prefix).",
             write=True,
-            post=_set_post,
+            post=check_policy_rules,
             path="/v1/retention/set",
         ),
         OpSpec(

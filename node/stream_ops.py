@@ -140,7 +140,7 @@ def _meta_value(v: Any, where: str) -> Any:
     raise invalid(f"{where} must be a string, number, boolean or null")
 
 
-def _meta(v: Any, where: str) -> dict:
+def check_event_meta(v: Any, where: str) -> dict:
     """An event's meta: {str: str|int|float|bool|None}, keys sorted (so equal metas are
     equal bytes), at most MAX_META_ENTRIES entries and MAX_META_BYTES packed."""
     if v is None:
@@ -232,7 +232,7 @@ class Events(Field):
             "data": data,
             "type": etype,
             "id": eid,
-            "meta": _meta(raw.get("meta"), f"{where}.meta"),
+            "meta": check_event_meta(raw.get("meta"), f"{where}.meta"),
         }
 
     def schema(self, limits, wire):

@@ -3,7 +3,7 @@ tests/loopback/test_peer_dial.py) share: a poller that watches nothing, and the 
 
 from __future__ import annotations
 
-from node.raft.peers import _AuthenticatingEncryptor
+from node.raft.peers import AuthenticatingEncryptor
 
 
 class NullPoller:
@@ -16,6 +16,6 @@ class NullPoller:
         pass
 
 
-def peer_encryptor() -> _AuthenticatingEncryptor:
+def peer_encryptor() -> AuthenticatingEncryptor:
     """The AES-GCM sealer of a test cluster (key derivation: ~0.2 s, so one per module)."""
-    return _AuthenticatingEncryptor("test-secret")
+    return AuthenticatingEncryptor("test-secret")

@@ -16,18 +16,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.checker.minimize import _minimize
-from chaos.checker.model import _prepare_all, _Prepared
-from chaos.checker.reductions import _reduce
-from chaos.checker.results import PartitionResult, Result, _explain
-from chaos.checker.search import _search
-from chaos.checker.values import UNKNOWN, Verdict, _freeze
+from chaos.checker.minimize import minimize_ops
+from chaos.checker.model import Prepared, prepare_all
+from chaos.checker.reductions import reduce_unknown_writes
+from chaos.checker.results import PartitionResult, Result, explain
+from chaos.checker.search import search_partition
+from chaos.checker.values import UNKNOWN, Verdict, freeze
 from chaos.history import Op, read_history
 
 __all__ = ["check"]
 
 
-def _partitions(prepared: list[_Prepared]) -> list[list[_Prepared]]:
+def _partitions(prepared: list[Prepared]) -> list[list[Prepared]]:
     parent: dict[str, str] = {}
 
     def find(k: str) -> str:
@@ -43,7 +43,7 @@ def _partitions(prepared: list[_Prepared]) -> list[list[_Prepared]]:
             other = find(k)
             if other != root:
                 parent[other] = root
-    groups: dict[str, list[_Prepared]] = defaultdict(list)
+    groups: dict[str, list[Prepared]] = defaultdict(list)
     for p in prepared:
         groups[find(p.op.keys[0])].append(p)
     return list(groups.values())
@@ -61,8 +61,8 @@ class _Budget:
 
 
 def _check_partition(
-    group: list[_Prepared],
-    original: list[_Prepared],
+    group: list[Prepared],
+    original: list[Prepared],
     initial: Mapping[str, Any],
     n_left: int,
     budget: _Budget,
@@ -73,7 +73,7 @@ def _check_partition(
     init = init_map[keys[0]] if len(keys) == 1 else tuple(init_map.values())
     t = time.monotonic()
     share = max(0.0, (budget.search_deadline - t) / n_left)
-    out = _search(group, init, t + share, budget.max_configurations, init_map)
+    out = search_partition(group, init, t + share, budget.max_configurations, init_map)
     part = PartitionResult(
         keys=keys,
         valid=out.verdict,
@@ -89,12 +89,12 @@ def _check_partition(
         # on its own, whatever promoted an unknown write in the full history.
         if budget.minimize_deadline is None:
             budget.minimize_deadline = t + budget.minimize_time_limit
-        small, minimal = _minimize(
+        small, minimal = minimize_ops(
             original, init, init_map, budget.minimize_deadline, budget.max_configurations
         )
         part.counterexample = [p.op for p in small]
         part.minimal = minimal
-        part.explanation = _explain(
+        part.explanation = explain(
             keys,
             len(group),
             small,
@@ -135,10 +135,10 @@ def check(
         "dropped_unknown_reads": 0,
         "ignored": 0,
     }
-    unreduced = _prepare_all(ops, stats)
-    frozen_initial = {k: _freeze(v) for k, v in (initial or {}).items()}
+    unreduced = prepare_all(ops, stats)
+    frozen_initial = {k: freeze(v) for k, v in (initial or {}).items()}
     prepared, stats["promoted_observed_info_writes"], stats["pruned_unobserved_info_writes"] = (
-        _reduce(unreduced, frozen_initial)
+        reduce_unknown_writes(unreduced, frozen_initial)
     )
     stats["checked"] = len(prepared)
     by_op = {id(p.op): p for p in unreduced}

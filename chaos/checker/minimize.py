@@ -15,21 +15,21 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chaos.checker.model import _Prepared
-from chaos.checker.reductions import _Relevance
-from chaos.checker.search import _decide
+from chaos.checker.model import Prepared
+from chaos.checker.reductions import Relevance
+from chaos.checker.search import reduce_and_search
 
 
 def _droppable(
-    chunk: Sequence[_Prepared], rest: Sequence[_Prepared], initial: Mapping[str, Any]
-) -> list[_Prepared]:
+    chunk: Sequence[Prepared], rest: Sequence[Prepared], initial: Mapping[str, Any]
+) -> list[Prepared]:
     """The ops of ``chunk`` whose removal cannot make a linearizable history bad.
 
     They are taken out one by one: read-only ops, then writes that no op still present
-    may observe (``_Relevance``; only acked writes in ``rest`` count as certain
+    may observe (``Relevance``; only acked writes in ``rest`` count as certain
     overwrites, the kept part of ``chunk`` might not be there).
     """
-    rel = _Relevance([*rest, *chunk], rest, initial)
+    rel = Relevance([*rest, *chunk], rest, initial)
     present = {id(p) for p in rest} | {id(p) for p in chunk}
     out = [p for p in chunk if p.read_only]
     for p in out:
@@ -46,27 +46,27 @@ def _droppable(
     return out
 
 
-def _minimize(
-    ops: list[_Prepared],
+def minimize_ops(
+    ops: list[Prepared],
     init: Any,
     initial: Mapping[str, Any],
     deadline: float,
     max_configurations: int,
-) -> tuple[list[_Prepared], bool]:
+) -> tuple[list[Prepared], bool]:
     """Shrink a non-linearizable op list; returns (ops, reached a fixpoint in time).
 
     Every step drops only ops that cannot have made the history linearizable
     (``_droppable``) and keeps the result only if it is still non-linearizable, so the
     result proves the violation on its own.
     """
-    def cut(base: list[_Prepared], lo: int, hi: int) -> list[_Prepared] | None:
+    def cut(base: list[Prepared], lo: int, hi: int) -> list[Prepared] | None:
         """base without what can go of base[lo:hi], if that still fails; else None."""
         part = _droppable(base[lo:hi], base[:lo] + base[hi:], initial)
         if not part or time.monotonic() > deadline:
             return None
         gone = {id(p) for p in part}
         candidate = [p for p in base if id(p) not in gone]
-        out, _reduced = _decide(candidate, init, initial, deadline, max_configurations)
+        out, _reduced = reduce_and_search(candidate, init, initial, deadline, max_configurations)
         # unknown counts as "maybe fine": keep the ops
         return candidate if out.verdict is False else None
 

@@ -43,10 +43,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from chaos.checker.values import _freeze
+from chaos.checker.values import freeze
 from chaos.history import HistoryError, Op
 
-_INVALID = object()  # a model step that is not allowed (None is a legal state: absent)
+INVALID = object()  # a model step that is not allowed (None is a legal state: absent)
 # streams: .streams; the lockers' ops: .locks; the CRDT replicas' ops: .crdt
 _IGNORED_FS = frozenset(
     {"range", "compact", "append", "read_stream", "lock_acquire", "lock_release", "fenced_put"}
@@ -55,7 +55,7 @@ _IGNORED_FS = frozenset(
 
 
 @dataclass(eq=False)
-class _Prepared:
+class Prepared:
     """An op ready for the model: what it writes / observes, and its model step."""
 
     op: Op
@@ -74,13 +74,13 @@ class _Prepared:
     # For an unknown op: the acked ops it may have been (a cas that succeeded, a txn
     # that took one branch); once one of their writes is seen it was that one. Empty:
     # the same op with ``required`` set (an unknown put or delete).
-    applied: tuple[_Prepared, ...] = ()
+    applied: tuple[Prepared, ...] = ()
     # Latest time it can take effect: the op's completion, +inf for an unknown op,
     # an observer's completion once promoted.
     complete: float = math.nan
     # For an unknown op: (shape, ((key, written value), ...)). Two unknown ops with the
     # same shape and the same values, up to values no op observes, are interchangeable
-    # in the search (see ``_search``); None: not compared.
+    # in the search (see ``search_partition``); None: not compared.
     signature: tuple[Any, tuple[tuple[str, Any], ...]] | None = None
     # For an unknown cas / txn: (key, value) facts it needs to change anything (the
     # cas's expect, a txn's "==" compares when its failure branch writes nothing).
@@ -104,7 +104,7 @@ def _getter_setter(idx: dict[str, int], single: bool, key: str):
     return (lambda s: s[i]), (lambda s, v: s[:i] + (v,) + s[i + 1 :])
 
 
-def _prepare(op: Op) -> _Prepared:
+def _prepare(op: Op) -> Prepared:
     """Translate an op into model terms. Raises HistoryError for what the model lacks."""
     f, inp, out = op.f, op.input, op.output
     is_ok = op.outcome == "ok"
@@ -117,32 +117,32 @@ def _prepare(op: Op) -> _Prepared:
             raise HistoryError(f"op {op.id!r}: {f} needs exactly one key")
         key = op.key
     if f == "put":
-        v = _freeze(inp.get("value"))
+        v = freeze(inp.get("value"))
 
         def make_put(idx, single):
             _, put = _getter_setter(idx, single, key)
             return lambda s: put(s, v)
 
         sig = None if is_ok else (("put", key), ((key, v),))
-        return _Prepared(op, is_ok, {key: {v}}, {}, {}, make_put, signature=sig)
+        return Prepared(op, is_ok, {key: {v}}, {}, {}, make_put, signature=sig)
     if f == "delete":
         return _prepare_delete(op, key)
     if f == "get":
-        r = _freeze(out.get("value"))
+        r = freeze(out.get("value"))
 
         def make_get(idx, single):
             get, _ = _getter_setter(idx, single, key)
-            return lambda s: s if get(s) == r else _INVALID
+            return lambda s: s if get(s) == r else INVALID
 
-        return _Prepared(op, True, {}, {key: {r}}, {}, make_get, pins={key: {r}})
+        return Prepared(op, True, {}, {key: {r}}, {}, make_get, pins={key: {r}})
     if f == "cas":
-        e, n = _freeze(inp.get("expect")), _freeze(inp.get("value"))
+        e, n = freeze(inp.get("expect")), freeze(inp.get("value"))
 
         def make_cas_ok(idx, single):
             get, put = _getter_setter(idx, single, key)
-            return lambda s: put(s, n) if get(s) == e else _INVALID
+            return lambda s: put(s, n) if get(s) == e else INVALID
 
-        succeeded = _Prepared(op, True, {key: {n}}, {key: {e}}, {}, make_cas_ok, pins={key: {e}})
+        succeeded = Prepared(op, True, {key: {n}}, {key: {e}}, {}, make_cas_ok, pins={key: {e}})
         if not is_ok:  # unknown: whatever the state says, or nothing (optional)
 
             def make_cas_info(idx, single):
@@ -150,7 +150,7 @@ def _prepare(op: Op) -> _Prepared:
                 return lambda s: put(s, n) if get(s) == e else s
 
             # Once its value is seen it succeeded: then it is the acked version.
-            return _Prepared(
+            return Prepared(
                 op,
                 False,
                 {key: {n}},
@@ -164,25 +164,25 @@ def _prepare(op: Op) -> _Prepared:
         if out["succeeded"]:
             return succeeded
         if "value" in out:  # the server told us the current value
-            c = _freeze(out["value"])
+            c = freeze(out["value"])
 
             def make_cas_seen(idx, single):
                 get, _ = _getter_setter(idx, single, key)
-                return lambda s: s if get(s) == c and c != e else _INVALID
+                return lambda s: s if get(s) == c and c != e else INVALID
 
-            return _Prepared(op, True, {}, {key: {e, c}}, {}, make_cas_seen, pins={key: {c}})
+            return Prepared(op, True, {}, {key: {e, c}}, {}, make_cas_seen, pins={key: {c}})
 
         def make_cas_failed(idx, single):
             get, _ = _getter_setter(idx, single, key)
-            return lambda s: s if get(s) != e else _INVALID
+            return lambda s: s if get(s) != e else INVALID
 
-        return _Prepared(op, True, {}, {key: {e}}, {key: {e}}, make_cas_failed)
+        return Prepared(op, True, {}, {key: {e}}, {key: {e}}, make_cas_failed)
     if f == "txn":
         return _prepare_txn(op)
     raise HistoryError(f"op {op.id!r}: unknown op {f!r}")
 
 
-def _prepare_delete(op: Op, key: str) -> _Prepared:
+def _prepare_delete(op: Op, key: str) -> Prepared:
     """A single-key delete; an acked one with a ``deleted`` count is checked by it.
 
     ``deleted`` = 1: the key was present (a "!= absent" fact) and is now absent;
@@ -201,23 +201,23 @@ def _prepare_delete(op: Op, key: str) -> _Prepared:
         if count is None:
             return lambda s: put(s, None)
         if count == 1:
-            return lambda s: put(s, None) if get(s) is not None else _INVALID
+            return lambda s: put(s, None) if get(s) is not None else INVALID
         if count == 0:
-            return lambda s: s if get(s) is None else _INVALID
-        return lambda s: _INVALID
+            return lambda s: s if get(s) is None else INVALID
+        return lambda s: INVALID
 
     required = op.outcome == "ok"
     if count is None:
         sig = None if required else (("put", key), ((key, None),))
-        return _Prepared(op, required, {key: {None}}, {}, {}, make_delete, signature=sig)
+        return Prepared(op, required, {key: {None}}, {}, {}, make_delete, signature=sig)
     if count == 1:
-        return _Prepared(op, True, {key: {None}}, {key: {None}}, {key: {None}}, make_delete)
+        return Prepared(op, True, {key: {None}}, {key: {None}}, {key: {None}}, make_delete)
     if count == 0:
-        return _Prepared(op, True, {}, {key: {None}}, {}, make_delete, pins={key: {None}})
-    return _Prepared(op, True, {}, {key: {None}}, {}, make_delete)
+        return Prepared(op, True, {}, {key: {None}}, {}, make_delete, pins={key: {None}})
+    return Prepared(op, True, {}, {key: {None}}, {}, make_delete)
 
 
-def _prepare_txn(op: Op) -> _Prepared:
+def _prepare_txn(op: Op) -> Prepared:
     inp, out = op.input, op.output
     is_ok = op.outcome == "ok"
     cmps = []
@@ -225,7 +225,7 @@ def _prepare_txn(op: Op) -> _Prepared:
         cop = c.get("op", "==")
         if cop not in ("==", "!="):
             raise HistoryError(f"op {op.id!r}: txn compare op {cop!r} is not modeled")
-        cmps.append((c["key"], cop == "==", _freeze(c.get("value"))))
+        cmps.append((c["key"], cop == "==", freeze(c.get("value"))))
 
     def branch(name: str) -> list[tuple[str, str, Any]]:
         ops = []
@@ -233,7 +233,7 @@ def _prepare_txn(op: Op) -> _Prepared:
             bf = b.get("f") or b.get("op")
             if bf not in ("put", "delete", "get"):
                 raise HistoryError(f"op {op.id!r}: txn op {bf!r} is not modeled")
-            ops.append((bf, b["key"], _freeze(b.get("value")) if bf == "put" else None))
+            ops.append((bf, b["key"], freeze(b.get("value")) if bf == "put" else None))
         return ops
 
     success, failure = branch("success"), branch("failure")
@@ -257,7 +257,7 @@ def _prepare_txn(op: Op) -> _Prepared:
             signature=(shape, written),
             inert_unless=tuple((k, v) for k, eq, v in cmps if eq) if quiet else (),
         )
-    results = [_freeze(r) for r in out.get("results") or ()]
+    results = [freeze(r) for r in out.get("results") or ()]
     return _txn_prepared(op, cmps, success, failure, out["succeeded"], results)
 
 
@@ -271,7 +271,7 @@ def _txn_prepared(
     failure: _Branch,
     succeeded: bool | None,
     results: list[Any],
-) -> _Prepared:
+) -> Prepared:
     """A txn's model: ``succeeded`` None = either branch (unknown outcome)."""
     chosen = [success, failure] if succeeded is None else [success if succeeded else failure]
 
@@ -317,19 +317,19 @@ def _txn_prepared(
             cur = [s] if single else list(s)
             ok = all((cur[i] == v) == eq for i, eq, v in cmp_i)
             if succeeded is not None and ok != succeeded:
-                return _INVALID
+                return INVALID
             for j, (bf, i, v) in enumerate(succ_i if ok else fail_i):
                 if bf == "put":
                     cur[i] = v
                 elif bf == "delete":
                     cur[i] = None
                 elif check_reads and j < len(results) and cur[i] != results[j]:
-                    return _INVALID
+                    return INVALID
             return cur[0] if single else tuple(cur)
 
         return step
 
-    return _Prepared(
+    return Prepared(
         op,
         True,
         dict(writes),
@@ -365,9 +365,9 @@ def _linearizable_relevant(op: Op) -> bool:
     return True
 
 
-def _prepare_all(ops: list[Op], stats: dict[str, Any]) -> list[_Prepared]:
+def prepare_all(ops: list[Op], stats: dict[str, Any]) -> list[Prepared]:
     """The ops the model checks (see the module docstring), counting what is dropped."""
-    prepared: list[_Prepared] = []
+    prepared: list[Prepared] = []
     for op in ops:
         if op.outcome == "fail":
             continue

@@ -1,4 +1,4 @@
-"""Two exact reductions of the unknown writes (``_reduce``), after preparation
+"""Two exact reductions of the unknown writes (``reduce_unknown_writes``), after preparation
 (:mod:`chaos.checker.model`) and before partitioning:
 - promotion (``_promote_observed``): an acked op that pins ``k = v`` (a get that read v,
   a successful cas expecting v, a txn compare or read) needs a write of v before it.
@@ -8,7 +8,7 @@
   the history has it there, so the verdict is unchanged; with unique write values this
   turns nearly every unknown write somebody read into an ordinary acked one;
 - pruning (``_prune_unobserved``): which ops may depend on a write ("observe" it,
-  ``_Relevance``): ops that read or compare with a value it writes, and ops that learn
+  ``Relevance``): ops that read or compare with a value it writes, and ops that learn
   "value != e" (a failed cas that did not record the current value, a txn compare, a
   delete that found the key, whose count says "!= absent") unless every write of e is
   certainly overwritten before the write is invoked. Ops that complete before its invoke
@@ -31,10 +31,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from chaos.checker.model import _Prepared
+from chaos.checker.model import Prepared
 
 
-class _Relevance:
+class Relevance:
     """Which ops may depend on an earlier write's value ("observe" it).
 
     Removing a write x from a linearization changes the value that the ops after it
@@ -53,14 +53,14 @@ class _Relevance:
 
     def __init__(
         self,
-        ops: Iterable[_Prepared],
-        overwriters: Iterable[_Prepared],
+        ops: Iterable[Prepared],
+        overwriters: Iterable[Prepared],
         initial: Mapping[str, Any],
     ) -> None:
         self.initial = initial
-        self.writers: dict[tuple[str, Any], list[_Prepared]] = defaultdict(list)
-        self.strong: dict[tuple[str, Any], list[_Prepared]] = defaultdict(list)
-        self.weak: dict[str, list[tuple[_Prepared, Any]]] = defaultdict(list)
+        self.writers: dict[tuple[str, Any], list[Prepared]] = defaultdict(list)
+        self.strong: dict[tuple[str, Any], list[Prepared]] = defaultdict(list)
+        self.weak: dict[str, list[tuple[Prepared, Any]]] = defaultdict(list)
         for p in ops:
             for k, vs in p.writes.items():
                 for v in vs:
@@ -109,7 +109,7 @@ class _Relevance:
             self._until[ck] = max(ends, default=-math.inf)
         return self._until[ck]
 
-    def strong_observers(self, x: _Prepared) -> Iterator[_Prepared]:
+    def strong_observers(self, x: Prepared) -> Iterator[Prepared]:
         """Ops that read or compare with a value x writes and may come after x."""
         t = x.op.invoke_time
         for k, vs in x.writes.items():
@@ -118,7 +118,7 @@ class _Relevance:
                     if o is not x and o.complete >= t:
                         yield o
 
-    def weak_observers(self, x: _Prepared) -> Iterator[tuple[_Prepared, str, Any]]:
+    def weak_observers(self, x: Prepared) -> Iterator[tuple[Prepared, str, Any]]:
         """(op, key, e): ops that learn "!= e" and could see e if x were left out."""
         t = x.op.invoke_time
         for k in x.writes:
@@ -126,23 +126,23 @@ class _Relevance:
                 if o is not x and o.complete >= t and self.until(k, e) >= t:
                     yield o, k, e
 
-    def observed(self, x: _Prepared, present: set[int]) -> bool:
-        """Whether an op in ``present`` (ids of _Prepared) may depend on x's value."""
+    def observed(self, x: Prepared, present: set[int]) -> bool:
+        """Whether an op in ``present`` (ids of Prepared) may depend on x's value."""
         return any(id(o) in present for o in self.strong_observers(x)) or any(
             id(o) in present for o, _k, _e in self.weak_observers(x)
         )
 
 
-def _prunable(x: _Prepared) -> bool:
+def prunable(x: Prepared) -> bool:
     # Only unknown ops may be left out (their ``writes`` cover every branch of a txn).
     return not x.required and bool(x.writes)
 
 
 def _prune_unobserved(
-    prepared: list[_Prepared], initial: Mapping[str, Any]
-) -> tuple[list[_Prepared], int]:
+    prepared: list[Prepared], initial: Mapping[str, Any]
+) -> tuple[list[Prepared], int]:
     """Drop unknown writes that no required op may observe, even through other
-    unknown ops (see ``_Relevance``); returns (the ops kept, how many were dropped).
+    unknown ops (see ``Relevance``); returns (the ops kept, how many were dropped).
 
     Kept: the least set K of unknown writes such that every unknown write that a
     required op or a member of K may observe is in K (found from the required ops,
@@ -158,11 +158,11 @@ def _prune_unobserved(
     for the full history. A cycle of unknown ops observing only each other (e.g.
     two never-applied txns comparing with each other's values) is dropped whole.
     """
-    rel = _Relevance(prepared, prepared, initial)
+    rel = Relevance(prepared, prepared, initial)
     # observer -> the unknown writes it may observe
-    seen_by: dict[int, list[_Prepared]] = defaultdict(list)
+    seen_by: dict[int, list[Prepared]] = defaultdict(list)
     for x in prepared:
-        if not _prunable(x):
+        if not prunable(x):
             continue
         for o in rel.strong_observers(x):
             seen_by[id(o)].append(x)
@@ -175,13 +175,13 @@ def _prune_unobserved(
             if id(x) not in kept:
                 kept.add(id(x))
                 todo.append(id(x))
-    keep = [p for p in prepared if not _prunable(p) or id(p) in kept]
+    keep = [p for p in prepared if not prunable(p) or id(p) in kept]
     return keep, len(prepared) - len(keep)
 
 
 def _promote_observed(
-    ops: list[_Prepared], initial: Mapping[str, Any]
-) -> tuple[list[_Prepared], int]:
+    ops: list[Prepared], initial: Mapping[str, Any]
+) -> tuple[list[Prepared], int]:
     """Unknown writes whose value a required op must have seen: make them required.
 
     A required op o that pins ``k = v`` (a get that read v, a successful cas expecting
@@ -195,7 +195,7 @@ def _promote_observed(
     pins its expected value in turn, so chains of unknown cas ops are followed.
     Returns (ops with the promoted ones replaced, how many were promoted).
     """
-    writers: dict[tuple[str, Any], list[_Prepared]] = defaultdict(list)
+    writers: dict[tuple[str, Any], list[Prepared]] = defaultdict(list)
     for p in ops:
         for k, vs in p.writes.items():
             for v in vs:
@@ -223,9 +223,9 @@ def _promote_observed(
     return promoted, sum(q is not p for p, q in zip(ops, promoted, strict=True))
 
 
-def _reduce(
-    ops: list[_Prepared], initial: Mapping[str, Any]
-) -> tuple[list[_Prepared], int, int]:
+def reduce_unknown_writes(
+    ops: list[Prepared], initial: Mapping[str, Any]
+) -> tuple[list[Prepared], int, int]:
     """Promote observed unknown writes, then prune unobserved ones: (ops, promoted, pruned).
 
     Both steps keep the verdict, so any sub-history may be reduced before a search.

@@ -1,6 +1,6 @@
 """What ``check`` returns (``Result``, one ``PartitionResult`` per partition) and the
 rendering of a counterexample: the failing sub-history one op per line
-(``render_history``), then the longest legal order the search found (``_explain``).
+(``render_history``), then the longest legal order the search found (``explain``).
 """
 
 from __future__ import annotations
@@ -11,29 +11,29 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.checker.model import _Prepared
-from chaos.checker.search import _bind, _decide
-from chaos.checker.values import UNKNOWN, Verdict, _fmt
+from chaos.checker.model import Prepared
+from chaos.checker.search import bind_steps, reduce_and_search
+from chaos.checker.values import UNKNOWN, Verdict, fmt_value
 from chaos.history import Op
 
-__all__ = ["PartitionResult", "Result", "render_history"]
+__all__ = ["PartitionResult", "Result", "explain", "render_history"]
 
 
 def _describe(op: Op) -> str:
     inp, out, ok = op.input, op.output, op.outcome == "ok"
     if op.f == "put":
-        return f"put({op.key}, {_fmt(inp.get('value'))})"
+        return f"put({op.key}, {fmt_value(inp.get('value'))})"
     if op.f == "delete":
         return f"delete({op.key})"
     if op.f == "get":
-        return f"get({op.key}) -> {_fmt(out.get('value')) if ok else '?'}"
+        return f"get({op.key}) -> {fmt_value(out.get('value')) if ok else '?'}"
     if op.f == "cas":
-        head = f"cas({op.key}, {_fmt(inp.get('expect'))} -> {_fmt(inp.get('value'))})"
+        head = f"cas({op.key}, {fmt_value(inp.get('expect'))} -> {fmt_value(inp.get('value'))})"
         if not ok:
             return f"{head} -> ?"
         if out.get("succeeded"):
             return f"{head} -> succeeded"
-        seen = f" (current {_fmt(out['value'])})" if "value" in out else ""
+        seen = f" (current {fmt_value(out['value'])})" if "value" in out else ""
         return f"{head} -> failed{seen}"
     if op.f == "txn":
 
@@ -41,18 +41,18 @@ def _describe(op: Op) -> str:
             parts = []
             for b in inp.get(name) or ():
                 bf = b.get("f") or b.get("op")
-                arg = f", {_fmt(b.get('value'))}" if bf == "put" else ""
+                arg = f", {fmt_value(b.get('value'))}" if bf == "put" else ""
                 parts.append(f"{bf}({b.get('key')}{arg})")
             return "; ".join(parts) or "-"
 
         cond = " && ".join(
-            f"{c['key']} {c.get('op', '==')} {_fmt(c.get('value'))}" for c in inp.get("compare") or ()
+            f"{c['key']} {c.get('op', '==')} {fmt_value(c.get('value'))}" for c in inp.get("compare") or ()
         )
         text = f"txn(if {cond or 'true'} then {branch('success')} else {branch('failure')})"
         if not ok:
             return f"{text} -> ?"
         res = out.get("results")
-        shown = f" results {[_fmt(r) for r in res]}" if res else ""
+        shown = f" results {[fmt_value(r) for r in res]}" if res else ""
         return f"{text} -> {'succeeded' if out.get('succeeded') else 'failed'}{shown}"
     return f"{op.f}({', '.join(op.keys)})"
 
@@ -158,10 +158,10 @@ class Result:
         return "\n".join(lines)
 
 
-def _explain(
+def explain(
     keys: tuple[str, ...],
     total_ops: int,
-    ops: list[_Prepared],
+    ops: list[Prepared],
     init: Any,
     initial: Mapping[str, Any],
     minimal: bool,
@@ -171,7 +171,7 @@ def _explain(
 ) -> str:
     single = len(keys) == 1
     deadline = time.monotonic() + time_limit
-    out, reduced = _decide(ops, init, initial, deadline, max_configurations, track=True)
+    out, reduced = reduce_and_search(ops, init, initial, deadline, max_configurations, track=True)
     kind = "a minimal" if minimal else "a reduced (shrinking ran out of time)"
     lines = [
         f"NOT LINEARIZABLE: key{'s' if not single else ''} {', '.join(keys)} - "
@@ -180,16 +180,16 @@ def _explain(
         render_history([p.op for p in ops], t0=t0),
     ]
     if out.verdict is False:
-        steps = _bind(reduced, list(initial))
+        steps = bind_steps(reduced, list(initial))
         state = init
         for i in out.best:
             state = steps[i](state)
         placed = {reduced[i].op.id for i in out.best}
         order = ", ".join(f"#{reduced[i].op.id}" for i in out.best) or "nothing"
         shown = (
-            _fmt(state)
+            fmt_value(state)
             if single
-            else ", ".join(f"{k}={_fmt(v)}" for k, v in zip(keys, state, strict=True))
+            else ", ".join(f"{k}={fmt_value(v)}" for k, v in zip(keys, state, strict=True))
         )
         left = [f"#{p.op.id}" for p in reduced if p.required and p.op.id not in placed]
         lines.append(

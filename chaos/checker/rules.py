@@ -1,7 +1,7 @@
 """Facts the search precomputes per partition for its refinements: when an unknown
 write stops mattering (dead, stale), when an acked write can no longer be seen
-(``_rules``), which values no op observes and which unknown ops are interchangeable
-(``_symmetry``). What each refinement does, and why it keeps the search exact, is in
+(``visibility_rules``), which values no op observes and which unknown ops are interchangeable
+(``symmetry``). What each refinement does, and why it keeps the search exact, is in
 :mod:`chaos.checker.search`.
 """
 
@@ -12,24 +12,24 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.checker.model import _Prepared
-from chaos.checker.reductions import _prunable, _Relevance
+from chaos.checker.model import Prepared
+from chaos.checker.reductions import Relevance, prunable
 
 # (x, mask of strong observers, [(weak observers, writers of e, key index, e)])
-_DeadRule = tuple[int, int, list[tuple[int, int, int, Any]]]
+DeadRule = tuple[int, int, list[tuple[int, int, int, Any]]]
 
 
 @dataclass
 class _Rules:
-    """Precomputed facts for the search's shortcuts (see ``_rules``)."""
+    """Precomputed facts for the search's shortcuts (see ``visibility_rules``)."""
 
-    dead: list[_DeadRule]  # for unknown writes: when they stop mattering
+    dead: list[DeadRule]  # for unknown writes: when they stop mattering
     # which dead rules to re-check when an op is linearized / when a key leaves a value
-    listeners: dict[int, list[_DeadRule]]
-    leaving: dict[tuple[int, Any], list[_DeadRule]]
-    unseen: dict[int, _DeadRule]  # for acked puts / deletes: when nobody can see them
+    listeners: dict[int, list[DeadRule]]
+    leaving: dict[tuple[int, Any], list[DeadRule]]
+    unseen: dict[int, DeadRule]  # for acked puts / deletes: when nobody can see them
     observers: dict[tuple[int, Any], int]  # (key index, value) -> ops comparing with it
-    stale: list[_DeadRule]  # for unknown cas / txns: when they can no longer do anything
+    stale: list[DeadRule]  # for unknown cas / txns: when they can no longer do anything
     # (key index, value) -> required ops that need the key to hold it / ops writing it
     pinned: dict[tuple[int, Any], int]
     writers: dict[tuple[int, Any], int]
@@ -44,12 +44,12 @@ def _bits(mask: int) -> Iterator[int]:
 
 
 def _stale_rules(
-    ops: Sequence[_Prepared],
+    ops: Sequence[Prepared],
     writers: Mapping[tuple[str, Any], int],
     key_index: Mapping[str, int],
-    listeners: dict[int, list[_DeadRule]],
-    leaving: dict[tuple[int, Any], list[_DeadRule]],
-) -> list[_DeadRule]:
+    listeners: dict[int, list[DeadRule]],
+    leaving: dict[tuple[int, Any], list[DeadRule]],
+) -> list[DeadRule]:
     """When an unknown cas / txn can no longer do anything (registered for re-checks).
 
     One that needs k = e (``inert_unless``), once k != e and every write of e is done,
@@ -57,7 +57,7 @@ def _stale_rules(
     its own (pending) bit keeps the condition "all writes of e done and the key off e"
     in force.
     """
-    stale: list[_DeadRule] = []
+    stale: list[DeadRule] = []
     for x, p in enumerate(ops):
         if p.required:
             continue
@@ -71,8 +71,8 @@ def _stale_rules(
     return stale
 
 
-def _rules(
-    ops: Sequence[_Prepared], initial: Mapping[str, Any], key_index: Mapping[str, int]
+def visibility_rules(
+    ops: Sequence[Prepared], initial: Mapping[str, Any], key_index: Mapping[str, int]
 ) -> _Rules:
     """When a write's value can no longer be seen by the ops left.
 
@@ -85,7 +85,7 @@ def _rules(
     applied ("dead"), and an acked put / delete x is as good as a read that changes
     nothing if the value it overwrites is unseen too (so it is linearized at once).
     """
-    rel = _Relevance(ops, ops, initial)
+    rel = Relevance(ops, ops, initial)
     index = {id(p): i for i, p in enumerate(ops)}
     writers: dict[tuple[str, Any], int] = defaultdict(int)
     observers: dict[tuple[int, Any], int] = defaultdict(int)
@@ -96,15 +96,15 @@ def _rules(
         for k, vs in q.observes.items():
             for v in vs:
                 observers[(key_index[k], v)] |= 1 << o
-    dead: list[_DeadRule] = []
-    unseen: dict[int, _DeadRule] = {}
-    listeners: dict[int, list[_DeadRule]] = defaultdict(list)
-    leaving: dict[tuple[int, Any], list[_DeadRule]] = defaultdict(list)
+    dead: list[DeadRule] = []
+    unseen: dict[int, DeadRule] = {}
+    listeners: dict[int, list[DeadRule]] = defaultdict(list)
+    leaving: dict[tuple[int, Any], list[DeadRule]] = defaultdict(list)
 
     stale = _stale_rules(ops, writers, key_index, listeners, leaving)
     for x, p in enumerate(ops):
         acked_overwrite = p.required and p.op.f in ("put", "delete") and bool(p.writes)
-        if not (_prunable(p) or acked_overwrite):
+        if not (prunable(p) or acked_overwrite):
             continue
         mask = 0
         for o in rel.strong_observers(p):
@@ -158,8 +158,8 @@ class _Unseen:
 _UNSEEN = _Unseen()
 
 
-def _symmetry(
-    ops: Sequence[_Prepared], keys: Sequence[str]
+def symmetry(
+    ops: Sequence[Prepared], keys: Sequence[str]
 ) -> tuple[Callable[[Any], Any], list[Any]]:
     """(canon, classes): two exact reductions of the search space.
 

@@ -10,10 +10,10 @@ Refinements, each keeping the search exact:
 - memo with subsumption: configurations are (linearized acked ops, state, linearized
   unknown ops I); one is skipped if the same acked ops and state were reached before
   with a subset of I (having applied fewer unknown ops can only leave more options);
-- canonical states (``_symmetry``): values no op of the partition reads or compares
+- canonical states (``symmetry``): values no op of the partition reads or compares
   with are all replaced by one placeholder - no step can tell them apart, so states
   differing only there have the same continuations and share a memo entry;
-- interchangeable unknown ops (``_symmetry``): unknown ops that are the same op up to
+- interchangeable unknown ops (``symmetry``): unknown ops that are the same op up to
   unobserved written values, both available, can be swapped in any continuation, so
   only the first of each class is offered;
 - forced moves: an acked read-only op that the current state satisfies is linearized
@@ -55,29 +55,29 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.checker.model import _INVALID, _Prepared
-from chaos.checker.reductions import _reduce
-from chaos.checker.rules import _DeadRule, _rules, _symmetry
+from chaos.checker.model import INVALID, Prepared
+from chaos.checker.reductions import reduce_unknown_writes
+from chaos.checker.rules import DeadRule, symmetry, visibility_rules
 from chaos.checker.values import UNKNOWN, Verdict
 
 
-def _bind(ops: Sequence[_Prepared], keys: Sequence[str]) -> list[Callable[[Any], Any]]:
+def bind_steps(ops: Sequence[Prepared], keys: Sequence[str]) -> list[Callable[[Any], Any]]:
     """The ops' model steps over a partition's state (its keys' values, in this order)."""
     idx = {k: i for i, k in enumerate(keys)}
     return [p.make_step(idx, len(keys) == 1) for p in ops]
 
 
-def _decide(
-    ops: list[_Prepared],
+def reduce_and_search(
+    ops: list[Prepared],
     init: Any,
     initial: Mapping[str, Any],
     deadline: float,
     max_configurations: int,
     track: bool = False,
-) -> tuple[_SearchOutcome, list[_Prepared]]:
-    """``_reduce`` then ``_search``; also returns the reduced ops (``best`` indexes them)."""
-    reduced, _promoted, _pruned = _reduce(ops, initial)
-    return _search(reduced, init, deadline, max_configurations, initial, track), reduced
+) -> tuple[_SearchOutcome, list[Prepared]]:
+    """``reduce_unknown_writes`` then ``search_partition``; also returns the reduced ops (``best`` indexes them)."""
+    reduced, _promoted, _pruned = reduce_unknown_writes(ops, initial)
+    return search_partition(reduced, init, deadline, max_configurations, initial, track), reduced
 
 
 @dataclass
@@ -89,8 +89,8 @@ class _SearchOutcome:
     reason: str = ""
 
 
-def _search(
-    ops: Sequence[_Prepared],
+def search_partition(
+    ops: Sequence[Prepared],
     init: Any,
     deadline: float,
     max_configurations: int,
@@ -107,7 +107,7 @@ def _search(
 
 
 def _links(
-    ops: Sequence[_Prepared],
+    ops: Sequence[Prepared],
 ) -> tuple[list[int], list[int], list[int], list[bool], list[int]]:
     """The ops' calls and returns as one time-ordered doubly linked list (entry 0 is
     the head): (next, previous, op of each entry, is a call, call -> its return)."""
@@ -138,7 +138,7 @@ class _Search:
     (state, linearized acked ops ``rlin``, linearized or dead unknown ops ``ilin``, as
     bit masks over op indices) and the precomputed shortcuts."""
 
-    def __init__(self, ops: Sequence[_Prepared], init: Any, initial: Mapping[str, Any]):
+    def __init__(self, ops: Sequence[Prepared], init: Any, initial: Mapping[str, Any]):
         self.ops = ops
         self.required = [p.required for p in ops]
         self.required_left = sum(self.required)
@@ -146,12 +146,12 @@ class _Search:
         keys = list(initial)  # the partition's keys, in state order
         self.single = single = len(keys) == 1
         kidx = {k: i for i, k in enumerate(keys)}
-        self.steps = _bind(ops, keys)
+        self.steps = bind_steps(ops, keys)
         self.branch_of = [
             None if p.make_branch is None else p.make_branch(kidx, single) for p in ops
         ]
-        self.canon, self.classes = _symmetry(ops, keys)
-        rules = _rules(ops, initial, kidx)
+        self.canon, self.classes = symmetry(ops, keys)
+        rules = visibility_rules(ops, initial, kidx)
         self.rules = rules
         self.has_rules = bool(rules.listeners or rules.leaving)
         # Postponing (below) moves an op later; a txn's branch depends on where it is.
@@ -163,8 +163,8 @@ class _Search:
         self.state, self.rlin, self.ilin = self.canon(init), 0, 0
         self.ilin = self.bury(0, 0, self.state, rules.dead + rules.stale)
 
-    def invisible(self, rule: _DeadRule, lin: int, st: Any) -> bool:
-        """The value the rule's op writes can no longer be seen (see _rules)."""
+    def invisible(self, rule: DeadRule, lin: int, st: Any) -> bool:
+        """The value the rule's op writes can no longer be seen (see visibility_rules)."""
         _x, mask, conds = rule
         if mask & ~lin:
             return False
@@ -174,8 +174,8 @@ class _Search:
                 return False
         return True
 
-    def bury(self, rl: int, il: int, st: Any, to_check: Iterable[_DeadRule]) -> int:
-        """Mark unknown ops that can no longer matter as done (see _rules)."""
+    def bury(self, rl: int, il: int, st: Any, to_check: Iterable[DeadRule]) -> int:
+        """Mark unknown ops that can no longer matter as done (see visibility_rules)."""
         lin = rl | il
         pending = ~lin
         for rule in to_check:
@@ -204,7 +204,7 @@ class _Search:
         """Acked op i may come now and nothing left can notice it (see candidates)."""
         state, steps = self.state, self.steps
         if self.read_only[i]:
-            return steps[i](state) is not _INVALID
+            return steps[i](state) is not INVALID
         rule = self.rules.unseen.get(i)
         if rule is None or not self.invisible(rule, lin, state):
             return False
@@ -214,7 +214,7 @@ class _Search:
         ki = self.key_at[i]
         cur = state if self.single else state[ki]
         return not self.rules.observers.get((ki, cur), 0) & ~lin and (
-            steps[i](state) is not _INVALID
+            steps[i](state) is not INVALID
         )
 
     def candidates(self) -> list[tuple[int, ...]]:
@@ -231,7 +231,7 @@ class _Search:
         (x, observer), or (x, y, observer) when the observer needs a write of each of
         two keys (``chains``). A forced op (``forced``) is the only move: a success path that
         has it later stays valid with it moved first. Of the unknown ops of one class
-        (``_symmetry``) only the first is offered.
+        (``symmetry``) only the first is offered.
         """
         req: list[tuple[int, ...]] = []
         opt: list[tuple[int, ...]] = []
@@ -297,25 +297,25 @@ class _Search:
             st = self.state
             for i in chosen:
                 st = steps[i](st)
-                if st is _INVALID:
+                if st is INVALID:
                     break
             return st
 
         subsets = [c for r in range(len(xs)) for c in itertools.combinations(xs, r)]
         if self.required[o]:
             return any(
-                (st := after(c)) is not _INVALID and steps[o](st) is not _INVALID
+                (st := after(c)) is not INVALID and steps[o](st) is not INVALID
                 for c in subsets
             )
         branch = self.branch_of[o]
         if branch is None:
             return False
         full = after(xs)
-        if full is _INVALID:
+        if full is INVALID:
             return True
         flipped = branch(full)
         return any(
-            (st := after(c)) is not _INVALID and branch(st) == flipped for c in subsets
+            (st := after(c)) is not INVALID and branch(st) == flipped for c in subsets
         )
 
     def apply(self, move: tuple[int, ...]) -> tuple[Any, int, int] | None:
@@ -323,13 +323,13 @@ class _Search:
         leads nowhere (a stranded op)."""
         new, new_r, new_i = self.state, self.rlin, self.ilin
         single, rules = self.single, self.rules
-        to_check: list[_DeadRule] = []
+        to_check: list[DeadRule] = []
         left: list[tuple[int, Any]] = []  # (key index, value) the move took a key off
         for entry in move:
             i = self.ent_op[entry]
             before = new
             new = self.steps[i](new)
-            if new is _INVALID:
+            if new is INVALID:
                 return None
             if not self.read_only[i]:
                 new = self.canon(new)

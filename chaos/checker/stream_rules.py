@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chaos.checker.streams import Append, Ev, StreamIndex, StreamViolation, appended
+from chaos.checker.stream_model import Append, Ev, StreamIndex, StreamViolation, appended
 from chaos.history import Op
 
 __all__ = [

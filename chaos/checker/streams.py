@@ -53,12 +53,13 @@ the chaos report shows. Message texts name ops as ``#id`` (history op ids).
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from chaos.checker import stream_rules as rules
+from chaos.checker.stream_model import Append, Ev, StreamIndex, StreamViolation, appended
 from chaos.history import HistoryError, Op
 
 __all__ = [
@@ -72,7 +73,6 @@ __all__ = [
     "check_streams",
 ]
 
-Ev = tuple[int, Any, Any]  # (seq, event id or None, data)
 
 RULES = (
     "gap",
@@ -90,17 +90,6 @@ RULES = (
 # Rules a loss of acknowledged entries (power loss with fsync=never: allowed by the
 # contract) can break; the others hold even then.
 LOSS_RULES = frozenset({"lost", "expectation", "reader", "order", "stale"})
-
-
-@dataclass(frozen=True)
-class StreamViolation:
-    rule: str
-    stream: str
-    message: str
-    ops: tuple[int | str, ...] = ()
-
-    def describe(self) -> str:
-        return f"[{self.rule}] {self.stream}: {self.message}"
 
 
 @dataclass
@@ -123,63 +112,6 @@ class StreamsResult:
             f"answered duplicate; {s.get('reads_checked', 0)} reads checked"
             + (f", {s['replicas_checked']} replica copies" if s.get("replicas_checked") else "")
         )
-
-
-@dataclass(eq=False)
-class Append:
-    """One logical append: the ops sharing its events, and where they ended up."""
-
-    stream: str
-    ids: tuple[str, ...]
-    data: dict[str, Any]
-    ops: list[Op] = field(default_factory=list)
-    seqs: list[int] = field(default_factory=list)  # final seq of each present id, in order
-
-    @property
-    def present(self) -> bool:
-        return bool(self.seqs)
-
-    @property
-    def appliers(self) -> list[Op]:
-        return [o for o in self.ops if o.outcome == "info" or (o.outcome == "ok" and appended(o))]
-
-    @property
-    def lo(self) -> float:
-        """Earliest time it can have been applied: its first applier's invoke."""
-        return min((o.invoke_time for o in self.appliers), default=math.inf)
-
-    def label(self) -> str:
-        ops = ", ".join(f"#{o.id}" for o in self.ops)
-        shown = ", ".join(self.ids[:3]) + (", ..." if len(self.ids) > 3 else "")
-        return f"append [{shown}] ({ops})"
-
-
-def appended(op: Op) -> bool:
-    """An ok append answer that appended at least one event (not all duplicates)."""
-    dups = op.output.get("duplicates") or []
-    return op.output.get("first_seq") is not None or not all(dups)
-
-
-class StreamIndex:
-    """The final content of one stream, indexed by seq and by event id."""
-
-    def __init__(self, name: str, events: Sequence[Ev]) -> None:
-        self.name = name
-        self.events = [(int(s), i, d) for s, i, d in events]
-        self.by_seq: dict[int, Ev] = {}
-        self.by_id: dict[Any, list[int]] = defaultdict(list)
-        for ev in self.events:
-            self.by_seq.setdefault(ev[0], ev)
-            if ev[1] is not None:
-                self.by_id[ev[1]].append(ev[0])
-
-    @property
-    def last_seq(self) -> int:
-        return max(self.by_seq, default=0)
-
-    def seq_of(self, event_id: str) -> int | None:
-        seqs = self.by_id.get(event_id)
-        return seqs[0] if seqs else None
 
 
 def _event_ids(op: Op) -> tuple[tuple[str, ...], dict[str, Any]]:
@@ -259,8 +191,6 @@ def check_streams(
     """Check every stream the history touched against its final content (module
     docstring: the rules). A stream the history wrote but ``final`` lacks is reported in
     ``unread`` (nothing can be checked about it) and makes the result not ok."""
-    from chaos.checker import stream_rules as rules
-
     ops = list(history)
     appends, reads = group_appends(ops), stream_reads(ops)
     result = StreamsResult(stats=_stats(appends, reads))

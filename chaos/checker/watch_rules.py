@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from chaos.checker.stream_rules import fmt_seqs
-from chaos.checker.watch import (
+from chaos.checker.watch_model import (
     Change,
     WatcherLog,
     WatchTruth,

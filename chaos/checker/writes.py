@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.checker.values import _fmt, _freeze
+from chaos.checker.values import fmt_value, freeze
 from chaos.history import Op, read_history
 
 __all__ = ["DuplicateApplication", "LostWrite", "duplicate_applications", "lost_writes"]
@@ -124,14 +124,14 @@ def lost_writes(
     acked: dict[str, list[tuple[Op, Any]]] = defaultdict(list)
     for op in ops:
         for k, v in _effects(op):
-            writers[(k, _freeze(v))].append(op)
+            writers[(k, freeze(v))].append(op)
             if op.outcome == "ok":
                 acked[k].append((op, v))
     lost: list[LostWrite] = []
     for key, final in final_reads.items():
-        fv = _freeze(final)
+        fv = freeze(final)
         ws = writers.get((key, fv), [])
-        from_initial = _freeze(initial.get(key)) == fv
+        from_initial = freeze(initial.get(key)) == fv
         why: dict[int, tuple[Op, str]] = {}  # id(op) -> (op, why it is lost), first reason
         if not ws and not from_initial:
             lost.append(LostWrite(key, None, final, "final value was never written"))
@@ -144,7 +144,7 @@ def lost_writes(
                     why[id(op)] = (
                         op,
                         f"acknowledged write #{op.id} started after every write of the "
-                        f"final value {_fmt(final)} had completed",
+                        f"final value {fmt_value(final)} had completed",
                     )
         mod_rev = (final_revisions or {}).get(key)
         if mod_rev is not None and final is not None:  # an absent key has no mod_revision
@@ -209,7 +209,7 @@ def duplicate_applications(
         for k, v in _effects(op):
             if v is None:
                 continue  # absent has no mod_revision
-            fk = (k, _freeze(v))
+            fk = (k, freeze(v))
             raw[fk] = v
             logical[fk].add(op.input.get("idempotency_key") or ("op", op.id))
             rev = op.output.get("revision")
@@ -220,13 +220,13 @@ def duplicate_applications(
         ):
             mr = op.output.get("mod_revision")
             if "value" in op.output and op.output["value"] is not None and isinstance(mr, int):
-                seen[(op.key, _freeze(op.output["value"]))][mr].append(op)
+                seen[(op.key, freeze(op.output["value"]))][mr].append(op)
     extra: dict[tuple[str, Any], int] = {}
     for key, value in (final_reads or {}).items():
         mr = (final_revisions or {}).get(key)
         if value is not None and isinstance(mr, int):
-            extra[(key, _freeze(value))] = mr
-            seen[(key, _freeze(value))].setdefault(mr, [])
+            extra[(key, freeze(value))] = mr
+            seen[(key, freeze(value))].setdefault(mr, [])
     for fk, by_rev in seen.items():
         if len(by_rev) < 2 or len(logical.get(fk, ())) != 1:
             continue  # one revision, or the value is not unique: nothing to conclude
@@ -240,7 +240,7 @@ def duplicate_applications(
                 raw.get(fk),
                 revs,
                 tuple(o for r in revs for o in by_rev[r]),
-                f"value {_fmt(raw.get(fk))} of one write observed at mod_revisions "
+                f"value {fmt_value(raw.get(fk))} of one write observed at mod_revisions "
                 f"{list(revs)}{where}: applied more than once",
             )
         )

@@ -47,9 +47,6 @@ class Layout:
     def ckpt(self, n: int) -> str:
         return f"{self.ckpt_prefix}{n:012d}"
 
-    def ckpt_number(self, key: str) -> int:
-        return int(key[len(self.ckpt_prefix) :])
-
     def chunk_dir(self, sha256: str) -> str:
         return f"{self.chunk_prefix}{sha256}/"
 

@@ -14,123 +14,123 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from client.crdt.leaves import (
-    _MAX_N,
+    INT64_MAX,
     MAX_COUNT,
     MAX_DEPTH,
     MAX_DOTS,
     MAX_ELEMENTS,
     MAX_MV_VALUES,
     TYPES,
-    _bad,
-    _dict,
-    _dominated,
-    _elem,
-    _fields,
-    _int,
-    _list,
-    _pack,
-    _rid,
-    _seen,
-    _value,
-    _vv,
+    check_elem,
+    check_fields,
+    check_int,
+    check_list,
+    check_map,
+    check_replica_id,
+    check_value,
+    check_version_vector,
+    dominated,
+    dot_seen,
+    invalid,
+    pack_canonical,
 )
 
 
 def _g_check(s: Any, depth: int) -> None:
-    _vv(s, 1, MAX_COUNT, "gcounter")
+    check_version_vector(s, 1, MAX_COUNT, "gcounter")
 
 
 def _pn_check(s: Any, depth: int) -> None:
-    _fields(s, ("p", "n"), "pncounter")
-    _vv(s["p"], 1, MAX_COUNT, "pncounter p")
-    _vv(s["n"], 1, MAX_COUNT, "pncounter n")
+    check_fields(s, ("p", "n"), "pncounter")
+    check_version_vector(s["p"], 1, MAX_COUNT, "pncounter p")
+    check_version_vector(s["n"], 1, MAX_COUNT, "pncounter n")
 
 
 def _sorted_dots(x: Any, what: str, rids: set[str]) -> list:
     """A strictly sorted list of dots [rid, n]; ``rids`` caches the ids already valid."""
-    dots = _list(x, MAX_DOTS, what)
+    dots = check_list(x, MAX_DOTS, what)
     prev = None
     for d in dots:
         if type(d) is not list or len(d) != 2:
-            raise _bad(f"{what}: a dot must be [replica_id, n]")
+            raise invalid(f"{what}: a dot must be [replica_id, n]")
         r, n = d
         if type(r) is not str or r not in rids:
-            rids.add(_rid(r, f"{what}: dot replica id"))
-        if type(n) is not int or not 1 <= n <= _MAX_N:
-            _int(n, 1, _MAX_N, f"{what}: dot counter")
+            rids.add(check_replica_id(r, f"{what}: dot replica id"))
+        if type(n) is not int or not 1 <= n <= INT64_MAX:
+            check_int(n, 1, INT64_MAX, f"{what}: dot counter")
         if prev is not None and not prev < d:
-            raise _bad(f"{what} must be sorted and without duplicates")
+            raise invalid(f"{what} must be sorted and without duplicates")
         prev = d
     return dots
 
 
 def _os_check(s: Any, depth: int, str_only: bool = False) -> None:
-    _fields(s, ("e", "c", "d"), "orset")
-    c = _vv(s["c"], 1, _MAX_N, "orset context c")
+    check_fields(s, ("e", "c", "d"), "orset")
+    c = check_version_vector(s["c"], 1, INT64_MAX, "orset context c")
     rids = set(c)
     cloud = set()
     for r, n in _sorted_dots(s["d"], "orset context d", rids):
         if n <= c.get(r, 0) + 1:
-            raise _bad("orset context d holds a dot not beyond c + 1 (not compacted)")
+            raise invalid("orset context d holds a dot not beyond c + 1 (not compacted)")
         cloud.add((r, n))
     total = len(cloud)
-    for e, dots in _dict(s["e"], MAX_ELEMENTS, "orset elements").items():
-        _elem(e, str_only)
+    for e, dots in check_map(s["e"], MAX_ELEMENTS, "orset elements").items():
+        check_elem(e, str_only)
         _sorted_dots(dots, "orset element dots", rids)
         if not dots:
-            raise _bad(f"orset element {e!r:.60} has no dots")
+            raise invalid(f"orset element {e!r:.60} has no dots")
         total += len(dots)
         if total > MAX_DOTS:
-            raise _bad(f"orset has more than {MAX_DOTS} dots")
+            raise invalid(f"orset has more than {MAX_DOTS} dots")
         for r, n in dots:
-            if not _seen(c, cloud, r, n):
-                raise _bad(f"orset element {e!r:.60}: dot {[r, n]} is not in the context")
+            if not dot_seen(c, cloud, r, n):
+                raise invalid(f"orset element {e!r:.60}: dot {[r, n]} is not in the context")
 
 
 def _lww_check(s: Any, depth: int) -> None:
-    _fields(s, ("v", "t", "r"), "lwwreg")
-    _int(s["t"], 0, _MAX_N, "lwwreg t")
-    _value(s["v"])
+    check_fields(s, ("v", "t", "r"), "lwwreg")
+    check_int(s["t"], 0, INT64_MAX, "lwwreg t")
+    check_value(s["v"])
     if s["r"] == "":
         if s["t"] != 0 or s["v"] is not None:
-            raise _bad('lwwreg with r "" (never set) must have t 0 and v None')
+            raise invalid('lwwreg with r "" (never set) must have t 0 and v None')
     else:
-        _rid(s["r"], "lwwreg r")
+        check_replica_id(s["r"], "lwwreg r")
 
 
 def _mv_check(s: Any, depth: int) -> None:
-    _fields(s, ("vals",), "mvreg")
-    vals = _list(s["vals"], MAX_MV_VALUES, "mvreg vals")
+    check_fields(s, ("vals",), "mvreg")
+    vals = check_list(s["vals"], MAX_MV_VALUES, "mvreg vals")
     prev = b""
     for e in vals:
         if type(e) is not list or len(e) != 2:
-            raise _bad("mvreg entry must be [value, version_vector]")
-        _value(e[0])
-        if not _vv(e[1], 1, _MAX_N, "mvreg version vector"):
-            raise _bad("mvreg version vector must not be empty")
-        packed = _pack(e)
+            raise invalid("mvreg entry must be [value, version_vector]")
+        check_value(e[0])
+        if not check_version_vector(e[1], 1, INT64_MAX, "mvreg version vector"):
+            raise invalid("mvreg version vector must not be empty")
+        packed = pack_canonical(e)
         if packed <= prev:
-            raise _bad("mvreg entries must be sorted by encoding and without duplicates")
+            raise invalid("mvreg entries must be sorted by encoding and without duplicates")
         prev = packed
     for e in vals:
-        if any(_dominated(e[1], o[1]) for o in vals):
-            raise _bad("mvreg holds an entry dominated by another (not merged)")
+        if any(dominated(e[1], o[1]) for o in vals):
+            raise invalid("mvreg holds an entry dominated by another (not merged)")
 
 
 def _om_check(s: Any, depth: int) -> None:
     if depth > MAX_DEPTH:
-        raise _bad(f"ormap nested deeper than {MAX_DEPTH} levels")
-    _fields(s, ("keys", "vals"), "ormap")
+        raise invalid(f"ormap nested deeper than {MAX_DEPTH} levels")
+    check_fields(s, ("keys", "vals"), "ormap")
     _os_check(s["keys"], depth, str_only=True)
-    vals = _dict(s["vals"], MAX_ELEMENTS, "ormap vals")
+    vals = check_map(s["vals"], MAX_ELEMENTS, "ormap vals")
     for k, entry in vals.items():
-        _elem(k, str_only=True)
+        check_elem(k, str_only=True)
         if type(entry) is not list or len(entry) != 2 or entry[0] not in TYPES:
-            raise _bad(f"ormap value of {k!r:.60} must be [type, state], type one of {TYPES}")
+            raise invalid(f"ormap value of {k!r:.60} must be [type, state], type one of {TYPES}")
         _CHECK[entry[0]](entry[1], depth + 1)
     for k in s["keys"]["e"]:
         if k not in vals:
-            raise _bad(f"ormap key {k!r:.60} is present without a value")
+            raise invalid(f"ormap key {k!r:.60} is present without a value")
 
 
 _CHECK: Final[dict[str, Callable[[Any, int], None]]] = {

@@ -24,7 +24,7 @@ MAX_MV_VALUES: Final = 128
 MAX_DEPTH: Final = 4
 MAX_VALUE_DEPTH: Final = 32
 MAX_STATE_BYTES: Final = 64 * 1024 * 1024
-_MAX_N: Final = 2**63 - 1
+INT64_MAX: Final = 2**63 - 1
 _INT_MIN: Final = -(2**63)
 _UINT_MAX: Final = 2**64 - 1
 _RANK: Final = {int: 0, str: 1, bytes: 2}
@@ -42,7 +42,7 @@ class CrdtError(Exception):
         self.message = message
 
 
-def _bad(message: str) -> CrdtError:
+def invalid(message: str) -> CrdtError:
     return CrdtError("invalid_argument", message)
 
 
@@ -50,7 +50,7 @@ def _key(x: Elem) -> tuple[int, Elem]:
     return (_RANK[type(x)], x)
 
 
-def _sorted_keys(d: dict | list) -> list:
+def sorted_keys(d: dict | list) -> list:
     """Keys in canonical order (ints < strs < bytes); one type sorts natively (fast)."""
     try:
         return sorted(d)
@@ -58,128 +58,128 @@ def _sorted_keys(d: dict | list) -> list:
         return sorted(d, key=_key)
 
 
-def _canon(x: Any) -> Any:
+def canonical(x: Any) -> Any:
     """``x`` with every map's keys in canonical order (and tuples as lists)."""
     if isinstance(x, dict):
-        return {k: _canon(x[k]) for k in _sorted_keys(x)}
+        return {k: canonical(x[k]) for k in sorted_keys(x)}
     if isinstance(x, list | tuple):
-        return [_canon(v) for v in x]
+        return [canonical(v) for v in x]
     return x
 
 
-def _pack(x: Any) -> bytes:
-    return msgpack.packb(_canon(x), use_bin_type=True)
+def pack_canonical(x: Any) -> bytes:
+    return msgpack.packb(canonical(x), use_bin_type=True)
 
 
 def _utf8(s: str, what: str) -> int:
     try:
         return len(s.encode("utf-8"))
     except UnicodeEncodeError:
-        raise _bad(f"{what} is not valid unicode") from None
+        raise invalid(f"{what} is not valid unicode") from None
 
 
-def _int(x: Any, lo: int, hi: int, what: str) -> int:
+def check_int(x: Any, lo: int, hi: int, what: str) -> int:
     if type(x) is not int or not lo <= x <= hi:
-        raise _bad(f"{what} must be an integer in {lo}..{hi}, got {x!r:.60}")
+        raise invalid(f"{what} must be an integer in {lo}..{hi}, got {x!r:.60}")
     return x
 
 
-def _rid(r: Any, what: str = "replica id") -> str:
+def check_replica_id(r: Any, what: str = "replica id") -> str:
     if type(r) is not str or not 1 <= len(r) <= MAX_REPLICA_ID_CHARS:
-        raise _bad(f"{what} must be a string of 1..{MAX_REPLICA_ID_CHARS} chars, got {r!r:.60}")
+        raise invalid(f"{what} must be a string of 1..{MAX_REPLICA_ID_CHARS} chars, got {r!r:.60}")
     _utf8(r, what)
     return r
 
 
-def _elem(e: Any, str_only: bool = False) -> Elem:
+def check_elem(e: Any, str_only: bool = False) -> Elem:
     kind = type(e)
     if kind is int and not str_only:
-        _int(e, _INT_MIN, _MAX_N, "an integer element")
+        check_int(e, _INT_MIN, INT64_MAX, "an integer element")
     elif kind is str:
         if _utf8(e, "element") > MAX_ELEM_BYTES:
-            raise _bad(f"element longer than {MAX_ELEM_BYTES} bytes")
+            raise invalid(f"element longer than {MAX_ELEM_BYTES} bytes")
     elif kind is bytes and not str_only:
         if len(e) > MAX_ELEM_BYTES:
-            raise _bad(f"element longer than {MAX_ELEM_BYTES} bytes")
+            raise invalid(f"element longer than {MAX_ELEM_BYTES} bytes")
     else:
         allowed = "str" if str_only else "str, int or bytes"
-        raise _bad(f"element must be {allowed}, got {kind.__name__}")
+        raise invalid(f"element must be {allowed}, got {kind.__name__}")
     return e
 
 
-def _value(v: Any, depth: int = 0, fix: bool = False) -> Any:
+def check_value(v: Any, depth: int = 0, fix: bool = False) -> Any:
     """Validate a register value; with ``fix``, return it with tuples made lists."""
     if depth > MAX_VALUE_DEPTH:
-        raise _bad(f"value nested deeper than {MAX_VALUE_DEPTH}")
+        raise invalid(f"value nested deeper than {MAX_VALUE_DEPTH}")
     kind = type(v)
     if v is None or kind is bool or kind is bytes:
         return v
     if kind is int:
-        return _int(v, _INT_MIN, _UINT_MAX, "an integer value")
+        return check_int(v, _INT_MIN, _UINT_MAX, "an integer value")
     if kind is float:
         if math.isnan(v):
-            raise _bad("NaN is not a register value")
+            raise invalid("NaN is not a register value")
         return v
     if kind is str:
         _utf8(v, "value")
         return v
     if kind is list or (fix and kind is tuple):
         if fix:
-            return [_value(x, depth + 1, fix) for x in v]
+            return [check_value(x, depth + 1, fix) for x in v]
         for x in v:
-            _value(x, depth + 1)
+            check_value(x, depth + 1)
         return v
     if kind is dict:
         for k in v:
             if type(k) is not str:
-                raise _bad(f"value map keys must be str, got {type(k).__name__}")
+                raise invalid(f"value map keys must be str, got {type(k).__name__}")
             _utf8(k, "value map key")
         if fix:
-            return {k: _value(x, depth + 1, fix) for k, x in v.items()}
+            return {k: check_value(x, depth + 1, fix) for k, x in v.items()}
         for x in v.values():
-            _value(x, depth + 1)
+            check_value(x, depth + 1)
         return v
-    raise _bad(f"{kind.__name__} is not a msgpack value")
+    raise invalid(f"{kind.__name__} is not a msgpack value")
 
 
-def _fields(s: Any, names: tuple[str, ...], t: str) -> None:
+def check_fields(s: Any, names: tuple[str, ...], t: str) -> None:
     if type(s) is not dict or len(s) != len(names) or any(n not in s for n in names):
-        raise _bad(f"{t} state must be a map with exactly the fields {', '.join(names)}")
+        raise invalid(f"{t} state must be a map with exactly the fields {', '.join(names)}")
 
 
-def _dict(x: Any, limit: int, what: str) -> dict:
+def check_map(x: Any, limit: int, what: str) -> dict:
     if type(x) is not dict:
-        raise _bad(f"{what} must be a map")
+        raise invalid(f"{what} must be a map")
     if len(x) > limit:
-        raise _bad(f"{what} has {len(x)} entries; the limit is {limit}")
+        raise invalid(f"{what} has {len(x)} entries; the limit is {limit}")
     return x
 
 
-def _list(x: Any, limit: int, what: str) -> list:
+def check_list(x: Any, limit: int, what: str) -> list:
     if type(x) is not list:
-        raise _bad(f"{what} must be a list")
+        raise invalid(f"{what} must be a list")
     if len(x) > limit:
-        raise _bad(f"{what} has {len(x)} entries; the limit is {limit}")
+        raise invalid(f"{what} has {len(x)} entries; the limit is {limit}")
     return x
 
 
-def _vv(x: Any, lo: int, hi: int, what: str) -> dict[str, int]:
-    for r, n in _dict(x, MAX_REPLICAS, what).items():
-        _rid(r, f"{what} replica id")
-        _int(n, lo, hi, f"{what}[{r!r}]")
+def check_version_vector(x: Any, lo: int, hi: int, what: str) -> dict[str, int]:
+    for r, n in check_map(x, MAX_REPLICAS, what).items():
+        check_replica_id(r, f"{what} replica id")
+        check_int(n, lo, hi, f"{what}[{r!r}]")
     return x
 
 
-def _limit(n: int, limit: int, what: str) -> None:
+def check_merged_size(n: int, limit: int, what: str) -> None:
     if n > limit:
-        raise _bad(f"merged {what} would have {n} entries; the limit is {limit}")
+        raise invalid(f"merged {what} would have {n} entries; the limit is {limit}")
 
 
-def _seen(c: dict, cloud: set, r: str, n: int) -> bool:
+def dot_seen(c: dict, cloud: set, r: str, n: int) -> bool:
     """Whether the causal context (version vector ``c``, dots ``cloud``) holds dot (r, n)."""
     return n <= c.get(r, 0) or (r, n) in cloud
 
 
-def _dominated(x: dict, y: dict) -> bool:
+def dominated(x: dict, y: dict) -> bool:
     """Version vector ``x`` < ``y``: every entry <= and not equal."""
     return x != y and all(n <= y.get(r, 0) for r, n in x.items())

@@ -96,7 +96,7 @@ import msgpack
 
 from client.crdt.checks import check_state
 from client.crdt.leaves import (
-    _MAX_N,
+    INT64_MAX,
     MAX_COUNT,
     MAX_DEPTH,
     MAX_DOTS,
@@ -111,17 +111,17 @@ from client.crdt.leaves import (
     CrdtError,
     Elem,
     State,
-    _bad,
-    _canon,
-    _dominated,
-    _elem,
-    _int,
-    _limit,
-    _pack,
-    _rid,
-    _seen,
-    _sorted_keys,
-    _value,
+    canonical,
+    check_elem,
+    check_int,
+    check_merged_size,
+    check_replica_id,
+    check_value,
+    dominated,
+    dot_seen,
+    invalid,
+    pack_canonical,
+    sorted_keys,
 )
 
 __all__ = [
@@ -147,7 +147,7 @@ def _g_merge(a: dict, b: dict) -> dict:
             out[r] = n
     if out is None:
         return a
-    _limit(len(out), MAX_REPLICAS, "gcounter")
+    check_merged_size(len(out), MAX_REPLICAS, "gcounter")
     return out
 
 
@@ -160,19 +160,19 @@ def _pn_merge(a: dict, b: dict) -> dict:
 
 def gcounter_inc(state: State, rid: str, n: int = 1) -> State:
     """Delta adding ``n`` >= 1 at replica ``rid``."""
-    _rid(rid)
-    _int(n, 1, MAX_COUNT, "increment")
+    check_replica_id(rid)
+    check_int(n, 1, MAX_COUNT, "increment")
     total = state.get(rid, 0) + n
     if total > MAX_COUNT:
-        raise _bad(f"replica {rid!r}'s count would exceed {MAX_COUNT}")
+        raise invalid(f"replica {rid!r}'s count would exceed {MAX_COUNT}")
     return {rid: total}
 
 
 def pncounter_add(state: State, rid: str, n: int) -> State:
     """Delta adding ``n`` != 0 (negative: a decrement) at replica ``rid``."""
-    _int(n, -MAX_COUNT, MAX_COUNT, "amount")
+    check_int(n, -MAX_COUNT, MAX_COUNT, "amount")
     if n == 0:
-        raise _bad("amount must not be 0")
+        raise invalid("amount must not be 0")
     side = "p" if n > 0 else "n"
     out = {"p": {}, "n": {}}
     out[side] = gcounter_inc(state[side], rid, abs(n))
@@ -199,7 +199,7 @@ def _survivors(dots: list, other: list | None, c: dict, cloud: set) -> list:
     """``dots`` of one side kept against the other side (its dots of the element, its
     context): those the other also holds, or has not seen."""
     held = {(r, n) for r, n in other} if other else set()
-    return [d for d in dots if (d[0], d[1]) in held or not _seen(c, cloud, d[0], d[1])]
+    return [d for d in dots if (d[0], d[1]) in held or not dot_seen(c, cloud, d[0], d[1])]
 
 
 def _unseen(mine: dict, skip: dict, c: dict, cloud: set, out: dict) -> None:
@@ -218,7 +218,7 @@ def _unseen(mine: dict, skip: dict, c: dict, cloud: set, out: dict) -> None:
         else:
             out[e] = dots
             continue
-        keep = [d for d in dots if not _seen(c, cloud, d[0], d[1])]
+        keep = [d for d in dots if not dot_seen(c, cloud, d[0], d[1])]
         if keep:
             out[e] = keep
 
@@ -248,21 +248,21 @@ def _os_merge(a: dict, b: dict) -> dict:
     d: list = []
     if a["d"] or b["d"]:
         c, d = _compact(c, a["d"] + b["d"])
-    _limit(len(out), MAX_ELEMENTS, "orset")
-    _limit(len(c), MAX_REPLICAS, "orset context")
-    _limit(len(d), MAX_DOTS, "orset context d")
+    check_merged_size(len(out), MAX_ELEMENTS, "orset")
+    check_merged_size(len(c), MAX_REPLICAS, "orset context")
+    check_merged_size(len(d), MAX_DOTS, "orset context d")
     return {"e": out, "c": c, "d": d}
 
 
 def _next_dot(state: dict, rid: str) -> int:
     n = max([state["c"].get(rid, 0)] + [m for r, m in state["d"] if r == rid]) + 1
-    return _int(n, 1, _MAX_N, "dot counter")
+    return check_int(n, 1, INT64_MAX, "dot counter")
 
 
 def orset_add(state: State, rid: str, elem: Elem) -> State:
     """Delta adding ``elem`` with a fresh dot of ``rid``; it replaces the observed dots."""
-    _rid(rid)
-    _elem(elem)
+    check_replica_id(rid)
+    check_elem(elem)
     dot = [rid, _next_dot(state, rid)]
     c, d = _compact({}, state["e"].get(elem, []) + [dot])
     return {"e": {elem: [dot]}, "c": c, "d": d}
@@ -270,7 +270,7 @@ def orset_add(state: State, rid: str, elem: Elem) -> State:
 
 def orset_remove(state: State, elem: Elem) -> State:
     """Delta removing the dots of ``elem`` observed in ``state`` (a no-op when absent)."""
-    _elem(elem)
+    check_elem(elem)
     c, d = _compact({}, state["e"].get(elem, []))
     return {"e": {}, "c": c, "d": d}
 
@@ -281,18 +281,18 @@ def orset_remove(state: State, elem: Elem) -> State:
 def _lww_merge(a: dict, b: dict) -> dict:
     ka, kb = (a["t"], a["r"]), (b["t"], b["r"])
     if ka == kb:
-        return a if _pack(a["v"]) >= _pack(b["v"]) else b
+        return a if pack_canonical(a["v"]) >= pack_canonical(b["v"]) else b
     return a if ka > kb else b
 
 
 def lwwreg_set(state: State, rid: str, value: Any, t: int) -> State:
     """Delta writing ``value`` at time ``t`` (ms); t is bumped to the observed t + 1 when
     not later, so a replica's write always beats what it has seen."""
-    _rid(rid)
-    _int(t, 0, _MAX_N, "timestamp")
+    check_replica_id(rid)
+    check_int(t, 0, INT64_MAX, "timestamp")
     if state["r"] and t <= state["t"]:
-        t = _int(state["t"] + 1, 0, _MAX_N, "timestamp")
-    return {"v": _value(value, fix=True), "t": t, "r": rid}
+        t = check_int(state["t"] + 1, 0, INT64_MAX, "timestamp")
+    return {"v": check_value(value, fix=True), "t": t, "r": rid}
 
 
 def _mv_merge(a: dict, b: dict) -> dict:
@@ -300,23 +300,23 @@ def _mv_merge(a: dict, b: dict) -> dict:
         return a
     if not a["vals"]:
         return b
-    keyed = {_pack(e): e for e in a["vals"] + b["vals"]}
+    keyed = {pack_canonical(e): e for e in a["vals"] + b["vals"]}
     vals = [e for k, e in sorted(keyed.items())]
-    vals = [e for e in vals if not any(_dominated(e[1], o[1]) for o in vals)]
-    _limit(len(vals), MAX_MV_VALUES, "mvreg")
+    vals = [e for e in vals if not any(dominated(e[1], o[1]) for o in vals)]
+    check_merged_size(len(vals), MAX_MV_VALUES, "mvreg")
     return {"vals": vals}
 
 
 def mvreg_set(state: State, rid: str, value: Any) -> State:
     """Delta writing ``value``; its version vector supersedes every observed value."""
-    _rid(rid)
+    check_replica_id(rid)
     vv: dict[str, int] = {}
     for _, seen in state["vals"]:
         vv = _g_merge(vv, seen)
     vv = dict(vv)
-    vv[rid] = _int(vv.get(rid, 0) + 1, 1, _MAX_N, "version counter")
-    _limit(len(vv), MAX_REPLICAS, "mvreg version vector")
-    return {"vals": [[_value(value, fix=True), vv]]}
+    vv[rid] = check_int(vv.get(rid, 0) + 1, 1, INT64_MAX, "version counter")
+    check_merged_size(len(vv), MAX_REPLICAS, "mvreg version vector")
+    return {"vals": [[check_value(value, fix=True), vv]]}
 
 
 # ---- ormap -------------------------------------------------------------------------
@@ -336,7 +336,7 @@ def _om_merge(a: dict, b: dict) -> dict:
     vals = dict(va)
     for k, entry in vb.items():
         vals[k] = _entry_merge(va[k], entry) if k in va else entry
-    _limit(len(vals), MAX_ELEMENTS, "ormap vals")
+    check_merged_size(len(vals), MAX_ELEMENTS, "ormap vals")
     return {"keys": _os_merge(a["keys"], b["keys"]), "vals": vals}
 
 
@@ -344,11 +344,11 @@ def ormap_get(state: State, key: str, t: str) -> State:
     """The nested state of ``key`` (empty(t) if it has none), present or removed: the
     state to give the nested operation whose delta goes to ormap_update."""
     _type(t)
-    entry = state["vals"].get(_elem(key, str_only=True))
+    entry = state["vals"].get(check_elem(key, str_only=True))
     if entry is None:
         return empty(t)
     if entry[0] != t:
-        raise _bad(f"ormap key {key!r} holds a {entry[0]}, not a {t}")
+        raise invalid(f"ormap key {key!r} holds a {entry[0]}, not a {t}")
     return entry[1]
 
 
@@ -362,7 +362,7 @@ def ormap_update(state: State, rid: str, key: str, t: str, delta: State) -> Stat
 
 def ormap_remove(state: State, key: str) -> State:
     """Delta removing ``key`` as observed in ``state`` (its nested state stays hidden)."""
-    _elem(key, str_only=True)
+    check_elem(key, str_only=True)
     return {"keys": orset_remove(state["keys"], key), "vals": {}}
 
 
@@ -384,7 +384,7 @@ _MERGE: Final = {
 
 def _type(t: Any) -> str:
     if t not in TYPES:
-        raise _bad(f"unknown CRDT type {t!r:.60}; one of {', '.join(TYPES)}")
+        raise invalid(f"unknown CRDT type {t!r:.60}; one of {', '.join(TYPES)}")
     return t
 
 
@@ -409,11 +409,11 @@ def value(t: str, state: State) -> Any:
     if t == "pncounter":
         return sum(state["p"].values()) - sum(state["n"].values())
     if t == "orset":
-        return _sorted_keys(state["e"])
+        return sorted_keys(state["e"])
     if t == "lwwreg":
         return state["v"]
     if t == "mvreg":
-        return [v for _, v in sorted({_pack(v): v for v, _ in state["vals"]}.items())]
+        return [v for _, v in sorted({pack_canonical(v): v for v, _ in state["vals"]}.items())]
     vals = state["vals"]
     return {k: value(vals[k][0], vals[k][1]) for k in sorted(state["keys"]["e"])}
 
@@ -427,9 +427,9 @@ def _canon_state(t: str, s: State) -> Any:
     if t == "orset":
         e = s["e"]
         return {"c": _canon_state("gcounter", s["c"]), "d": s["d"],
-                "e": {k: e[k] for k in _sorted_keys(e)}}  # fmt: skip
+                "e": {k: e[k] for k in sorted_keys(e)}}  # fmt: skip
     if t in ("lwwreg", "mvreg"):
-        return _canon(s)
+        return canonical(s)
     vals = s["vals"]
     return {
         "keys": _canon_state("orset", s["keys"]),
@@ -443,7 +443,7 @@ def encode(t: str, state: State) -> bytes:
     try:
         return msgpack.packb(_canon_state(t, state), use_bin_type=True)
     except (TypeError, ValueError, OverflowError, KeyError, AttributeError, IndexError) as exc:
-        raise _bad(f"{t} state cannot be encoded: {exc}") from None
+        raise invalid(f"{t} state cannot be encoded: {exc}") from None
 
 
 def _check(t: str, state: State, depth: int) -> None:
@@ -460,12 +460,12 @@ def decode(t: str, data: bytes) -> State:
     """Unpack a state and check() it; anything else raises CrdtError("invalid_argument")."""
     _type(t)
     if not isinstance(data, bytes | bytearray | memoryview):
-        raise _bad(f"{t} state must be bytes, got {type(data).__name__}")
+        raise invalid(f"{t} state must be bytes, got {type(data).__name__}")
     if len(data) > MAX_STATE_BYTES:
-        raise _bad(f"{t} state is larger than {MAX_STATE_BYTES} bytes")
+        raise invalid(f"{t} state is larger than {MAX_STATE_BYTES} bytes")
     try:
         state = msgpack.unpackb(bytes(data), raw=False, strict_map_key=False, use_list=True)
     except Exception as exc:  # msgpack raises several types (ValueError, TypeError, ...)
-        raise _bad(f"{t} state is not valid msgpack: {type(exc).__name__}") from None
+        raise invalid(f"{t} state is not valid msgpack: {type(exc).__name__}") from None
     _check(t, state, 1)
     return state

@@ -18,7 +18,7 @@ from typing import Any
 from ..agent.plan import AgentPlan, Call
 from . import keys as K
 from .saver_codec import Record, loads, unpack_blob, unpack_record
-from .saver_plan import Ctx, _blob_value, _pinned, _writes, ranges_at, target
+from .saver_plan import Ctx, blob_value, pending_writes, pinned_read, ranges_at, target
 
 __all__ = ["delta_history_plan"]
 
@@ -40,7 +40,7 @@ def _chain_plan(ctx: Ctx, config: Mapping[str, Any]) -> AgentPlan[tuple[list[Rec
         res = yield Call("range", (), dict(kw))
         if not rev:
             rev = res.revision
-            kw.update(_pinned(rev))
+            kw.update(pinned_read(rev))
         for kv in res.kvs:
             rec = unpack_record(kv.value)
             records[rec.id] = rec
@@ -86,12 +86,12 @@ def delta_history_plan(
         found, _ = yield from ranges_at(ctx, bounds, rev)
         blobs = dict(zip(bkeys, found[len(window) :], strict=True))
         for rec, prefix, wkvs in zip(window, wprefix, found[: len(window)], strict=True):
-            for w in reversed(_writes(prefix, wkvs)):
+            for w in reversed(pending_writes(prefix, wkvs)):
                 if w.channel in remaining:
                     collected[w.channel].append((w.task_id, w.channel, loads(ctx.serde, w.value)))
             for ch in list(remaining):
                 key = bkeys.get((rec.id, ch))
-                raw = _blob_value(key, blobs[(rec.id, ch)]) if key else None
+                raw = blob_value(key, blobs[(rec.id, ch)]) if key else None
                 if raw is not None:
                     seeds[ch] = loads(ctx.serde, unpack_blob(raw))
                     remaining.discard(ch)

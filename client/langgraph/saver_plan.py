@@ -92,7 +92,7 @@ def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> dict[str,
 # -- reads ---------------------------------------------------------------------------------
 
 
-def _pinned(revision: int) -> dict[str, Any]:
+def pinned_read(revision: int) -> dict[str, Any]:
     return {"revision": revision, "consistency": SERIALIZABLE, "min_revision": revision}
 
 
@@ -107,13 +107,13 @@ def range_all(
     if keys_only:
         kw["keys_only"] = True
     if revision is not None:
-        kw.update(_pinned(revision))
+        kw.update(pinned_read(revision))
     while True:
         res = yield Call("range", (), dict(kw))
         kvs.extend(res.kvs)
         if revision is None:
             revision = res.revision
-            kw.update(_pinned(revision))
+            kw.update(pinned_read(revision))
         if not res.more or not res.kvs:
             return kvs, revision
         kw["start"] = res.kvs[-1].key + "\x01"  # keys hold no NUL: the next key is >= this
@@ -171,7 +171,7 @@ def ranges_at(
     return found, revision if revision is not None else 0
 
 
-def _blob_value(key: str, kvs: Iterable[Any]) -> bytes | None:
+def blob_value(key: str, kvs: Iterable[Any]) -> bytes | None:
     main: bytes | None = None
     chunks: dict[int, bytes] = {}
     for kv in kvs:
@@ -182,7 +182,7 @@ def _blob_value(key: str, kvs: Iterable[Any]) -> bytes | None:
     return None if main is None else unframe(key, main, chunks)
 
 
-def _writes(prefix: str, kvs: Iterable[Any]) -> list[WriteRecord]:
+def pending_writes(prefix: str, kvs: Iterable[Any]) -> list[WriteRecord]:
     """The pending writes in the kvs under ``prefix`` (``{task}/{idx}`` and their chunks)."""
     mains: dict[str, bytes] = {}
     chunks: dict[str, dict[int, bytes]] = {}
@@ -212,7 +212,7 @@ def load_tuples(ctx: Ctx, items: Sequence[Item], revision: int) -> AgentPlan[lis
     found, _ = yield from ranges_at(ctx, bounds, revision)
     blobs = {}
     for bkey, kvs in zip(blob_keys, found[len(items) :], strict=True):
-        raw = _blob_value(blob_keys[bkey], kvs)
+        raw = blob_value(blob_keys[bkey], kvs)
         if raw is not None:
             blobs[bkey] = raw
     out = []
@@ -222,7 +222,9 @@ def load_tuples(ctx: Ctx, items: Sequence[Item], revision: int) -> AgentPlan[lis
             raw = blobs.get((t, ns, ch, ver))
             if raw is not None:
                 values[ch] = loads(ctx.serde, unpack_blob(raw))
-        writes = [(w.task_id, w.channel, loads(ctx.serde, w.value)) for w in _writes(prefix, wkvs)]
+        writes = [
+            (w.task_id, w.channel, loads(ctx.serde, w.value)) for w in pending_writes(prefix, wkvs)
+        ]
         checkpoint = {**loads(ctx.serde, rec.ckpt), "channel_values": values}
         metadata = meta if meta is not None else loads(ctx.serde, rec.meta)
         parent = _config(t, ns, rec.parent) if rec.parent else None
@@ -310,7 +312,7 @@ def list_page_plan(ctx: Ctx, cur: ListCursor) -> AgentPlan[tuple[list, ListCurso
         limit = min(limit, cur.remaining)
     kw: dict[str, Any] = {"start": cur.start, "end": cur.end, "limit": limit, "ns": ctx.ns}
     if cur.revision is not None:
-        kw.update(_pinned(cur.revision))
+        kw.update(pinned_read(cur.revision))
     res = yield Call("range", (), kw)
     if cur.revision is None:
         cur.revision = res.revision

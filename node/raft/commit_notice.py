@@ -1,5 +1,5 @@
 """When the leader tells its followers that the commit index moved (CommitNoticeMixin of
-node/raft/syncobj._SyncObj; no pysyncobj import).
+node/raft/syncobj.PatchedSyncObj; no pysyncobj import).
 
 pysyncobj's leader (appendEntriesUseBatch off) sends every follower an AppendEntries as
 soon as an entry commits, only to carry the new commit index. At one client that doubles
@@ -42,9 +42,9 @@ Schedule = Callable[[float, Callable[[], None]], Any]  # loop.call_later's shape
 
 
 class CommitNoticeMixin:
-    """(with _SyncObj) defers the leader's commit-only AppendEntries passes (see module)."""
+    """(with PatchedSyncObj) defers the leader's commit-only AppendEntries passes (see module)."""
 
-    # pysyncobj's, reached through self (syncobj._SyncObj combines them)
+    # pysyncobj's, reached through self (syncobj.PatchedSyncObj combines them)
     raftCommitIndex: int  # noqa: N815
     _isLeader: Callable[[], bool]
 

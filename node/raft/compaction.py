@@ -1,4 +1,4 @@
-"""A snapshot once the journal grows too big, a mixin of syncobj._SyncObj (no pysyncobj
+"""A snapshot once the journal grows too big, a mixin of syncobj.PatchedSyncObj (no pysyncobj
 import). pysyncobj compacts its log by entry count and time only, and a restart reads the
 whole journal back into memory: a node also snapshots once its journal holds
 `[raft] snapshot_max_journal_bytes`, the state machine flushed first on a helper thread."""

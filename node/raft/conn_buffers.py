@@ -1,4 +1,4 @@
-"""Peer connection buffers that grow and drain in place (with syncobj._PeerConnection).
+"""Peer connection buffers that grow and drain in place (with syncobj.PeerConnection).
 
 pysyncobj's TcpConnection keeps its write and read buffers as `bytes`:
 - send() appends each message with `buffer += data`: a copy of the whole backlog per
@@ -50,7 +50,7 @@ def _as_bytearray(value) -> bytearray:
 
 
 class InPlaceBuffersMixin:
-    """(with syncobj._PeerConnection) pysyncobj's TcpConnection without its quadratic
+    """(with syncobj.PeerConnection) pysyncobj's TcpConnection without its quadratic
     buffer copies (module docstring)."""
 
     _read_clock: Callable[[], float]  # pysyncobj's clock of __lastReadTime

@@ -1,7 +1,7 @@
-"""The follower's side of snapshots, a mixin of syncobj._SyncObj (no pysyncobj import: it
+"""The follower's side of snapshots, a mixin of syncobj.PatchedSyncObj (no pysyncobj import: it
 reaches pysyncobj through self and super(), the name-mangled attributes spelt out).
 
-What pysyncobj got wrong, and what this does instead (node/raft/__init__.py lists each
+What pysyncobj got wrong, and what this does instead (node/raft/DESIGN.md lists each
 with its test):
 - an AppendEntries sets commit = min(leaderCommit, our last index), which committed a
   deposed leader's stale tail: commit only what the message vouched for;
@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 
 from node import failpoints, snapshot_file
-from node.raft.log import _entry_tuple
+from node.raft.log import entry_tuple
 
 log = logging.getLogger("statekeeper.raft")
 
@@ -314,7 +314,7 @@ class SnapshotInstallMixin:
         snapshot alone."""
         try:
             header, _ = snapshot_file.read_header(self._SyncObj__conf.fullDumpFile)
-            prev, last = _entry_tuple(header["prev"]), _entry_tuple(header["last"])
+            prev, last = entry_tuple(header["prev"]), entry_tuple(header["last"])
         except Exception:
             log.exception("reading the snapshot header failed")
             return super()._SyncObj__loadDumpFile(clearJournal)  # type: ignore[misc]

@@ -1,10 +1,10 @@
-"""The raft journal as pysyncobj sees it (_RaftLog, over node/journal.py's DurableJournal),
+"""The raft journal as pysyncobj sees it (RaftLog, over node/journal.py's DurableJournal),
 the exact shape pysyncobj expects its entries in, and the command formats in it.
 
 A journal command is one type byte and a body:
 - ENTRY_COMMAND (ours, written since issue 17): pysyncobj's REGULAR type byte, then the
   raft entry itself (node/entry.py: msgpack, first byte 0x82), nothing around it.
-  syncobj._SyncObj submits these and dispatches them to the state machine itself, without
+  syncobj.PatchedSyncObj submits these and dispatches them to the state machine itself, without
   pysyncobj's @replicated.
 - the same type byte then a pickle of (method id, (entry,)): pysyncobj's @replicated call,
   written before. A pickle of protocol 2 or later (pysyncobj never wrote another) starts
@@ -76,19 +76,19 @@ def entry_payload(command: bytes) -> bytes | None:
     return command[1:]
 
 
-def _entry_tuple(e) -> tuple:
+def entry_tuple(e) -> tuple:
     # pysyncobj compares journal entries with ==, so they must come back as
     # (bytes, int, int) tuples exactly, or it clears the journal on restart.
     return (bytes(e[0]), int(e[1]), int(e[2]))
 
 
-class _RaftLog(DurableJournal):
+class RaftLog(DurableJournal):
     """The journal as pysyncobj sees it, made safe for followers: an entry that is
     already present with the same term is kept (a repeated or reordered AppendEntries
     must not shorten the log); only a real term conflict truncates (Raft 5.3).
 
     While `stamp` is set (only around the leader's own appends, see
-    syncobj._SyncObj._checkCommandsToApply) every regular command gets the leader's time."""
+    syncobj.PatchedSyncObj._checkCommandsToApply) every regular command gets the leader's time."""
 
     stamp: Callable[[], int] | None = None
     # Called with (command, idx, reverse) for each membership entry appended (False) or

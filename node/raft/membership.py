@@ -1,4 +1,4 @@
-"""MembershipMixin of syncobj._SyncObj: online membership change on pysyncobj's engine
+"""MembershipMixin of syncobj.PatchedSyncObj: online membership change on pysyncobj's engine
 (dynamicMembershipChange), reaching pysyncobj only through self. The rule and the
 invariant (the member set is a function of the log) are in members.py.
 
@@ -8,7 +8,7 @@ What pysyncobj 0.3.17 does on its own, and why it is taken over here:
   whenever a message does not extend the log's end. Our journal keeps entries a repeated
   or reordered AppendEntries re-sends (log.py), so that undo would drop a member whose
   entry is still in the log. Here a change is applied when the journal really appends its
-  entry, and undone when the journal really truncates it (_RaftLog.on_membership);
+  entry, and undone when the journal really truncates it (RaftLog.on_membership);
   pysyncobj's own calls (append, undo, apply, restart replay) do nothing.
 - its "one change at a time" check never fires (__changeClusterIDx is never set): the
   leader here refuses a change while the last membership entry is uncommitted.
@@ -35,8 +35,8 @@ What pysyncobj 0.3.17 does on its own, and why it is taken over here:
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from node.raft.members import (
     ADD,
@@ -58,13 +58,16 @@ ChangeCallback = Callable[[MemberError | None], None]
 
 
 class MembershipMixin:
+    # pysyncobj's FAIL_REASON: set by node/raft/syncobj.py's PatchedSyncObj (the one pysyncobj
+    # importer), which mixes this class in; importing it from there would be a circle.
+    _FAIL_REASON: Any
+
     def _init_membership(self, self_address: str, base: dict[str, Member], make_node):
         """`base`: the member set before the journal's membership entries (the snapshot's
         or cluster.toml's, RaftNode.initial_members)."""
         self._sk_self_address = self_address
         self._sk_make_node = make_node  # (address, Member | None) -> pysyncobj node
         self._member_refusal: MemberError | None = None
-        self._raft_calls: deque[Callable[[], None]] = deque()  # run_on_raft_thread
         self._journal.on_membership = self._on_membership_entry
         self._rebase_members(base)
         # The commit index the transport's peers were last checked against (-1: never).
@@ -112,32 +115,19 @@ class MembershipMixin:
             return self._sk_make_node(member.raft_address, member)
         return self._sk_make_node(spec, self.members.get(spec))
 
-    # -- hand-off -------------------------------------------------------------------------
-
-    def run_on_raft_thread(self, fn: Callable[[], None]) -> None:
-        """Run fn() on the raft thread at its next tick (pysyncobj is not thread-safe)."""
-        self._raft_calls.append(fn)
-
-    def _run_raft_calls(self) -> None:
-        while self._raft_calls:
-            try:
-                self._raft_calls.popleft()()
-            except Exception:
-                log.exception("a call handed to the raft thread failed")
-
     # -- the leader's side ----------------------------------------------------------------
 
     def change_member(self, kind: str, member: Member, done: ChangeCallback) -> None:
         """Queue a change (any thread); done(None) once committed, else done(MemberError)."""
-        from node.raft.syncobj import FAIL_REASON  # the one pysyncobj importer
+        reason = self._FAIL_REASON
 
         def on_done(_result, err) -> None:
-            if err == FAIL_REASON.SUCCESS:
+            if err == reason.SUCCESS:
                 done(None)
-            elif err == FAIL_REASON.REQUEST_DENIED and self._member_refusal is not None:
+            elif err == reason.REQUEST_DENIED and self._member_refusal is not None:
                 refusal, self._member_refusal = self._member_refusal, None
                 done(refusal)
-            elif err in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER):
+            elif err in (reason.NOT_LEADER, reason.MISSING_LEADER):
                 done(MemberError("not_leader", "this node is not the leader"))
             else:
                 done(MemberError("outcome_unknown", f"the change's outcome is unknown ({err})"))
@@ -176,9 +166,7 @@ class MembershipMixin:
 
     def _addNodeToCluster(self, args, callback):
         # pysyncobj's utility message (syncobj_admin -add): only change_member changes members.
-        from node.raft.syncobj import FAIL_REASON
-
-        callback(None, FAIL_REASON.REQUEST_DENIED)
+        callback(None, self._FAIL_REASON.REQUEST_DENIED)
 
     _removeNodeFromCluster = _addNodeToCluster
 

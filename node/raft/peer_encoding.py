@@ -52,7 +52,7 @@ replies from each follower (counted on 3 in-process nodes, 200 puts: leader 4 fr
 4 opened, 2.08 packs per put; each follower 2 and 2): ~90 us less CPU per put on the
 leader and ~33 us on each follower.
 
-Cache lifetime: one PassEncoder per leader send pass (syncobj._SyncObj's
+Cache lifetime: one PassEncoder per leader send pass (syncobj.PatchedSyncObj's
 __sendAppendEntries), dropped when the pass ends, so bytes are never reused once the log,
 the term or the commit index can have changed. Within a pass the leader's log does not
 change, so (prevLogIdx, number of entries) names the entries; the key adds the term,
@@ -169,7 +169,7 @@ refusals = _RefusalLog()
 
 
 class PeerCodecMixin:
-    """(with syncobj._PeerConnection) pysyncobj's TcpConnection.send and the decoding half
+    """(with syncobj.PeerConnection) pysyncobj's TcpConnection.send and the decoding half
     of its parser, in the format above. conn_buffers.InPlaceBuffersMixin cuts the frames
     and hands each one (without its length prefix) to open_frame. The combining class sets
     _seal_clock (pysyncobj's monotonic, CLOCK_MONOTONIC_RAW: a receiver drops the connection
@@ -297,7 +297,7 @@ class PassEncoder:
 
 
 class SharedSendMixin:
-    """(with syncobj._PeerTransport) send(): an append_entries message of a leader's send
+    """(with syncobj.PeerTransport) send(): an append_entries message of a leader's send
     pass goes out as the pass's PackedMessage (packed once), which each connection frames
     with its own rand_key and seals (PeerCodecMixin.send); everything else is packed by
     the connection."""

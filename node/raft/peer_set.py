@@ -1,4 +1,4 @@
-"""ConfigPeersMixin of syncobj._PeerTransport (no pysyncobj import): whom the raft
+"""ConfigPeersMixin of syncobj.PeerTransport (no pysyncobj import): whom the raft
 transport talks to is decided by the log, not by pysyncobj's configuration changes.
 
 pysyncobj's transport knows exactly the members of the node's current configuration
@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 
 class ConfigPeersMixin:
-    """Of syncobj._PeerTransport; reaches pysyncobj's TCPTransport only through self."""
+    """Of syncobj.PeerTransport; reaches pysyncobj's TCPTransport only through self."""
 
     def __init__(self, syncObj, selfNode, otherNodes):
         self._peers_held = False

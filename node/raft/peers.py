@@ -16,10 +16,10 @@ from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 log = logging.getLogger("statekeeper.raft")
 
 # Fixed and public on purpose: it only has to differ from other uses of the same secret.
-_KDF_SALT = b"statekeeper raft peers v1"
+KDF_SALT = b"statekeeper raft peers v1"
 
 
-class _AuthenticatingEncryptor:
+class AuthenticatingEncryptor:
     """What pysyncobj's transport calls for every peer message, with AES-GCM instead of
     its Fernet (AES-CBC + HMAC + base64: ~120 us per message here, GCM ~8 us). A token is
     version | 8-byte timestamp | 12-byte nonce | ciphertext+tag, the first 9 bytes
@@ -31,7 +31,7 @@ class _AuthenticatingEncryptor:
     _HEAD = 9  # version + timestamp
 
     def __init__(self, secret: str):
-        kdf = PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=_KDF_SALT, iterations=200_000)
+        kdf = PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=KDF_SALT, iterations=200_000)
         self._aead = AESGCM(kdf.derive(secret.encode()))
         self.rejected = 0
         self._last_log = 0.0
@@ -79,7 +79,7 @@ MAX_UNAUTHENTICATED_BYTES = 64 * 1024
 
 
 class UnauthenticatedSweepMixin:
-    """Of syncobj._SyncObj (no pysyncobj import): call _init_sweep() before SyncObj.__init__
+    """Of syncobj.PatchedSyncObj (no pysyncobj import): call _init_sweep() before SyncObj.__init__
     and _sweep_unauthenticated() from every tick; `_sk_encryptor` counts the rejections."""
 
     def _init_sweep(self) -> None:

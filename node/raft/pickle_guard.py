@@ -1,4 +1,4 @@
-"""PicklePathsMixin of syncobj._SyncObj: every path on which pysyncobj 0.3.17 would unpickle
+"""PicklePathsMixin of syncobj.PatchedSyncObj: every path on which pysyncobj 0.3.17 would unpickle
 bytes that a peer chose is closed (no pysyncobj import). The project's rule is "no pickle
 across a trust boundary": the cluster secret authenticates a peer, it does not make its
 bytes safe to unpickle (a leaked secret or one compromised node must not mean code
@@ -63,7 +63,7 @@ def forwardable(command: object) -> bool:
 
 
 class PicklePathsMixin:
-    """Of syncobj._SyncObj, which sets _REQUEST_DENIED (pysyncobj's FAIL_REASON)."""
+    """Of syncobj.PatchedSyncObj, which sets _REQUEST_DENIED (pysyncobj's FAIL_REASON)."""
 
     _REQUEST_DENIED: int
 

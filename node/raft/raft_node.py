@@ -1,7 +1,7 @@
 """RaftNode: a cluster member that replicates opaque byte entries and applies them in
 order: it builds the SyncObj (syncobj.py) from the cluster config, takes snapshots for it
 off the raft thread, and offers the rest of the node the small interface of
-node/raft/__init__.py."""
+node/raft/__init__.py (pysyncobj's defects it works around: node/raft/DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -22,15 +22,15 @@ from node.config import RAFT_ENTRY_LIMIT_BYTES, ClusterConfig, ConfigError
 from node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
 from node.raft.install import SyncBehind
 from node.raft.interface import FSM, ApplyFn, Callback, RaftStatus, SubmitError
-from node.raft.log import _entry_tuple, _RaftLog
+from node.raft.log import RaftLog, entry_tuple
 from node.raft.loop_driver import LoopDriver
 from node.raft.members import Member, MemberError
 from node.raft.membership import ChangeCallback
-from node.raft.peers import _AuthenticatingEncryptor
+from node.raft.peers import AuthenticatingEncryptor
 from node.raft.syncobj import (
     SERIALIZER_STATE,
-    _DialNode,
-    _SyncObj,
+    DialNode,
+    PatchedSyncObj,
     build_conf,
     replicated_command_size,
     submit_callback,
@@ -107,7 +107,7 @@ class RaftNode:
         self._pack_superseded = False
         self._metrics = metrics
         self._snapshot_started = 0.0
-        # A snapshot restore is under way (_deserialize); read by _SyncObj on the loop.
+        # A snapshot restore is under way (_deserialize); read by PatchedSyncObj on the loop.
         self.restoring = False
         r = cluster.raft
         self._conf = conf = build_conf(
@@ -121,23 +121,23 @@ class RaftNode:
         dial = dict(self._me.raft_dial)
         members = initial_members(cluster, conf.fullDumpFile)
 
-        def make_node(address: str, member: Member | None) -> _DialNode:
+        def make_node(address: str, member: Member | None) -> DialNode:
             node_id = member.id if member is not None else self._addr_to_id.get(address)
-            return _DialNode(address, dial.get(node_id or ""), node_id=node_id)
+            return DialNode(address, dial.get(node_id or ""), node_id=node_id)
 
         # Raft TLS (node/tls.py): None keeps the plain transport exactly as it was.
         self.raft_tls = (tls := raft_contexts(cluster, node_id)) is not None
-        self._journal = _RaftLog(conf.journalFile, fsync=cluster.fsync)
+        self._journal = RaftLog(conf.journalFile, fsync=cluster.fsync)
         if metrics is not None:
             self._journal.observe_fsync = metrics.fsync_duration.observe
-        self._encryptor = _AuthenticatingEncryptor(cluster.secret)
+        self._encryptor = AuthenticatingEncryptor(cluster.secret)
         if loop is not None:
             self._driver = LoopDriver.for_running_loop(loop, conf.autoTickPeriod)
         else:
             self._driver = LoopDriver.in_own_thread(conf.autoTickPeriod, name=f"raft-{node_id}")
         # pysyncobj binds and subscribes its sockets in __init__: on the loop's thread.
-        self._obj: _SyncObj = self._driver.run_sync(
-            lambda: _SyncObj(
+        self._obj: PatchedSyncObj = self._driver.run_sync(
+            lambda: PatchedSyncObj(
                 self._me.raft_address,
                 members,
                 conf,
@@ -238,7 +238,7 @@ class RaftNode:
         10M-key store, issue 17), and a liveness probe would kill it mid-restore, again on
         every restart. So this returns the snapshot's raft position as soon as the file is
         durable, and pysyncobj takes it (journal, last applied, members) while the old state
-        machine is still in place. Until the restore ends (`restoring`, _SyncObj's
+        machine is still in place. Until the restore ends (`restoring`, PatchedSyncObj's
         state_machine_restoring): nothing is applied (entries after the snapshot wait in
         the journal, which still takes and acknowledges them), no snapshot is taken, no
         snapshot is received, this node stands for no election, ReadIndex answers nothing,
@@ -255,12 +255,12 @@ class RaftNode:
             with self._pack_lock:
                 self._pack_superseded = True  # whatever this node is packing is older
             header, offset = self._durable_header(path)
-            last = _entry_tuple(header["last"])
+            last = entry_tuple(header["last"])
             if last[1] > self._fsm.applied_index:
                 # Restore only when the snapshot is ahead of what RocksDB already holds: on
                 # a plain restart RocksDB is newer than the last snapshot and must be kept.
                 self._start_restore(path, offset, last[1])
-            return last, _entry_tuple(header["prev"]), list(header.get("members") or header["cluster"])
+            return last, entry_tuple(header["prev"]), list(header.get("members") or header["cluster"])
         except BaseException as e:
             self._restore_failed(e)
 

@@ -1,5 +1,5 @@
 """The one module of the node that imports pysyncobj: its SyncObj subclass with the
-workarounds (the list is in node/raft/__init__.py), the SyncObjConf we run it with, the
+workarounds (the list is in node/raft/DESIGN.md), the SyncObjConf we run it with, the
 peer address type, the mapping of its failure reasons, its pickle protocol, the peer codec
 its connections use (peer_encoding.py) and the journal it is handed.
 
@@ -39,13 +39,13 @@ from node.raft.compaction import JournalBoundMixin
 from node.raft.conn_buffers import InPlaceBuffersMixin
 from node.raft.install import SNAPSHOT_CHUNK_ACK, SnapshotInstallMixin, SyncBehind
 from node.raft.interface import ApplyFn, Callback, SubmitError
-from node.raft.log import ENTRY_COMMAND, _RaftLog, entry_payload
+from node.raft.log import ENTRY_COMMAND, RaftLog, entry_payload
 from node.raft.loop_driver import LoopDriver
 from node.raft.members import Member
 from node.raft.membership import MembershipMixin
 from node.raft.peer_encoding import PassEncoder, PeerCodecMixin, SharedSendMixin
 from node.raft.peer_set import ConfigPeersMixin
-from node.raft.peers import UnauthenticatedSweepMixin, _AuthenticatingEncryptor
+from node.raft.peers import AuthenticatingEncryptor, UnauthenticatedSweepMixin
 from node.raft.pickle_guard import VERSION_COMMAND, PicklePathsMixin
 from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
 from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST, ReadIndexMixin
@@ -66,7 +66,7 @@ setattr(_pysyncobj_pickle, "__protocol", PEER_PICKLE_PROTOCOL)
 # Large entries. Measured on 2 loaded cores, 3 nodes on loopback: one entry of three 1 MiB
 # random values cost the leader its term on the first try (4 of 4 runs,
 # tests/integration/test_large_entries.py). Two defects of pysyncobj's TcpConnection,
-# worked around here (_PeerTransport; _PeerConnection's codec):
+# worked around here (PeerTransport; PeerConnection's codec):
 # - send() writes what the socket takes and leaves the rest for the next send() on that
 #   connection: one socket buffer per heartbeat (0.1 s). The entry reached the followers
 #   1.5-1.8 s after it was sent, with every heartbeat queued behind it.
@@ -127,8 +127,8 @@ def submit_callback(callback: Callback) -> Callable[[object, object], None]:
 
 def replicated_command_size(payload: bytes) -> int:
     """Bytes pysyncobj journals and ships for one entry carrying `payload` (the command-type
-    byte + the payload, log.ENTRY_COMMAND); used by tests that probe pysyncobj's chunking
-    boundary."""
+    byte + the payload, log.ENTRY_COMMAND): RaftNode.submit's bound, and what the tests
+    that probe pysyncobj's chunking boundary size their entries by."""
     return len(ENTRY_COMMAND) + len(payload)
 
 
@@ -180,7 +180,7 @@ def build_conf(
 
 class _NoPeerPickle:
     """What pysyncobj's tcp_connection calls `pickle` and `zlib`: peer messages are encoded
-    by _PeerConnection (peer_encoding.py); a path that still reached pysyncobj's own
+    by PeerConnection (peer_encoding.py); a path that still reached pysyncobj's own
     encoding must fail loudly, never put a pickle on the wire."""
 
     def __getattr__(self, name: str):
@@ -197,7 +197,7 @@ _tcp_connection_module.zlib = _NoPeerPickle()
 _POLL_ALL = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR
 
 
-class _PeerConnection(InPlaceBuffersMixin, PeerCodecMixin, TcpConnection):
+class PeerConnection(InPlaceBuffersMixin, PeerCodecMixin, TcpConnection):
     """pysyncobj's TcpConnection with buffers that grow and drain in place
     (conn_buffers.py) and our wire format (peer_encoding.py: msgpack with a version byte,
     no pickle, no zlib): every peer connection, dialled or accepted, is one of these."""
@@ -209,18 +209,18 @@ class _PeerConnection(InPlaceBuffersMixin, PeerCodecMixin, TcpConnection):
 
 
 # The two places pysyncobj makes peer connections (its transport dials, its server accepts).
-_transport_module.TcpConnection = _PeerConnection
-_tcp_server_module.TcpConnection = _PeerConnection
+_transport_module.TcpConnection = PeerConnection
+_tcp_server_module.TcpConnection = PeerConnection
 
 
-class _TlsConnection(TlsConnectionMixin, _PeerConnection):
-    """_PeerConnection with raft TLS (tls_connection.TlsConnectionMixin)."""
+class _TlsConnection(TlsConnectionMixin, PeerConnection):
+    """PeerConnection with raft TLS (tls_connection.TlsConnectionMixin)."""
 
     _POLL_ALL = _POLL_ALL
     warn_unanswered_dial = False  # TlsConnectionMixin logs an unanswered dial itself
 
 
-class _PeerTransport(ConfigPeersMixin, TlsTransportMixin, SharedSendMixin, TCPTransport):
+class PeerTransport(ConfigPeersMixin, TlsTransportMixin, SharedSendMixin, TCPTransport):
     """pysyncobj's TCP transport, made to finish sending what it started, sending a
     leader's append_entries packed once for all followers (peer_encoding.SharedSendMixin),
     and (raft TLS on) running every connection through TLS.
@@ -233,7 +233,7 @@ class _PeerTransport(ConfigPeersMixin, TlsTransportMixin, SharedSendMixin, TCPTr
     leaves bytes behind subscribes the connection to write events again, until it drains
     (pysyncobj's own write-event handler then drops the subscription).
 
-    TLS (the _SyncObj's `tls`: (accepting ctx, dialling ctx) or None): dialled connections
+    TLS (the PatchedSyncObj's `tls`: (accepting ctx, dialling ctx) or None): dialled connections
     name the peer's node id as server name (the context checks the certificate has it);
     accepted ones require a certificate naming some cluster node, and the node address it
     then claims (its first message after pysyncobj's key exchange) must be that node's."""
@@ -258,7 +258,7 @@ class _PeerTransport(ConfigPeersMixin, TlsTransportMixin, SharedSendMixin, TCPTr
         return sent
 
 
-class _DialNode(TCPNode):
+class DialNode(TCPNode):
     """A peer whose identity is its raft address but which is dialled elsewhere (a proxy,
     or a per-link loopback address that a fault injector can cut)."""
 
@@ -287,7 +287,7 @@ logging.getLogger("pysyncobj.syncobj").addFilter(_TruncationLogFilter())
 _journal_patch_lock = threading.Lock()
 
 
-class _SyncObj(
+class PatchedSyncObj(
     SnapshotInstallMixin,
     JournalBoundMixin,
     UnauthenticatedSweepMixin,
@@ -300,9 +300,10 @@ class _SyncObj(
     PicklePathsMixin,
     SyncObj,
 ):
-    """pysyncobj's SyncObj with this node's workarounds (listed in node/raft/__init__.py)."""
+    """pysyncobj's SyncObj with this node's workarounds (listed in node/raft/DESIGN.md)."""
 
     _REQUEST_DENIED = FAIL_REASON.REQUEST_DENIED  # for PicklePathsMixin
+    _FAIL_REASON = FAIL_REASON  # for MembershipMixin
 
     def __init__(
         self,
@@ -310,8 +311,8 @@ class _SyncObj(
         members: dict[str, Member],  # before the journal's membership entries
         conf: SyncObjConf,
         apply_fn: ApplyFn,
-        journal: _RaftLog,
-        encryptor: _AuthenticatingEncryptor,
+        journal: RaftLog,
+        encryptor: AuthenticatingEncryptor,
         *,
         clock: ClusterClock,
         max_journal_bytes: float = math.inf,
@@ -327,7 +328,7 @@ class _SyncObj(
         # sockets in __init__, and the loop's reader registry is not thread-safe.
         self._driver = driver
         self._init_install(state_machine_restoring, sync_behind)
-        self._sk_tls = tls  # (accepting, dialling) contexts; read by _PeerTransport
+        self._sk_tls = tls  # (accepting, dialling) contexts; read by PeerTransport
         self._apply_fn = apply_fn
         self._clock = clock
         self._clock_term = -1  # term in which the clock was last anchored
@@ -370,7 +371,7 @@ class _SyncObj(
                     peers,
                     conf=conf,
                     nodeClass=self.node_for,
-                    transportClass=_PeerTransport,
+                    transportClass=PeerTransport,
                 )
             finally:
                 _syncobj_module.createJournal, _syncobj_module.createPoller = originals
@@ -448,7 +449,6 @@ class _SyncObj(
         self._catch_up_tick()
         self._prevote_tick()
         self._sweep_unauthenticated()
-        self._run_raft_calls()
         self._follow_peers()
         if self._state_machine_restoring():
             self._stand_for_no_election()
@@ -537,7 +537,7 @@ class _SyncObj(
 
     def _SyncObj__deleteEntriesFrom(self, fromIDx):
         # pysyncobj calls this for every AppendEntries whose prevLogIdx is not our last
-        # entry; _RaftLog.add truncates only at a real conflict instead.
+        # entry; RaftLog.add truncates only at a real conflict instead.
         return None
 
     def _SyncObj__onMessageReceived(self, node, message):

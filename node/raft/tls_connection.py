@@ -3,7 +3,7 @@ class that runs TLS between pysyncobj's buffers and the socket, and the transpor
 that puts every peer connection through it. With raft TLS off nothing here runs.
 
 Split from syncobj.py (size) as mixins that import nothing of pysyncobj: syncobj.py, the
-one importer, combines them with pysyncobj's classes (_TlsConnection, _PeerTransport) and
+one importer, combines them with pysyncobj's classes (_TlsConnection, PeerTransport) and
 sets the two pysyncobj constants they need (_POLL_ALL, _DISCONNECTED).
 """
 
@@ -42,7 +42,7 @@ class TlsConnectionMixin:
     that touch it change: a read feeds the raw bytes to a TlsPipe (tls_pipe.py) and hands
     the plaintext to pysyncobj's read buffer, a send moves pysyncobj's write buffer (its
     length-prefixed, AES-GCM-sealed frames, unchanged) into the pipe and writes the
-    ciphertext. Connections are made by pysyncobj as TcpConnection; _PeerTransport turns
+    ciphertext. Connections are made by pysyncobj as TcpConnection; PeerTransport turns
     them into this class (tls_setup) before any byte is read or written. Unsent ciphertext
     counts in getSendBufferSize() and keeps the write event armed (pysyncobj only looks at
     its own buffer). A refused handshake is logged once with the peer and why, its alert
@@ -156,7 +156,7 @@ class TlsConnectionMixin:
 
 
 class TlsTransportMixin:
-    """The TLS half of syncobj._PeerTransport (a pysyncobj TCPTransport): dialled
+    """The TLS half of syncobj.PeerTransport (a pysyncobj TCPTransport): dialled
     connections name the peer's node id as server name (the context checks the
     certificate has it); accepted ones require a certificate naming some cluster node, and
     the node address it then claims (its first message after pysyncobj's key exchange)

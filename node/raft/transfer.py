@@ -1,5 +1,5 @@
 """Leadership hand-over (Raft's TimeoutNow), one mechanism for graceful shutdown and for
-removing the leader (a mixin of syncobj._SyncObj; no pysyncobj import).
+removing the leader (a mixin of syncobj.PatchedSyncObj; no pysyncobj import).
 
 pysyncobj's transferLeadership sends TimeoutNow only to a follower whose match index is
 the leader's last index, and denies it otherwise. Under a steady write load that is

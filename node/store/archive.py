@@ -1,6 +1,7 @@
 """Archival to a cold tier: ops archive_seal, archive_restore; reads archive_plan,
-archive_list; the tombstone checks of get and read_stream (docs/protocol.md, "Archival";
-declared in node/archive_ops.py).
+archive_list (docs/protocol.md, "Archival"; declared in node/archive_ops.py). The tombstone
+checks of get, read_stream and stream_info live below this module and below kv.py and
+streams.py, in node/store/archive_tombstones.py.
 
 The cluster never touches the cold tier: a client's archiver (client/archive/) plans
 (archive_plan), reads the items, writes a segment file durably, then seals it
@@ -51,9 +52,9 @@ from typing import Any
 
 from node.archive_ops import MAX_ARCHIVE_EVENTS
 from node.config import Limits
-from node.errors import OpError
 from node.op_fields import invalid
 from node.store.apply import EntryTx, handles, read_op
+from node.store.archive_tombstones import events_tombstone
 from node.store.keys import (
     SEGMENT,
     SEP,
@@ -66,85 +67,12 @@ from node.store.keys import (
     stream_dedup_key,
     stream_event_prefix,
     stream_meta_key,
-    u64,
     unpack,
 )
 from node.store.kv import write_delete, write_put
 from node.store.reads import Source, page_key, page_token
-from node.store.retention_select import Policy, _value_len, select
+from node.store.retention_select import Policy, select, stored_value_len
 from node.store.streams import StreamMeta, event_digest, truncate
-
-# -- tombstone lookups (get, read_stream, stream_info) ---------------------------------------
-
-
-def _segment(src: Source, ns_b: bytes, segment_id: str) -> list | None:
-    raw = src.point(segment_key(ns_b, segment_id))
-    return None if raw is None else unpack(raw)
-
-
-def check_key(src: Source, ns: str, key: str) -> None:
-    """Raise 410 `archived` if the (not live) key has a tombstone."""
-    ns_b = ns.encode()
-    raw = src.point(archived_key(ns_b, key.encode()))
-    if raw is None:
-        return
-    seg_id, archived_rev, _ = unpack(raw)
-    seg = _segment(src, ns_b, seg_id) or [None, None, None]
-    raise OpError(
-        "archived",
-        f"key {key!r} is archived in segment {seg_id} ({seg[0]}); read it from the archive "
-        "or restore it",
-        segment=seg_id,
-        url=seg[0],
-        sha256=seg[1],
-        bytes=seg[2],  # the client reads at most this much of the file
-        archived_revision=archived_rev,
-        key=key,
-    )
-
-
-def events_tombstone(src: Source, ns_b: bytes, stream_b: bytes, seq: int) -> tuple | None:
-    """(from_seq, before_seq, segment_id, archived_revision) of the stream tombstone whose
-    range holds `seq`, or None."""
-    prefix = archived_events_prefix(ns_b, stream_b)
-    items = list(src.scan(prefix, prefix + p64(seq + 1)))
-    if not items:
-        return None
-    k, v = items[-1]
-    before, seg_id, archived_rev = unpack(v)
-    lo = u64(k[-8:])
-    return (lo, before, seg_id, archived_rev) if lo <= seq < before else None
-
-
-def check_events(src: Source, ns: str, stream: str, seq: int) -> None:
-    """Raise 410 `archived` if a stream tombstone covers `seq` (a seq below first_seq)."""
-    ns_b = ns.encode()
-    found = events_tombstone(src, ns_b, stream.encode(), seq)
-    if found is None:
-        return
-    lo, before, seg_id, _ = found
-    seg = _segment(src, ns_b, seg_id) or [None, None, None]
-    raise OpError(
-        "archived",
-        f"events {lo}..{before - 1} of stream {stream!r} are archived in segment {seg_id} "
-        f"({seg[0]}); read them from the archive or restore them",
-        segment=seg_id,
-        url=seg[0],
-        sha256=seg[1],
-        bytes=seg[2],  # the client reads at most this much of the file
-        stream=stream,
-        from_seq=lo,
-        before_seq=before,
-    )
-
-
-def archived_before(src: Source, ns_b: bytes, stream_b: bytes) -> int | None:
-    """The smallest from_seq of the stream's tombstones, or None."""
-    prefix = archived_events_prefix(ns_b, stream_b)
-    for k, _ in src.scan(prefix, inc(prefix)):
-        return u64(k[-8:])
-    return None
-
 
 # -- archive_seal ----------------------------------------------------------------------------
 
@@ -329,7 +257,7 @@ def archive_restore(tx: EntryTx, op: dict) -> dict:
 def _plan_items(src: Source, p: Policy, sel: Any) -> list:
     ns_b = p.ns.encode()
     if p.target == "keys":
-        return [[k, m, _value_len(src, ns_b, k, m)] for k, m in sel.deletes]
+        return [[k, m, stored_value_len(src, ns_b, k, m)] for k, m in sel.deletes]
     out = []
     for stream, cut in sel.truncates:
         meta = StreamMeta.load(src, stream_meta_key(ns_b, stream.encode()))

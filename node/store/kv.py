@@ -5,7 +5,7 @@ A write at revision rev stages the key's new "c" record, its "h" record at rev, 
 change-log record "r" rev key (read by node/watch.py), whose value names the "h" records
 the write supersedes at rev (node/store/keys.py).
 
-Archival (node/store/archive.py): a put that creates a key (it is not live) also removes
+Archival (node/store/archive.py, its lookups in node/store/archive_tombstones.py): a put that creates a key (it is not live) also removes
 the key's archive tombstone b"A" if there is one: one point lookup, paid only by puts that
 create a key. A get of the latest revision of a key that is not live but archived fails
 410 `archived` (read path only: gets inside an entry or txn, and range, see the key as
@@ -19,6 +19,7 @@ from typing import Any
 from node.config import Limits
 from node.store import lease_state, reads
 from node.store.apply import EntryTx, handles
+from node.store.archive_tombstones import check_key
 from node.store.keys import (
     CUR,
     SEP,
@@ -169,8 +170,6 @@ def range_(tx: EntryTx, op: dict) -> dict:
 def read_get(src: reads.Source, limits: Limits, op: dict) -> dict:
     result = reads.get(src, op["ns"], op["key"], op.get("revision"))
     if result["kv"] is None and result["revision"] == src.revision:
-        from node.store.archive import check_key  # archive.py imports this module
-
         check_key(src, op["ns"], op["key"])
     return result
 

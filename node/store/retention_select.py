@@ -172,7 +172,7 @@ class Selection:
         self.deletes, self.truncates = [], []
 
 
-def _value_len(src: Any, ns_b: bytes, key: str, mod: int) -> int:
+def stored_value_len(src: Any, ns_b: bytes, key: str, mod: int) -> int:
     raw = src.point(hist_prefix(ns_b, key.encode()) + p64(mod))
     return 0 if raw is None else len(unpack(raw)[0])
 
@@ -204,10 +204,10 @@ def select_keys(
         for i in doomed(len(members), mods, p, old_rev, numbers):
             sel.deletes.append([members[i][0], mods[i]])
         if with_bytes:
-            sel.bytes += sum(_value_len(src, ns_b, k, m) for k, m in members)
+            sel.bytes += sum(stored_value_len(src, ns_b, k, m) for k, m in members)
     sel.free_items = len(sel.deletes)
     if with_bytes:
-        sel.free_bytes = sum(_value_len(src, ns_b, k, m) for k, m in sel.deletes)
+        sel.free_bytes = sum(stored_value_len(src, ns_b, k, m) for k, m in sel.deletes)
     return sel
 
 

@@ -68,6 +68,7 @@ from node.errors import OpError
 from node.op_fields import decode_continuation, encode_continuation, invalid
 from node.store import stream_leases
 from node.store.apply import EntryTx, handles, read_op
+from node.store.archive_tombstones import archived_before, check_events
 from node.store.keys import (
     STREAM_META,
     bounds,
@@ -387,8 +388,6 @@ def read_stream(src: Source, limits: Limits, op: dict) -> dict:
     last = last_seq_at(src, prefix, meta, r)
     first = meta.first_seq if meta is not None else 1
     if start is not None and start < first and direction == "forward" and meta is not None:
-        from node.store.archive import check_events  # archive.py imports this module
-
         check_events(src, op["ns"], stream, start)  # 410 `archived` if a tombstone holds it
     lo, hi, next_start = _page_bounds(direction, start, first, last, limit)
     events = _events(src, prefix, lo, hi)
@@ -416,8 +415,6 @@ def stream_info(src: Source, limits: Limits, op: dict) -> dict:
         raise OpError(
             "stream_not_found", f"stream {stream!r} does not exist in namespace {op['ns']!r}"
         )
-    from node.store.archive import archived_before  # archive.py imports this module
-
     before = archived_before(src, op["ns"].encode(), stream.encode())
     return {"revision": src.revision, **meta.info(stream), "archived_before": before}
 

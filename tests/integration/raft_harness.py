@@ -118,10 +118,10 @@ class Exploit:
 
 def write_journal(raft_dir: Path, commands: list[tuple[bytes, int, int]], term: int, commit: int) -> None:
     """A raft journal of (command, index, term) entries, as a node left it (fsynced)."""
-    from node.raft.log import _RaftLog
+    from node.raft.log import RaftLog
 
     raft_dir.mkdir(parents=True, exist_ok=True)
-    j = _RaftLog(str(raft_dir / "journal.log"))
+    j = RaftLog(str(raft_dir / "journal.log"))
     for command, idx, t in commands:
         j.add(command, idx, t)
     j.sync()

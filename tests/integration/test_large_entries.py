@@ -5,7 +5,7 @@ entry, inside the 4 MiB request limit) made followers miss heartbeats and the le
 its quorum: the term went from 1 to 20 within 6 such batches and clients got 504/503.
 The cluster tests send such requests straight to the leader (no client retries, so every
 failure shows) and assert that every write succeeds and that no node's term or role
-changed. Before the fix (node/raft/syncobj.py: _PeerTransport, _PeerZlib, socket buffers)
+changed. Before the fix (node/raft/syncobj.py: PeerTransport, _PeerZlib, socket buffers)
 every one of them failed on its first request (504 after 0.5-0.8 s, a new election; the
 concurrent ones ended at term 3-4).
 

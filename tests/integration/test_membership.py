@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from chaos.runner import RunOptions, run_scenario
-from cluster.members import Membership, _post_json
+from cluster.members import Membership, post_json
 from cluster.supervisor import LocalCluster, http_get_json
 from node import snapshot_file
 
@@ -147,7 +147,7 @@ def test_a_second_change_while_one_is_pending_is_refused(
     first: dict = {}
 
     def add_first() -> None:
-        first["answer"] = _post_json(
+        first["answer"] = post_json(
             url + "/v1/cluster/members/add", specs[0], m.lc.tls, m.token, 30
         )
 
@@ -160,7 +160,7 @@ def test_a_second_change_while_one_is_pending_is_refused(
             break
         assert time.monotonic() < deadline, st
         time.sleep(0.01)
-    code, doc = _post_json(url + "/v1/cluster/members/add", specs[1], m.lc.tls, m.token, 10)
+    code, doc = post_json(url + "/v1/cluster/members/add", specs[1], m.lc.tls, m.token, 10)
     assert (code, doc["error"]["code"]) == (409, "member_change_pending"), doc
     t.join()
     code, doc = first["answer"]

@@ -15,9 +15,8 @@ from pysyncobj import pickle as pysyncobj_pickle
 from cluster.ports import free_ports
 from node import entry, failpoints
 from node.config import ClusterConfig, NodeConfig, RaftSettings
-from node.raft import NEXT_NODE_IDX
 from node.raft.install import SNAPSHOT_CHUNK_ACK
-from node.raft.syncobj import SERIALIZER_STATE
+from node.raft.syncobj import NEXT_NODE_IDX, SERIALIZER_STATE
 from tests.integration.raft_harness import Member, config, leader_of, wait_for, write_journal
 
 pytestmark = pytest.mark.integration

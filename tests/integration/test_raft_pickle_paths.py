@@ -21,7 +21,7 @@ from node.config import RAFT_ENTRY_LIMIT_BYTES, ClusterConfig
 from node.raft import SubmitError, syncobj
 from node.raft.log import ENTRY_COMMAND
 from node.raft.peer_encoding import pack, plain_frame, unpack_plain
-from node.raft.peers import _AuthenticatingEncryptor
+from node.raft.peers import AuthenticatingEncryptor
 from node.raft.pickle_guard import VERSION_COMMAND
 from tests.integration.raft_harness import Exploit, Member, config, leader_of, raft_frame, wait_for
 
@@ -42,7 +42,7 @@ class SealedPeer:
     (peer_encoding.plain_frame, the AES-GCM seal, pysyncobj's length prefix)."""
 
     def __init__(self, host: str, port: int, secret: str):
-        self._seal = _AuthenticatingEncryptor(secret)
+        self._seal = AuthenticatingEncryptor(secret)
         self._sock = socket.create_connection((host, port), timeout=5)
         ours = os.urandom(32)
         self._send_plain(plain_frame(None, pack(ours)))
@@ -114,14 +114,14 @@ def test_the_leader_never_chunks_a_large_entry(tmp_path: Path, nodes, monkeypatc
     entry goes as one msgpack message and reaches every follower."""
     monkeypatch.setattr(syncobj, "MAX_MESSAGE_BYTES", 64 * 1024)
     chunked: list[str] = []
-    send = syncobj._PeerTransport.send
+    send = syncobj.PeerTransport.send
 
     def recording(self, node, message):
         if isinstance(message, dict) and "transmission" in message:
             chunked.append(message["transmission"])
         return send(self, node, message)
 
-    monkeypatch.setattr(syncobj._PeerTransport, "send", recording)
+    monkeypatch.setattr(syncobj.PeerTransport, "send", recording)
     cfg, members = _three(tmp_path, nodes)
     lead = leader_of(members)
     rev = lead.put("large", b"x" * 200 * 1024)["revision"]

@@ -31,7 +31,7 @@ from cluster.supervisor import LocalCluster
 from node import entry
 from node.config import ClusterConfig, TlsSettings
 from node.raft import syncobj
-from node.raft.peers import _AuthenticatingEncryptor
+from node.raft.peers import AuthenticatingEncryptor
 from tests.integration.raft_harness import Exploit, Member, config, leader_of, raft_frame, wait_for
 
 pytestmark = pytest.mark.integration
@@ -177,7 +177,7 @@ def test_a_plaintext_peer_is_refused_before_anything_is_unpickled(tmp_path, capl
     a plaintext pickle and garbage: each connection is dropped at the TLS layer."""
     cfg = tls_config(tmp_path, size=1)
     marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
-    sealed = _AuthenticatingEncryptor(cfg.secret).encrypt_at_time(
+    sealed = AuthenticatingEncryptor(cfg.secret).encrypt_at_time(
         zlib.compress(pickle.dumps(Exploit(marker))), int(time.monotonic())
     )
     payloads = [
@@ -341,7 +341,7 @@ def test_a_plaintext_peer_is_refused_on_a_tls_raft_port(
     target = cluster.node_ids[1]
     node = cluster.config.node(target)
     marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
-    sealed = _AuthenticatingEncryptor(cluster.config.secret).encrypt_at_time(
+    sealed = AuthenticatingEncryptor(cluster.config.secret).encrypt_at_time(
         zlib.compress(pickle.dumps(Exploit(marker))), int(time.monotonic())
     )
     payloads = [

@@ -13,7 +13,7 @@ from cluster.supervisor import LocalCluster
 from node import failpoints
 from node.config import Limits
 from node.ops import validate_op
-from node.raft import replicated_command_size
+from node.raft.syncobj import replicated_command_size
 
 pytestmark = pytest.mark.integration
 

@@ -29,7 +29,7 @@ from client.auth_tokens import parse_token, root_token, secret_hash
 from cluster import cli
 from cluster.supervisor import LocalCluster
 from node import config as node_config
-from node.raft.peers import _KDF_SALT
+from node.raft.peers import KDF_SALT
 from tests.integration.cluster_fixture import tls_env
 
 pytestmark = pytest.mark.integration
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.integration
 def _forms(secret: str) -> list[str]:
     """The secret as it could leak: raw, hex, base64, and the AES key peers derive from it."""
     raw = secret.encode()
-    kdf = PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=_KDF_SALT, iterations=200_000)
+    kdf = PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=KDF_SALT, iterations=200_000)
     key = kdf.derive(raw)
     out = [secret, raw.hex(), key.hex()]
     for b in (raw, key):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def test_etcd_cluster_uses_defaults_and_loopback(tmp_path: Path) -> None:
-    from benchmarks.etcd import EtcdCluster, _host_port
+    from benchmarks.etcd import EtcdCluster, host_port
 
     c = EtcdCluster("/usr/bin/etcd", tmp_path)
     argv = c.argv("m1")
@@ -16,4 +16,4 @@ def test_etcd_cluster_uses_defaults_and_loopback(tmp_path: Path) -> None:
     assert argv[argv.index("--initial-cluster") + 1].count("=http://127.0.0.1:") == 3
     assert all(u.startswith("http://127.0.0.1:") for u in map(c.client_url, c.members))
     assert len(set(c.client_port.values()) | set(c.peer_port.values())) == 6
-    assert _host_port("http://127.0.0.1:2379") == ("127.0.0.1", 2379)
+    assert host_port("http://127.0.0.1:2379") == ("127.0.0.1", 2379)

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from chaos.cli import _options, build_parser
+from chaos.cli import build_parser, run_options
 from chaos.history import HistoryWriter, parse_events
 from chaos.lock_workload import Lockers
 from chaos.runner import RunOptions
@@ -121,7 +121,7 @@ def test_the_unfenced_mutation_sends_no_fence_but_records_it() -> None:
 
 def test_lockers_are_a_run_option_and_cli_flags() -> None:
     args = build_parser().parse_args(["run", "--fault", "none", "--lockers", "2", "--debug-lock-unfenced"])
-    opts = _options(args, "none")
+    opts = run_options(args, "none")
     assert opts.lockers == 2 and opts.debug_lock_unfenced
     assert RunOptions().lockers == 3 and WorkloadConfig().lockers == 3
     with pytest.raises(ValueError, match="lockers"):

@@ -151,14 +151,14 @@ def test_the_drop_mutation_loses_one_event_and_the_check_sees_the_gap(node) -> N
 
 
 def test_watchers_are_a_run_option_and_flags() -> None:
-    from chaos.cli import _options, build_parser
+    from chaos.cli import build_parser, run_options
     from chaos.runner import RunOptions
 
     p = build_parser()
-    assert _options(p.parse_args(["run", "--fault", "none"]), "none").watchers == 2
-    opts = _options(p.parse_args("run --fault none --watchers 0".split()), "none")
+    assert run_options(p.parse_args(["run", "--fault", "none"]), "none").watchers == 2
+    opts = run_options(p.parse_args("run --fault none --watchers 0".split()), "none")
     assert opts.watchers == 0 and not opts.debug_watch_drop
-    opts = _options(p.parse_args("suite --smoke --debug-watch-drop".split()), "none")
+    opts = run_options(p.parse_args("suite --smoke --debug-watch-drop".split()), "none")
     assert opts.debug_watch_drop
     with pytest.raises(ValueError, match="watchers"):
         RunOptions(watchers=-1).validate()

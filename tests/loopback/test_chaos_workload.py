@@ -468,11 +468,11 @@ def test_a_share_of_acknowledged_appends_is_resent_once() -> None:
 
 
 def test_the_stream_share_is_a_run_option_and_a_flag() -> None:
-    from chaos.cli import _options, build_parser
+    from chaos.cli import build_parser, run_options
     from chaos.runner import RunOptions
 
     args = build_parser().parse_args("run --fault none --stream-share 0".split())
-    assert _options(args, "none").stream_share == 0.0
+    assert run_options(args, "none").stream_share == 0.0
     assert build_parser().parse_args(["run", "--fault", "none"]).stream_share == 0.15
     with pytest.raises(ValueError, match="stream-share"):
         RunOptions(stream_share=1.5).validate()

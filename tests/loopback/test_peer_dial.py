@@ -12,7 +12,7 @@ import pytest
 
 from node.raft import loop_driver
 from node.raft import peer_encoding as pe
-from node.raft.syncobj import _PeerConnection
+from node.raft.syncobj import PeerConnection
 from tests.raft_peer_helpers import NullPoller, peer_encryptor
 
 
@@ -21,15 +21,15 @@ def encryptor():
     return peer_encryptor()
 
 
-def _dial(encryptor, listener: socket.socket) -> tuple[_PeerConnection, socket.socket]:
+def _dial(encryptor, listener: socket.socket) -> tuple[PeerConnection, socket.socket]:
     """A dialled connection through pysyncobj's own steps: connect, the first event
     (CONNECTED), then our half of the key exchange."""
-    conn = _PeerConnection(NullPoller())
+    conn = PeerConnection(NullPoller())
     conn.encryptor = encryptor
     assert conn.connect(*listener.getsockname())
     accepted, _ = listener.accept()
     conn._TcpConnection__processConnection(conn.fileno(), loop_driver.WRITE)
-    assert conn.state == _PeerConnection._CONNECTED
+    assert conn.state == PeerConnection._CONNECTED
     conn.recvRandKey = os.urandom(32)
     conn.send(conn.recvRandKey)
     return conn, accepted
@@ -37,7 +37,7 @@ def _dial(encryptor, listener: socket.socket) -> tuple[_PeerConnection, socket.s
 
 def _read_event(conn) -> None:
     for _ in range(100):
-        if conn.state == _PeerConnection._DISCONNECTED:
+        if conn.state == PeerConnection._DISCONNECTED:
             return
         conn._TcpConnection__processConnection(conn.fileno(), loop_driver.READ)
         if conn.recvRandKey and conn.sendRandKey is None and conn.state == conn._CONNECTED:
@@ -53,14 +53,14 @@ def test_a_dial_the_peer_closes_unanswered_is_logged(encryptor, caplog, answered
         conn, accepted = _dial(encryptor, listener)
         with accepted:
             if answered:  # a version-2 peer answers with its key; then it closes
-                peer = _PeerConnection(NullPoller(), socket=accepted)
+                peer = PeerConnection(NullPoller(), socket=accepted)
                 peer.encryptor = encryptor
                 peer.send(os.urandom(32))
                 accepted.setblocking(True)
                 _read_event(conn)
             accepted.close()
             _read_event(conn)
-    assert conn.state == _PeerConnection._DISCONNECTED
+    assert conn.state == PeerConnection._DISCONNECTED
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     if answered:
         assert warnings == []

@@ -14,7 +14,7 @@ from benchmarks import compiled_ab
 def own_modules():
     """compiled_ab.load replaces node.* and benchmarks.* in sys.modules: put them back.
     Importing the copies also patches pysyncobj's module globals (node/raft/syncobj.py
-    sets pysyncobj's TcpConnection to its own _PeerConnection): those go back too, or a
+    sets pysyncobj's TcpConnection to its own PeerConnection): those go back too, or a
     later test in the same process sees the copy's classes (test_conn_buffers.py did)."""
     ours = ("node", "benchmarks")
     saved = {n: m for n, m in sys.modules.items() if n.split(".")[0] in ours}

@@ -152,14 +152,14 @@ def test_the_crdt_verdict() -> None:
 
 
 def test_crdt_clients_are_a_run_option_and_cli_flags() -> None:
-    from chaos.cli import _options, build_parser
+    from chaos.cli import build_parser, run_options
     from chaos.runner import RunOptions
 
     assert RunOptions().crdt_clients == 2
     args = build_parser().parse_args(
         ["run", "--fault", "none", "--crdt-clients", "3", "--debug-crdt-reuse-id"]
     )
-    opts = _options(args, "none")
+    opts = run_options(args, "none")
     assert (opts.crdt_clients, opts.debug_crdt_reuse_id) == (3, True)
     bad = RunOptions(crdt_clients=0, debug_crdt_reuse_id=True)
     try:

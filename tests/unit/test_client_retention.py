@@ -16,7 +16,7 @@ from client import AsyncClient, Client, InvalidRequest
 from client.retention_commands import parse_age
 from cluster import gc_cli
 from cluster.cli import build_parser
-from cluster.gc_cli import _rules
+from cluster.gc_cli import rules_text
 
 
 class Recording(Client):
@@ -125,8 +125,8 @@ def test_gc_cli_parses_within():
 
 def test_gc_cli_shows_within():
     p = {"keep_last": 10, "keep_every": None, "max_age_s": 86_400, "within": "ckpt"}
-    assert _rules(p) == "keep_last=10 max_age=1d within=ckpt"
-    assert _rules({**p, "within": None}) == "keep_last=10 max_age=1d"
+    assert rules_text(p) == "keep_last=10 max_age=1d within=ckpt"
+    assert rules_text({**p, "within": None}) == "keep_last=10 max_age=1d"
 
 
 def test_gc_cli_passes_within(monkeypatch, capsys):

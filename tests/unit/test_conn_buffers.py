@@ -11,19 +11,17 @@ import random
 import socket
 import struct
 
+import pysyncobj.tcp_connection as tcp_connection_module
+import pysyncobj.tcp_server as tcp_server_module
+import pysyncobj.transport as transport_module
 import pytest
 
 from node.raft import loop_driver
-from node.raft.syncobj import (
-    _PeerConnection,
-    _tcp_connection_module,
-    _tcp_server_module,
-    _transport_module,
-)
+from node.raft.syncobj import PeerConnection
 
 _READ = loop_driver.READ  # pysyncobj's READ event (syncobj.py asserts they agree)
 
-CONNECTION_CLASS = _PeerConnection  # pysyncobj's TcpConnection here: the two "copied" tests fail
+CONNECTION_CLASS = PeerConnection  # pysyncobj's TcpConnection here: the two "copied" tests fail
 
 
 class _Poller:
@@ -94,7 +92,7 @@ def test_a_garbled_frame_drops_the_connection_and_its_buffer(pair) -> None:
     sender, receiver = pair
     receiver._TcpConnection__readBuffer += struct.pack("i", 5) + b"junk!" + b"more"
     assert receiver._TcpConnection__processParseMessage() is None
-    assert receiver.state == _PeerConnection._DISCONNECTED
+    assert receiver.state == PeerConnection._DISCONNECTED
     assert len(receiver._TcpConnection__readBuffer) == 0
 
 
@@ -102,7 +100,7 @@ def test_a_negative_length_prefix_drops_the_connection(pair) -> None:
     sender, receiver = pair
     receiver._TcpConnection__readBuffer += struct.pack("i", -3) + b"x" * 10
     assert receiver._TcpConnection__processParseMessage() is None
-    assert receiver.state == _PeerConnection._DISCONNECTED
+    assert receiver.state == PeerConnection._DISCONNECTED
 
 
 def test_a_partial_frame_waits_for_the_rest(pair) -> None:
@@ -117,8 +115,8 @@ def test_a_partial_frame_waits_for_the_rest(pair) -> None:
 
 
 def test_pysyncobj_makes_every_peer_connection_of_this_class() -> None:
-    assert _transport_module.TcpConnection is _PeerConnection  # the ones it dials
-    assert _tcp_server_module.TcpConnection is _PeerConnection  # the ones it accepts
+    assert transport_module.TcpConnection is PeerConnection  # the ones it dials
+    assert tcp_server_module.TcpConnection is PeerConnection  # the ones it accepts
 
 
 def test_a_slow_handler_does_not_time_out_its_own_connection(pair, monkeypatch) -> None:
@@ -128,10 +126,10 @@ def test_a_slow_handler_does_not_time_out_its_own_connection(pair, monkeypatch) 
     one of them, and the leader restarted the snapshot from zero (probe: 0.3 s/MiB, 13 such
     disconnects in 30 s, never caught up). A frame handled counts as a read."""
     sender, receiver = pair
-    now = [_tcp_connection_module.monotonicTime()]
+    now = [tcp_connection_module.monotonicTime()]
     clock = lambda: now[0]  # noqa: E731
-    monkeypatch.setattr(_tcp_connection_module, "monotonicTime", clock)
-    monkeypatch.setattr(_PeerConnection, "_read_clock", staticmethod(clock), raising=False)
+    monkeypatch.setattr(tcp_connection_module, "monotonicTime", clock)
+    monkeypatch.setattr(PeerConnection, "_read_clock", staticmethod(clock), raising=False)
     receiver._TcpConnection__timeout = 1.4  # connectionTimeout at the default election timeout
     handled = []
 
@@ -145,7 +143,7 @@ def test_a_slow_handler_does_not_time_out_its_own_connection(pair, monkeypatch) 
         sender.send(m)
     sender._TcpConnection__trySendBuffer()
     receiver._TcpConnection__processConnection(receiver.fileno(), _READ)
-    assert receiver.state != _PeerConnection._DISCONNECTED, (
+    assert receiver.state != PeerConnection._DISCONNECTED, (
         f"the receiver dropped its own connection after handling chunks {handled}"
     )
     assert handled == [0, 1, 2, 3]

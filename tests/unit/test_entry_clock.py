@@ -10,7 +10,7 @@ from pysyncobj import pickle as pysyncobj_pickle
 
 from node import entry
 from node.cluster_clock import ClusterClock
-from node.raft import PEER_PICKLE_PROTOCOL  # importing node.raft sets pysyncobj's protocol
+from node.raft.syncobj import PEER_PICKLE_PROTOCOL  # importing it sets pysyncobj's protocol
 
 OPS = [{"op": "put", "ns": "a", "key": "k", "value": b"v" * 300, "idempotency_key": None}]
 DAY_MS = 24 * 3600 * 1000

@@ -58,7 +58,7 @@ def test_pysyncobj_commands_are_left_to_it() -> None:
 
 
 def test_the_leader_restamps_new_entries(tmp_path) -> None:
-    j = log._RaftLog(str(tmp_path / "journal.log"))
+    j = log.RaftLog(str(tmp_path / "journal.log"))
     try:
         j.stamp = lambda: 777
         j.add(log.ENTRY_COMMAND + PAYLOAD, 1, 1)

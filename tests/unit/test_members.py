@@ -9,7 +9,7 @@ import pickle
 import msgpack
 import pytest
 
-from node.raft.log import _RaftLog
+from node.raft.log import RaftLog
 from node.raft.members import (
     ADD,
     REMOVE,
@@ -96,7 +96,7 @@ def test_member_descriptions_are_validated(bad) -> None:
 
 def test_the_journal_applies_appended_changes_and_undoes_truncated_ones(tmp_path) -> None:
     seen: list[tuple[str, int, bool]] = []
-    j = _RaftLog(str(tmp_path / "journal.log"), fsync="never")
+    j = RaftLog(str(tmp_path / "journal.log"), fsync="never")
     j.on_membership = lambda cmd, idx, rev: seen.append((decode_change(cmd)[0], idx, rev))
     j.add(b"\x01", 1, 1)
     j.add(encode_change(ADD, C), 2, 1)

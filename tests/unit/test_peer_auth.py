@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from cryptography.exceptions import InvalidTag
 
-from node.raft.peers import _AuthenticatingEncryptor
+from node.raft.peers import AuthenticatingEncryptor
 
 
 @pytest.fixture(scope="module")
 def pair():
-    return _AuthenticatingEncryptor("s3cret"), _AuthenticatingEncryptor("s3cret")
+    return AuthenticatingEncryptor("s3cret"), AuthenticatingEncryptor("s3cret")
 
 
 def test_roundtrip_between_two_holders_of_the_secret(pair) -> None:
@@ -33,7 +33,7 @@ def test_any_flipped_byte_is_rejected(pair, where: int) -> None:
 
 
 def test_a_different_secret_cannot_read_or_forge() -> None:
-    a, other = _AuthenticatingEncryptor("s3cret"), _AuthenticatingEncryptor("guess")
+    a, other = AuthenticatingEncryptor("s3cret"), AuthenticatingEncryptor("guess")
     with pytest.raises((ValueError, InvalidTag)):
         other.decrypt(a.encrypt_at_time(b"msg", 1))
     assert other.rejected == 1
@@ -49,8 +49,8 @@ def test_pysyncobj_pickles_with_a_modern_protocol() -> None:
     """Protocol 2 (pysyncobj's default) pickles bytes via a latin-1 str: slow for entries."""
     from pysyncobj import pickle as pysyncobj_pickle
 
-    from node import raft
+    from node.raft import syncobj
 
     data = pysyncobj_pickle.dumps((0, (b"x" * 1000,)))
-    assert data[:2] == bytes([0x80, raft.PEER_PICKLE_PROTOCOL])
+    assert data[:2] == bytes([0x80, syncobj.PEER_PICKLE_PROTOCOL])
     assert pysyncobj_pickle.loads(data) == (0, (b"x" * 1000,))

@@ -1,6 +1,6 @@
 """node/raft/peer_encoding.py: the raft peers' wire format (version byte | msgpack, sealed),
 its refusal of other versions, and one packing per AppendEntries for all followers; over
-real _PeerConnection pairs on a socketpair, without raft."""
+real PeerConnection pairs on a socketpair, without raft."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from node.raft.install import CHUNK_OFFSET, SNAPSHOT_CHUNK_ACK
 from node.raft.members import Member, encode_change
 from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE
 from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST
-from node.raft.syncobj import NEXT_NODE_IDX, _PeerConnection, _PeerTransport
+from node.raft.syncobj import NEXT_NODE_IDX, PeerConnection, PeerTransport
 from tests.raft_peer_helpers import NullPoller, peer_encryptor
 
 
@@ -34,8 +34,8 @@ def _connected_pair(encryptor, keyed: bool = True):
     a, b = socket.socketpair()
     for s in (a, b):
         s.setblocking(False)
-    sender = _PeerConnection(NullPoller(), socket=a, recvBufferSize=1 << 20)
-    receiver = _PeerConnection(NullPoller(), socket=b, recvBufferSize=1 << 20)
+    sender = PeerConnection(NullPoller(), socket=a, recvBufferSize=1 << 20)
+    receiver = PeerConnection(NullPoller(), socket=b, recvBufferSize=1 << 20)
     sender.encryptor = receiver.encryptor = encryptor
     if keyed:  # as after pysyncobj's key exchange: each side sends the key the other chose
         sender.sendRandKey = receiver.recvRandKey = os.urandom(32)
@@ -208,7 +208,7 @@ def test_another_wire_version_is_refused_with_one_clear_error(pair, encryptor, c
     caplog.set_level(logging.DEBUG, logger="statekeeper.raft")
     receiver._TcpConnection__readBuffer += frame
     assert receiver._TcpConnection__processParseMessage() is None
-    assert receiver.state == _PeerConnection._DISCONNECTED
+    assert receiver.state == PeerConnection._DISCONNECTED
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1, caplog.text
     text = errors[0].getMessage()
@@ -239,7 +239,7 @@ def test_a_wrong_rand_key_drops_without_a_version_error(pair, caplog) -> None:
     sender.sendRandKey = os.urandom(32)  # not the key the receiver sent
     sender.send({"type": "response_vote", "term": 1})
     assert _deliver(sender, receiver) == []
-    assert receiver.state == _PeerConnection._DISCONNECTED
+    assert receiver.state == PeerConnection._DISCONNECTED
     assert not caplog.records
 
 
@@ -250,7 +250,7 @@ def test_a_seal_stamp_going_back_drops_the_connection(pair) -> None:
     sender._seal_clock = lambda: 9.0
     sender.send({"type": "b"})
     assert _deliver(sender, receiver) == [{"type": "a"}]
-    assert receiver.state == _PeerConnection._DISCONNECTED
+    assert receiver.state == PeerConnection._DISCONNECTED
 
 
 def test_seals_are_stamped_with_pysyncobjs_clock(encryptor) -> None:
@@ -259,8 +259,8 @@ def test_seals_are_stamped_with_pysyncobjs_clock(encryptor) -> None:
     with time.monotonic crossed a second boundary out of order: a 5 s stall)."""
     from pysyncobj import tcp_connection
 
-    assert _PeerConnection._seal_clock is tcp_connection.monotonicTime
-    sender = _PeerConnection(NullPoller())  # no socket: the frame stays in the buffer
+    assert PeerConnection._seal_clock is tcp_connection.monotonicTime
+    sender = PeerConnection(NullPoller())  # no socket: the frame stays in the buffer
     sender.encryptor = encryptor
     sender._seal_clock = lambda: 7.9
     sender.send({"type": "x"})
@@ -272,7 +272,7 @@ def test_large_peer_messages_are_not_deflated_on_the_raft_thread() -> None:
     follower: 100-180 ms for a 3 MiB entry of incompressible bytes, which with two
     followers stopped the leader's heartbeats for ~0.4 s (an election timeout). The entry's
     bytes now go out as they are: the frame holds them verbatim."""
-    conn = _PeerConnection(NullPoller())  # no socket, no seal: the frame stays in the buffer
+    conn = PeerConnection(NullPoller())  # no socket, no seal: the frame stays in the buffer
     value = os.urandom(3 * 1024 * 1024)
     conn.send({**_append_entries(0, 0), "entries": [(value, 101, 3)]})
     frame = bytes(conn._TcpConnection__writeBuffer)
@@ -337,7 +337,7 @@ class _Transport(pe.SharedSendMixin, _Base):
 
 def test_the_shared_encoding_is_the_per_connection_encoding_byte_for_byte() -> None:
     # No encryptor (a seal's nonce is random) and no socket: the bytes stay in the buffers.
-    shared_conn, plain_conn = _PeerConnection(NullPoller()), _PeerConnection(NullPoller())
+    shared_conn, plain_conn = PeerConnection(NullPoller()), PeerConnection(NullPoller())
     shared_conn.sendRandKey = plain_conn.sendRandKey = os.urandom(32)
     encoder = pe.PassEncoder()
     _Transport({"b": shared_conn}, encoder).send("b", _append_entries(3, 256))
@@ -370,5 +370,5 @@ def test_each_follower_gets_its_own_key_and_seal(encryptor) -> None:
 
 
 def test_the_transport_shares_through_the_peer_transport() -> None:
-    assert issubclass(_PeerTransport, pe.SharedSendMixin)
-    assert issubclass(_PeerConnection, pe.PeerCodecMixin)
+    assert issubclass(PeerTransport, pe.SharedSendMixin)
+    assert issubclass(PeerConnection, pe.PeerCodecMixin)
