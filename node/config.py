@@ -40,8 +40,10 @@ from node.config_tables import (
     TlsSettings,
 )
 
-# The journal owns what the fsync modes mean; cluster/ and chaos/ take them from here.
-from node.journal import FSYNC_MODES
+# The raft journal's fsync modes (node/journal.py says what each means). Defined here, not
+# there, so that reading a config never imports raft: the journal belongs to node/raft/,
+# whose package imports this module.
+FSYNC_MODES = ("always", "never")
 
 __all__ = [
     "CLIENT_AUTH_MODES",

@@ -92,11 +92,11 @@ from typing import NoReturn, TypeVar
 import msgpack
 
 from node import failpoints
+from node.config import FSYNC_MODES
 from node.fatal import JOURNAL_EXIT_CODE, stop_now
 
 log = logging.getLogger("statekeeper.journal")
 
-FSYNC_MODES = ("always", "never")
 FATAL_EXIT_CODE = JOURNAL_EXIT_CODE
 
 LOG_MAGIC = b"SKJLOG\x00\x01"
