@@ -19,75 +19,87 @@ timeout or a lost connection takes effect once. See docs/protocol.md for the wir
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from .cache import Cache
-from .cache_core import CacheLag
-from .effect_plan import EffectContext, EffectRecord
-from .effects import AsyncEffects, Effects
-from .errors import (
-    ArchiveCorrupt,
-    Archived,
-    ArchiveUrlRefused,
-    CacheStale,
-    Compacted,
-    Conflict,
-    CrdtTypeMismatch,
-    EffectClaimLost,
-    EffectInProgress,
-    EffectResultLost,
-    ExpectationFailed,
-    FenceMismatch,
-    InsufficientStorage,
-    InvalidRequest,
-    LeaseNotFound,
-    LockHeld,
-    LockNotHeld,
-    LockTimeout,
-    NotFound,
-    PermissionDenied,
-    StatekeeperError,
-    StreamNotFound,
-    Timeout,
-    TlsError,
-    Unauthenticated,
-    Unavailable,
-    WatchOverflow,
-)
-from .lease_keeper import AsyncLease, Lease
-from .lease_results import (
-    KeepaliveResult,
-    LeaseGrant,
-    LeaseInfo,
-    LeaseList,
-    LeaseState,
-    RevokeResult,
-)
-from .lock import AsyncLock, Lock
-from .lock_results import LockAcquired, LockInfo, LockList, LockReleased, LockWaiter
+# Why lazy: the node imports the client's pure pieces (client/crdt/model.py, the CRDT merge
+# rules; client/auth_tokens.py, the token format), and importing any submodule runs this
+# file first. Eager imports here loaded the sync client (urllib3), caches, effects, leases,
+# locks and the agent layer into every node: 0.2 of the 0.39 s of
+# `python -X importtime -c "import node.store"`. .ci/server_imports.py (run by .ci/run and
+# tests/unit/test_server_imports.py) keeps the node free of the client's transports.
+#
+# `ops` stays eager: it is also the name of the submodule client/ops.py, and the first
+# `import client.ops` anywhere would bind the package attribute to the module, never
+# reaching __getattr__. Importing it here binds the function, as before (it is pure:
+# errors, results, wire).
 from .ops import Compare, Ops, compare, ops
-from .results import (
-    AppendedEvent,
-    AppendResult,
-    CompactResult,
-    DeleteResult,
-    Event,
-    KeyValue,
-    RangeResult,
-    StreamEvent,
-    StreamInfo,
-    StreamList,
-    StreamPage,
-    TxnResult,
-    WriteResult,
-)
-from .retry import RetryPolicy
-from .sync import Batch, Client
-from .watch import WatchEvent, WatchProgress
 
 if TYPE_CHECKING:
     from .aio import AsyncBatch, AsyncClient
     from .aio_cache import AsyncCache
+    from .cache import Cache
+    from .cache_core import CacheLag
+    from .effect_plan import EffectContext, EffectRecord
+    from .effects import AsyncEffects, Effects
+    from .errors import (
+        ArchiveCorrupt,
+        Archived,
+        ArchiveUrlRefused,
+        CacheStale,
+        Compacted,
+        Conflict,
+        CrdtTypeMismatch,
+        EffectClaimLost,
+        EffectInProgress,
+        EffectResultLost,
+        ExpectationFailed,
+        FenceMismatch,
+        InsufficientStorage,
+        InvalidRequest,
+        LeaseNotFound,
+        LockHeld,
+        LockNotHeld,
+        LockTimeout,
+        NotFound,
+        PermissionDenied,
+        StatekeeperError,
+        StreamNotFound,
+        Timeout,
+        TlsError,
+        Unauthenticated,
+        Unavailable,
+        WatchOverflow,
+    )
+    from .lease_keeper import AsyncLease, Lease
+    from .lease_results import (
+        KeepaliveResult,
+        LeaseGrant,
+        LeaseInfo,
+        LeaseList,
+        LeaseState,
+        RevokeResult,
+    )
+    from .lock import AsyncLock, Lock
+    from .lock_results import LockAcquired, LockInfo, LockList, LockReleased, LockWaiter
+    from .results import (
+        AppendedEvent,
+        AppendResult,
+        CompactResult,
+        DeleteResult,
+        Event,
+        KeyValue,
+        RangeResult,
+        StreamEvent,
+        StreamInfo,
+        StreamList,
+        StreamPage,
+        TxnResult,
+        WriteResult,
+    )
+    from .retry import RetryPolicy
+    from .sync import Batch, Client
+    from .watch import WatchEvent, WatchProgress
 
 __all__ = [
     "AppendResult",
@@ -165,15 +177,90 @@ __all__ = [
     "ops",
 ]
 
+# name -> the submodule that defines it; the TYPE_CHECKING block above says the same for
+# type checkers and IDEs (tests/unit/test_client_lazy.py: every export resolves and is bound
+# for type checkers).
+_SUBMODULE_OF: dict[str, str] = {
+    "Cache": "cache",
+    "CacheLag": "cache_core",
+    "EffectContext": "effect_plan",
+    "EffectRecord": "effect_plan",
+    "AsyncEffects": "effects",
+    "Effects": "effects",
+    "ArchiveCorrupt": "errors",
+    "Archived": "errors",
+    "ArchiveUrlRefused": "errors",
+    "CacheStale": "errors",
+    "Compacted": "errors",
+    "Conflict": "errors",
+    "CrdtTypeMismatch": "errors",
+    "EffectClaimLost": "errors",
+    "EffectInProgress": "errors",
+    "EffectResultLost": "errors",
+    "ExpectationFailed": "errors",
+    "FenceMismatch": "errors",
+    "InsufficientStorage": "errors",
+    "InvalidRequest": "errors",
+    "LeaseNotFound": "errors",
+    "LockHeld": "errors",
+    "LockNotHeld": "errors",
+    "LockTimeout": "errors",
+    "NotFound": "errors",
+    "PermissionDenied": "errors",
+    "StatekeeperError": "errors",
+    "StreamNotFound": "errors",
+    "Timeout": "errors",
+    "TlsError": "errors",
+    "Unauthenticated": "errors",
+    "Unavailable": "errors",
+    "WatchOverflow": "errors",
+    "AsyncLease": "lease_keeper",
+    "Lease": "lease_keeper",
+    "KeepaliveResult": "lease_results",
+    "LeaseGrant": "lease_results",
+    "LeaseInfo": "lease_results",
+    "LeaseList": "lease_results",
+    "LeaseState": "lease_results",
+    "RevokeResult": "lease_results",
+    "AsyncLock": "lock",
+    "Lock": "lock",
+    "LockAcquired": "lock_results",
+    "LockInfo": "lock_results",
+    "LockList": "lock_results",
+    "LockReleased": "lock_results",
+    "LockWaiter": "lock_results",
+    "AppendedEvent": "results",
+    "AppendResult": "results",
+    "CompactResult": "results",
+    "DeleteResult": "results",
+    "Event": "results",
+    "KeyValue": "results",
+    "RangeResult": "results",
+    "StreamEvent": "results",
+    "StreamInfo": "results",
+    "StreamList": "results",
+    "StreamPage": "results",
+    "TxnResult": "results",
+    "WriteResult": "results",
+    "RetryPolicy": "retry",
+    "AsyncBatch": "aio",
+    "AsyncClient": "aio",
+    "AsyncCache": "aio_cache",
+    "Batch": "sync",
+    "Client": "sync",
+    "WatchEvent": "watch",
+    "WatchProgress": "watch",
+}
+
 
 def __getattr__(name: str) -> Any:
-    # client.aio (asyncio, httptools) is imported only by code that uses the async client.
-    if name in ("AsyncClient", "AsyncBatch"):
-        from . import aio
+    module = _SUBMODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
 
-        return getattr(aio, name)
-    if name == "AsyncCache":
-        from .aio_cache import AsyncCache
 
-        return AsyncCache
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
