@@ -45,7 +45,7 @@ lint: $(STAMP)
 
 # The write path's before/after check (benchmarks/README.md): a minute or two.
 cpu-per-put: $(STAMP)
-	$(BIN)/python -m benchmarks.cpu_per_op --quick --no-chart
+	$(BIN)/python -m statekeeper.benchmarks.cpu_per_op --quick --no-chart
 
 clean:
 	@if [ -f $(CONFIG) ] && [ -x $(BIN)/statekeeper ]; then \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The client installs alone: `pip install .` (no extras) into a clean venv must give a
-# working `from client import Client, AsyncClient` without the server's dependencies.
+# working `from statekeeper import Client, AsyncClient` without the server's dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -11,18 +11,18 @@ cd "$(mktemp -d)"  # not the source tree: import what was installed
 "$venv/bin/python" - <<'PY'
 import importlib.util
 
-from client import AsyncClient, Client, Conflict
+from statekeeper import AsyncClient, Client, Conflict
 
 for heavy in ("rocksdict", "pysyncobj", "cryptography", "aiohttp", "msgspec"):
     assert importlib.util.find_spec(heavy) is None, f"{heavy} came with the client-only install"
 with Client("http://127.0.0.1:9", timeout=1) as c:
     assert c.ns == "default"
 AsyncClient("http://127.0.0.1:9")
-from client.agent import Agent, AsyncAgent, Projection  # the agent layer: no server parts
-from client.agent.envelope import decode, encode
+from statekeeper.client.agent import Agent, AsyncAgent, Projection  # the agent layer: no server parts
+from statekeeper.client.agent.envelope import decode, encode
 
 assert decode(encode({"step": 3, "blob": b"x" * 4096})) == {"step": 3, "blob": b"x" * 4096}
-import client.langgraph  # without the langgraph extra: importable, and says what is missing
+import statekeeper.client.langgraph  # without the langgraph extra: importable, and says what is missing
 
 assert importlib.util.find_spec("langgraph") is None, "langgraph came with the client-only install"
 try:
@@ -31,7 +31,7 @@ except ImportError as e:
     assert "statekeeper[langgraph]" in str(e), e
 else:
     raise AssertionError("StatekeeperSaver imported without LangGraph installed")
-import client.archive  # without the archive extra: importable, and says what is missing
+import statekeeper.client.archive  # without the archive extra: importable, and says what is missing
 
 assert importlib.util.find_spec("fsspec") is None, "fsspec came with the client-only install"
 try:

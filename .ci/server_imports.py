@@ -1,5 +1,5 @@
 """The node loads no client transport: `import node.store`, then the imports of
-`python -m node` (node.__main__, node.main), must leave the client's transports, caches,
+`python -m statekeeper.node` (node.__main__, node.main), must leave the client's transports, caches,
 effects and agent layer unloaded.
 
 Why: the node shares pure pieces with the client (client/crdt/model.py, the CRDT merge
@@ -17,16 +17,16 @@ import traceback
 # Forbidden in any node process (prefix match on the dotted name).
 NOT_IN_NODE = (
     "urllib3",
-    "client.sync",
-    "client.sync_transport",
-    "client.aio",
-    "client.aio_transport",
-    "client.aio_connection",
-    "client.aio_cache",
-    "client.cache",
-    "client.effects",
-    "client.agent",
-    "client.crdt.replica",
+    "statekeeper.client.sync",
+    "statekeeper.client.sync_transport",
+    "statekeeper.client.aio",
+    "statekeeper.client.aio_transport",
+    "statekeeper.client.aio_connection",
+    "statekeeper.client.aio_cache",
+    "statekeeper.client.cache",
+    "statekeeper.client.effects",
+    "statekeeper.client.agent",
+    "statekeeper.client.crdt.replica",
 )
 # node/http_server.py parses HTTP with httptools; the store has no reason to.
 NOT_IN_STORE = (*NOT_IN_NODE, "httptools")
@@ -67,13 +67,13 @@ def check(stage: str, forbidden: tuple[str, ...]) -> list[str]:
 
 def main() -> int:
     sys.meta_path.insert(0, RecordForbiddenImports)
-    import node.store  # noqa: F401
+    import statekeeper.node.store  # noqa: F401
 
     errors = check("import node.store", NOT_IN_STORE)
-    import node.__main__  # noqa: F401  (python -m node)
-    import node.main  # noqa: F401  (node.__main__.main -> run_node)
+    import statekeeper.node.__main__  # noqa: F401  (python -m node)
+    import statekeeper.node.main  # noqa: F401  (node.__main__.main -> run_node)
 
-    errors += check("python -m node (node.__main__, node.main)", NOT_IN_NODE)
+    errors += check("python -m statekeeper.node (node.__main__, node.main)", NOT_IN_NODE)
     for e in errors:
         print(e, file=sys.stderr)
     if not errors:

@@ -1,4 +1,4 @@
-"""A/B two git revisions of statekeeper: `python -m benchmarks.ab REV_A REV_B --help`.
+"""A/B two git revisions of statekeeper: `python -m statekeeper.benchmarks.ab REV_A REV_B --help`.
 
 Each revision is checked out in a detached git worktree under a temp dir (removed at the
 end, also on ^C, SIGTERM or an error) and measured by ITS OWN `benchmarks.load`, run with
@@ -36,7 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.ab_rounds import (
+from statekeeper.benchmarks.ab_rounds import (
     LEGEND,
     OPS,
     P50,
@@ -55,11 +55,11 @@ from benchmarks.ab_rounds import (
     parse_rows,
     plan,
 )
-from benchmarks.compare.chart import ratio_chart, ratio_points
-from benchmarks.compare.cli import exit_status
-from benchmarks.compare.progress import make_bar
-from benchmarks.compare.rounds import Measure, Row, summarize_row
-from benchmarks.load import machine_info
+from statekeeper.benchmarks.compare.chart import ratio_chart, ratio_points
+from statekeeper.benchmarks.compare.cli import exit_status
+from statekeeper.benchmarks.compare.progress import make_bar
+from statekeeper.benchmarks.compare.rounds import Measure, Row, summarize_row
+from statekeeper.benchmarks.load import machine_info
 
 PROJECT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = PROJECT / "benchmarks" / "out"  # git-ignored, on disk (not tmpfs)
@@ -73,7 +73,7 @@ STOP_GRACE_S = 60.0
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.ab",
+        prog="python -m statekeeper.benchmarks.ab",
         description="Measure two git revisions of statekeeper in alternating rounds (A B, B A, "
         "...), each run on a fresh 3-node cluster with fsync=always, each revision through its "
         "own benchmarks.load; print the medians and the median ratio B/A per row with its "
@@ -135,19 +135,32 @@ def worktrees(revisions: dict[str, dict[str, str]]) -> Iterator[dict[str, Path]]
         shutil.rmtree(base, ignore_errors=True)
 
 
+def packaged(tree: Path) -> bool:
+    """Whether that revision installs as one `statekeeper` package (src/statekeeper/, issue
+    29) or as top-level node, client, cluster and benchmarks packages (older revisions)."""
+    return (tree / "src" / "statekeeper" / "__init__.py").is_file()
+
+
 def revision_env(tree: Path) -> dict[str, str]:
-    """The environment of a run: that worktree first on the import path."""
-    return {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
+    """The environment of a run: that worktree's code first on the import path."""
+    path = tree / "src" if packaged(tree) else tree
+    return {**os.environ, "PYTHONPATH": str(path), "PYTHONUNBUFFERED": "1"}
+
+
+def load_module(tree: Path) -> str:
+    """The load generator's module name in that revision."""
+    return "statekeeper.benchmarks.load" if packaged(tree) else "benchmarks.load"
 
 
 def check_tree(side: str, tree: Path) -> None:
     """The worktree's code is what Python imports there, and its load generator has every
     option a run passes (ValueError otherwise): caught before any cluster starts. The
     venv's editable install maps these packages to the main checkout; PYTHONPATH has to
-    win over it, and cluster.supervisor puts its own tree on the nodes' PYTHONPATH, so
-    `cluster` from the worktree means nodes from the worktree too."""
-    packages = ("benchmarks", "client", "cluster", "node")
-    probe = f"import benchmarks.load, {', '.join(packages)}; " + "; ".join(
+    win over it, and the supervisor puts its own tree on the nodes' PYTHONPATH, so the
+    supervisor from the worktree means nodes from the worktree too."""
+    prefix = "statekeeper." if packaged(tree) else ""
+    packages = tuple(prefix + p for p in ("benchmarks", "client", "cluster", "node"))
+    probe = f"import {load_module(tree)}, {', '.join(packages)}; " + "; ".join(
         f"print({p}.__file__)" for p in packages
     )
     got = subprocess.run([sys.executable, "-c", probe], cwd=tree, env=revision_env(tree),
@@ -157,7 +170,7 @@ def check_tree(side: str, tree: Path) -> None:
         raise ValueError(
             f"{side}: not all of {packages} come from {tree}: {got.stdout}{got.stderr}"
         )
-    helptext = subprocess.run([sys.executable, "-m", "benchmarks.load", "--help"], cwd=tree,
+    helptext = subprocess.run([sys.executable, "-m", load_module(tree), "--help"], cwd=tree,
                               env=revision_env(tree), capture_output=True, text=True,
                               timeout=120).stdout  # fmt: skip
     missing = [o for o in LOAD_OPTIONS if o not in helptext]
@@ -183,7 +196,7 @@ def run_load(tree: Path, argv: Sequence[str], run_dir: Path) -> tuple[int, str]:
     """One load generator from `tree`: (exit code, the tail of its stderr)."""
     err_path = run_dir / "stderr.log"
     with open(run_dir / "stdout.log", "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "benchmarks.load", *argv], cwd=tree,
+        proc = subprocess.Popen([sys.executable, "-m", load_module(tree), *argv], cwd=tree,
                                 env=revision_env(tree), stdout=out, stderr=err,
                                 start_new_session=True)  # fmt: skip
         try:
@@ -315,7 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)
-    return exit_status(lambda: amain(args, shlex.join(["python", "-m", "benchmarks.ab", *argv])))
+    return exit_status(
+        lambda: amain(args, shlex.join(["python", "-m", "statekeeper.benchmarks.ab", *argv]))
+    )
 
 
 if __name__ == "__main__":

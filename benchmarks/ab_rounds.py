@@ -1,11 +1,11 @@
 """benchmarks.ab's sans-IO core: the rows, which run comes when, and the table. No I/O.
 
-`python -m benchmarks.ab REV_A REV_B` (benchmarks/ab.py) measures two git revisions of
+`python -m statekeeper.benchmarks.ab REV_A REV_B` (benchmarks/ab.py) measures two git revisions of
 statekeeper with each revision's own `benchmarks.load`; this module decides everything that
 does not touch a process, a clock or a disk, so it is tested without a cluster.
 
 Invariants and formats:
-- A run is one (round, row, side): one `python -m benchmarks.load --start-cluster` of that
+- A run is one (round, row, side): one `python -m statekeeper.benchmarks.load --start-cluster` of that
   side's revision, so one fresh 3-node cluster. Round r (0-based) runs every row in the
   given order, each row A then B when r is even and B then A when r is odd
   (rounds.round_order), so neither revision always goes first and the two runs of a row
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare.rounds import (
+from statekeeper.benchmarks.compare.rounds import (
     Measure,
     Row,
     SystemSummary,
@@ -36,8 +36,8 @@ from benchmarks.compare.rounds import (
     round_order,
     summarize_row,
 )
-from benchmarks.compare.table import format_ms, format_ratio, format_spread, render
-from benchmarks.load import Spec
+from statekeeper.benchmarks.compare.table import format_ms, format_ratio, format_spread, render
+from statekeeper.benchmarks.load import Spec
 
 A, B = "A", "B"
 SIDES = (A, B)
@@ -92,7 +92,7 @@ def plan(rows: Sequence[AbRow], rounds: int) -> list[Run]:
 
 def load_argv(row: AbRow, *, duration: float, warmup: float, json_path: Path,
               data_dir: Path) -> list[str]:  # fmt: skip
-    """The arguments of one run's `python -m benchmarks.load`."""
+    """The arguments of one run's `python -m statekeeper.benchmarks.load`."""
     s = row.spec
     return [
         "--system", "statekeeper", "--start-cluster", "--fsync", "always",

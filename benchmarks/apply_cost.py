@@ -1,5 +1,5 @@
-"""CPU of apply per put: `python -m benchmarks.apply_cost` (validated mark A/B) and
-`python -m benchmarks.apply_cost --shapes --against OTHER_PYTHON` (entry shapes, old vs new).
+"""CPU of apply per put: `python -m statekeeper.benchmarks.apply_cost` (validated mark A/B) and
+`python -m statekeeper.benchmarks.apply_cost --shapes --against OTHER_PYTHON` (entry shapes, old vs new).
 
 One StateMachine in a temp dir (no raft, no network), entries of `--batch` puts of 256 B
 values with an idempotency key each over `--keys` keys (cpu_per_op's batch workload, as the
@@ -31,10 +31,10 @@ import time
 import uuid
 from pathlib import Path
 
-from node import entry
-from node.config import Limits
-from node.ops import validate_op
-from node.store import StateMachine
+from statekeeper.node import entry
+from statekeeper.node.config import Limits
+from statekeeper.node.ops import validate_op
+from statekeeper.node.store import StateMachine
 
 MODES = ("marked", "unmarked")
 
@@ -195,7 +195,7 @@ def report(per_put: dict[str, list[float]]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.apply_cost", description=__doc__.split("\n\n")[1]
+        prog="python -m statekeeper.benchmarks.apply_cost", description=__doc__.split("\n\n")[1]
     )
     p.add_argument("--batch", type=int, default=64, help="puts per entry (default 64)")
     p.add_argument("--keys", type=int, default=10000, help="distinct keys (default 10000)")

@@ -1,4 +1,4 @@
-"""Backup and restore of 100,000 keys: `python -m benchmarks.backup [--keys 100000]
+"""Backup and restore of 100,000 keys: `python -m statekeeper.benchmarks.backup [--keys 100000]
 [--rounds 3]`.
 
 A fresh local 3-node cluster (fsync=always, data under benchmarks/out), loaded with
@@ -26,11 +26,11 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks.cluster_control import free_port_block
-from benchmarks.load import append_section, markdown_table
-from client import Client
-from cluster.supervisor import LocalCluster
-from node import config as node_config
+from statekeeper.benchmarks.cluster_control import free_port_block
+from statekeeper.benchmarks.load import append_section, markdown_table
+from statekeeper.client import Client
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.node import config as node_config
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
@@ -39,7 +39,10 @@ OUT = ROOT / "benchmarks" / "out"
 def _cli(*argv: str) -> tuple[str, float]:
     started = time.monotonic()
     p = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", *argv], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "statekeeper.cluster.cli", *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     if p.returncode:
         raise SystemExit(f"statekeeper {' '.join(argv)} failed: {p.stderr}")
@@ -128,7 +131,7 @@ def run(args: argparse.Namespace) -> tuple[list[list[str]], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.backup", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m statekeeper.benchmarks.backup", description=__doc__)
     p.add_argument("--keys", type=int, default=100_000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--record", action="store_true", help="append to benchmarks/RESULTS.md")
@@ -143,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         append_section(
             ROOT / "benchmarks" / "RESULTS.md",
             f"Backup of {args.keys:,} keys",
-            "benchmarks.backup",
+            "statekeeper.benchmarks.backup",
             argv or sys.argv[1:],
             notes,
             [table],

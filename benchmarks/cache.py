@@ -1,7 +1,7 @@
 """The client cache: a cached get against a linearizable get, and how stale the view runs
 under a 64-client put load.
 
-    python -m benchmarks.cache [--keys 1000] [--rounds 15] [--gets 2000] [--lin-gets 200]
+    python -m statekeeper.benchmarks.cache [--keys 1000] [--rounds 15] [--gets 2000] [--lin-gets 200]
                                [--load-seconds 10] [--load-clients 64]
                                [--start-cluster | --endpoints URL,...]
 
@@ -41,11 +41,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare.progress import make_bar
-from benchmarks.harness import compact_samples
-from benchmarks.load import append_section, markdown_table, statekeeper_target
-from chaos.stats import percentile
-from client import AsyncClient, Client
+from statekeeper.benchmarks.compare.progress import make_bar
+from statekeeper.benchmarks.harness import compact_samples
+from statekeeper.benchmarks.load import append_section, markdown_table, statekeeper_target
+from statekeeper.chaos.stats import percentile
+from statekeeper.client import AsyncClient, Client
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 PLOTS = Path(__file__).with_name("results")
@@ -129,7 +129,7 @@ async def _time_async(get: Any, keys: list[str], n: int) -> list[float]:
 def staleness(endpoints: list[str], keys: list[str], args: Any, bar: Any) -> Staleness:
     s = Staleness()
     child = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.cache", "--load-child", "--endpoints",
+        [sys.executable, "-m", "statekeeper.benchmarks.cache", "--load-child", "--endpoints",
          ",".join(endpoints), "--keys", str(len(keys)), "--load-clients",
          str(args.load_clients), "--load-seconds", str(args.load_seconds)],
         stdout=subprocess.PIPE, text=True,
@@ -272,7 +272,7 @@ async def run(args: argparse.Namespace) -> tuple[list[Kind], Staleness, str]:
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.cache",
+        prog="python -m statekeeper.benchmarks.cache",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -318,7 +318,7 @@ def report(argv: list[str], args: Any, kinds: list[Kind], s: Staleness, target: 
     append_section(
         RESULTS,
         "Client cache: cached get vs linearizable get, staleness under load",
-        "benchmarks.cache",
+        "statekeeper.benchmarks.cache",
         argv,
         notes,
         [lat, st],

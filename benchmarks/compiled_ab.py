@@ -1,4 +1,4 @@
-"""Compiled hot paths, pure vs compiled, in one process: `python -m benchmarks.compiled_ab`
+"""Compiled hot paths, pure vs compiled, in one process: `python -m statekeeper.benchmarks.compiled_ab`
 (needs `pip install cython`, or mypy for `--compiler mypyc`, and gcc with Python's headers).
 
 Copies this tree's node/ and benchmarks/ twice into a temp dir, compiles MODULES in place
@@ -33,22 +33,27 @@ ROOT = Path(__file__).resolve().parent.parent
 # What the profile names (apply and its store modules, the entry and peer codecs, the
 # proposer). --compiler mypyc takes the type-clean subset MYPYC_MODULES by default.
 MODULES = (
-    "node.store.apply",
-    "node.store.kv",
-    "node.store.keys",
-    "node.store.machine",
-    "node.store.backend",
-    "node.store.lease_state",
-    "node.store.compaction",
-    "node.store.txn",
-    "node.store.reads",
-    "node.store.changes",
-    "node.entry",
-    "node.codec",
-    "node.raft.peer_encoding",
-    "node.proposer",
+    "statekeeper.node.store.apply",
+    "statekeeper.node.store.kv",
+    "statekeeper.node.store.keys",
+    "statekeeper.node.store.machine",
+    "statekeeper.node.store.backend",
+    "statekeeper.node.store.lease_state",
+    "statekeeper.node.store.compaction",
+    "statekeeper.node.store.txn",
+    "statekeeper.node.store.reads",
+    "statekeeper.node.store.changes",
+    "statekeeper.node.entry",
+    "statekeeper.node.codec",
+    "statekeeper.node.raft.peer_encoding",
+    "statekeeper.node.proposer",
 )
-MYPYC_MODULES = ("node.store.apply", "node.store.kv", "node.store.keys", "node.entry")
+MYPYC_MODULES = (
+    "statekeeper.node.store.apply",
+    "statekeeper.node.store.kv",
+    "statekeeper.node.store.keys",
+    "statekeeper.node.entry",
+)
 MYPYC_FLAGS = ("--ignore-missing-imports", "--follow-imports=silent")
 # mypy's one complaint in MYPYC_MODULES (EntryTx.point returns a value typed object):
 # mypyc compiles them unchanged with it off. The other store modules need more codes off
@@ -70,8 +75,11 @@ setup(
 
 def copy_tree(dst: Path) -> None:
     skip = shutil.ignore_patterns("__pycache__", "*.so", "*.c", "build")
+    # The copies import as statekeeper.node.* and statekeeper.benchmarks.*, like the
+    # installed package (setup.py maps the folders the same way).
+    shutil.copytree(ROOT / "src" / "statekeeper", dst / "statekeeper", ignore=skip)
     for package in ("node", "benchmarks"):
-        shutil.copytree(ROOT / package, dst / package, ignore=skip)
+        shutil.copytree(ROOT / package, dst / "statekeeper" / package, ignore=skip)
 
 
 def build(dst: Path, compiler: str, modules: list[str], disabled: list[str]) -> None:
@@ -87,18 +95,25 @@ def build(dst: Path, compiler: str, modules: list[str], disabled: list[str]) -> 
 
 
 def load(root: Path) -> dict[str, ModuleType]:
-    """node.* and benchmarks.* imported from `root`, as a set of modules."""
-    ours = ("node", "benchmarks")
-    for name in [n for n in sys.modules if n.split(".")[0] in ours]:
+    """statekeeper.node.* and statekeeper.benchmarks.* imported from `root`, as a set."""
+
+    def ours(name: str) -> bool:
+        return name == "statekeeper" or name.split(".")[1] in ("node", "benchmarks")
+
+    for name in [n for n in sys.modules if n.split(".")[0] == "statekeeper" and ours(n)]:
         del sys.modules[name]
     sys.path.insert(0, str(root))
     try:
-        for name in ("node.store", "node.entry", "node.raft.peer_encoding"):
+        for name in (
+            "statekeeper.node.store",
+            "statekeeper.node.entry",
+            "statekeeper.node.raft.peer_encoding",
+        ):
             __import__(name)
-        __import__("benchmarks.apply_cost")
+        __import__("statekeeper.benchmarks.apply_cost")
     finally:
         sys.path.remove(str(root))
-    return {n: m for n, m in sys.modules.items() if n.split(".")[0] in ours}
+    return {n: m for n, m in sys.modules.items() if n.split(".")[0] == "statekeeper" and ours(n)}
 
 
 def paired(pure: list[float], comp: list[float]) -> str:
@@ -118,20 +133,20 @@ def ab_apply(sets: dict, work: Path, blocks: int, puts: int) -> str:
     sms, gens, index = {}, {}, dict.fromkeys(sets, 0)
     for side, mods in sets.items():
         sys.modules.update(mods)
-        bench = mods["benchmarks.apply_cost"]
-        sms[side] = mods["node.store"].StateMachine(work / side)
+        bench = mods["statekeeper.benchmarks.apply_cost"]
+        sms[side] = mods["statekeeper.node.store"].StateMachine(work / side)
         gens[side] = bench.Entries(64, 4096, 256)
         for _ in range(128):  # every key written twice: each put overwrites a live key
             index[side] += 1
             sms[side].apply(index[side], bench.shape_entry(gens[side], 64, 1, False))
-    shapes = sets["pure"]["benchmarks.apply_cost"].SHAPES
+    shapes = sets["pure"]["statekeeper.benchmarks.apply_cost"].SHAPES
     res: dict[tuple[str, str], list[float]] = {}
     for block in range(blocks):
         for name, (ops, inner, idem) in shapes.items():
             n = max(1, puts // (ops * inner))
             for side in ("pure", "compiled") if block % 2 else ("compiled", "pure"):
                 sys.modules.update(sets[side])
-                make = sets[side]["benchmarks.apply_cost"].shape_entry
+                make = sets[side]["statekeeper.benchmarks.apply_cost"].shape_entry
                 payloads = [make(gens[side], ops, inner, idem) for _ in range(n)]
                 start = time.thread_time()
                 for p in payloads:
@@ -150,7 +165,7 @@ def ab_apply(sets: dict, work: Path, blocks: int, puts: int) -> str:
 def codec_pass(mods: dict, ops: int) -> None:
     """An entry of `ops` puts encoded and decoded, a send pass of it to two followers
     (packed once, framed twice, each opened) and one reply framed and opened."""
-    codec, entry = mods["node.raft.peer_encoding"], mods["node.entry"]
+    codec, entry = mods["statekeeper.node.raft.peer_encoding"], mods["statekeeper.node.entry"]
     value = b"v" * 256
     payload = entry.encode(
         1, [{"op": "put", "ns": "b", "key": f"k{i}", "value": value} for i in range(ops)]
@@ -182,7 +197,9 @@ def ab_codecs(sets: dict, blocks: int) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.compiled_ab", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m statekeeper.benchmarks.compiled_ab", description=__doc__
+    )
     p.add_argument("--compiler", choices=("cython", "mypyc"), default="cython")
     p.add_argument("--modules", help="comma-separated (default: MODULES, or MYPYC_MODULES)")
     p.add_argument(
@@ -202,7 +219,7 @@ def main() -> None:
         disabled = args.disable_error_code or list(MYPYC_DISABLED)
         build(work / "compiled", args.compiler, modules, disabled)
         sets = {side: load(work / side) for side in ("pure", "compiled")}
-        loaded = {side: s["node.store.apply"].__file__ for side, s in sets.items()}
+        loaded = {side: s["statekeeper.node.store.apply"].__file__ for side, s in sets.items()}
         print(f"{args.compiler}: {len(modules)} modules; apply from {loaded}")
         print(ab_apply(sets, work, args.blocks, args.puts))
         print(ab_codecs(sets, max(10, args.blocks // 2)))

@@ -1,4 +1,4 @@
-"""CPU per operation of each node and of the client: `python -m benchmarks.cpu_per_op --help`.
+"""CPU per operation of each node and of the client: `python -m statekeeper.benchmarks.cpu_per_op --help`.
 
 Starts a fresh local 3-node cluster (fsync=always), runs a closed-loop load (puts, or
 client-side batches of puts) and reads the CPU each process used over the measured window
@@ -198,7 +198,7 @@ def load_op(system, args: argparse.Namespace, keys: Sequence[str], value: bytes)
 
 
 async def _one_round(system, pids: Mapping[str, int], args, keys, value) -> Round:
-    from benchmarks.harness import run_load
+    from statekeeper.benchmarks.harness import run_load
 
     readings: list[dict[str, float]] = []
     kernel: list[dict[str, float]] = []
@@ -233,7 +233,7 @@ async def _one_round(system, pids: Mapping[str, int], args, keys, value) -> Roun
 
 
 async def run(args: argparse.Namespace) -> list[Round]:
-    from benchmarks.systems import StatekeeperSystem
+    from statekeeper.benchmarks.systems import StatekeeperSystem
 
     with tempfile.TemporaryDirectory(prefix="cpu-per-op-", dir=args.data_dir) as tmp:
         async with StatekeeperSystem.managed_cluster(Path(tmp), quiet=args.no_progress) as control:
@@ -256,7 +256,7 @@ async def run(args: argparse.Namespace) -> list[Round]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.cpu_per_op",
+        prog="python -m statekeeper.benchmarks.cpu_per_op",
         description=__doc__.split("\n\n")[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -308,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.warmup is None:
         args.warmup = 1.0 if args.quick else 2.0
     if args.quick:
-        from benchmarks.cpu_per_put_quick import report, run_quick
+        from statekeeper.benchmarks.cpu_per_put_quick import report, run_quick
 
         if args.workload != "put":
             raise SystemExit("--quick measures puts only")

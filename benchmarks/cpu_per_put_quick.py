@@ -1,4 +1,4 @@
-"""`python -m benchmarks.cpu_per_op --quick` (`make cpu-per-put`): the write path's cost
+"""`python -m statekeeper.benchmarks.cpu_per_op --quick` (`make cpu-per-put`): the write path's cost
 per put in a minute or two, the before/after figure every write-path change quotes.
 
 For 1 and 64 clients (puts of 256 B, fsync=always), each on ONE fresh 3-node cluster:
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cpu_per_op import load_op, read_cpu_seconds, role_names
+from statekeeper.benchmarks.cpu_per_op import load_op, read_cpu_seconds, role_names
 
 QUICK_CLIENTS = (1, 64)
 FSYNC_COUNT = "statekeeper_journal_fsync_duration_seconds_count"
@@ -127,7 +127,7 @@ async def _cpu_round(
     system: Any, nodes: Mapping[str, tuple[int, str]], args: Any
 ) -> tuple[float, dict[str, dict[str, float]]]:
     """One CPU round: (puts/s, role -> {cpu_us, fsyncs, entries, ticks} per put)."""
-    from benchmarks.harness import run_load
+    from statekeeper.benchmarks.harness import run_load
 
     marks: list[tuple[dict[str, dict[str, float]], dict[str, float]]] = []
 
@@ -221,7 +221,7 @@ async def _strace_window(
 
 async def run_one(args: Any, clients: int) -> ClientCountResult:
     """Every figure for one client count, on one fresh cluster."""
-    from benchmarks.systems import StatekeeperSystem
+    from statekeeper.benchmarks.systems import StatekeeperSystem
 
     args.clients = clients
     with tempfile.TemporaryDirectory(prefix="cpu-per-put-", dir=args.data_dir) as tmp:

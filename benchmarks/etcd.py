@@ -33,14 +33,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cluster_control import (
+from statekeeper.benchmarks.cluster_control import (
     ClusterControl,
     free_port_block,
     running,
     stderr_say,
     stop_process,
 )
-from benchmarks.systems import System, register
+from statekeeper.benchmarks.systems import System, register
 
 APT_PACKAGE = "etcd-server"
 # etcd's --max-txn-ops default: the most ops one Txn may carry.
@@ -276,7 +276,7 @@ class _Failover:
     """One aetcd.Client per member; calls go to the current one and move on when it fails."""
 
     def __init__(self, clients: list[Any], retryable: tuple[type[BaseException], ...]) -> None:
-        from client.retry import DEFAULT_RETRY
+        from statekeeper.client.retry import DEFAULT_RETRY
 
         self.clients = clients
         self.i = 0

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from chaos.stats import nearest_rank
+from statekeeper.chaos.stats import nearest_rank
 
 Op = Callable[[], Awaitable[object]]
 

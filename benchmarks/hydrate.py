@@ -1,7 +1,7 @@
 """Cold-start cost of an agent: hydrate() (latest checkpoint + the events after it) against
 replaying the agent's whole stream.
 
-    python -m benchmarks.hydrate [--sizes 10k,1m,8m] [--tails 0,100,10000] [--age 10000]
+    python -m statekeeper.benchmarks.hydrate [--sizes 10k,1m,8m] [--tails 0,100,10000] [--age 10000]
                                  [--rounds 30] [--start-cluster | --endpoints URL,...]
 
 For each state size S and tail length T one agent is prepared on a fresh 3-node cluster
@@ -36,11 +36,16 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.compare.progress import make_bar
-from benchmarks.load import append_section, markdown_table, parse_size, statekeeper_target
-from chaos.stats import percentile
-from client import AsyncClient
-from client.agent import AsyncAgent
+from statekeeper.benchmarks.compare.progress import make_bar
+from statekeeper.benchmarks.load import (
+    append_section,
+    markdown_table,
+    parse_size,
+    statekeeper_target,
+)
+from statekeeper.chaos.stats import percentile
+from statekeeper.client import AsyncClient
+from statekeeper.client.agent import AsyncAgent
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 PLOTS = Path(__file__).with_name("results")
@@ -222,7 +227,7 @@ async def run(args: argparse.Namespace) -> tuple[list[Case], str]:
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.hydrate",
+        prog="python -m statekeeper.benchmarks.hydrate",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -277,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         append_section(
             RESULTS,
             "Agent hydrate vs replay",
-            "benchmarks.hydrate",
+            "statekeeper.benchmarks.hydrate",
             argv,
             [
                 f"target: {target}",

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-from benchmarks.cluster_control import free_port_block
+from statekeeper.benchmarks.cluster_control import free_port_block
 
 SERVER_SETTINGS = {
     "fsync": "on",

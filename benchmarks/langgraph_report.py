@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.load import markdown_table
+from statekeeper.benchmarks.load import markdown_table
 
 Rounds = Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]]
 METRICS = ("units_per_s", "p50_ms", "p99_ms")

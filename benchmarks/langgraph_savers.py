@@ -2,7 +2,7 @@
 a LangGraph user would pick instead, SqliteSaver (a local file) and PostgresSaver (a local
 PostgreSQL started here).
 
-    python -m benchmarks.langgraph_savers [--quick] [--rounds 3] [--duration 3]
+    python -m statekeeper.benchmarks.langgraph_savers [--quick] [--rounds 3] [--duration 3]
         [--threads 1,16] [--systems statekeeper,postgres,sqlite] [--endpoints URL,...]
 
 Systems, all durable (each acknowledged put is on disk):
@@ -51,9 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import langgraph_report as report
-from benchmarks.compare.progress import make_bar
-from benchmarks.langgraph_workload import (
+from statekeeper.benchmarks import langgraph_report as report
+from statekeeper.benchmarks.compare.progress import make_bar
+from statekeeper.benchmarks.langgraph_workload import (
     Chain,
     build_graph,
     closed_loop,
@@ -62,7 +62,13 @@ from benchmarks.langgraph_workload import (
     put_op,
     text_pool,
 )
-from benchmarks.load import append_section, fs_type, machine_info, parse_size, statekeeper_target
+from statekeeper.benchmarks.load import (
+    append_section,
+    fs_type,
+    machine_info,
+    parse_size,
+    statekeeper_target,
+)
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 PLOTS = Path(__file__).with_name("results")
@@ -92,7 +98,7 @@ def system_list(text: str) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.langgraph_savers",
+        prog="python -m statekeeper.benchmarks.langgraph_savers",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -171,7 +177,7 @@ def _enter(stack: ExitStack, obj: Any) -> Any:
 
 
 def statekeeper_backend(stack: ExitStack, endpoints: list[str], ns: str, where: str) -> Backend:
-    from client.langgraph import StatekeeperSaver
+    from statekeeper.client.langgraph import StatekeeperSaver
 
     return Backend(
         "statekeeper",
@@ -183,7 +189,7 @@ def statekeeper_backend(stack: ExitStack, endpoints: list[str], ns: str, where: 
 def postgres_backend(stack: ExitStack, args: argparse.Namespace) -> Backend:
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    from benchmarks.langgraph_postgres import LocalPostgres
+    from statekeeper.benchmarks.langgraph_postgres import LocalPostgres
 
     pg = stack.enter_context(LocalPostgres(args.pg_bin, args.data_dir))
     first = stack.enter_context(PostgresSaver.from_conn_string(pg.conninfo))
@@ -357,7 +363,7 @@ def write_outputs(
     stem = args.out_dir / f"langgraph-savers-{now:%Y-%m-%d-%H%M}"
     png = report.plot(agg, args.threads, args.graph_threads, stem.with_suffix(".png"))
     payload = {
-        "command": " ".join(["python -m benchmarks.langgraph_savers", *argv]).strip(),
+        "command": " ".join(["python -m statekeeper.benchmarks.langgraph_savers", *argv]).strip(),
         "machine": machine_info(),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "systems": {b.name: b.setup for b in backends},
@@ -371,7 +377,7 @@ def write_outputs(
         append_section(
             args.results,
             "LangGraph checkpointers: StatekeeperSaver vs PostgresSaver vs SqliteSaver",
-            "benchmarks.langgraph_savers",
+            "statekeeper.benchmarks.langgraph_savers",
             argv,
             notes(args, backends, png),
             tables,

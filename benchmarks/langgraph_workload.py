@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.harness import error_key
-from chaos.stats import percentile
+from statekeeper.benchmarks.harness import error_key
+from statekeeper.chaos.stats import percentile
 
 # One op: does its work, returns (units done, its own latency in ns). Units are 1 for a
 # put or a get_tuple and the number of node executions for a graph invoke.

@@ -1,6 +1,6 @@
 """Keepalive cost: N leases of TTL 10 s kept alive for 30 s, as clients keep them.
 
-    python -m benchmarks.lease_keepalive [--leases 100,1000,5000] [--ttl 10] [--duration 30]
+    python -m statekeeper.benchmarks.lease_keepalive [--leases 100,1000,5000] [--ttl 10] [--duration 30]
                                          [--mode sessions,batched] [--clients 8]
                                          [--endpoints URL,... | --data-dir DIR] [--no-results]
 
@@ -49,12 +49,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import compact_samples
-from benchmarks.load import append_section, markdown_table, monitored_target
-from benchmarks.watch_fanout import CpuMeter, raise_fd_limit
-from chaos.stats import percentile
-from client import AsyncClient, LeaseNotFound, RetryPolicy
-from client.lease_keeper import AsyncLease
+from statekeeper.benchmarks.harness import compact_samples
+from statekeeper.benchmarks.load import append_section, markdown_table, monitored_target
+from statekeeper.benchmarks.watch_fanout import CpuMeter, raise_fd_limit
+from statekeeper.chaos.stats import percentile
+from statekeeper.client import AsyncClient, LeaseNotFound, RetryPolicy
+from statekeeper.client.lease_keeper import AsyncLease
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 PLOTS = Path(__file__).with_name("results")
@@ -100,7 +100,7 @@ def _p(xs: list[float], q: float) -> float:
 
 
 def _status_sync(url: str) -> dict[str, Any]:
-    from cluster.supervisor import http_get_json
+    from statekeeper.cluster.supervisor import http_get_json
 
     code, doc = http_get_json(url + "/v1/status", timeout=5.0)  # GET /v1/status
     return doc if code == 200 and isinstance(doc, dict) else {}
@@ -383,7 +383,7 @@ async def run(args: argparse.Namespace) -> tuple[list[Step], str]:
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.lease_keepalive",
+        prog="python -m statekeeper.benchmarks.lease_keepalive",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -424,7 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         append_section(
             RESULTS,
             "Lease keepalive cost",
-            "benchmarks.lease_keepalive",
+            "statekeeper.benchmarks.lease_keepalive",
             argv,
             [
                 f"target: {target}",

@@ -1,4 +1,4 @@
-"""Command-line load generator: `python -m benchmarks.load --help`.
+"""Command-line load generator: `python -m statekeeper.benchmarks.load --help`.
 
 Runs one workload (or the default matrix with --matrix) against a System, prints a table
 and appends it, with the machine description and the command line, to
@@ -23,8 +23,13 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.harness import LoadResult, Op, run_load
-from benchmarks.systems import CONSISTENCY_LEVELS, System, get_system_class, system_names
+from statekeeper.benchmarks.harness import LoadResult, Op, run_load
+from statekeeper.benchmarks.systems import (
+    CONSISTENCY_LEVELS,
+    System,
+    get_system_class,
+    system_names,
+)
 
 WORKLOADS = ("put", "get")
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -281,7 +286,11 @@ async def monitored_target(
 
 
 def command_line(argv: Sequence[str]) -> str:
-    return "python -m benchmarks.load " + shlex.join(argv) if argv else "python -m benchmarks.load"
+    return (
+        "python -m statekeeper.benchmarks.load " + shlex.join(argv)
+        if argv
+        else "python -m statekeeper.benchmarks.load"
+    )
 
 
 def results_section(
@@ -312,7 +321,7 @@ def results_section(
 
 RESULTS_HEADER = """# Benchmark results
 
-Sections are appended by `python -m benchmarks.load` (see README.md for the columns and
+Sections are appended by `python -m statekeeper.benchmarks.load` (see README.md for the columns and
 the caveats). Numbers from different sections come from different runs, often on
 different machines: compare rows within one section.
 
@@ -357,7 +366,7 @@ def append_results(path: Path, section: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.load",
+        prog="python -m statekeeper.benchmarks.load",
         description="Closed-loop load generator for statekeeper (and other registered systems).",
     )
     p.add_argument("--system", default="statekeeper", choices=system_names())

@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from client import Client  # noqa: E402
-from cluster.members import MemberChangeError, Membership  # noqa: E402
-from cluster.ports import free_ports  # noqa: E402
-from cluster.supervisor import LocalCluster  # noqa: E402
-from node import config as node_config  # noqa: E402
+from statekeeper.client import Client  # noqa: E402
+from statekeeper.cluster.members import MemberChangeError, Membership  # noqa: E402
+from statekeeper.cluster.ports import free_ports  # noqa: E402
+from statekeeper.cluster.supervisor import LocalCluster  # noqa: E402
+from statekeeper.node import config as node_config  # noqa: E402
 
 
 def write_config(d: Path, fsync: str = "never"):

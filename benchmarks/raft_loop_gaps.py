@@ -24,13 +24,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-from client import Client
-from cluster.ports import free_ports
-from cluster.supervisor import LocalCluster, http_get_json
-from node import config as node_config
-from node.config import NodeConfig
-from node.recovery import BackgroundVerify
-from node.store import StateMachine
+from statekeeper.client import Client
+from statekeeper.cluster.ports import free_ports
+from statekeeper.cluster.supervisor import LocalCluster, http_get_json
+from statekeeper.node import config as node_config
+from statekeeper.node.config import NodeConfig
+from statekeeper.node.recovery import BackgroundVerify
+from statekeeper.node.store import StateMachine
 
 
 def start_cluster(directory: Path, journal_bytes: int, fsync: str) -> LocalCluster:
@@ -130,7 +130,9 @@ def snapshots_taken(url: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.raft_loop_gaps", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m statekeeper.benchmarks.raft_loop_gaps", description=__doc__
+    )
     p.add_argument("--writers", type=int, default=8)
     p.add_argument("--value-size", type=int, default=4096)
     p.add_argument("--seconds", type=float, default=30.0)

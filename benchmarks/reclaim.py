@@ -1,7 +1,7 @@
 """Storage reclaim: a million checkpoint versions under a keep-last-10 retention policy;
 does the RocksDB size on disk and the nodes' RSS stay flat?
 
-    python -m benchmarks.reclaim [--versions 1000000] [--agents 100] [--value-size 1024]
+    python -m statekeeper.benchmarks.reclaim [--versions 1000000] [--agents 100] [--value-size 1024]
                                  [--control-versions 100000] [--data-dir DIR]
                                  [--endpoints URL,... --node-dirs DIR,...] [--no-results]
 
@@ -62,11 +62,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import reclaim_report as rep
-from benchmarks.cluster_control import rss_of_pid
-from benchmarks.load import append_section, fs_type
-from benchmarks.reclaim_report import KEEP_LAST, PREFIX, Run, per_version, report
-from client import AsyncClient, RetryPolicy
+from statekeeper.benchmarks import reclaim_report as rep
+from statekeeper.benchmarks.cluster_control import rss_of_pid
+from statekeeper.benchmarks.load import append_section, fs_type
+from statekeeper.benchmarks.reclaim_report import KEEP_LAST, PREFIX, Run, per_version, report
+from statekeeper.client import AsyncClient, RetryPolicy
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 PLOTS = Path(__file__).with_name("results")
@@ -92,10 +92,10 @@ class Target:
 async def fresh_cluster(workdir: Path, args: argparse.Namespace) -> AsyncIterator[Target]:
     """A 3-node cluster like StatekeeperSystem.managed_cluster's, with this run's
     [retention] settings; stopped (down, then kill on failure) on exit."""
-    from benchmarks.cluster_control import free_port_block, running
-    from benchmarks.systems import StatekeeperControl
-    from cluster.supervisor import LocalCluster
-    from node import config as node_config
+    from statekeeper.benchmarks.cluster_control import free_port_block, running
+    from statekeeper.benchmarks.systems import StatekeeperControl
+    from statekeeper.cluster.supervisor import LocalCluster
+    from statekeeper.node import config as node_config
 
     rng = random.Random()
     http = free_port_block(3, set(), rng)
@@ -262,7 +262,7 @@ def barriers_for(versions: int) -> int:
     many change-log records (node/store/compaction.py); a deleted version leaves 2
     superseded-index records (its value and its tombstone), a version 1 or 2 change-log
     records."""
-    from node.store.compaction import HIST_PRUNE_MIN
+    from statekeeper.node.store.compaction import HIST_PRUNE_MIN
 
     return -(-2 * versions // HIST_PRUNE_MIN) + 100
 
@@ -392,7 +392,7 @@ def external_target(args: argparse.Namespace) -> Target:
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.reclaim",
+        prog="python -m statekeeper.benchmarks.reclaim",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -456,7 +456,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes, tables = report(runs, desc, args, png)
     print("\n".join(f"- {n}" for n in notes) + "\n\n" + "\n\n".join(tables))
     if not args.no_results:
-        append_section(RESULTS, "Storage reclaim", "benchmarks.reclaim", argv, notes, tables, now)
+        append_section(
+            RESULTS, "Storage reclaim", "statekeeper.benchmarks.reclaim", argv, notes, tables, now
+        )
     return 0
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.load import markdown_table
+from statekeeper.benchmarks.load import markdown_table
 
 PREFIX = "agent/"
 KEEP_LAST = 10

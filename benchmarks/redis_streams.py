@@ -26,14 +26,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cluster_control import (
+from statekeeper.benchmarks.cluster_control import (
     ClusterControl,
     free_port_block,
     running,
     stderr_say,
     stop_process,
 )
-from benchmarks.systems import System, register
+from statekeeper.benchmarks.systems import System, register
 
 REDIS_BINARY = "/usr/bin/redis-server"
 MEMBER = "r0"

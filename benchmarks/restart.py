@@ -13,7 +13,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from benchmarks.cluster_control import ClusterControl
+from statekeeper.benchmarks.cluster_control import ClusterControl
 
 
 async def wait_leader(control: ClusterControl, timeout: float = 60.0) -> str:

@@ -1,6 +1,6 @@
 """Rolling restart vs leader crash under a 16-client write load.
 
-    python -m benchmarks.rolling_restart [--rounds 3] [--clients 16] [--fsync never]
+    python -m statekeeper.benchmarks.rolling_restart [--rounds 3] [--clients 16] [--fsync never]
 
 One local 3-node cluster; `--clients` writer threads (the client library, real sockets,
 default retry policy) write unique keys the whole time. Rounds alternate:
@@ -31,10 +31,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from client import Client, StatekeeperError
-from cluster.ports import free_ports
-from cluster.supervisor import LocalCluster
-from node import config as node_config
+from statekeeper.client import Client, StatekeeperError
+from statekeeper.cluster.ports import free_ports
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.node import config as node_config
 
 RESULTS_DIR = Path(__file__).with_name("results")
 RESULTS_MD = Path(__file__).with_name("RESULTS.md")
@@ -271,7 +271,8 @@ def record(res: dict, stats: dict, png: Path, argv: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.rolling_restart", description=__doc__.split("\n\n")[0]
+        prog="python -m statekeeper.benchmarks.rolling_restart",
+        description=__doc__.split("\n\n")[0],
     )
     p.add_argument("--rounds", type=int, default=3, help="rounds of each kind (default 3)")
     p.add_argument("--clients", type=int, default=16, help="writer threads (default 16)")
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(res, indent=1))
     png = out.with_suffix(".png")
     plot(res, png)
-    cmd = "python -m benchmarks.rolling_restart " + " ".join(argv)
+    cmd = "python -m statekeeper.benchmarks.rolling_restart " + " ".join(argv)
     text = record(res, stats, png, cmd.strip())
     print(text)
     print(f"wrote {out} and {png}")

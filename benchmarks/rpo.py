@@ -1,6 +1,6 @@
 """RPO and RTO under faults, per durability setting.
 
-    python -m benchmarks.rpo [--trials 3] [--faults leader-kill,...] [--fsync always,never]
+    python -m statekeeper.benchmarks.rpo [--trials 3] [--faults leader-kill,...] [--fsync always,never]
 
 Each trial starts a fresh 3-node cluster, drives acknowledged writes of unique keys at a
 steady rate, injects one fault, lets the cluster recover, and then reads every key back
@@ -31,13 +31,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks import rpo_cache
-from chaos import lazyfs, partition
-from chaos.stats import percentile
-from client import Client, RetryPolicy, StatekeeperError
-from cluster.ports import free_ports
-from cluster.supervisor import LocalCluster
-from node import config as node_config
+from statekeeper.benchmarks import rpo_cache
+from statekeeper.chaos import lazyfs, partition
+from statekeeper.chaos.stats import percentile
+from statekeeper.client import Client, RetryPolicy, StatekeeperError
+from statekeeper.cluster.ports import free_ports
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.node import config as node_config
 
 FAULTS = ("leader-kill", "follower-kill", "minority-partition", "cluster-kill", "power-loss")
 CACHE_FAULTS = ("writer-kill",)  # the client cache's write-back RPO (benchmarks/rpo_cache.py)
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     table = "\n\n".join(tables)
     print(table)
     if not args.no_results:
-        cmd = "python -m benchmarks.rpo " + " ".join(argv if argv is not None else sys.argv[1:])
+        cmd = "python -m statekeeper.benchmarks.rpo " + " ".join(argv if argv is not None else sys.argv[1:])
         what = f"Writes at {args.rate:g}/s of unique keys"
         if trials:
             what += f"; fault after {args.before:g} s; RTO probes every 20 ms"

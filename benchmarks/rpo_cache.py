@@ -1,7 +1,7 @@
 """The RPO of the client cache's write-back mode (docs/cache.md), for benchmarks/rpo.py's
 `writer-kill` fault:
 
-    python -m benchmarks.rpo --faults writer-kill [--cache-modes write-back,write-through]
+    python -m statekeeper.benchmarks.rpo --faults writer-kill [--cache-modes write-back,write-through]
                              [--flush-ms 100] [--rate 200]
 
 A child process writes unique keys through ``client.cache("w/", mode=...)`` at a steady
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client import Client
-from cluster.supervisor import LocalCluster
+from statekeeper.client import Client
+from statekeeper.cluster.supervisor import LocalCluster
 
 PREFIX = "w/"
 
@@ -93,7 +93,7 @@ def run_trial(
         lc.up()
         urls = ",".join(lc.url(n) for n in lc.node_ids)
         ns, log = f"rpo-cache-{uuid.uuid4().hex[:6]}", work / "acked.log"
-        cmd = [sys.executable, "-m", "benchmarks.rpo_cache", "--urls", urls, "--ns", ns,
+        cmd = [sys.executable, "-m", "statekeeper.benchmarks.rpo_cache", "--urls", urls, "--ns", ns,
                "--mode", mode, "--flush-ms", str(flush_ms), "--rate", str(rate), "--log", str(log)]  # fmt: skip
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         st.callback(lambda: proc.poll() is None and proc.kill())

@@ -2,7 +2,7 @@
 
 A `System` is the small surface the load generator needs from a key-value store. Adding
 another store means writing one subclass and decorating it with `@register`;
-`python -m benchmarks.load --system <name>` then finds it. A system defined in another
+`python -m statekeeper.benchmarks.load --system <name>` then finds it. A system defined in another
 module that imports this one (etcd, in `benchmarks/etcd.py`) is listed in `ELSEWHERE`
 instead and imported on its first lookup, so neither module imports the other at load.
 
@@ -24,7 +24,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
-from benchmarks.cluster_control import (
+from statekeeper.benchmarks.cluster_control import (
     ClusterControl,
     free_port_block,
     maybe_await,
@@ -165,7 +165,10 @@ class System(ABC):
 
 SYSTEMS: dict[str, type[System]] = {}
 # Systems registered by modules that import this one: name -> module, imported on lookup.
-ELSEWHERE: dict[str, str] = {"etcd": "benchmarks.etcd", "redis": "benchmarks.redis_streams"}
+ELSEWHERE: dict[str, str] = {
+    "etcd": "statekeeper.benchmarks.etcd",
+    "redis": "statekeeper.benchmarks.redis_streams",
+}
 
 
 def register(cls: type[System]) -> type[System]:
@@ -221,7 +224,7 @@ class StatekeeperSystem(System):
 
     async def setup(self) -> None:
         # Imported here so the harness and its tests do not need the client package.
-        from client import AsyncClient
+        from statekeeper.client import AsyncClient
 
         extra = {} if self.max_connections is None else {"max_connections": self.max_connections}
         for i in range(self.pool):
@@ -260,7 +263,7 @@ class StatekeeperSystem(System):
         await next(self._next).compact(revision)  # type: ignore[arg-type]
 
     async def cas(self, key: str, value: bytes, expect_version: int) -> tuple[bool, int]:
-        from client import Conflict
+        from statekeeper.client import Conflict
 
         try:
             await next(self._next).cas(key, value, expect_version=expect_version, ns=self.ns)  # type: ignore[arg-type]
@@ -308,8 +311,8 @@ class StatekeeperSystem(System):
 
         `configure(cfg)` returns the ClusterConfig to run instead of the default one (e.g.
         a larger storage quota); ports and paths are set before it is called."""
-        from cluster.supervisor import LocalCluster
-        from node import config as node_config
+        from statekeeper.cluster.supervisor import LocalCluster
+        from statekeeper.node import config as node_config
 
         say = stderr_say(quiet)
         rng = random.Random()

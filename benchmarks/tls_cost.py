@@ -1,4 +1,4 @@
-"""What TLS costs: `python -m benchmarks.tls_cost [--rounds 3] [--duration 15]`.
+"""What TLS costs: `python -m statekeeper.benchmarks.tls_cost [--rounds 3] [--duration 15]`.
 
 Fresh local 3-node clusters (fsync=always, data on disk under benchmarks/out), one per arm
 and round, the arms in a rotating order, each measured with the load generator's put
@@ -25,15 +25,22 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.cluster_control import free_port_block
-from benchmarks.cpu_per_op import read_cpu_seconds
-from benchmarks.harness import LoadResult
-from benchmarks.load import Spec, append_section, fs_type, make_keys, markdown_table, run_spec
-from benchmarks.systems import StatekeeperSystem
-from cluster.certs import init_cluster_tls
-from cluster.supervisor import LocalCluster
-from node import config as node_config
-from node.config import TlsSettings
+from statekeeper.benchmarks.cluster_control import free_port_block
+from statekeeper.benchmarks.cpu_per_op import read_cpu_seconds
+from statekeeper.benchmarks.harness import LoadResult
+from statekeeper.benchmarks.load import (
+    Spec,
+    append_section,
+    fs_type,
+    make_keys,
+    markdown_table,
+    run_spec,
+)
+from statekeeper.benchmarks.systems import StatekeeperSystem
+from statekeeper.cluster.certs import init_cluster_tls
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.node import config as node_config
+from statekeeper.node.config import TlsSettings
 
 OUT = Path(__file__).resolve().parent / "out"
 CLIENTS = (1, 64)
@@ -162,7 +169,9 @@ async def amain(args: argparse.Namespace) -> list[list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="python -m benchmarks.tls_cost", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m statekeeper.benchmarks.tls_cost", description=__doc__
+    )
     p.add_argument("--rounds", type=int, default=3, help="rounds per arm (default 3)")
     p.add_argument("--duration", type=float, default=15.0, help="measured s per row (15)")
     p.add_argument("--warmup", type=float, default=2.0, help="unmeasured s per row (2)")
@@ -189,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         append_section(
             Path(__file__).resolve().parent / "RESULTS.md",
             "TLS: none vs HTTPS vs HTTPS + raft TLS, put 256 B",
-            "benchmarks.tls_cost",
+            "statekeeper.benchmarks.tls_cost",
             argv,
             [
                 f"started {started:%Y-%m-%d %H:%M:%S} UTC; fresh 3-node cluster per arm and "

@@ -1,4 +1,4 @@
-"""CPU cost of op validation: `python -m benchmarks.validate_cost [--rounds N]`.
+"""CPU cost of op validation: `python -m statekeeper.benchmarks.validate_cost [--rounds N]`.
 
 Times node.ops.validate_op / validate_ops on typical bodies (a 256 B put with an
 idempotency key, a get, a txn of 1 compare and 4 ops, a batch of 16 puts) in CPU time
@@ -13,8 +13,8 @@ import argparse
 import time
 import timeit
 
-from node.config import Limits
-from node.ops import validate_op, validate_ops
+from statekeeper.node.config import Limits
+from statekeeper.node.ops import validate_op, validate_ops
 
 IDEMPOTENCY_KEY = "6f1c2b0e-4a55-4b7e-9d8f-0c3e2a1b9d44"
 PUT = {
@@ -55,7 +55,9 @@ def best_us(fn, limits: Limits, number: int, rounds: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.validate_cost", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m statekeeper.benchmarks.validate_cost", description=__doc__
+    )
     p.add_argument("--rounds", type=int, default=15, help="timing rounds per case (default 15)")
     args = p.parse_args(argv)
     limits = Limits()

@@ -2,7 +2,7 @@
 how long it takes, and how long it keeps another thread (the raft/HTTP loop's stand-in)
 from running.
 
-    python -m benchmarks.verify_scan [--records 4200000] [--value-size 64] [--dir DIR]
+    python -m statekeeper.benchmarks.verify_scan [--records 4200000] [--value-size 64] [--dir DIR]
 
 A RocksDB of `--records` records (256 B values at 1M keys make about 4.2M records in a
 node's DB: keys, history, indexes) is written once into `--dir` (default benchmarks/out;
@@ -20,9 +20,9 @@ import threading
 import time
 from pathlib import Path
 
-from node import recovery
-from node.store import StateMachine
-from node.store.backend import open_db
+from statekeeper.node import recovery
+from statekeeper.node.store import StateMachine
+from statekeeper.node.store.backend import open_db
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "out" / "verify-scan"
 

@@ -1,6 +1,6 @@
 """Watch fan-out: many watchers on one prefix, one writer at a steady rate.
 
-    python -m benchmarks.watch_fanout [--watchers 10,100,1000] [--rate 20,5] [--duration 20]
+    python -m statekeeper.benchmarks.watch_fanout [--watchers 10,100,1000] [--rate 20,5] [--duration 20]
                                       [--endpoints URL,... | --data-dir DIR] [--no-results]
 
 For each rate and watcher count N (one fresh 3-node cluster, fsync=always, for all of them;
@@ -48,11 +48,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import compact_samples
-from benchmarks.load import append_section, markdown_table, monitored_target
-from chaos.stats import percentile
-from client import AsyncClient, RetryPolicy
-from client.watch import WatchEvent
+from statekeeper.benchmarks.harness import compact_samples
+from statekeeper.benchmarks.load import append_section, markdown_table, monitored_target
+from statekeeper.chaos.stats import percentile
+from statekeeper.client import AsyncClient, RetryPolicy
+from statekeeper.client.watch import WatchEvent
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 PLOTS = Path(__file__).with_name("results")
@@ -407,7 +407,7 @@ async def run(args: argparse.Namespace) -> tuple[list[Step], str]:
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.watch_fanout",
+        prog="python -m statekeeper.benchmarks.watch_fanout",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -451,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         append_section(
             RESULTS,
             "Watch fan-out",
-            "benchmarks.watch_fanout",
+            "statekeeper.benchmarks.watch_fanout",
             argv,
             [
                 f"target: {target}",

@@ -1,10 +1,10 @@
-"""``python -m chaos run|list|suite ...``: the same as ``statekeeper chaos ...``."""
+"""``python -m statekeeper.chaos run|list|suite ...``: the same as ``statekeeper chaos ...``."""
 
 from __future__ import annotations
 
 import sys
 
-from chaos.cli import main
+from statekeeper.chaos.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(prog="python -m chaos"))
+    sys.exit(main(prog="python -m statekeeper.chaos"))

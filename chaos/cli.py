@@ -1,4 +1,4 @@
-"""``statekeeper chaos ...`` (also ``python -m chaos ...``): run, list, suite, soak.
+"""``statekeeper chaos ...`` (also ``python -m statekeeper.chaos ...``): run, list, suite, soak.
 
 Exit codes: 0 every verdict passed (or skipped / unknown), 1 a verdict failed or a run
 broke, 2 bad usage, 130 interrupted (after cleaning up).
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from node.config import FSYNC_MODES
+from statekeeper.node.config import FSYNC_MODES
 
 PROG = "statekeeper chaos"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -276,7 +276,7 @@ def run_options(args: argparse.Namespace, fault: str, **phases: Any):
     """The RunOptions of ``fault``: the workload and output options every action takes
     (``_workload_args``, ``_output_args``), and ``phases``, the rest (duration, warmup,
     fault window, report dir, check time limit); by default as run and suite take them."""
-    from chaos.runner import RunOptions
+    from statekeeper.chaos.runner import RunOptions
 
     if not phases:
         phases = {
@@ -313,7 +313,7 @@ def run_options(args: argparse.Namespace, fault: str, **phases: Any):
 
 
 def cmd_list() -> int:
-    from chaos.faults import FAULTS, SMOKE
+    from statekeeper.chaos.faults import FAULTS, SMOKE
 
     rows = []
     for name, cls in FAULTS.items():
@@ -330,8 +330,8 @@ def cmd_list() -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from chaos.faults import FAULTS
-    from chaos.runner import run_scenario
+    from statekeeper.chaos.faults import FAULTS
+    from statekeeper.chaos.runner import run_scenario
 
     if args.fault not in FAULTS:
         print(f"{PROG}: unknown fault {args.fault!r}; see '{PROG} list'", file=sys.stderr)
@@ -341,8 +341,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_suite(args: argparse.Namespace) -> int:
-    from chaos.faults import FAULTS
-    from chaos.runner import run_suite
+    from statekeeper.chaos.faults import FAULTS
+    from statekeeper.chaos.runner import run_suite
 
     names = _names(args.only or None)
     if names:
@@ -376,7 +376,7 @@ def _soak_say(nemesis_cls: Any) -> Callable[[str], None]:
 
 
 def cmd_soak(args: argparse.Namespace) -> int:
-    from chaos.nemesis import (
+    from statekeeper.chaos.nemesis import (
         NemesisConfig,
         auto_topology,
         eligible_faults,
@@ -384,9 +384,9 @@ def cmd_soak(args: argparse.Namespace) -> int:
         registered,
         soak_phases,
     )
-    from chaos.nemesis_report import write_soak_report
-    from chaos.report import format_verdicts
-    from chaos.runner import default_report_dir, run_scenario
+    from statekeeper.chaos.nemesis_report import write_soak_report
+    from statekeeper.chaos.report import format_verdicts
+    from statekeeper.chaos.runner import default_report_dir, run_scenario
 
     duration, warmup, window = soak_phases(args.minutes, args.fault_time)
     only = _names(args.only)

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.history import Op
+from statekeeper.chaos.history import Op
 
 __all__ = [
     "Convergence",
@@ -123,7 +123,7 @@ def compare_replicas(states: Sequence[ReplicaState]) -> Convergence:
 
 
 def _read_one(url: str, node: str, ns: str, revision: int | None, timeout: float) -> ReplicaState:
-    from client import Client, RetryPolicy, StatekeeperError
+    from statekeeper.client import Client, RetryPolicy, StatekeeperError
 
     st = ReplicaState(node)
     try:
@@ -152,7 +152,7 @@ def _is_text(value: bytes) -> bool:
 
 
 def _statuses(urls: Mapping[str, str], timeout: float) -> dict[str, dict[str, Any] | None]:
-    from client import Client, RetryPolicy, StatekeeperError
+    from statekeeper.client import Client, RetryPolicy, StatekeeperError
 
     out: dict[str, dict[str, Any] | None] = {}
     for node, url in urls.items():

@@ -48,11 +48,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.background import BackgroundLoop
-from chaos.history import HistoryWriter
-from chaos.workload_config import WorkloadConfig
-from client import AsyncClient, InvalidRequest, RetryPolicy, StatekeeperError
-from client.errors import CrdtTypeMismatch
+from statekeeper.chaos.background import BackgroundLoop
+from statekeeper.chaos.history import HistoryWriter
+from statekeeper.chaos.workload_config import WorkloadConfig
+from statekeeper.client import AsyncClient, InvalidRequest, RetryPolicy, StatekeeperError
+from statekeeper.client.errors import CrdtTypeMismatch
 
 __all__ = ["CrdtClients", "CrdtRun", "finish_crdt", "start_crdt"]
 

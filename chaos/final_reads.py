@@ -8,8 +8,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from chaos.history import HistoryWriter
-from client import RetryPolicy, StatekeeperError
+from statekeeper.chaos.history import HistoryWriter
+from statekeeper.client import RetryPolicy, StatekeeperError
 
 __all__ = ["final_reads"]
 
@@ -22,7 +22,7 @@ async def _final_reads_async(
     ns: str,
     deadline: float,
 ) -> tuple[dict[str, Any], dict[str, int], list[str]]:
-    from client import AsyncClient
+    from statekeeper.client import AsyncClient
 
     values: dict[str, Any] = {}
     revisions: dict[str, int] = {}

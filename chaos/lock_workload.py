@@ -43,12 +43,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.background import BackgroundLoop
-from chaos.checker.watch import WatchTruth
-from chaos.history import HistoryWriter
-from chaos.watch_reads import final_watch_reads
-from chaos.workload_config import WorkloadConfig
-from client import (
+from statekeeper.chaos.background import BackgroundLoop
+from statekeeper.chaos.checker.watch import WatchTruth
+from statekeeper.chaos.history import HistoryWriter
+from statekeeper.chaos.watch_reads import final_watch_reads
+from statekeeper.chaos.workload_config import WorkloadConfig
+from statekeeper.client import (
     AsyncClient,
     FenceMismatch,
     InvalidRequest,
@@ -56,7 +56,7 @@ from client import (
     RetryPolicy,
     StatekeeperError,
 )
-from client.errors import LockTimeout
+from statekeeper.client.errors import LockTimeout
 
 __all__ = ["LockRun", "Lockers", "finish_lockers", "start_lockers"]
 

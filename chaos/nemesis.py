@@ -76,8 +76,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from chaos import faults as _faults
-from chaos.faults import Fault, FaultContext, FaultError, get_fault
+from statekeeper.chaos import faults as _faults
+from statekeeper.chaos.faults import Fault, FaultContext, FaultError, get_fault
 
 __all__ = [
     "NEVER",
@@ -116,7 +116,7 @@ NEVER: dict[str, str] = {
 def auto_topology(only: Sequence[str] | None = None) -> str:
     """The topology the faults in ``only`` need, if they need exactly one besides plain;
     else links (iptables) if it works here, else proxy (Toxiproxy) if installed, else plain."""
-    from chaos.faults import FAULTS
+    from statekeeper.chaos.faults import FAULTS
 
     wanted = {FAULTS[n].topology for n in only or () if n in FAULTS} - {"plain"}
     if len(wanted) == 1:
@@ -162,7 +162,7 @@ def eligible_faults(
     ``only``: restrict to these names (each still has to be eligible); ``exclude``: drop
     these. Unknown names raise ``KeyError``.
     """
-    from chaos.faults import FAULTS
+    from statekeeper.chaos.faults import FAULTS
 
     if topology not in TOPOLOGIES:
         raise ValueError(f"topology must be one of {TOPOLOGIES}, not {topology!r}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chaos.nemesis import NS, Nemesis
+from statekeeper.chaos.nemesis import NS, Nemesis
 
 __all__ = ["nemesis_verdicts", "render_nemesis", "write_nemesis_png", "write_soak_report"]
 
@@ -31,7 +31,7 @@ class _Index:
     """Finds, for any time, the first ok op of a kind invoked at or after it (bisect)."""
 
     def __init__(self, ops: Sequence[Any]) -> None:
-        from chaos.report import WRITE_FS
+        from statekeeper.chaos.report import WRITE_FS
 
         def build(pick: Callable[[Any], bool]) -> tuple[list[int], list[int]]:
             sel = sorted(
@@ -91,7 +91,7 @@ def _fs(x: float | None) -> str:
 
 
 def nemesis_verdicts(nemesis: Nemesis) -> list[Any]:
-    from chaos.report import FAIL, INFO, PASS, Verdict
+    from statekeeper.chaos.report import FAIL, INFO, PASS, Verdict
 
     recs = nemesis.records
     crashed = nemesis.crashes
@@ -163,7 +163,7 @@ def render_nemesis(
         "| errors until healed | all ready after heal (s) | what it did |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    from chaos.report import md_escape
+    from statekeeper.chaos.report import md_escape
 
     for r in nemesis.records:
         start = r.start_ns or r.begin_ns
@@ -210,7 +210,7 @@ def write_nemesis_png(result: Any, nemesis: Nemesis, t0: int, path: Path) -> Non
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    from chaos.faults import FAULTS
+    from statekeeper.chaos.faults import FAULTS
 
     m = result.metrics
     rows = m.timeline
@@ -267,8 +267,8 @@ def write_nemesis_png(result: Any, nemesis: Nemesis, t0: int, path: Path) -> Non
 def write_soak_report(result: Any, nemesis: Nemesis | None, report_dir: Path) -> Path:
     """Add the nemesis' verdicts, schedule table, PNG and nemesis.json to the run's report
     (rewrites report.md / result.json / timeline.png); returns report.md."""
-    from chaos.history import read_history
-    from chaos.report import write_run_report
+    from statekeeper.chaos.history import read_history
+    from statekeeper.chaos.report import write_run_report
 
     report_dir = Path(report_dir)
     md = report_dir / "report.md"

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable
 
-from node.config import ClusterConfig
+from statekeeper.node.config import ClusterConfig
 
 CHAIN_PREFIX = "SKCHAOS-"
 

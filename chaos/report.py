@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.history import Op
-from chaos.report_png import write_png
-from chaos.stats import percentile
+from statekeeper.chaos.history import Op
+from statekeeper.chaos.report_png import write_png
+from statekeeper.chaos.stats import percentile
 
 __all__ = [
     "Metrics",

@@ -9,7 +9,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from chaos.report import RunResult
+    from statekeeper.chaos.report import RunResult
 
 __all__ = ["write_png"]
 

@@ -11,14 +11,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chaos import checker
-from chaos.checker import watch as watch_checker
-from chaos.checker.crdt import LOSS_RULES as CRDT_LOSS_RULES
-from chaos.checker.crdt import check_crdt
-from chaos.checker.locks import LOSS_RULES as LOCK_LOSS_RULES
-from chaos.checker.locks import check_locks
-from chaos.checker.streams import LOSS_RULES, check_streams
-from chaos.convergence import (
+from statekeeper.chaos import checker
+from statekeeper.chaos.checker import watch as watch_checker
+from statekeeper.chaos.checker.crdt import LOSS_RULES as CRDT_LOSS_RULES
+from statekeeper.chaos.checker.crdt import check_crdt
+from statekeeper.chaos.checker.locks import LOSS_RULES as LOCK_LOSS_RULES
+from statekeeper.chaos.checker.locks import check_locks
+from statekeeper.chaos.checker.streams import LOSS_RULES, check_streams
+from statekeeper.chaos.convergence import (
     compare_replicas,
     idle_nodes,
     judged_since,
@@ -26,11 +26,11 @@ from chaos.convergence import (
     revision_conflicts,
     served_by,
 )
-from chaos.crdt_workload import CrdtRun
-from chaos.faults import Fault
-from chaos.history import read_history
-from chaos.lock_workload import LockRun
-from chaos.report import (
+from statekeeper.chaos.crdt_workload import CrdtRun
+from statekeeper.chaos.faults import Fault
+from statekeeper.chaos.history import read_history
+from statekeeper.chaos.lock_workload import LockRun
+from statekeeper.chaos.report import (
     ALLOWED,
     FAIL,
     INFO,
@@ -41,13 +41,13 @@ from chaos.report import (
     compute_metrics,
     revision_regressions,
 )
-from chaos.run_setup import NS, Say
-from chaos.stream_reads import StreamReads
-from chaos.watch_workload import WatchRun
-from node.config import ClusterConfig
+from statekeeper.chaos.run_setup import NS, Say
+from statekeeper.chaos.stream_reads import StreamReads
+from statekeeper.chaos.watch_workload import WatchRun
+from statekeeper.node.config import ClusterConfig
 
 if TYPE_CHECKING:
-    from chaos.runner import RunOptions
+    from statekeeper.chaos.runner import RunOptions
 
 __all__ = ["EVERY_NODE_GRACE_S", "check_run", "converge", "every_node_verdict"]
 

@@ -17,16 +17,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chaos.report import RunResult
-from chaos.workload import Workload
-from cluster.ports import free_ports
-from cluster.supervisor import LocalCluster
-from node import config as node_config
-from node.config import ClusterConfig, NodeConfig
+from statekeeper import IMPORT_ROOT
+from statekeeper.chaos.report import RunResult
+from statekeeper.chaos.workload import Workload
+from statekeeper.cluster.ports import free_ports
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.node import config as node_config
+from statekeeper.node.config import ClusterConfig, NodeConfig
 
 if TYPE_CHECKING:
-    from chaos.faults import Fault
-    from chaos.runner import RunOptions
+    from statekeeper.chaos.faults import Fault
+    from statekeeper.chaos.runner import RunOptions
 
 __all__ = [
     "NS",
@@ -45,7 +46,6 @@ __all__ = [
 
 Say = Callable[[str], None]
 NS = 1_000_000_000
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def base_config(opts: RunOptions, data_dir: Path) -> ClusterConfig:
@@ -64,7 +64,7 @@ def base_config(opts: RunOptions, data_dir: Path) -> ClusterConfig:
 
 def report_options(opts: RunOptions, fault: Fault, warmup: float, window: float) -> dict:
     """The options a run's report lists (what makes it reproducible)."""
-    from chaos.faults import failpoint_spec
+    from statekeeper.chaos.faults import failpoint_spec
 
     return {
         "duration": opts.duration,
@@ -97,7 +97,7 @@ def report_options(opts: RunOptions, fault: Fault, warmup: float, window: float)
 def with_tls(cfg: ClusterConfig, work: Path) -> ClusterConfig:
     """`cfg` with [tls] on (client and raft ports), certificates from a fresh CA in
     `work`/tls (the config file is written to `work`, so the paths are relative to it)."""
-    from cluster.certs import init_cluster_tls
+    from statekeeper.cluster.certs import init_cluster_tls
 
     init_cluster_tls(work / "tls", [(n.id, n.host) for n in cfg.nodes], cfg.name)
     tls = node_config.TlsSettings(
@@ -110,8 +110,8 @@ def workload_token(lc: LocalCluster) -> str:
     """A token for the run's clients (auth on): writer of every namespace, minted with the
     root token (derived from the cluster secret), so the workload goes through the token
     store's check on every request, not the root shortcut."""
-    from client import Client
-    from client.auth_tokens import root_token
+    from statekeeper.client import Client
+    from statekeeper.client.auth_tokens import root_token
 
     cfg = lc.config
     with Client(cfg.http_urls(), token=root_token(cfg.secret), tls=lc.tls, timeout=10) as c:
@@ -143,17 +143,23 @@ def toxiproxy_url(mode: str, say: Say) -> Iterator[str]:
         yield external.rstrip("/")
         return
     if mode == "in-process":
-        from chaos.toxiproxy import ToxiproxyServer
+        from statekeeper.chaos.toxiproxy import ToxiproxyServer
 
         with ToxiproxyServer() as server:
             yield server.url
         return
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
-    )
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (IMPORT_ROOT, env.get("PYTHONPATH", "")) if p)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "chaos.toxiproxy", "--port", "0", "--log-level", "WARNING"],
+        [
+            sys.executable,
+            "-m",
+            "statekeeper.chaos.toxiproxy",
+            "--port",
+            "0",
+            "--log-level",
+            "WARNING",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,

@@ -46,8 +46,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from chaos.crdt_workload import finish_crdt, start_crdt
-from chaos.faults import (
+from statekeeper.chaos.crdt_workload import finish_crdt, start_crdt
+from statekeeper.chaos.faults import (
     SMOKE,
     CrashWatcher,
     Fault,
@@ -59,10 +59,10 @@ from chaos.faults import (
     get_fault,
     start_cluster,
 )
-from chaos.final_reads import final_reads
-from chaos.history import HistoryWriter
-from chaos.lock_workload import finish_lockers, start_lockers
-from chaos.report import (
+from statekeeper.chaos.final_reads import final_reads
+from statekeeper.chaos.history import HistoryWriter
+from statekeeper.chaos.lock_workload import finish_lockers, start_lockers
+from statekeeper.chaos.report import (
     FAIL,
     PASS,
     RunResult,
@@ -72,8 +72,8 @@ from chaos.report import (
     write_run_report,
     write_summary,
 )
-from chaos.run_checks import check_run, converge
-from chaos.run_setup import (
+from statekeeper.chaos.run_checks import check_run, converge
+from statekeeper.chaos.run_setup import (
     NS,
     Progress,
     Say,
@@ -87,13 +87,13 @@ from chaos.run_setup import (
     with_tls,
     workload_token,
 )
-from chaos.stream_reads import read_stream_copies, run_final_streams
-from chaos.watch_workload import finish_watchers, start_watchers
-from chaos.workload import Workload
-from chaos.workload_config import WorkloadConfig
-from cluster.supervisor import LocalCluster, SupervisorError
-from node import config as node_config
-from node.config import FSYNC_MODES
+from statekeeper.chaos.stream_reads import read_stream_copies, run_final_streams
+from statekeeper.chaos.watch_workload import finish_watchers, start_watchers
+from statekeeper.chaos.workload import Workload
+from statekeeper.chaos.workload_config import WorkloadConfig
+from statekeeper.cluster.supervisor import LocalCluster, SupervisorError
+from statekeeper.node import config as node_config
+from statekeeper.node.config import FSYNC_MODES
 
 __all__ = ["RunOptions", "default_report_dir", "run_scenario", "run_suite"]
 
@@ -253,7 +253,7 @@ def _run(
         data_dir = work / "data"
         lazyfs = partitioner = proxies = None
         if topology == "lazyfs":
-            from chaos.lazyfs import LazyFS
+            from statekeeper.chaos.lazyfs import LazyFS
 
             backing, mount = work / "backing", work / "mnt"
             backing.mkdir()
@@ -268,7 +268,7 @@ def _run(
             )
             data_dir = mount / "data"
         elif topology == "smallfs":  # a size-limited tmpfs (the disk-full fault)
-            from chaos.smallfs import SmallFs
+            from statekeeper.chaos.smallfs import SmallFs
 
             data_dir = stack.enter_context(SmallFs(work / "smallfs", fault.fs_bytes)) / "data"
         cfg = fault.configure(base_config(opts, data_dir))
@@ -280,7 +280,7 @@ def _run(
             stack.enter_context(client_environment({"STATEKEEPER_CA_FILE": str(ca)}))
         endpoints = cfg.http_urls()
         if topology == "links":
-            from chaos.partition import Partitioner, with_link_addresses
+            from statekeeper.chaos.partition import Partitioner, with_link_addresses
 
             cfg = with_link_addresses(cfg)
             partitioner = stack.enter_context(Partitioner(cfg))
@@ -304,7 +304,7 @@ def _run(
         cfg_path = work / "cluster.toml"
         node_config.write(cfg, cfg_path)
         cfg = node_config.load(cfg_path)
-        command = [sys.executable, "-m", "node"]
+        command = [sys.executable, "-m", "statekeeper.node"]
         if opts.debug_unsafe_reads:
             command.append("--unsafe-reads")
         lc = LocalCluster(

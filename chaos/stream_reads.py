@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.history import HistoryWriter
-from client import RetryPolicy, StatekeeperError
+from statekeeper.chaos.history import HistoryWriter
+from statekeeper.client import RetryPolicy, StatekeeperError
 
 __all__ = [
     "StreamReads",
@@ -75,7 +75,7 @@ async def _final_async(
     page_size: int,
     deadline: float,
 ) -> StreamReads:
-    from client import AsyncClient
+    from statekeeper.client import AsyncClient
 
     out = StreamReads()
     policy = RetryPolicy(max_attempts=1000, deadline=max(1.0, deadline - time.monotonic()))
@@ -129,7 +129,7 @@ def final_stream_reads(
 async def _node_copy(
     url: str, streams: Sequence[str], ns: str, page_size: int, revision: int, timeout: float
 ) -> dict[str, list[Ev]] | None:
-    from client import AsyncClient
+    from statekeeper.client import AsyncClient
 
     policy = RetryPolicy(max_attempts=1000, deadline=timeout)
     copies: dict[str, list[Ev]] = {}

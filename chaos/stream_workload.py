@@ -33,8 +33,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.stream_reads import read_whole, seen
-from client import StatekeeperError
+from statekeeper.chaos.stream_reads import read_whole, seen
+from statekeeper.client import StatekeeperError
 
 __all__ = ["StreamOps", "StreamState"]
 

@@ -24,9 +24,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from chaos.checker.watch import Change, WatchTruth
-from client import AsyncClient, Compacted, RetryPolicy, StatekeeperError
-from client.watch import WatchEvent
+from statekeeper.chaos.checker.watch import Change, WatchTruth
+from statekeeper.client import AsyncClient, Compacted, RetryPolicy, StatekeeperError
+from statekeeper.client.watch import WatchEvent
 
 __all__ = ["final_watch_reads"]
 

@@ -34,14 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chaos.background import BackgroundLoop
-from chaos.checker.watch import WatcherLog, WatchTruth
-from chaos.report import RunResult
-from chaos.watch_reads import final_watch_reads
-from chaos.workload_config import WorkloadConfig
-from client import AsyncClient, RetryPolicy, StatekeeperError
-from client.retry import normalize_endpoint
-from client.watch import WatchProgress, WatchSession
+from statekeeper.chaos.background import BackgroundLoop
+from statekeeper.chaos.checker.watch import WatcherLog, WatchTruth
+from statekeeper.chaos.report import RunResult
+from statekeeper.chaos.watch_reads import final_watch_reads
+from statekeeper.chaos.workload_config import WorkloadConfig
+from statekeeper.client import AsyncClient, RetryPolicy, StatekeeperError
+from statekeeper.client.retry import normalize_endpoint
+from statekeeper.client.watch import WatchProgress, WatchSession
 
 __all__ = [
     "PATIENT",

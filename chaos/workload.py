@@ -65,11 +65,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.history import HistoryWriter
-from chaos.stream_workload import StreamOps, StreamState
-from chaos.workload_config import SPREAD_MODES, WorkloadConfig, op_node, pinned_nodes
-from chaos.workload_ops import WorkloadOps
-from client import (
+from statekeeper.chaos.history import HistoryWriter
+from statekeeper.chaos.stream_workload import StreamOps, StreamState
+from statekeeper.chaos.workload_config import SPREAD_MODES, WorkloadConfig, op_node, pinned_nodes
+from statekeeper.chaos.workload_ops import WorkloadOps
+from statekeeper.client import (
     Compacted,
     Conflict,
     InsufficientStorage,
@@ -213,7 +213,7 @@ class Workload(WorkloadOps, StreamOps):
 
     async def _client(self, p: int, pin: int | None) -> None:
         """One client: pinned to node ``pin`` (reads only), or spreading its ops."""
-        from client import AsyncClient  # imported only where the async client is used
+        from statekeeper.client import AsyncClient  # imported only where the async client is used
 
         cfg = self.config
         rng = random.Random(cfg.seed * 100_003 + p)

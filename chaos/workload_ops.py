@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from client import Conflict, NotFound, StatekeeperError
+from statekeeper.client import Conflict, NotFound, StatekeeperError
 
 __all__ = ["WorkloadOps"]
 
@@ -139,7 +139,7 @@ class WorkloadOps:
         self._finish(op_id, "ok", succeeded=True, revision=res.revision, node=node)
 
     async def _op_txn(self, route, p, n, key, seen, rng) -> None:
-        from client import compare, ops
+        from statekeeper.client import compare, ops
 
         keys = self.config.key_names()
         i = keys.index(key) // 2 * 2

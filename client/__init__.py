@@ -2,14 +2,14 @@
 
 Blocking::
 
-    from client import Client, NotFound
+    from statekeeper import Client, NotFound
     with Client(["http://127.0.0.1:7000", "http://127.0.0.1:7001"], ns="agent-42") as c:
         c.put("memory/plan", "step 1")
         print(c.get("memory/plan").text)
 
 asyncio (same methods, awaited)::
 
-    from client import AsyncClient
+    from statekeeper import AsyncClient
     async with AsyncClient("http://127.0.0.1:7000") as c:
         await c.put("memory/plan", b"step 1")
 

@@ -188,7 +188,7 @@ class Ops:
 
     Example::
 
-        from client import ops, compare
+        from statekeeper import ops, compare
         client.txn(
             [compare.version("lock") == 0],
             [ops.put("lock", "me"), ops.get("config")],

@@ -97,7 +97,7 @@ class Client(Commands[Batch]):
 
     Example::
 
-        from client import Client
+        from statekeeper import Client
         with Client(["http://127.0.0.1:7000", "http://127.0.0.1:7001"], ns="agent-42") as c:
             rev = c.put("plan", b"step 1").revision
             kv = c.get("plan")

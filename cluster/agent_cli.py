@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from cluster.client_cli import (
+from statekeeper.cluster.client_cli import (
     EXIT_OK,
     EXIT_USAGE,
     client_args,
@@ -77,7 +77,7 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
 def agent_ids_plan(ns: str) -> Any:
     """Agent ids of ``ns``: owners of agent/{id}/... keys (one key per agent read, the
     rest skipped) and of agent/{id} streams."""
-    from client.agent.plan import call
+    from statekeeper.client.agent.plan import call
 
     ids: set[str] = set()
     start = "agent/"
@@ -99,10 +99,10 @@ def agent_ids_plan(ns: str) -> Any:
 
 def summaries_plan(ns: str, ids: list[str]) -> Any:
     """(id, head manifest or None, last seq) per agent, 200 agents per batch."""
-    from client.agent.checkpoints import Ctx, head_call, head_of
-    from client.agent.codec import Codec
-    from client.agent.layout import Layout
-    from client.agent.plan import batch, call
+    from statekeeper.client.agent.checkpoints import Ctx, head_call, head_of
+    from statekeeper.client.agent.codec import Codec
+    from statekeeper.client.agent.layout import Layout
+    from statekeeper.client.agent.plan import batch, call
 
     out = []
     for i in range(0, len(ids), 200):
@@ -124,7 +124,7 @@ def summaries_plan(ns: str, ids: list[str]) -> Any:
 def cmd_list(args: argparse.Namespace) -> int:
     """One row per agent of the namespace: its current checkpoint, step, position, the
     events in its stream, its state's size and when it was last checkpointed."""
-    from client.agent.plan import run
+    from statekeeper.client.agent.plan import run
 
     with open_client(args) as c:
         ids = run(c, agent_ids_plan(args.ns))
@@ -153,11 +153,11 @@ def _describe(ck: Any) -> dict[str, Any]:
 
 
 def show_plan(agent: Any, n: int | None) -> Any:
-    from client.agent.checkpoints import head_call, head_of, load_envelope_plan
-    from client.agent.errors import CheckpointNotFound
-    from client.agent.plan import call
-    from client.agent.records import checkpoint_from, unpack_manifest
-    from client.errors import NotFound
+    from statekeeper.client.agent.checkpoints import head_call, head_of, load_envelope_plan
+    from statekeeper.client.agent.errors import CheckpointNotFound
+    from statekeeper.client.agent.plan import call
+    from statekeeper.client.agent.records import checkpoint_from, unpack_manifest
+    from statekeeper.client.errors import NotFound
 
     ctx = agent.ctx
     if n is None:
@@ -179,9 +179,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     """The agent's current checkpoint (or --ckpt N): its step, position, revision, time,
     parent, metadata and envelope header, then its state as JSON (decoded without any
     registered class: the data as stored, bytes as {"$bytes": base64})."""
-    from client.agent import Agent
-    from client.agent.codec import show_envelope
-    from client.agent.plan import run
+    from statekeeper.client.agent import Agent
+    from statekeeper.client.agent.codec import show_envelope
+    from statekeeper.client.agent.plan import run
 
     with open_client(args) as c:
         agent = Agent(c, args.agent_id, ns=args.ns)
@@ -209,8 +209,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     """The agent's events, checkpoints and rollbacks, oldest first, with the store
     revision and time of each."""
-    from client.agent import Agent
-    from client.agent.codec import jsonable
+    from statekeeper.client.agent import Agent
+    from statekeeper.client.agent.codec import jsonable
 
     with open_client(args) as c:
         rows = Agent(c, args.agent_id, ns=args.ns).history(limit=args.limit)
@@ -231,7 +231,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     """Make an earlier checkpoint current: the newest with step <= --to, or --ckpt N. A
     new checkpoint and a statekeeper.rollback event are written together; nothing is
     deleted (history still shows what came after)."""
-    from client.agent import Agent
+    from statekeeper.client.agent import Agent
 
     if (args.to is None) == (args.ckpt is None):
         print("statekeeper: error: give exactly one of --to STEP or --ckpt N", file=sys.stderr)
@@ -270,7 +270,7 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     """The agent's checkpoints newest first (states not loaded): number, kind, step,
     position, revision, size, time, parent and metadata; --filter k=v keeps those whose
     metadata has k == v."""
-    from client.agent import Agent
+    from statekeeper.client.agent import Agent
 
     try:
         filters = parse_filters(args.filter)
@@ -304,7 +304,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     """Delete the agent's chunk sets that neither its head nor any checkpoint manifest
     references (left by a crash between chunks and manifest, or by retention dropping
     manifests); guarded by the head, so it never deletes what a new checkpoint uses."""
-    from client.agent import Agent
+    from statekeeper.client.agent import Agent
 
     with open_client(args) as c:
         deleted = Agent(c, args.agent_id, ns=args.ns).gc()

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from cluster.client_cli import (
+from statekeeper.cluster.client_cli import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
@@ -39,7 +39,7 @@ from cluster.client_cli import (
     size,
     table,
 )
-from cluster.client_cli import token as client_token
+from statekeeper.cluster.client_cli import token as client_token
 
 GROUP_HELP = (
     "archive old checkpoints and stream events to a cold tier, and restore them",
@@ -53,7 +53,7 @@ FAILPOINT_STEPS = ("segment-written", "manifest-written", "sealed")
 
 
 def open_client(args: argparse.Namespace) -> Any:
-    from client import Client
+    from statekeeper.client import Client
 
     return Client(
         endpoints(args),
@@ -138,7 +138,7 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
 
 
 def _progress(quiet: bool) -> Callable[[str, dict[str, Any]], None]:
-    from node import failpoints
+    from statekeeper.node import failpoints
 
     def report(step: str, info: dict[str, Any]) -> None:
         if not quiet:
@@ -273,8 +273,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _orphans(args: argparse.Namespace, records: list[dict[str, Any]]) -> int:
-    from client.archive import manifest
-    from client.archive.storage import ArchiveStore, ns_unescape
+    from statekeeper.client.archive import manifest
+    from statekeeper.client.archive.storage import ArchiveStore, ns_unescape
 
     store = ArchiveStore(args.to)
     mine = [r for r in records if str(r["url"]).startswith(store.url + "/")]

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cluster.client_cli import (
+from statekeeper.cluster.client_cli import (
     EXIT_OK,
     EXIT_USAGE,
     client_args,

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster.client_cli import (
+from statekeeper.cluster.client_cli import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
@@ -44,7 +44,7 @@ from cluster.client_cli import (
     tls_context,
     token,
 )
-from cluster.config_file import create_config_if_missing
+from statekeeper.cluster.config_file import create_config_if_missing
 
 EXIT_CODES = (
     "exit codes: 0 done; 1 cluster/transport failure (no endpoint answered, refused token,\n"
@@ -118,7 +118,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     if not Path(args.out).resolve().parent.is_dir():
         print(f"statekeeper: error: no directory for {args.out}", file=sys.stderr)
         return EXIT_USAGE
-    from client.errors import StatekeeperError
+    from statekeeper.client.errors import StatekeeperError
 
     try:
         return _backup(args)
@@ -128,7 +128,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def _inspect(path: str, as_json: bool) -> int:
-    from node.backup_file import BackupError, verify
+    from statekeeper.node.backup_file import BackupError, verify
 
     try:
         meta, digest, body = verify(path)
@@ -162,10 +162,10 @@ def _utc(ms: Any) -> str:
 def _backup(args: argparse.Namespace) -> int:
     import urllib3
 
-    from client.base import bearer
-    from client.errors import StatekeeperError
-    from node.backup_file import BackupError, verify
-    from node.backup_ops import PATH
+    from statekeeper.client.base import bearer
+    from statekeeper.client.errors import StatekeeperError
+    from statekeeper.node.backup_file import BackupError, verify
+    from statekeeper.node.backup_ops import PATH
 
     out = Path(args.out)
     headers = {"Authorization": auth} if (auth := bearer(token(args))) else {}
@@ -261,7 +261,7 @@ def _error_message(body: bytes) -> str:
 
 
 def _fsync_dir(path: Path) -> None:
-    from node.snapshot_file import fsync_dir
+    from statekeeper.node.snapshot_file import fsync_dir
 
     fsync_dir(str(path.resolve()))
 
@@ -276,8 +276,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
     stopped, and their data dirs empty unless --force (which replaces their store and
     raft state). The new cluster keeps the revision, history, auth tokens and cluster
     clock of the backup; its members, addresses and secret are the config's."""
-    from node.backup_file import BackupError
-    from node.backup_seed import SeedError, seed
+    from statekeeper.node.backup_file import BackupError
+    from statekeeper.node.backup_seed import SeedError, seed
 
     try:
         cfg, node_ids = _targets(args)
@@ -310,7 +310,7 @@ def _targets(args: argparse.Namespace) -> tuple[Any, list[str]]:
     node_ids = args.node or [n.id for n in cfg.nodes]
     for nid in node_ids:
         cfg.node(nid)  # an unknown id is a ConfigError: usage, exit 2
-    from cluster.supervisor import LocalCluster
+    from statekeeper.cluster.supervisor import LocalCluster
 
     lc = LocalCluster(cfg, args.config)
     running = [nid for nid in node_ids if lc.is_running(nid)]

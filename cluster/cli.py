@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster import supervise_cli
-from cluster.config_file import (
+from statekeeper.cluster import supervise_cli
+from statekeeper.cluster.config_file import (
     DEFAULT_BASE_PORT,
     DEFAULT_DATA_DIR,
     RAFT_PORT_OFFSET,
@@ -27,7 +27,7 @@ from cluster.config_file import (
     create_config_if_missing,
     say,
 )
-from cluster.supervisor import (
+from statekeeper.cluster.supervisor import (
     LocalCluster,
     SupervisorError,
     http_get_json,
@@ -36,10 +36,10 @@ from cluster.supervisor import (
     status_leader,
     status_role,
 )
-from node import config as node_config
-from node.config import FSYNC_MODES, ClusterConfig, ConfigError
-from node.pod_identity import node_id_from_hostname
-from node.raft_state import NEW_CLUSTER_HELP
+from statekeeper.node import config as node_config
+from statekeeper.node.config import FSYNC_MODES, ClusterConfig, ConfigError
+from statekeeper.node.pod_identity import node_id_from_hostname
+from statekeeper.node.raft_state import NEW_CLUSTER_HELP
 
 PROG = "statekeeper"
 DEFAULT_CONFIG = "cluster.toml"
@@ -357,7 +357,7 @@ def how_to_connect(cfg: ClusterConfig) -> str:
         f"  {curl} -X POST {first}/v1/kv/get -H 'Content-Type: application/json' \\\n"
         '       -d \'{"key":"greeting"}\'\n'
         "From Python:\n"
-        f"  from client import Client; c = Client([{url_list}]{client_args})\n"
+        f"  from statekeeper import Client; c = Client([{url_list}]{client_args})\n"
         "Stop it with: statekeeper cluster down"
     )
 
@@ -404,11 +404,13 @@ def cmd_node(args: argparse.Namespace) -> int:
     check_node_id(cfg, args.node_id)
     # Imported here: `statekeeper cluster ...` must work without the node's dependencies loaded.
     try:
-        from node.main import run_node
+        from statekeeper.node.main import run_node
     except ModuleNotFoundError as e:
-        if e.name not in ("node.main", "node"):
+        if e.name not in ("statekeeper.node.main", "statekeeper.node"):
             raise  # a missing dependency of the node: the traceback is the useful part
-        raise UserError("this installation has no node implementation (node.main)") from None
+        raise UserError(
+            "this installation has no node implementation (statekeeper.node.main)"
+        ) from None
     return run_node(
         str(Path(args.config).resolve()),
         args.node_id,
@@ -493,7 +495,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"note: {args.config} exists; --data-dir/--base-port/--fsync apply only when creating it"
         )
     if args.tls and not cfg.tls.enabled:
-        from cluster.tls_cli import enable_tls
+        from statekeeper.cluster.tls_cli import enable_tls
 
         cfg, written = enable_tls(Path(args.config))
         say(f"[tls] on: CA and node certificates in {written[0].parent if written else 'tls/'}")
@@ -663,13 +665,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
 @command(
     "bench",
     "compare",
-    help="benchmark statekeeper and etcd side by side (python -m benchmarks.compare)",
+    help="benchmark statekeeper and etcd side by side (python -m statekeeper.benchmarks.compare)",
     passthrough=True,
 )
 def cmd_bench_compare(args: argparse.Namespace) -> int:
-    """`python -m benchmarks.compare` with the same arguments: see 'statekeeper bench
+    """`python -m statekeeper.benchmarks.compare` with the same arguments: see 'statekeeper bench
     compare --help'. The benchmarks are imported only when this command runs."""
-    from benchmarks.compare import main as compare_main
+    from statekeeper.benchmarks.compare import main as compare_main
 
     return compare_main(args.argv, prog=f"{PROG} bench compare")
 
@@ -696,12 +698,12 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     of what the clients saw (linearizability, lost and duplicated writes, RTO); each run
     writes a Markdown + PNG report. Actions: run, list, suite, soak (see 'statekeeper chaos
     ACTION --help')."""
-    from chaos.cli import main as chaos_main
+    from statekeeper.chaos.cli import main as chaos_main
 
     return chaos_main(args.chaos_args or ["--help"], prog=f"{PROG} chaos")
 
 
-from cluster import (  # noqa: E402 (their groups register here)
+from statekeeper.cluster import (  # noqa: E402 (their groups register here)
     agent_cli,
     archive_cli,
     auth_cli,

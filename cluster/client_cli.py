@@ -67,7 +67,7 @@ def cluster_config(args: argparse.Namespace) -> Any:
     """The parsed --config file (node/config.py's ClusterConfig), or None without one."""
     config = getattr(args, "config", None)
     if config and Path(config).exists():
-        from node import config as node_config
+        from statekeeper.node import config as node_config
 
         return node_config.load(Path(config))
     return None
@@ -78,7 +78,7 @@ def connection_options(args: argparse.Namespace) -> dict[str, Any]:
     cfg = cluster_config(args)
     if cfg is None or not cfg.tls.enabled or os.environ.get("STATEKEEPER_CA_FILE"):
         return {}
-    from node.tls import operator_tls_context
+    from statekeeper.node.tls import operator_tls_context
 
     return {"tls": operator_tls_context(cfg)}
 
@@ -87,7 +87,7 @@ def guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Names
     """Client errors as one line on stderr: 2 for what was asked wrong, 1 otherwise."""
 
     def run(args: argparse.Namespace) -> int:
-        from client.errors import InvalidRequest, NotFound, StatekeeperError
+        from statekeeper.client.errors import InvalidRequest, NotFound, StatekeeperError
 
         try:
             return fn(args)
@@ -131,15 +131,15 @@ def token(args: argparse.Namespace) -> str | None:
     """The bearer token the CLI sends (see the module docstring); None: none."""
     path = getattr(args, "token_file", None)
     if path:
-        from node import config as node_config
+        from statekeeper.node import config as node_config
 
         return node_config.read_secret_file(Path(path), "--token-file")
     if os.environ.get("STATEKEEPER_TOKEN") or os.environ.get("STATEKEEPER_TOKEN_FILE"):
         return None  # the client reads them
     config = getattr(args, "config", None)
     if config and Path(config).exists():
-        from client.auth_tokens import root_token
-        from node import config as node_config
+        from statekeeper.client.auth_tokens import root_token
+        from statekeeper.node import config as node_config
 
         secret = node_config.load(Path(config)).secret
         return root_token(secret) if secret else None
@@ -149,13 +149,13 @@ def token(args: argparse.Namespace) -> str | None:
 def tls_context(args: argparse.Namespace) -> Any:
     """The SSLContext the client commands use for https endpoints (module docstring); an
     unreadable CA or certificate file is a TlsError (one line, exit 1), not a traceback."""
-    from client.tls import client_tls_context
+    from statekeeper.client.tls import client_tls_context
 
     return _tls_setup(lambda: client_tls_context(tls=connection_options(args).get("tls")))
 
 
 def _tls_setup(make: Callable[[], Any]) -> Any:
-    from client.errors import TlsError
+    from statekeeper.client.errors import TlsError
 
     try:
         return make()
@@ -164,7 +164,7 @@ def _tls_setup(make: Callable[[], Any]) -> Any:
 
 
 def open_client(args: argparse.Namespace) -> Any:
-    from client import Client
+    from statekeeper.client import Client
 
     return _tls_setup(
         lambda: Client(

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from node import config as node_config
-from node.config import ClusterConfig
+from statekeeper.node import config as node_config
+from statekeeper.node.config import ClusterConfig
 
 SECRET_FILE_NAME = "secret"  # `cluster up` writes the cluster secret here, next to the config
 DEFAULT_DATA_DIR = "data"

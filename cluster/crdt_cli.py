@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from cluster.client_cli import EXIT_OK, client_args, dump, guarded, open_client, table
+from statekeeper.cluster.client_cli import EXIT_OK, client_args, dump, guarded, open_client, table
 
 GROUP_HELP = (
     "read and update shared CRDT values (counters, sets, registers)",

@@ -36,7 +36,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from cluster.client_cli import (
+from statekeeper.cluster.client_cli import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
@@ -293,7 +293,7 @@ def parse_txn(text: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
 
 
 def _compare(line: str) -> dict[str, Any]:
-    from client.ops import compare
+    from statekeeper.client.ops import compare
 
     m = _CMP.match(line)
     if not m or m.group(1) not in _TARGETS:
@@ -320,7 +320,7 @@ def _compare(line: str) -> dict[str, Any]:
 
 
 def _op(line: str) -> dict[str, Any]:
-    from client.ops import ops
+    from statekeeper.client.ops import ops
 
     p = argparse.ArgumentParser(prog="txn op", add_help=False, exit_on_error=False)
     p.add_argument("op", choices=("put", "del", "get"))
@@ -409,7 +409,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 def _statuses(args: argparse.Namespace) -> list[tuple[str, dict[str, Any] | None, str]]:
     """(endpoint, its /v1/status or None, the error) for every endpoint, one attempt each."""
-    from client.errors import StatekeeperError
+    from statekeeper.client.errors import StatekeeperError
 
     out: list[tuple[str, dict[str, Any] | None, str]] = []
     with open_client(args) as c:
@@ -461,7 +461,7 @@ def cmd_endpoint_status(args: argparse.Namespace) -> int:
     revision, raft applied index, compaction point, storage alarm ("nospace" while writes
     that add data get 507; docs/protocol.md#storage-quota), and sizes when the node reports
     them. Exit 1 if an endpoint does not answer."""
-    from cluster.supervisor import status_alarm, status_field
+    from statekeeper.cluster.supervisor import status_alarm, status_field
 
     rows = []
     for url, st, err in _statuses(args):
@@ -490,7 +490,7 @@ def cmd_endpoint_health(args: argparse.Namespace) -> int:
     is not both live and ready (down, stuck, or without a leader)."""
     import time
 
-    from cluster.supervisor import http_get_json
+    from statekeeper.cluster.supervisor import http_get_json
 
     tls = tls_context(args)
     rows = []

@@ -13,7 +13,15 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from cluster.client_cli import EXIT_OK, client_args, dump, guarded, open_client, table, when
+from statekeeper.cluster.client_cli import (
+    EXIT_OK,
+    client_args,
+    dump,
+    guarded,
+    open_client,
+    table,
+    when,
+)
 
 GROUP_HELP = (
     "list, inspect and revoke leases",

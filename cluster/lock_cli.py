@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from cluster.client_cli import EXIT_OK, client_args, dump, guarded, open_client, table
+from statekeeper.cluster.client_cli import EXIT_OK, client_args, dump, guarded, open_client, table
 
 GROUP_HELP = (
     "list locks: holder, fence and waiters",

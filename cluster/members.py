@@ -24,12 +24,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from client.auth_tokens import root_token
-from cluster.certs import init_cluster_tls
-from cluster.ports import free_ports
-from cluster.supervisor import LocalCluster, http_get_json, url_opener
-from node import config as node_config
-from node.config import ClusterConfig, NodeConfig
+from statekeeper.client.auth_tokens import root_token
+from statekeeper.cluster.certs import init_cluster_tls
+from statekeeper.cluster.ports import free_ports
+from statekeeper.cluster.supervisor import LocalCluster, http_get_json, url_opener
+from statekeeper.node import config as node_config
+from statekeeper.node.config import ClusterConfig, NodeConfig
 
 Say = Callable[[str], None]
 # Codes worth another try (elsewhere or a moment later); anything else is final.

@@ -76,7 +76,7 @@ def _say(msg: str) -> None:
 
 
 def _membership(args: argparse.Namespace):
-    from cluster.members import Membership
+    from statekeeper.cluster.members import Membership
 
     return Membership(args.config, say=_say, timeout=args.timeout)
 
@@ -88,7 +88,7 @@ def cmd_add_node(args: argparse.Namespace) -> int:
 
     The new member counts towards the quorum from the moment its entry is appended
     (pysyncobj has no non-voting stage): it is started first so it catches up at once."""
-    from cluster.members import MemberChangeError
+    from statekeeper.cluster.members import MemberChangeError
 
     m = _membership(args)
     try:
@@ -105,7 +105,7 @@ def cmd_remove_node(args: argparse.Namespace) -> int:
     """Remove a member from the running cluster through the raft log, then stop its
     process and delete it from cluster.toml. Removing the leader: it hands leadership to
     the most caught-up follower first, and the removal is sent to the new leader."""
-    from cluster.members import MemberChangeError
+    from statekeeper.cluster.members import MemberChangeError
 
     m = _membership(args)
     try:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from cluster.client_cli import (
+from statekeeper.cluster.client_cli import (
     EXIT_OK,
     EXIT_USAGE,
     client_args,
@@ -102,7 +102,7 @@ def _expect(text: str) -> Any:
 @guarded
 def cmd_append(args: argparse.Namespace) -> int:
     """Append the DATA arguments as events, each with --type and its --id."""
-    from client import Event
+    from statekeeper.client import Event
 
     ids = args.id or []
     if ids and len(ids) != len(args.data):

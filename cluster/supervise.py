@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from cluster.supervisor import LocalCluster, SupervisorError, http_get_json
-from cluster.watchdog import Action, Policy, Probe, Watchdog
+from statekeeper.cluster.supervisor import LocalCluster, SupervisorError, http_get_json
+from statekeeper.cluster.watchdog import Action, Policy, Probe, Watchdog
 
 LOG_FILE = "supervise.log"
 LOCK_FILE = "supervise.lock"

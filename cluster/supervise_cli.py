@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster.supervise import LOG_FILE, Supervisor, run_until_signalled
-from cluster.supervisor import LocalCluster
-from cluster.watchdog import Policy
-from node import config as node_config
+from statekeeper.cluster.supervise import LOG_FILE, Supervisor, run_until_signalled
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.cluster.watchdog import Policy
+from statekeeper.node import config as node_config
 
 HELP = "keep the local nodes running: restart dead or stuck ones, with backoff"
 

@@ -27,16 +27,15 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from node.config import ClusterConfig
-from node.file_modes import open_private_log
-from node.log_files import LOG_FILE, LOG_FILE_ENV, is_log_file
-from node.raft_state import bootstrap_new_cluster
-from node.tls import operator_tls_context
+from statekeeper import IMPORT_ROOT
+from statekeeper.node.config import ClusterConfig
+from statekeeper.node.file_modes import open_private_log
+from statekeeper.node.log_files import LOG_FILE, LOG_FILE_ENV, is_log_file
+from statekeeper.node.raft_state import bootstrap_new_cluster
+from statekeeper.node.tls import operator_tls_context
 
 PID_FILE = "node.pid"
 
-# Where `cluster` and `node` are importable from, even if the child's cwd is elsewhere.
-_PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 
 # Explicitly no proxies: an http_proxy in the environment must not catch loopback polls.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -171,7 +170,7 @@ class LocalCluster:
     """The nodes of one ClusterConfig, run as processes on this machine.
 
     `node_command` is the argv prefix that starts one node; `--config PATH --id ID`
-    is appended. The default is this interpreter running `python -m node`.
+    is appended. The default is this interpreter running `python -m statekeeper.node`.
     """
 
     def __init__(
@@ -188,7 +187,7 @@ class LocalCluster:
         self.config_path = Path(config_path).resolve()
         # How this supervisor checks the nodes' https port (None: plain http).
         self.tls = operator_tls_context(config)
-        self.node_command = list(node_command or [sys.executable, "-m", "node"])
+        self.node_command = list(node_command or [sys.executable, "-m", "statekeeper.node"])
         self._progress = progress
         self._extra_env = dict(env or {})
         # Variables for every start of one node (after `env`, before start_node's own):
@@ -327,7 +326,7 @@ class LocalCluster:
     def _child_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (_PROJECT_ROOT, env.get("PYTHONPATH", "")) if p
+            p for p in (IMPORT_ROOT, env.get("PYTHONPATH", "")) if p
         )
         env["PYTHONUNBUFFERED"] = "1"  # so node.log is current when we show its tail
         env.update(self._extra_env)

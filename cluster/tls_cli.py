@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster.config_file import create_config_if_missing, say
-from node import config as node_config
+from statekeeper.cluster.config_file import create_config_if_missing, say
+from statekeeper.node import config as node_config
 
 TLS_DIR = "tls"
 GROUP_HELP = (
@@ -74,7 +74,7 @@ def enable_tls(
 ) -> tuple[node_config.ClusterConfig, list[Path]]:
     """Write the CA and certificates missing under <config dir>/tls and set [tls] in the
     config (which must exist). Returns the new config and the files written."""
-    from cluster.certs import init_cluster_tls
+    from statekeeper.cluster.certs import init_cluster_tls
 
     cfg = node_config.load(config_path)
     tls_dir = config_path.parent / TLS_DIR

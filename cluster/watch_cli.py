@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from cluster.client_cli import EXIT_OK, client_args, guarded, open_client
+from statekeeper.cluster.client_cli import EXIT_OK, client_args, guarded, open_client
 
 
 def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[str, Any]) -> None:

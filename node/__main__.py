@@ -1,4 +1,4 @@
-"""`python -m node --config cluster.toml --id node-0`: one statekeeper node process.
+"""`python -m statekeeper.node --config cluster.toml --id node-0`: one statekeeper node process.
 
 The same as `statekeeper node`, without the cluster tooling: a node needs only node/ and
 the server dependencies (`pip install 'statekeeper[server]'`).
@@ -10,12 +10,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from node.raft_state import NEW_CLUSTER_HELP
+from statekeeper.node.raft_state import NEW_CLUSTER_HELP
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m node",
+        prog="python -m statekeeper.node",
         description="Run one statekeeper node until SIGTERM or SIGINT. The node reads its "
         "ports, data directory and peers from the cluster config.",
     )
@@ -33,13 +33,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from node.config import secret_flag_error
+    from statekeeper.node.config import secret_flag_error
 
     if err := secret_flag_error(argv):
-        print(f"python -m node: error: {err}", file=sys.stderr)
+        print(f"python -m statekeeper.node: error: {err}", file=sys.stderr)
         return 2
     args = parser().parse_args(argv)
-    from node.main import run_node
+    from statekeeper.node.main import run_node
 
     return run_node(
         args.config, args.node_id, unsafe_reads=args.unsafe_reads, new_cluster=args.new_cluster

@@ -35,8 +35,8 @@ import binascii
 import re
 from typing import Any
 
-from node.errors import ErrorCode, OpError, declare
-from node.op_fields import (
+from statekeeper.node.errors import ErrorCode, OpError, declare
+from statekeeper.node.op_fields import (
     MAX_REVISION,
     NO_NUL,
     Field,
@@ -46,9 +46,9 @@ from node.op_fields import (
     key_text,
     utf8,
 )
-from node.op_schemas import BASE64_PATTERN, int_schema, obj, str_schema
-from node.op_spec import OpSpec
-from node.retention_ops import (
+from statekeeper.node.op_schemas import BASE64_PATTERN, int_schema, obj, str_schema
+from statekeeper.node.op_spec import OpSpec
+from statekeeper.node.retention_ops import (
     MAX_AGE_S,
     MAX_TRUNCATE_EVENTS,
     MAX_WITHIN_BYTES,
@@ -60,7 +60,12 @@ from node.retention_ops import (
     Within,
     check_policy_rules,
 )
-from node.stream_ops import MAX_EVENT_ID_CHARS, MAX_EVENT_TYPE_BYTES, check_event_meta, meta_schema
+from statekeeper.node.stream_ops import (
+    MAX_EVENT_ID_CHARS,
+    MAX_EVENT_TYPE_BYTES,
+    check_event_meta,
+    meta_schema,
+)
 
 # The error codes of the archive ops (node/errors.py has the ones every op shares).
 ERRORS = declare(

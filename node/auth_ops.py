@@ -35,8 +35,8 @@ import re
 
 import msgpack
 
-from node.errors import ErrorCode, OpError, declare
-from node.op_fields import (
+from statekeeper.node.errors import ErrorCode, OpError, declare
+from statekeeper.node.op_fields import (
     MAX_NS_BYTES,
     MAX_REVISION,
     NO_NUL_OR_EMPTY,
@@ -45,8 +45,8 @@ from node.op_fields import (
     key_text,
     utf8,
 )
-from node.op_schemas import int_schema, nullable, obj, str_schema
-from node.op_spec import OpSpec
+from statekeeper.node.op_schemas import int_schema, nullable, obj, str_schema
+from statekeeper.node.op_spec import OpSpec
 
 # The error codes of the auth ops (node/errors.py has the ones every op shares).
 ERRORS = declare(

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from client.auth_tokens import ROOT_PREFIX, parse_token
-from node.errors import OpError
-from node.ops import OPS
+from statekeeper.client.auth_tokens import ROOT_PREFIX, parse_token
+from statekeeper.node.errors import OpError
+from statekeeper.node.ops import OPS
 
 # (ns or None for cluster-wide, touched or None for the whole namespace, access)
 # touched: ("key", text) for a key or a prefix (covered when it starts with the grant's

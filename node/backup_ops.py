@@ -11,7 +11,7 @@ flight (a slow client slows the packing, not the node).
 
 The apply pause: the raft thread waits for the checkpoint (RocksDB flushes what was
 written since the unlocked flush, then hard-links the files). Measured with
-`python -m benchmarks.backup` (3-node cluster, fsync=always, 100,000 keys of ~100 B plus
+`python -m statekeeper.benchmarks.backup` (3-node cluster, fsync=always, 100,000 keys of ~100 B plus
 5 versions of 1,000 of them and 1,000 stream events, one client putting throughout; 2
 shared cores with other clusters running), two runs of three backups: 12.5, 17.6, 57.9
 and 4.4, 50.1, 11.0 ms (median ~12 ms; the outliers coincide with RocksDB flushing a
@@ -47,10 +47,10 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-from node.backup_file import BackupWriter
-from node.errors import OpError
-from node.store import StateMachine, snapshot
-from node.store.backend import read_meta
+from statekeeper.node.backup_file import BackupWriter
+from statekeeper.node.errors import OpError
+from statekeeper.node.store import StateMachine, snapshot
+from statekeeper.node.store.backend import read_meta
 
 log = logging.getLogger("statekeeper.backup")
 

@@ -43,13 +43,13 @@ from pathlib import Path
 
 import msgpack
 
-from node.backup_file import BackupError, copy_body, verify
-from node.config import ClusterConfig
-from node.raft import write_seed_snapshot
-from node.snapshot_file import fsync_dir
-from node.store import snapshot
-from node.store.backend import open_db, read_meta
-from node.store.keys import META, Meta
+from statekeeper.node.backup_file import BackupError, copy_body, verify
+from statekeeper.node.config import ClusterConfig
+from statekeeper.node.raft import write_seed_snapshot
+from statekeeper.node.snapshot_file import fsync_dir
+from statekeeper.node.store import snapshot
+from statekeeper.node.store.backend import open_db, read_meta
+from statekeeper.node.store.keys import META, Meta
 
 # What makes a data dir "in use": a store or a raft log (node.log, node.pid may stay).
 STATE_ENTRIES = ("db", "raft")

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgpack
 
-from node.errors import OpError
+from statekeeper.node.errors import OpError
 
 MSGPACK = "application/msgpack"
 JSON = "application/json"

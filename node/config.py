@@ -28,7 +28,7 @@ import msgspec
 import tomli_w
 
 # The settings tables ([limits], [retention], [raft], [http], [tls], [auth]).
-from node.config_tables import (
+from statekeeper.node.config_tables import (
     CLIENT_AUTH_MODES,
     RAFT_ENTRY_LIMIT_BYTES,
     AuthSettings,

@@ -16,12 +16,12 @@ submitted) and again in apply (an entry is never trusted blindly).
 
 from __future__ import annotations
 
-from client.crdt import model
-from node.config import Limits
-from node.errors import ErrorCode, OpError, declare
-from node.op_fields import Bytes, Choice, Field, Flag, Revision, Schema
-from node.op_schemas import value_props
-from node.op_spec import OpSpec
+from statekeeper.client.crdt import model
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import ErrorCode, OpError, declare
+from statekeeper.node.op_fields import Bytes, Choice, Field, Flag, Revision, Schema
+from statekeeper.node.op_schemas import value_props
+from statekeeper.node.op_spec import OpSpec
 
 # The error codes of the CRDT ops (node/errors.py has the ones every op shares).
 ERRORS = declare(

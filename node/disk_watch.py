@@ -26,11 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from node.config import ClusterConfig
-from node.fatal import take_report
-from node.log_files import is_log_file
-from node.peer_storage import PeerStorage
-from node.quota import Sample, StorageQuota
+from statekeeper.node.config import ClusterConfig
+from statekeeper.node.fatal import take_report
+from statekeeper.node.log_files import is_log_file
+from statekeeper.node.peer_storage import PeerStorage
+from statekeeper.node.quota import Sample, StorageQuota
 
 log = logging.getLogger("statekeeper.storage")
 
@@ -191,7 +191,7 @@ def _bench(path: Path, n: int = 2000) -> dict[str, float]:
     return out
 
 
-if __name__ == "__main__":  # python -m node.disk_watch DATA_DIR
+if __name__ == "__main__":  # python -m statekeeper.node.disk_watch DATA_DIR
     import sys
 
     for k, v in _bench(Path(sys.argv[1])).items():

@@ -11,32 +11,38 @@ import logging
 import time
 from typing import Any
 
-from client.auth_tokens import parse_token, root_token
-from node import codec, liveness
-from node.audit_log import AuditLog, WindowBudget, loggable
-from node.authz import Authorizer, Principal
-from node.backup_ops import CONTENT_TYPE as BACKUP_TYPE
-from node.backup_ops import PATH as BACKUP_PATH
-from node.backup_ops import Backups
-from node.config import ClusterConfig
-from node.deadlines import Deadlines
-from node.entry import mark_validated
-from node.errors import OpError, status_for
-from node.http_limits import fd_budget
-from node.http_server import HttpServer, Request, Response, ServerLimits, StreamedResponse
-from node.member_api import member_routes, member_url, status_fields
-from node.metrics import NodeMetrics, StatusCollector, storage_gauges
-from node.ops import OPS, is_write, validate_op, validate_ops
-from node.proposer import Proposer
-from node.quota import StorageQuota
-from node.quota_gate import QuotaGate
-from node.raft import RaftNode
-from node.reads import ReadPolicy, read_options
-from node.store import StateMachine
-from node.stream_auth import StreamGuard, TokenChanges
-from node.watch import Watches
-from node.watch_ops import WATCH_PATH, validate_watch
-from node.web_guard import WebGuard
+from statekeeper.client.auth_tokens import parse_token, root_token
+from statekeeper.node import codec, liveness
+from statekeeper.node.audit_log import AuditLog, WindowBudget, loggable
+from statekeeper.node.authz import Authorizer, Principal
+from statekeeper.node.backup_ops import CONTENT_TYPE as BACKUP_TYPE
+from statekeeper.node.backup_ops import PATH as BACKUP_PATH
+from statekeeper.node.backup_ops import Backups
+from statekeeper.node.config import ClusterConfig
+from statekeeper.node.deadlines import Deadlines
+from statekeeper.node.entry import mark_validated
+from statekeeper.node.errors import OpError, status_for
+from statekeeper.node.http_limits import fd_budget
+from statekeeper.node.http_server import (
+    HttpServer,
+    Request,
+    Response,
+    ServerLimits,
+    StreamedResponse,
+)
+from statekeeper.node.member_api import member_routes, member_url, status_fields
+from statekeeper.node.metrics import NodeMetrics, StatusCollector, storage_gauges
+from statekeeper.node.ops import OPS, is_write, validate_op, validate_ops
+from statekeeper.node.proposer import Proposer
+from statekeeper.node.quota import StorageQuota
+from statekeeper.node.quota_gate import QuotaGate
+from statekeeper.node.raft import RaftNode
+from statekeeper.node.reads import ReadPolicy, read_options
+from statekeeper.node.store import StateMachine
+from statekeeper.node.stream_auth import StreamGuard, TokenChanges
+from statekeeper.node.watch import Watches
+from statekeeper.node.watch_ops import WATCH_PATH, validate_watch
+from statekeeper.node.web_guard import WebGuard
 
 log = logging.getLogger("statekeeper.http")
 auth_log = logging.getLogger("statekeeper.auth")
@@ -626,7 +632,7 @@ class Api:
         return self._respond({"error": err.to_dict(), "ready": False}, codec.JSON, 503)
 
     async def handle_openapi(self, request: Request) -> Response:
-        from node.openapi import document
+        from statekeeper.node.openapi import document
 
         return self._respond(document(self.limits, auth=self.authz is not None), codec.JSON)
 

@@ -34,9 +34,16 @@ from http import HTTPStatus
 
 import httptools
 
-from node.audit_log import loggable
-from node.http_limits import REFUSAL_LINGER, ConnectionTable, ReadClock, ServerLimits
-from node.http_stream import LAST_CHUNK, Flow, StreamedResponse, StreamStalled, pump, stream_head
+from statekeeper.node.audit_log import loggable
+from statekeeper.node.http_limits import REFUSAL_LINGER, ConnectionTable, ReadClock, ServerLimits
+from statekeeper.node.http_stream import (
+    LAST_CHUNK,
+    Flow,
+    StreamedResponse,
+    StreamStalled,
+    pump,
+    stream_head,
+)
 
 __all__ = ["HttpServer", "Request", "Response", "ServerLimits", "StreamStalled", "StreamedResponse"]
 

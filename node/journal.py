@@ -91,9 +91,9 @@ from typing import NoReturn, TypeVar
 
 import msgpack
 
-from node import failpoints
-from node.config import FSYNC_MODES
-from node.fatal import JOURNAL_EXIT_CODE, stop_now
+from statekeeper.node import failpoints
+from statekeeper.node.config import FSYNC_MODES
+from statekeeper.node.fatal import JOURNAL_EXIT_CODE, stop_now
 
 log = logging.getLogger("statekeeper.journal")
 

@@ -51,9 +51,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from node.errors import OpError
-from node.leader_task import LeaderTask, raft_leadership
-from node.lease_ops import MAX_LEASES_PER_OP
+from statekeeper.node.errors import OpError
+from statekeeper.node.leader_task import LeaderTask, raft_leadership
+from statekeeper.node.lease_ops import MAX_LEASES_PER_OP
 
 log = logging.getLogger("statekeeper.leases")
 
@@ -92,7 +92,7 @@ class LeaseExpiry(LeaderTask):
     @classmethod
     def for_node(cls, sm: Any, raft: Any, clock: Any, proposer: Any, grace: float) -> LeaseExpiry:
         """The task of a running node: its store, raft, cluster clock and proposer."""
-        from node.store.leases import due_leases
+        from statekeeper.node.store.leases import due_leases
 
         def due(now_ms: int, limit: int) -> list[int]:
             with sm.read_view() as view:

@@ -26,11 +26,11 @@ expire what is already due).
 
 from __future__ import annotations
 
-from node.config import Limits
-from node.errors import ErrorCode, OpError, declare
-from node.op_fields import CHECK_ABSENT, MAX_REVISION, Field, PageLimit, invalid
-from node.op_schemas import int_schema
-from node.op_spec import OpSpec
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import ErrorCode, OpError, declare
+from statekeeper.node.op_fields import CHECK_ABSENT, MAX_REVISION, Field, PageLimit, invalid
+from statekeeper.node.op_schemas import int_schema
+from statekeeper.node.op_spec import OpSpec
 
 # The error codes of the lease ops (node/errors.py has the ones every op shares).
 ERRORS = declare(

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from node.errors import OpError
+from statekeeper.node.errors import OpError
 
 
 class _Progress(Protocol):

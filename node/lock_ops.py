@@ -26,10 +26,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 
-from node.config import Limits
-from node.errors import ErrorCode, declare
-from node.lease_ops import LeaseId
-from node.op_fields import (
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import ErrorCode, declare
+from statekeeper.node.lease_ops import LeaseId
+from statekeeper.node.op_fields import (
     MAX_REVISION,
     NO_NUL,
     NO_NUL_OR_EMPTY,
@@ -39,8 +39,8 @@ from node.op_fields import (
     invalid,
     key_text,
 )
-from node.op_schemas import int_schema, obj, str_schema
-from node.op_spec import OpSpec
+from statekeeper.node.op_schemas import int_schema, obj, str_schema
+from statekeeper.node.op_spec import OpSpec
 
 # The error codes of the lock ops (node/errors.py has the ones every op shares).
 ERRORS = declare(

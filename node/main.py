@@ -13,22 +13,22 @@ from typing import NoReturn
 
 from prometheus_client import disable_created_metrics
 
-from node import config as config_mod
-from node import failpoints, fatal, file_modes, log_files, recovery
-from node.cluster_clock import ClusterClock
-from node.disk_watch import DiskWatch
-from node.errors import OpError
-from node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
-from node.http_api import Api
-from node.lease_expiry import LeaseExpiry
-from node.metrics import NodeMetrics
-from node.proposer import Proposer
-from node.raft import RaftNode
-from node.retention_gc import RetentionGC
-from node.shutdown import Shutdown
-from node.snapshot_file import fsync_dir
-from node.store import StateMachine
-from node.tls import client_port_context
+from statekeeper.node import config as config_mod
+from statekeeper.node import failpoints, fatal, file_modes, log_files, recovery
+from statekeeper.node.cluster_clock import ClusterClock
+from statekeeper.node.disk_watch import DiskWatch
+from statekeeper.node.errors import OpError
+from statekeeper.node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
+from statekeeper.node.http_api import Api
+from statekeeper.node.lease_expiry import LeaseExpiry
+from statekeeper.node.metrics import NodeMetrics
+from statekeeper.node.proposer import Proposer
+from statekeeper.node.raft import RaftNode
+from statekeeper.node.retention_gc import RetentionGC
+from statekeeper.node.shutdown import Shutdown
+from statekeeper.node.snapshot_file import fsync_dir
+from statekeeper.node.store import StateMachine
+from statekeeper.node.tls import client_port_context
 
 log = logging.getLogger("statekeeper.node")
 

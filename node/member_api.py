@@ -23,12 +23,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from node.errors import OpError
-from node.raft.members import ADD, NODE_ID, REMOVE, Member, MemberError
+from statekeeper.node.errors import OpError
+from statekeeper.node.raft.members import ADD, NODE_ID, REMOVE, Member, MemberError
 
 if TYPE_CHECKING:
-    from node.http_api import Api
-    from node.http_server import Request, Response
+    from statekeeper.node.http_api import Api
+    from statekeeper.node.http_server import Request, Response
 
 ADD_PATH = "/v1/cluster/members/add"
 REMOVE_PATH = "/v1/cluster/members/remove"

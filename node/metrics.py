@@ -19,7 +19,7 @@ The raft thread observes two histograms (fsync latency and proposal-to-apply lat
 one prometheus-client lock acquisition each, uncontended except during a scrape; no lock
 of ours. It never waits for a scrape beyond that.
 
-Hot-path cost, measured by `python -m node.metrics` (a micro-benchmark of the exact calls:
+Hot-path cost, measured by `python -m statekeeper.node.metrics` (a micro-benchmark of the exact calls:
 observe calls per request x their cost) on the 2-core dev machine while a CI run loaded it
 (CPython 3.11, prometheus-client 0.26; 3 runs): a Counter child inc() 0.5-0.7 us, a
 Histogram child observe() 1.2-1.6 us, perf_counter() < 0.1 us. Per HTTP request it was
@@ -48,7 +48,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from node.raft.interface import RaftStatus
+from statekeeper.node.raft.interface import RaftStatus
 
 ROLES = ("leader", "follower", "candidate")
 # Seconds: from a fast fsync / local apply to a request timeout.

@@ -24,11 +24,11 @@ from typing import Any
 
 import msgpack
 
-from node.config import Limits
-from node.errors import OpError
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
 
 # JSON Schema building blocks (node/op_schemas.py).
-from node.op_schemas import (
+from statekeeper.node.op_schemas import (
     MAX_REVISION,
     Schema,
     bool_schema,

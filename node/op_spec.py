@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from node.config import Limits
-from node.op_fields import CHECK_ABSENT, Field, Namespace
+from statekeeper.node.config import Limits
+from statekeeper.node.op_fields import CHECK_ABSENT, Field, Namespace
 
 Checks = tuple[tuple[str, Callable[[Any, Limits, bool, dict], Any]], ...]
 # (name, bound check, what an absent field is without calling check or CHECK_ABSENT)

@@ -15,20 +15,20 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
-from node.config import Limits
-from node.crdt_ops import CrdtState
-from node.errors import CODES, STATUS
-from node.lock_ops import FENCED_OPS
-from node.op_fields import Continuation, IdempotencyKey, Schema
-from node.op_schemas import ref, wire_name
-from node.openapi_examples import cas_examples, get_examples, put_examples
-from node.openapi_locks import FENCE_NOTE
-from node.openapi_members import member_paths, member_schemas
-from node.openapi_requests import WIRES, request_name, request_schemas
-from node.openapi_schemas import FAMILIES, common_schemas, result_schemas
-from node.openapi_watch import watch_paths, watch_schemas
-from node.ops import OPS
-from node.stream_ops import StreamContinuation
+from statekeeper.node.config import Limits
+from statekeeper.node.crdt_ops import CrdtState
+from statekeeper.node.errors import CODES, STATUS
+from statekeeper.node.lock_ops import FENCED_OPS
+from statekeeper.node.op_fields import Continuation, IdempotencyKey, Schema
+from statekeeper.node.op_schemas import ref, wire_name
+from statekeeper.node.openapi_examples import cas_examples, get_examples, put_examples
+from statekeeper.node.openapi_locks import FENCE_NOTE
+from statekeeper.node.openapi_members import member_paths, member_schemas
+from statekeeper.node.openapi_requests import WIRES, request_name, request_schemas
+from statekeeper.node.openapi_schemas import FAMILIES, common_schemas, result_schemas
+from statekeeper.node.openapi_watch import watch_paths, watch_schemas
+from statekeeper.node.ops import OPS
+from statekeeper.node.stream_ops import StreamContinuation
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"

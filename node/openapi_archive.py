@@ -4,9 +4,16 @@ bytes, so each schema serves both wires."""
 
 from __future__ import annotations
 
-from node.op_fields import Schema
-from node.op_schemas import bool_schema, int_schema, obj, replayed_schema, rev_schema, str_schema
-from node.op_spec import OpenApiFamily
+from statekeeper.node.op_fields import Schema
+from statekeeper.node.op_schemas import (
+    bool_schema,
+    int_schema,
+    obj,
+    replayed_schema,
+    rev_schema,
+    str_schema,
+)
+from statekeeper.node.op_spec import OpenApiFamily
 
 
 def _skipped() -> Schema:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from client.crdt import model
-from node.op_fields import Schema
-from node.op_schemas import (
+from statekeeper.client.crdt import model
+from statekeeper.node.op_fields import Schema
+from statekeeper.node.op_schemas import (
     bool_schema,
     int_schema,
     obj,
@@ -19,7 +19,7 @@ from node.op_schemas import (
     rev_schema,
     value_props,
 )
-from node.op_spec import OpenApiFamily
+from statekeeper.node.op_spec import OpenApiFamily
 
 _VALUE = {
     "description": "The CRDT's value: gcounter/pncounter an integer, orset the sorted list of "

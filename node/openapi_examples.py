@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.config import Limits
-from node.ops import OPS
+from statekeeper.node.config import Limits
+from statekeeper.node.ops import OPS
 
 # The put's value field: the example's message is the one it raises.
 _VALUE = next(f for f in OPS["put"].fields if f.name == "value")

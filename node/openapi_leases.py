@@ -6,9 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.op_fields import Schema
-from node.op_schemas import bool_schema, int_schema, obj, replayed_schema, rev_schema, str_schema
-from node.op_spec import OpenApiFamily
+from statekeeper.node.op_fields import Schema
+from statekeeper.node.op_schemas import (
+    bool_schema,
+    int_schema,
+    obj,
+    replayed_schema,
+    rev_schema,
+    str_schema,
+)
+from statekeeper.node.op_spec import OpenApiFamily
 
 
 def _lease_id(description: str = "The lease's id.") -> Schema:

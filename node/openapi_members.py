@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.op_fields import Schema
-from node.op_schemas import bool_schema, obj, str_schema
-from node.raft.members import NODE_ID
+from statekeeper.node.op_fields import Schema
+from statekeeper.node.op_schemas import bool_schema, obj, str_schema
+from statekeeper.node.raft.members import NODE_ID
 
 # What members.is_host accepts, as one pattern (IPv4 addresses match it too).
 DOCUMENTED_HOST = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}(\.[A-Za-z0-9_-]{1,63})*\.?$"

@@ -8,10 +8,10 @@ which are also what `validate_op` runs. Ops that carry values get one schema per
 
 from __future__ import annotations
 
-from node.config import Limits
-from node.op_fields import Field, Schema
-from node.op_schemas import given, nullable, obj, ref, wire_name
-from node.ops import COMPARE_DOC, COMPARE_FIELDS, OPS, OpSpec
+from statekeeper.node.config import Limits
+from statekeeper.node.op_fields import Field, Schema
+from statekeeper.node.op_schemas import given, nullable, obj, ref, wire_name
+from statekeeper.node.ops import COMPARE_DOC, COMPARE_FIELDS, OPS, OpSpec
 
 WIRES = ("json", "msgpack")
 # Optional, so null reads as absent (node/reads.py read_options).

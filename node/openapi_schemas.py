@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from node import (
+from statekeeper.node import (
     openapi_archive,
     openapi_auth,
     openapi_crdt,
@@ -20,8 +20,8 @@ from node import (
     openapi_retention,
     openapi_streams,
 )
-from node.op_fields import Schema
-from node.op_schemas import (
+from statekeeper.node.op_fields import Schema
+from statekeeper.node.op_schemas import (
     bool_schema,
     int_schema,
     obj,
@@ -33,7 +33,7 @@ from node.op_schemas import (
     wire_name,
     wired_ref,
 )
-from node.openapi_members import members_list_schema
+from statekeeper.node.openapi_members import members_list_schema
 
 # The op families' parts of the document (each its node/openapi_*.py's FAMILY), in the
 # order of their tags, schemas and op docs.

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.op_fields import Schema
-from node.op_schemas import (
+from statekeeper.node.op_fields import Schema
+from statekeeper.node.op_schemas import (
     bool_schema,
     int_schema,
     obj,
@@ -18,7 +18,7 @@ from node.op_schemas import (
     value_props,
     wired_ref,
 )
-from node.op_spec import OpenApiFamily
+from statekeeper.node.op_spec import OpenApiFamily
 
 
 def _seq(description: str) -> Schema:

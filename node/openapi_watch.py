@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.config import Limits
-from node.op_fields import Schema
-from node.op_schemas import obj, ref, rev_schema, str_schema, wired_ref
-from node.openapi_requests import WIRES, op_object
-from node.watch_ops import NDJSON, WATCH_PATH, WATCH_SPEC
+from statekeeper.node.config import Limits
+from statekeeper.node.op_fields import Schema
+from statekeeper.node.op_schemas import obj, ref, rev_schema, str_schema, wired_ref
+from statekeeper.node.openapi_requests import WIRES, op_object
+from statekeeper.node.watch_ops import NDJSON, WATCH_PATH, WATCH_SPEC
 
 NODE_HEADER = "X-Statekeeper-Node"
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")

@@ -43,7 +43,7 @@ next page is served at the revision of the first page.
 
 Why the declarations are run by this small interpreter and not by msgspec or pydantic.
 Measured on this 2-core machine with the chaos suite running (the bodies of
-`python -m benchmarks.validate_cost`, each variant in turn): CPU time per call, best of 15
+`python -m statekeeper.benchmarks.validate_cost`, each variant in turn): CPU time per call, best of 15
 rounds, for a 256 B put with an idempotency key / a get / a txn of 1 compare and 4 ops /
 a batch of 16 puts:
 
@@ -66,12 +66,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from node.archive_ops import archive_specs
-from node.auth_ops import auth_specs
-from node.config import Limits
-from node.crdt_ops import crdt_specs
-from node.errors import OpError
-from node.lease_ops import (
+from statekeeper.node.archive_ops import archive_specs
+from statekeeper.node.auth_ops import auth_specs
+from statekeeper.node.config import Limits
+from statekeeper.node.crdt_ops import crdt_specs
+from statekeeper.node.errors import OpError
+from statekeeper.node.lease_ops import (
     INTERNAL_SPECS,
     PUT_LEASE,
     PUT_LEASE_EXCLUSIVE,
@@ -79,8 +79,8 @@ from node.lease_ops import (
     lease_specs,
     put_post,
 )
-from node.lock_ops import fenced, lock_specs
-from node.op_fields import (
+from statekeeper.node.lock_ops import fenced, lock_specs
+from statekeeper.node.op_fields import (
     CHECK_ABSENT,
     DEFAULT_NS,
     DEFAULT_RANGE_LIMIT,
@@ -103,10 +103,10 @@ from node.op_fields import (
     encode_continuation,
     invalid,
 )
-from node.op_schemas import ref, wire_name
-from node.op_spec import Checks, OpSpec, bound_checks, plan_checks
-from node.retention_ops import internal_specs, retention_specs
-from node.stream_ops import STREAM, stream_specs
+from statekeeper.node.op_schemas import ref, wire_name
+from statekeeper.node.op_spec import Checks, OpSpec, bound_checks, plan_checks
+from statekeeper.node.retention_ops import internal_specs, retention_specs
+from statekeeper.node.stream_ops import STREAM, stream_specs
 
 __all__ = [
     "ALL_OPS",

@@ -22,9 +22,9 @@ import logging
 import urllib.request
 from typing import Any
 
-from node.config import ClusterConfig
-from node.quota import StorageQuota
-from node.tls import operator_tls_context
+from statekeeper.node.config import ClusterConfig
+from statekeeper.node.quota import StorageQuota
+from statekeeper.node.tls import operator_tls_context
 
 log = logging.getLogger("statekeeper.storage")
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import socket
 
-from node.config import ClusterConfig, ConfigError
+from statekeeper.node.config import ClusterConfig, ConfigError
 
 # A StatefulSet pod's hostname: a DNS label ending in -<ordinal>.
 _ORDINAL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?-(?P<ordinal>\d+)$")

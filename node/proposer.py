@@ -27,13 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from node import entry
-from node.config import RAFT_ENTRY_LIMIT_BYTES
-from node.errors import OpError
-from node.raft import SubmitError
+from statekeeper.node import entry
+from statekeeper.node.config import RAFT_ENTRY_LIMIT_BYTES
+from statekeeper.node.errors import OpError
+from statekeeper.node.raft import SubmitError
 
 if TYPE_CHECKING:
-    from node.metrics import NodeMetrics
+    from statekeeper.node.metrics import NodeMetrics
 
 Submit = Callable[[bytes, Callable[[object, "SubmitError | None"], None]], None]
 

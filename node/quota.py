@@ -47,8 +47,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from node.errors import OpError
-from node.ops import INTERNAL_OPS, OPS
+from statekeeper.node.errors import OpError
+from statekeeper.node.ops import INTERNAL_OPS, OPS
 
 MIB = 1024 * 1024
 # Bytes on this node's disk per byte of an entry before RocksDB flushes: journal + WAL.

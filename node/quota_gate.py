@@ -43,10 +43,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from node.errors import OpError
-from node.quota import StorageQuota
-from node.reads import ReadPolicy
-from node.store import StateMachine
+from statekeeper.node.errors import OpError
+from statekeeper.node.quota import StorageQuota
+from statekeeper.node.reads import ReadPolicy
+from statekeeper.node.store import StateMachine
 
 
 @dataclass(frozen=True, slots=True)

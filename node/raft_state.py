@@ -12,8 +12,8 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from node.config import ClusterConfig
-from node.snapshot_file import fsync_dir
+from statekeeper.node.config import ClusterConfig
+from statekeeper.node.snapshot_file import fsync_dir
 
 log = logging.getLogger("statekeeper.raft")
 
@@ -21,7 +21,7 @@ RAFT_DIR = "raft"  # in a node's data dir: journal, term and vote, snapshot.bin
 CATCHING_UP_FILE = "catching-up"  # in the raft dir: not a voter until caught up
 _STAGING_SUFFIX = ".new"  # a raft dir being created, with CATCHING_UP_FILE in it
 
-# `--new-cluster` of `statekeeper node` and `python -m node`.
+# `--new-cluster` of `statekeeper node` and `python -m statekeeper.node`.
 NEW_CLUSTER_HELP = (
     "this node is a member of a cluster being created now: with no raft state it votes "
     "from its first start. Without it, a node with no raft state (a lost disk, a member "

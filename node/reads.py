@@ -42,15 +42,15 @@ import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from node import failpoints
-from node.errors import OpError
-from node.op_fields import MAX_REVISION
-from node.proposer import Proposer
-from node.raft import READ_INDEX_NOT_LEADER, READ_INDEX_NOT_YET, RaftNode
+from statekeeper.node import failpoints
+from statekeeper.node.errors import OpError
+from statekeeper.node.op_fields import MAX_REVISION
+from statekeeper.node.proposer import Proposer
+from statekeeper.node.raft import READ_INDEX_NOT_LEADER, READ_INDEX_NOT_YET, RaftNode
 
 if TYPE_CHECKING:
-    from node.metrics import NodeMetrics
-    from node.stream_auth import StreamGuard
+    from statekeeper.node.metrics import NodeMetrics
+    from statekeeper.node.stream_auth import StreamGuard
 
 CONSISTENCY = ("linearizable", "serializable")
 LONG_POLL_SLICE = 1.0  # seconds a long poll waits before it looks at `stopping` again

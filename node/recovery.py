@@ -79,9 +79,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from node.raft_state import has_raft_state
-from node.snapshot_file import fsync_dir
-from node.store import snapshot
+from statekeeper.node.raft_state import has_raft_state
+from statekeeper.node.snapshot_file import fsync_dir
+from statekeeper.node.store import snapshot
 
 log = logging.getLogger("statekeeper.recovery")
 

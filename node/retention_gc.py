@@ -32,8 +32,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from node.errors import OpError
-from node.leader_task import LeaderTask, raft_leadership
+from statekeeper.node.errors import OpError
+from statekeeper.node.leader_task import LeaderTask, raft_leadership
 
 log = logging.getLogger("statekeeper.retention")
 
@@ -76,7 +76,7 @@ class RetentionGC(LeaderTask):
         cls, sm: Any, raft: Any, clock: Any, proposer: Any, grace: float, interval: float
     ) -> RetentionGC:
         """The task of a running node: its store, raft, cluster clock and proposer."""
-        from node.store.retention_select import plan_gc
+        from statekeeper.node.store.retention_select import plan_gc
 
         def plan_now(now_ms: int, max_ops: int) -> list[dict]:
             with sm.read_view() as view:

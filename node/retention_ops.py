@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.errors import ErrorCode, OpError, declare
-from node.op_fields import (
+from statekeeper.node.errors import ErrorCode, OpError, declare
+from statekeeper.node.op_fields import (
     MAX_NS_BYTES,
     MAX_REVISION,
     NO_CONTROL,
@@ -48,8 +48,8 @@ from node.op_fields import (
     is_token,
     key_text,
 )
-from node.op_schemas import given, int_schema, str_schema
-from node.op_spec import OpSpec
+from statekeeper.node.op_schemas import given, int_schema, str_schema
+from statekeeper.node.op_spec import OpSpec
 
 # The error codes of the retention ops (node/errors.py has the ones every op shares).
 ERRORS = declare(

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from node import failpoints
+from statekeeper.node import failpoints
 
 log = logging.getLogger("statekeeper.node")
 

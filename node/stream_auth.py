@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from node.authz import Authorizer, Principal
-from node.errors import OpError
+from statekeeper.node.authz import Authorizer, Principal
+from statekeeper.node.errors import OpError
 
 
 class TokenChanges:

@@ -26,10 +26,10 @@ from typing import Any
 
 import msgpack
 
-from node.config import Limits
-from node.errors import ErrorCode, OpError, declare
-from node.lease_ops import LeaseId
-from node.op_fields import (
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import ErrorCode, OpError, declare
+from statekeeper.node.lease_ops import LeaseId
+from statekeeper.node.op_fields import (
     INVALID_TOKEN,
     MAX_REVISION,
     NO_NUL,
@@ -46,8 +46,8 @@ from node.op_fields import (
     is_token,
     utf8,
 )
-from node.op_schemas import int_schema, nullable, obj, str_schema, value_props
-from node.op_spec import OpSpec
+from statekeeper.node.op_schemas import int_schema, nullable, obj, str_schema, value_props
+from statekeeper.node.op_spec import OpSpec
 
 # The error codes of the stream ops (node/errors.py has the ones every op shares).
 ERRORS = declare(

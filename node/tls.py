@@ -28,7 +28,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.config import ClusterConfig, ConfigError
+from statekeeper.node.config import ClusterConfig, ConfigError
 
 __all__ = [
     "TlsFiles",

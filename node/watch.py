@@ -64,14 +64,14 @@ import struct
 from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any
 
-from node import codec
-from node.config import Limits
-from node.errors import OpError
-from node.http_server import StreamedResponse, StreamStalled
-from node.reads import ReadPolicy, RevisionWaiters
-from node.store.changes import read_changes, selection
-from node.stream_auth import StreamGuard
-from node.watch_ops import MSGPACK_FRAMES, NDJSON, validate_watch
+from statekeeper.node import codec
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
+from statekeeper.node.http_server import StreamedResponse, StreamStalled
+from statekeeper.node.reads import ReadPolicy, RevisionWaiters
+from statekeeper.node.store.changes import read_changes, selection
+from statekeeper.node.stream_auth import StreamGuard
+from statekeeper.node.watch_ops import MSGPACK_FRAMES, NDJSON, validate_watch
 
 FRAME_HEADER = struct.Struct(">I")
 WAIT_SLICE = 1.0  # seconds between two looks at the node's state while idle

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.config import Limits
-from node.op_fields import MAX_REVISION, Field, Flag, Key, invalid
-from node.op_schemas import int_schema
-from node.op_spec import OpSpec
-from node.ops import DEFAULT_NS, NS
-from node.stream_ops import Count
+from statekeeper.node.config import Limits
+from statekeeper.node.op_fields import MAX_REVISION, Field, Flag, Key, invalid
+from statekeeper.node.op_schemas import int_schema
+from statekeeper.node.op_spec import OpSpec
+from statekeeper.node.ops import DEFAULT_NS, NS
+from statekeeper.node.stream_ops import Count
 
 MAX_PROGRESS_MS = 60_000
 DEFAULT_PROGRESS_MS = 1000

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from node.codec import pick_format
-from node.errors import OpError
+from statekeeper.node.codec import pick_format
+from statekeeper.node.errors import OpError
 
 LOOPBACK_NAMES = ("localhost",)
 # Host header values whose verdict is remembered. Clients send one or a few values (the

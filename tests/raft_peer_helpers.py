@@ -3,7 +3,7 @@ tests/loopback/test_peer_dial.py) share: a poller that watches nothing, and the 
 
 from __future__ import annotations
 
-from node.raft.peers import AuthenticatingEncryptor
+from statekeeper.node.raft.peers import AuthenticatingEncryptor
 
 
 class NullPoller:

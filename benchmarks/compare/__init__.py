@@ -1,4 +1,4 @@
-"""statekeeper and etcd side by side: `python -m benchmarks.compare --help`.
+"""statekeeper and etcd side by side: `python -m statekeeper.benchmarks.compare --help`.
 
 For each workload group (key-value rows, failover, cold start) each system is measured in
 `--rounds` rounds (default 3), every round on a fresh 3-node cluster, alternating which
@@ -20,14 +20,9 @@ The package, one job per module:
 - progress.py: the progress bar; cli.py: options, settings, main
 """
 
-from benchmarks.compare.chart import write_chart
-from benchmarks.compare.cli import (
-    build_parser,
-    main,
-    parse_groups,
-    settings_from_args,
-)
-from benchmarks.compare.measure import (
+from statekeeper.benchmarks.compare.chart import write_chart
+from statekeeper.benchmarks.compare.cli import build_parser, main, parse_groups, settings_from_args
+from statekeeper.benchmarks.compare.measure import (
     Settings,
     first_put_after,
     measure_from_load,
@@ -35,16 +30,22 @@ from benchmarks.compare.measure import (
     run_failover,
     run_kv_group,
 )
-from benchmarks.compare.progress import BarStream, LoadProgress, QuietBar, SimpleBar, make_bar
-from benchmarks.compare.report import results_section
-from benchmarks.compare.rounds import Measure, Row, ratio, round_order, summarize_row
-from benchmarks.compare.table import (
+from statekeeper.benchmarks.compare.progress import (
+    BarStream,
+    LoadProgress,
+    QuietBar,
+    SimpleBar,
+    make_bar,
+)
+from statekeeper.benchmarks.compare.report import results_section
+from statekeeper.benchmarks.compare.rounds import Measure, Row, ratio, round_order, summarize_row
+from statekeeper.benchmarks.compare.table import (
     format_ratio,
     format_value,
     markdown_table,
     row_notes,
 )
-from benchmarks.compare.workloads import (
+from statekeeper.benchmarks.compare.workloads import (
     BATCH_OPS,
     GROUPS,
     TXN_OPS,

@@ -1,7 +1,7 @@
-"""`python -m benchmarks.compare`: see benchmarks/compare/cli.py."""
+"""`python -m statekeeper.benchmarks.compare`: see benchmarks/compare/cli.py."""
 
 import sys
 
-from benchmarks.compare.cli import main
+from statekeeper.benchmarks.compare.cli import main
 
 sys.exit(main())

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.compare.rounds import ETCD, SK, Row, summarize_row
+from statekeeper.benchmarks.compare.rounds import ETCD, SK, Row, summarize_row
 
 TARGET_RATIO = 1.5  # issue 17: puts and linearizable gets at 64 clients
 

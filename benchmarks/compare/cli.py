@@ -1,4 +1,4 @@
-"""`python -m benchmarks.compare` (and `statekeeper bench compare`): options, settings, main.
+"""`python -m statekeeper.benchmarks.compare` (and `statekeeper bench compare`): options, settings, main.
 
 main() parses, runs benchmarks.compare.runner.run_compare under one progress bar, prints
 the table, and unless --no-results appends the section to --results (default
@@ -20,17 +20,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.compare.chart import write_chart
-from benchmarks.compare.measure import FAILOVER_LOAD_CLIENTS, Settings
-from benchmarks.compare.progress import make_bar
-from benchmarks.compare.report import results_section, rounds_line, versions
-from benchmarks.compare.rounds import Row, summarize_row
-from benchmarks.compare.runner import run_compare, total_steps
-from benchmarks.compare.table import result_blocks, row_notes
-from benchmarks.compare.workloads import BATCH_OPS, GROUPS, Workload, select_workloads
-from benchmarks.load import append_results, fs_type, machine_info
-from benchmarks.redis_streams import REDIS_SETUP
-from benchmarks.systems import get_system_class
+from statekeeper.benchmarks.compare.chart import write_chart
+from statekeeper.benchmarks.compare.measure import FAILOVER_LOAD_CLIENTS, Settings
+from statekeeper.benchmarks.compare.progress import make_bar
+from statekeeper.benchmarks.compare.report import results_section, rounds_line, versions
+from statekeeper.benchmarks.compare.rounds import Row, summarize_row
+from statekeeper.benchmarks.compare.runner import run_compare, total_steps
+from statekeeper.benchmarks.compare.table import result_blocks, row_notes
+from statekeeper.benchmarks.compare.workloads import BATCH_OPS, GROUPS, Workload, select_workloads
+from statekeeper.benchmarks.load import append_results, fs_type, machine_info
+from statekeeper.benchmarks.redis_streams import REDIS_SETUP
+from statekeeper.benchmarks.systems import get_system_class
 
 BENCH_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS = BENCH_DIR / "RESULTS.md"
@@ -41,7 +41,7 @@ DEFAULT_SYSTEMS = ("etcd", "statekeeper", "redis")
 DEFAULT_ROUNDS = 3
 
 
-def build_parser(prog: str = "python -m benchmarks.compare") -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m statekeeper.benchmarks.compare") -> argparse.ArgumentParser:
     """The options, also `statekeeper bench compare`'s (which passes its arguments here)."""
     p = argparse.ArgumentParser(
         prog=prog,
@@ -263,8 +263,10 @@ async def amain(args: argparse.Namespace, command: str) -> int:
     return 1 if failed else 0
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.compare") -> int:
-    """`python -m benchmarks.compare`, and `statekeeper bench compare` (with its own prog)."""
+def main(
+    argv: Sequence[str] | None = None, prog: str = "python -m statekeeper.benchmarks.compare"
+) -> int:
+    """`python -m statekeeper.benchmarks.compare`, and `statekeeper bench compare` (with its own prog)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(prog).parse_args(argv)
     return exit_status(lambda: asyncio.run(amain(args, shlex.join([*prog.split(), *argv]))))

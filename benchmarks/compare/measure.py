@@ -21,15 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.cluster_control import ClusterControl
-from benchmarks.compare.progress import BarStream, LoadProgress
-from benchmarks.compare.rounds import Measure
-from benchmarks.compare.workloads import BATCH_OPS, Workload, make_op, supports
-from benchmarks.harness import LoadResult, run_load
-from benchmarks.load import make_keys
-from benchmarks.restart import members_rss, restart_follower, wait_leader
-from benchmarks.systems import System
-from chaos.stats import percentile
+from statekeeper.benchmarks.cluster_control import ClusterControl
+from statekeeper.benchmarks.compare.progress import BarStream, LoadProgress
+from statekeeper.benchmarks.compare.rounds import Measure
+from statekeeper.benchmarks.compare.workloads import BATCH_OPS, Workload, make_op, supports
+from statekeeper.benchmarks.harness import LoadResult, run_load
+from statekeeper.benchmarks.load import make_keys
+from statekeeper.benchmarks.restart import members_rss, restart_follower, wait_leader
+from statekeeper.benchmarks.systems import System
+from statekeeper.chaos.stats import percentile
 
 FAILOVER_LOAD_CLIENTS = 16
 FAILOVER_PROBE_INTERVAL = 0.02  # a new probe put every 20 ms after the kill

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-from benchmarks.compare.rounds import Row, order_text
-from benchmarks.compare.table import result_blocks, row_notes
-from benchmarks.load import machine_info
+from statekeeper.benchmarks.compare.rounds import Row, order_text
+from statekeeper.benchmarks.compare.table import result_blocks, row_notes
+from statekeeper.benchmarks.load import machine_info
 
 BENCH_DIR = Path(__file__).resolve().parent.parent
 
@@ -21,13 +21,13 @@ BENCH_DIR = Path(__file__).resolve().parent.parent
 def versions() -> dict[str, str]:
     out: dict[str, str] = {}
     try:
-        from benchmarks.etcd import etcd_version, find_etcd
+        from statekeeper.benchmarks.etcd import etcd_version, find_etcd
 
         out["etcd"] = etcd_version(find_etcd(install=False))
     except Exception:  # noqa: BLE001 - not installed: the section says so
         out["etcd"] = "not installed"
     try:
-        from benchmarks.redis_streams import find_redis, redis_version
+        from statekeeper.benchmarks.redis_streams import find_redis, redis_version
 
         out["redis-server"] = redis_version(find_redis())
     except Exception:  # noqa: BLE001 - not installed: the section says so

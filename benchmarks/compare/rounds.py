@@ -26,7 +26,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from chaos.stats import percentile
+from statekeeper.chaos.stats import percentile
 
 SK, ETCD, REDIS = "statekeeper", "etcd", "redis"
 

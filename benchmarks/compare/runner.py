@@ -16,10 +16,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare.measure import Settings, run_cold_start, run_failover, run_kv_group
-from benchmarks.compare.rounds import Measure, Row, round_order
-from benchmarks.compare.workloads import Workload
-from benchmarks.systems import System, get_system_class
+from statekeeper.benchmarks.compare.measure import (
+    Settings,
+    run_cold_start,
+    run_failover,
+    run_kv_group,
+)
+from statekeeper.benchmarks.compare.rounds import Measure, Row, round_order
+from statekeeper.benchmarks.compare.workloads import Workload
+from statekeeper.benchmarks.systems import System, get_system_class
 
 
 def make_rows(groups: Sequence[str], s: Settings, workloads: Sequence[Workload]) -> dict[str, Row]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from benchmarks.compare.rounds import (
+from statekeeper.benchmarks.compare.rounds import (
     ETCD,
     REDIS,
     SK,
@@ -21,7 +21,7 @@ from benchmarks.compare.rounds import (
     SystemSummary,
     summarize_row,
 )
-from benchmarks.compare.workloads import APPEND_ACTIONS, append_events
+from statekeeper.benchmarks.compare.workloads import APPEND_ACTIONS, append_events
 
 CLIENT_BUSY = 0.8  # fraction of a core above which the load generator may be the limit
 

@@ -18,9 +18,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from benchmarks.harness import Op
-from benchmarks.load import format_size, key_op
-from benchmarks.systems import System
+from statekeeper.benchmarks.harness import Op
+from statekeeper.benchmarks.load import format_size, key_op
+from statekeeper.benchmarks.systems import System
 
 GROUPS = ("put", "get", "mix", "cas", "txn", "batch", "append", "failover", "cold-start")
 

@@ -1,5 +1,5 @@
 """Scaling sweeps: how statekeeper's put/get cost, restart time, RSS and disk grow with
-store size, value size and kept history (`python -m benchmarks.scaling --help`).
+store size, value size and kept history (`python -m statekeeper.benchmarks.scaling --help`).
 
 - points.py: the pure parts (sweep points, Point/Stat, bend detection, Markdown table);
 - measure.py: the loader and the measurements of one point against a running cluster;

@@ -1,4 +1,4 @@
-"""`python -m benchmarks.scaling`: how statekeeper's cost grows with store size, value size
+"""`python -m statekeeper.benchmarks.scaling`: how statekeeper's cost grows with store size, value size
 and kept history (issue 17, item 5). See benchmarks/README.md, "Scaling sweeps".
 
 Each sweep runs on a fresh local 3-node cluster (fsync=always) under --data-dir and yields
@@ -19,13 +19,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.compare.cli import DEFAULT_CHART_DIR, DEFAULT_DATA_DIR, DEFAULT_RESULTS
-from benchmarks.compare.progress import make_bar
-from benchmarks.load import append_section, fs_type
-from benchmarks.scaling import sweeps
-from benchmarks.scaling.measure import Settings
-from benchmarks.scaling.plot import write_plot
-from benchmarks.scaling.points import (
+from statekeeper.benchmarks.compare.cli import DEFAULT_CHART_DIR, DEFAULT_DATA_DIR, DEFAULT_RESULTS
+from statekeeper.benchmarks.compare.progress import make_bar
+from statekeeper.benchmarks.load import append_section, fs_type
+from statekeeper.benchmarks.scaling import sweeps
+from statekeeper.benchmarks.scaling.measure import Settings
+from statekeeper.benchmarks.scaling.plot import write_plot
+from statekeeper.benchmarks.scaling.points import (
     BEND_FACTOR,
     Point,
     bend_lines,
@@ -34,7 +34,7 @@ from benchmarks.scaling.points import (
     size_points,
     value_points,
 )
-from benchmarks.systems import StatekeeperSystem
+from statekeeper.benchmarks.systems import StatekeeperSystem
 
 SWEEPS = ("size", "value", "history")
 AXES = {
@@ -51,7 +51,7 @@ TITLES = {
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.scaling",
+        prog="python -m statekeeper.benchmarks.scaling",
         description="statekeeper's put/get latency and throughput as the store grows (keys),\n"
         "as values grow, and as kept history grows; restart-to-ready and RSS against store\n"
         "size. Appends a section to the results file and writes PNG plots.",
@@ -147,7 +147,13 @@ def report(
         print("\n\n".join(tables))
         return
     append_section(
-        args.results, "statekeeper scaling sweeps", "benchmarks.scaling", argv, notes, tables, now
+        args.results,
+        "statekeeper scaling sweeps",
+        "statekeeper.benchmarks.scaling",
+        argv,
+        notes,
+        tables,
+        now,
     )
 
 

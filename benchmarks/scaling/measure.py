@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
-from benchmarks.compare.measure import LOAD_BATCH
-from benchmarks.compare.progress import BarStream, LoadProgress
-from benchmarks.harness import LoadResult, Op, run_load
-from benchmarks.load import key_op
-from benchmarks.reclaim_report import du
-from benchmarks.scaling.points import Stat
-from benchmarks.systems import StatekeeperSystem
+from statekeeper.benchmarks.compare.measure import LOAD_BATCH
+from statekeeper.benchmarks.compare.progress import BarStream, LoadProgress
+from statekeeper.benchmarks.harness import LoadResult, Op, run_load
+from statekeeper.benchmarks.load import key_op
+from statekeeper.benchmarks.reclaim_report import du
+from statekeeper.benchmarks.scaling.points import Stat
+from statekeeper.benchmarks.systems import StatekeeperSystem
 
 
 class _LazyKeys(Sequence[str]):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.scaling.points import METRICS, Point, metric_value
+from statekeeper.benchmarks.scaling.points import METRICS, Point, metric_value
 
 # Extras plotted in the third panel when a sweep has them: (extra column, axis label).
 PANEL_EXTRAS = (

@@ -22,9 +22,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cluster_control import ClusterControl
-from benchmarks.restart import members_rss, restart_follower
-from benchmarks.scaling.measure import (
+from statekeeper.benchmarks.cluster_control import ClusterControl
+from statekeeper.benchmarks.restart import members_rss, restart_follower
+from statekeeper.benchmarks.scaling.measure import (
     KeyRange,
     Repeated,
     Settings,
@@ -35,8 +35,8 @@ from benchmarks.scaling.measure import (
     measure_kv,
     random_value,
 )
-from benchmarks.scaling.points import MIB, Point, format_bytes, value_keys
-from benchmarks.systems import StatekeeperSystem
+from statekeeper.benchmarks.scaling.points import MIB, Point, format_bytes, value_keys
+from statekeeper.benchmarks.systems import StatekeeperSystem
 
 SIZE_VALUE = 256
 VALUE_SWEEP_KEYS = 2000

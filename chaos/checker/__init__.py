@@ -22,11 +22,11 @@ verdict):
 - :mod:`.results`: the result types and the rendering of counterexamples.
 """
 
-from chaos.checker.linearizability import check
-from chaos.checker.results import PartitionResult, Result, render_history
-from chaos.checker.streams import StreamsResult, StreamViolation, check_streams
-from chaos.checker.values import UNKNOWN, Verdict
-from chaos.checker.writes import (
+from statekeeper.chaos.checker.linearizability import check
+from statekeeper.chaos.checker.results import PartitionResult, Result, render_history
+from statekeeper.chaos.checker.streams import StreamsResult, StreamViolation, check_streams
+from statekeeper.chaos.checker.values import UNKNOWN, Verdict
+from statekeeper.chaos.checker.writes import (
     DuplicateApplication,
     LostWrite,
     duplicate_applications,

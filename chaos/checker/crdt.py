@@ -43,8 +43,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.checker.locks import LockViolation
-from chaos.history import Op
+from statekeeper.chaos.checker.locks import LockViolation
+from statekeeper.chaos.history import Op
 
 __all__ = ["LOSS_RULES", "RULES", "CrdtResult", "CrdtViolation", "check_crdt"]
 

@@ -16,13 +16,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.checker.minimize import minimize_ops
-from chaos.checker.model import Prepared, prepare_all
-from chaos.checker.reductions import reduce_unknown_writes
-from chaos.checker.results import PartitionResult, Result, explain
-from chaos.checker.search import search_partition
-from chaos.checker.values import UNKNOWN, Verdict, freeze
-from chaos.history import Op, read_history
+from statekeeper.chaos.checker.minimize import minimize_ops
+from statekeeper.chaos.checker.model import Prepared, prepare_all
+from statekeeper.chaos.checker.reductions import reduce_unknown_writes
+from statekeeper.chaos.checker.results import PartitionResult, Result, explain
+from statekeeper.chaos.checker.search import search_partition
+from statekeeper.chaos.checker.values import UNKNOWN, Verdict, freeze
+from statekeeper.chaos.history import Op, read_history
 
 __all__ = ["check"]
 

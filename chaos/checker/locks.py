@@ -54,8 +54,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.checker.watch import WatchTruth
-from chaos.history import Op
+from statekeeper.chaos.checker.watch import WatchTruth
+from statekeeper.chaos.history import Op
 
 __all__ = ["LOSS_RULES", "RULES", "LockResult", "LockViolation", "check_locks", "landed_writes"]
 

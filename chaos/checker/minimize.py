@@ -15,9 +15,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chaos.checker.model import Prepared
-from chaos.checker.reductions import Relevance
-from chaos.checker.search import reduce_and_search
+from statekeeper.chaos.checker.model import Prepared
+from statekeeper.chaos.checker.reductions import Relevance
+from statekeeper.chaos.checker.search import reduce_and_search
 
 
 def _droppable(

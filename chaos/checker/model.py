@@ -43,8 +43,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from chaos.checker.values import freeze
-from chaos.history import HistoryError, Op
+from statekeeper.chaos.checker.values import freeze
+from statekeeper.chaos.history import HistoryError, Op
 
 INVALID = object()  # a model step that is not allowed (None is a legal state: absent)
 # streams: .streams; the lockers' ops: .locks; the CRDT replicas' ops: .crdt

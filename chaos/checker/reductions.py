@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from chaos.checker.model import Prepared
+from statekeeper.chaos.checker.model import Prepared
 
 
 class Relevance:

@@ -11,10 +11,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.checker.model import Prepared
-from chaos.checker.search import bind_steps, reduce_and_search
-from chaos.checker.values import UNKNOWN, Verdict, fmt_value
-from chaos.history import Op
+from statekeeper.chaos.checker.model import Prepared
+from statekeeper.chaos.checker.search import bind_steps, reduce_and_search
+from statekeeper.chaos.checker.values import UNKNOWN, Verdict, fmt_value
+from statekeeper.chaos.history import Op
 
 __all__ = ["PartitionResult", "Result", "explain", "render_history"]
 

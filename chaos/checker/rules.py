@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.checker.model import Prepared
-from chaos.checker.reductions import Relevance, prunable
+from statekeeper.chaos.checker.model import Prepared
+from statekeeper.chaos.checker.reductions import Relevance, prunable
 
 # (x, mask of strong observers, [(weak observers, writers of e, key index, e)])
 DeadRule = tuple[int, int, list[tuple[int, int, int, Any]]]

@@ -55,10 +55,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.checker.model import INVALID, Prepared
-from chaos.checker.reductions import reduce_unknown_writes
-from chaos.checker.rules import DeadRule, symmetry, visibility_rules
-from chaos.checker.values import UNKNOWN, Verdict
+from statekeeper.chaos.checker.model import INVALID, Prepared
+from statekeeper.chaos.checker.reductions import reduce_unknown_writes
+from statekeeper.chaos.checker.rules import DeadRule, symmetry, visibility_rules
+from statekeeper.chaos.checker.values import UNKNOWN, Verdict
 
 
 def bind_steps(ops: Sequence[Prepared], keys: Sequence[str]) -> list[Callable[[Any], Any]]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.history import Op
+from statekeeper.chaos.history import Op
 
 Ev = tuple[int, Any, Any]  # (seq, event id or None, data)
 

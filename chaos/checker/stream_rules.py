@@ -8,8 +8,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chaos.checker.stream_model import Append, Ev, StreamIndex, StreamViolation, appended
-from chaos.history import Op
+from statekeeper.chaos.checker.stream_model import (
+    Append,
+    Ev,
+    StreamIndex,
+    StreamViolation,
+    appended,
+)
+from statekeeper.chaos.history import Op
 
 __all__ = [
     "acknowledged",

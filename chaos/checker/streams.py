@@ -58,9 +58,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.checker import stream_rules as rules
-from chaos.checker.stream_model import Append, Ev, StreamIndex, StreamViolation, appended
-from chaos.history import HistoryError, Op
+from statekeeper.chaos.checker import stream_rules as rules
+from statekeeper.chaos.checker.stream_model import (
+    Append,
+    Ev,
+    StreamIndex,
+    StreamViolation,
+    appended,
+)
+from statekeeper.chaos.history import HistoryError, Op
 
 __all__ = [
     "LOSS_RULES",

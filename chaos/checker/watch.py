@@ -69,10 +69,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.checker import watch_rules as rules
-from chaos.checker.watch_model import Change, WatcherLog, WatchTruth, WatchViolation, Write
-from chaos.history import Op
-from chaos.stats import percentile
+from statekeeper.chaos.checker import watch_rules as rules
+from statekeeper.chaos.checker.watch_model import (
+    Change,
+    WatcherLog,
+    WatchTruth,
+    WatchViolation,
+    Write,
+)
+from statekeeper.chaos.history import Op
+from statekeeper.chaos.stats import percentile
 
 __all__ = [
     "LOSS_RULES",

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.history import Op
+from statekeeper.chaos.history import Op
 
 Change = tuple[str, str, Any]  # (key, "put" | "delete", value text; None for a delete)
 

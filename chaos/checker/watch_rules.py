@@ -8,8 +8,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from chaos.checker.stream_rules import fmt_seqs
-from chaos.checker.watch_model import (
+from statekeeper.chaos.checker.stream_rules import fmt_seqs
+from statekeeper.chaos.checker.watch_model import (
     Change,
     WatcherLog,
     WatchTruth,

@@ -39,8 +39,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.checker.values import fmt_value, freeze
-from chaos.history import Op, read_history
+from statekeeper.chaos.checker.values import fmt_value, freeze
+from statekeeper.chaos.history import Op, read_history
 
 __all__ = ["DuplicateApplication", "LostWrite", "duplicate_applications", "lost_writes"]
 

@@ -12,9 +12,9 @@
 - :mod:`.registry`: every fault by name (``FAULTS``), the CI subset (``SMOKE``).
 """
 
-from chaos.faults.base import Fault, FaultContext, FaultError
-from chaos.faults.clock import faketime_env, find_libfaketime
-from chaos.faults.failpoints import (
+from statekeeper.chaos.faults.base import Fault, FaultContext, FaultError
+from statekeeper.chaos.faults.clock import faketime_env, find_libfaketime
+from statekeeper.chaos.faults.failpoints import (
     FAILPOINT_EXIT_CODE,
     TINY_SNAPSHOTS,
     CrashWatcher,
@@ -23,8 +23,8 @@ from chaos.faults.failpoints import (
     last_failpoint,
     start_cluster,
 )
-from chaos.faults.proxy import ProxyNet
-from chaos.faults.registry import FAULTS, SMOKE, fault_names, get_fault
+from statekeeper.chaos.faults.proxy import ProxyNet
+from statekeeper.chaos.faults.registry import FAULTS, SMOKE, fault_names, get_fault
 
 __all__ = [
     "FAILPOINT_EXIT_CODE",

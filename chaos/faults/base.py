@@ -31,16 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from chaos.faults.failpoints import FAILPOINTS_ENV, failpoint_spec
-from chaos.report import Verdict
-from cluster.supervisor import LocalCluster
+from statekeeper.chaos.faults.failpoints import FAILPOINTS_ENV, failpoint_spec
+from statekeeper.chaos.report import Verdict
+from statekeeper.cluster.supervisor import LocalCluster
 
 if TYPE_CHECKING:
-    from chaos.faults.failpoints import CrashWatcher
-    from chaos.faults.proxy import ProxyNet
-    from chaos.lazyfs import LazyFS
-    from chaos.partition import Partitioner
-    from node.config import ClusterConfig
+    from statekeeper.chaos.faults.failpoints import CrashWatcher
+    from statekeeper.chaos.faults.proxy import ProxyNet
+    from statekeeper.chaos.lazyfs import LazyFS
+    from statekeeper.chaos.partition import Partitioner
+    from statekeeper.node.config import ClusterConfig
 
 __all__ = [
     "RESTORED",
@@ -191,11 +191,11 @@ class Fault:
     @classmethod
     def available(cls) -> tuple[bool, str]:
         if cls.topology == "links":
-            from chaos.partition import available
+            from statekeeper.chaos.partition import available
 
             return available()
         if cls.topology == "lazyfs":
-            from chaos.lazyfs import available
+            from statekeeper.chaos.lazyfs import available
 
             return available()
         if cls.topology == "proxy":
@@ -228,7 +228,7 @@ class NoFault(Fault):
 
 def snapshot_last_index(data_dir: Path) -> int | None:
     """Last raft index covered by the node's snapshot file on disk (None: no snapshot)."""
-    from node import snapshot_file
+    from statekeeper.node import snapshot_file
 
     try:
         header, _ = snapshot_file.read_header(str(data_dir / "raft" / "snapshot.bin"))

@@ -9,11 +9,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from chaos.faults.base import Fault, FaultContext, FaultError
-from chaos.report import PASS, UNKNOWN, Verdict
+from statekeeper import IMPORT_ROOT
+from statekeeper.chaos.faults.base import Fault, FaultContext, FaultError
+from statekeeper.chaos.report import PASS, UNKNOWN, Verdict
 
 if TYPE_CHECKING:
-    from node.config import ClusterConfig
+    from statekeeper.node.config import ClusterConfig
 
 __all__ = ["ClockJump", "faketime_env", "find_libfaketime"]
 
@@ -25,7 +26,6 @@ LIBFAKETIME_GLOBS = (
 )
 CHAOS_DIR = Path(__file__).resolve().parent.parent
 CLOCK_SHIM_DIR = CHAOS_DIR / "clockshim"
-PROJECT_ROOT = CHAOS_DIR.parent
 
 
 def find_libfaketime() -> str | None:
@@ -57,7 +57,7 @@ def faketime_env(lib: str, timestamp_file: str | os.PathLike[str]) -> dict[str, 
     """
     pythonpath = os.pathsep.join(
         p
-        for p in (str(CLOCK_SHIM_DIR), str(PROJECT_ROOT), os.environ.get("PYTHONPATH", ""))
+        for p in (str(CLOCK_SHIM_DIR), IMPORT_ROOT, os.environ.get("PYTHONPATH", ""))
         if p
     )
     return {

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.faults.base import (
+from statekeeper.chaos.faults.base import (
     RESTORED,
     Fault,
     FaultContext,
@@ -19,8 +19,8 @@ from chaos.faults.base import (
     log_size,
     snapshot_last_index,
 )
-from chaos.faults.failpoints import TINY_SNAPSHOTS, failpoint_spec
-from chaos.report import INFO, PASS, UNKNOWN, Verdict
+from statekeeper.chaos.faults.failpoints import TINY_SNAPSHOTS, failpoint_spec
+from statekeeper.chaos.report import INFO, PASS, UNKNOWN, Verdict
 
 __all__ = [
     "CrashFollowerFsync",

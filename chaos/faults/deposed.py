@@ -7,7 +7,7 @@ import threading
 import time
 from typing import ClassVar
 
-from chaos.faults.base import (
+from statekeeper.chaos.faults.base import (
     RESTORED,
     Fault,
     FaultContext,
@@ -16,8 +16,8 @@ from chaos.faults.base import (
     log_size,
     snapshot_last_index,
 )
-from chaos.faults.failpoints import TINY_SNAPSHOTS
-from chaos.report import FAIL, PASS, UNKNOWN, Verdict
+from statekeeper.chaos.faults.failpoints import TINY_SNAPSHOTS
+from statekeeper.chaos.report import FAIL, PASS, UNKNOWN, Verdict
 
 __all__ = ["DeposedLeaderSnapshot"]
 
@@ -65,7 +65,7 @@ class DeposedLeaderSnapshot(Fault):
         self._heal_ns = 0
 
     def _probe(self, url: str, i: int) -> None:
-        from client import Client, RetryPolicy, StatekeeperError
+        from statekeeper.client import Client, RetryPolicy, StatekeeperError
 
         key = f"{self.PROBE_PREFIX}{i}"
         try:
@@ -131,7 +131,7 @@ class DeposedLeaderSnapshot(Fault):
 
     def _poll(self, url: str) -> None:
         """The old leader's own view of the probe keys, every 10 ms from the heal on."""
-        from client import Client, RetryPolicy, StatekeeperError
+        from statekeeper.client import Client, RetryPolicy, StatekeeperError
 
         with Client(url, ns="chaos", timeout=1.0, retry=RetryPolicy.disabled(),
                     prefer_leader=False) as c:
@@ -152,7 +152,7 @@ class DeposedLeaderSnapshot(Fault):
         """key -> (value, mod_revision) of the probe keys the cluster committed (one
         linearizable read through a majority node), and an error message if unreadable.
         Each probe key is written once, by its probe: committed, it stays as it is."""
-        from client import Client, StatekeeperError
+        from statekeeper.client import Client, StatekeeperError
 
         urls = [ctx.cluster.url(n) for n in ctx.node_ids if n != self.old]
         try:

@@ -19,8 +19,8 @@ import os
 import time
 from typing import ClassVar
 
-from chaos.faults.base import Fault, FaultContext, FaultError
-from chaos.report import FAIL, PASS, Verdict
+from statekeeper.chaos.faults.base import Fault, FaultContext, FaultError
+from statekeeper.chaos.report import FAIL, PASS, Verdict
 
 __all__ = ["SMALLFS_BYTES", "DiskFull", "storage_alarms", "wait_alarms_cleared"]
 
@@ -75,17 +75,17 @@ class DiskFull(Fault):
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        from chaos.smallfs import available
+        from statekeeper.chaos.smallfs import available
 
         return available()
 
     def _client(self, ctx: FaultContext, urls: list[str] | None = None):
-        from client import Client
+        from statekeeper.client import Client
 
         return Client(urls or [ctx.cluster.url(n) for n in ctx.node_ids], ns=NS)
 
     def start(self, ctx: FaultContext) -> str:
-        from client import InsufficientStorage
+        from statekeeper.client import InsufficientStorage
 
         with self._client(ctx) as c:
             for i in range(self.fs_bytes // MIB):

@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from chaos.report import FAIL, INFO, PASS, UNKNOWN, Verdict
-from cluster.supervisor import LocalCluster, NodeStartError, SupervisorError
+from statekeeper.chaos.report import FAIL, INFO, PASS, UNKNOWN, Verdict
+from statekeeper.cluster.supervisor import LocalCluster, NodeStartError, SupervisorError
 
 __all__ = [
     "FAILPOINTS_ENV",
@@ -37,7 +37,7 @@ TINY_SNAPSHOTS: dict[str, Any] = {"snapshot_min_entries": 40, "snapshot_min_seco
 def failpoint_spec(points: Mapping[str, str]) -> str:
     """The STATEKEEPER_FAILPOINTS value for ``points`` (name -> action), validated with the
     node's own parser so that a typo fails here and not as a node that refuses to start."""
-    from node import failpoints
+    from statekeeper.node import failpoints
 
     spec = ";".join(f"{name}={action}" for name, action in points.items())
     failpoints.parse(spec)  # raises FailpointError naming the bad part
@@ -138,7 +138,7 @@ class CrashWatcher:
         """From now on, restart crashed nodes with every failpoint off: the fault ends at
         the heal for each node as it next crashes, so the recovery can be judged (a node
         that kept crashing about once a second never would be)."""
-        from node import failpoints
+        from statekeeper.node import failpoints
 
         with self._lock:
             self._restart_env = {failpoints.ENV: ""}

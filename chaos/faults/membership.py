@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 
-from chaos.faults.base import Fault, FaultContext, FaultError
-from chaos.report import FAIL, PASS, Verdict
-from client.auth_tokens import root_token
-from cluster.members import MemberChangeError, Membership
+from statekeeper.chaos.faults.base import Fault, FaultContext, FaultError
+from statekeeper.chaos.report import FAIL, PASS, Verdict
+from statekeeper.client.auth_tokens import root_token
+from statekeeper.cluster.members import MemberChangeError, Membership
 
 __all__ = ["MembershipChange", "UncommittedMemberChange"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from chaos.faults.base import Fault, FaultContext, FaultError
+from statekeeper.chaos.faults.base import Fault, FaultContext, FaultError
 
 if TYPE_CHECKING:
-    from chaos.partition import Partitioner
+    from statekeeper.chaos.partition import Partitioner
 
 __all__ = [
     "OneWayLoss",

@@ -10,7 +10,7 @@ import signal
 import time
 from collections.abc import Sequence
 
-from chaos.faults.base import (
+from statekeeper.chaos.faults.base import (
     Fault,
     FaultContext,
     FaultError,
@@ -18,9 +18,9 @@ from chaos.faults.base import (
     log_size,
     snapshot_last_index,
 )
-from chaos.faults.failpoints import FAILPOINTS_ENV, TINY_SNAPSHOTS, failpoint_spec
-from chaos.report import FAIL, PASS, UNKNOWN, Verdict
-from cluster.supervisor import LocalCluster, SupervisorError
+from statekeeper.chaos.faults.failpoints import FAILPOINTS_ENV, TINY_SNAPSHOTS, failpoint_spec
+from statekeeper.chaos.report import FAIL, PASS, UNKNOWN, Verdict
+from statekeeper.cluster.supervisor import LocalCluster, SupervisorError
 
 __all__ = [
     "KillAll",

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from chaos.faults.base import Fault, FaultContext, FaultError
+from statekeeper.chaos.faults.base import Fault, FaultContext, FaultError
 
 __all__ = [
     "ProxyBandwidth",
@@ -38,7 +38,7 @@ class ProxyNet:
     def __init__(self, url: str, prefix: str) -> None:
         from toxiproxy import Toxiproxy
 
-        from chaos.toxiproxy import configure_client
+        from statekeeper.chaos.toxiproxy import configure_client
 
         configure_client(url)
         self.url = url

@@ -28,9 +28,9 @@ import threading
 import time
 from typing import Any
 
-from chaos.faults.base import Fault, FaultContext, FaultError
-from chaos.faults.disk import wait_alarms_cleared
-from chaos.report import FAIL, PASS, Verdict
+from statekeeper.chaos.faults.base import Fault, FaultContext, FaultError
+from statekeeper.chaos.faults.disk import wait_alarms_cleared
+from statekeeper.chaos.report import FAIL, PASS, Verdict
 
 __all__ = ["QuotaRetry"]
 
@@ -84,14 +84,14 @@ class QuotaRetry(Fault):
         )
 
     def _client(self, urls: list[str], timeout: float = 10.0):
-        from client import Client, RetryPolicy
+        from statekeeper.client import Client, RetryPolicy
 
         policy = RetryPolicy(max_attempts=50, deadline=8.0, backoff_base=0.02, backoff_max=0.2)
         return Client(urls, ns=NS, timeout=timeout, retry=policy, prefer_leader=False)
 
     def _writer(self, w: int, urls: list[str]) -> None:
-        from chaos.workload import classify_error
-        from client import InsufficientStorage, StatekeeperError
+        from statekeeper.chaos.workload import classify_error
+        from statekeeper.client import InsufficientStorage, StatekeeperError
 
         out, n = self.out, 0
         with self._client(urls, ATTEMPT_TIMEOUTS[w % len(ATTEMPT_TIMEOUTS)]) as c:
@@ -115,7 +115,7 @@ class QuotaRetry(Fault):
                     out.replayed_under_alarm += bool(result.replayed and out.alarm_seen)
 
     def start(self, ctx: FaultContext) -> str:
-        from client import InsufficientStorage
+        from statekeeper.client import InsufficientStorage
 
         urls = [ctx.cluster.url(n) for n in ctx.node_ids]
         for w in range(WRITERS):

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from chaos.faults.base import Fault, NoFault
-from chaos.faults.clock import ClockJump
-from chaos.faults.crash import CrashFollowerFsync, CrashInstall, CrashSnapshot
-from chaos.faults.deposed import DeposedLeaderSnapshot
-from chaos.faults.disk import DiskFull
-from chaos.faults.membership import MembershipChange, UncommittedMemberChange
-from chaos.faults.partitions import (
+from statekeeper.chaos.faults.base import Fault, NoFault
+from statekeeper.chaos.faults.clock import ClockJump
+from statekeeper.chaos.faults.crash import CrashFollowerFsync, CrashInstall, CrashSnapshot
+from statekeeper.chaos.faults.deposed import DeposedLeaderSnapshot
+from statekeeper.chaos.faults.disk import DiskFull
+from statekeeper.chaos.faults.membership import MembershipChange, UncommittedMemberChange
+from statekeeper.chaos.faults.partitions import (
     OneWayLoss,
     PacketLoss,
     PartitionBridge,
@@ -17,7 +17,7 @@ from chaos.faults.partitions import (
     PartitionLeader,
     PartitionMajorityMinority,
 )
-from chaos.faults.process import (
+from statekeeper.chaos.faults.process import (
     KillAll,
     KillFollower,
     KillLeader,
@@ -29,7 +29,7 @@ from chaos.faults.process import (
     RollingRestart,
     WipeFollower,
 )
-from chaos.faults.proxy import (
+from statekeeper.chaos.faults.proxy import (
     ProxyBandwidth,
     ProxyBlackhole,
     ProxyDown,
@@ -39,7 +39,7 @@ from chaos.faults.proxy import (
     ProxySlicer,
     ProxySlowClose,
 )
-from chaos.faults.quota import QuotaRetry
+from statekeeper.chaos.faults.quota import QuotaRetry
 
 __all__ = ["FAULTS", "SMOKE", "fault_names", "get_fault"]
 

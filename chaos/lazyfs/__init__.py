@@ -14,7 +14,7 @@ Typical use::
         ...
 
 Only this module is imported by tests; it does not import pyfuse3 (the daemon runs in a
-subprocess: ``python -m chaos.lazyfs --backing DIR --mount DIR``).
+subprocess: ``python -m statekeeper.chaos.lazyfs --backing DIR --mount DIR``).
 """
 
 from __future__ import annotations
@@ -31,11 +31,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from chaos.lazyfs.core import CONTROL_NAME
+from statekeeper import IMPORT_ROOT
+from statekeeper.chaos.lazyfs.core import CONTROL_NAME
 
 __all__ = ["CONTROL_NAME", "LazyFS", "LazyFSError", "available", "is_mounted"]
-
-_PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class LazyFSError(RuntimeError):
@@ -140,14 +139,14 @@ class LazyFS:
         if is_mounted(self.mountpoint):
             raise LazyFSError(f"{self.mountpoint} is already a LazyFS mount (stale?)")
         cmd = [
-            sys.executable, "-m", "chaos.lazyfs",
+            sys.executable, "-m", "statekeeper.chaos.lazyfs",
             "--backing", str(self.backing_dir), "--mount", str(self.mountpoint),
         ]  # fmt: skip
         if not self.backing_sync:
             cmd.append("--no-backing-sync")
         cmd += ["--namespace", self.namespace]
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PROJECT_ROOT, env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [IMPORT_ROOT, env.get("PYTHONPATH")]))
         with open(self.log_path, "ab") as log:
             # A file, not a pipe: a full pipe would block the daemon and hang the mount.
             self._proc = subprocess.Popen(

@@ -1,7 +1,7 @@
-"""Entry point: ``python -m chaos.lazyfs --backing DIR --mount DIR``."""
+"""Entry point: ``python -m statekeeper.chaos.lazyfs --backing DIR --mount DIR``."""
 
 import sys
 
-from chaos.lazyfs.fs import main
+from statekeeper.chaos.lazyfs.fs import main
 
 sys.exit(main())

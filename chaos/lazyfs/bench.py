@@ -1,6 +1,6 @@
 """How much slower is an fsync-bound workload on LazyFS than on the backing disk?
 
-``python -m chaos.lazyfs.bench [--seconds S]`` mounts a LazyFS in a temp dir (root
+``python -m statekeeper.chaos.lazyfs.bench [--seconds S]`` mounts a LazyFS in a temp dir (root
 needed) and runs the same sequential 4 KiB write + fdatasync loop on the mount and
 directly on the backing filesystem.
 """
@@ -58,7 +58,7 @@ def compare(seconds: float = 1.0) -> dict[str, LoopResult]:
     LazyFS(backing_sync=False), which models crashes just as well (the host does not
     crash) and skips the real disk flush.
     """
-    from chaos.lazyfs import LazyFS
+    from statekeeper.chaos.lazyfs import LazyFS
 
     results: dict[str, LoopResult] = {}
     with tempfile.TemporaryDirectory(prefix="lazyfs-bench-") as tmp:

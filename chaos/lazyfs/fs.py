@@ -1,6 +1,6 @@
 """LazyFS daemon: a pyfuse3 passthrough filesystem that loses unsynced state on "crash".
 
-Run as ``python -m chaos.lazyfs --backing DIR --mount DIR``. The model (what is kept in
+Run as ``python -m statekeeper.chaos.lazyfs --backing DIR --mount DIR``. The model (what is kept in
 memory, what an fsync makes durable) is in core.py; this module only adapts it to FUSE
 and serves the control file. See README.md beside this file.
 """
@@ -21,7 +21,7 @@ from typing import Any, ParamSpec, TypeVar
 import pyfuse3
 import trio
 
-from chaos.lazyfs.core import (
+from statekeeper.chaos.lazyfs.core import (
     CONTROL_INO,
     CONTROL_NAME,
     NAMESPACE_MODELS,
@@ -338,7 +338,7 @@ async def _serve() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m chaos.lazyfs", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m statekeeper.chaos.lazyfs", description=__doc__)
     ap.add_argument("--backing", required=True, help="directory that holds the durable state")
     ap.add_argument("--mount", required=True, help="mountpoint")
     ap.add_argument(

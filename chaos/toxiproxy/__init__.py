@@ -4,7 +4,7 @@ The real Toxiproxy (Go) is not installable here, so this package serves the
 same HTTP API and toxics; ``toxiproxy-python`` drives it unchanged, and the
 chaos suite can use a real Toxiproxy instead by setting ``TOXIPROXY_URL``.
 
-    python -m chaos.toxiproxy --host 127.0.0.1 --port 8474
+    python -m statekeeper.chaos.toxiproxy --host 127.0.0.1 --port 8474
 
     handle = await start_server("127.0.0.1", 0)      # inside an event loop
     with ToxiproxyServer() as server: server.url      # from synchronous code

@@ -1,4 +1,4 @@
-"""``python -m chaos.toxiproxy``: run the Toxiproxy-compatible server."""
+"""``python -m statekeeper.chaos.toxiproxy``: run the Toxiproxy-compatible server."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .server import start_server
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m chaos.toxiproxy",
+        prog="python -m statekeeper.chaos.toxiproxy",
         description="Toxiproxy-compatible TCP chaos proxy with its HTTP control API.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="API address (default 127.0.0.1)")

@@ -30,7 +30,7 @@ from typing import Any
 from . import errors
 from .toxics import DIRECTIONS, Toxic, ToxicRuntime, new_runtime
 
-log = logging.getLogger("chaos.toxiproxy")
+log = logging.getLogger("statekeeper.chaos.toxiproxy")
 
 READ_SIZE = 64 * 1024
 QUEUE_CHUNKS = 32  # chunks read ahead per link; bounds memory, keeps TCP backpressure

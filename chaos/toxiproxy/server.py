@@ -20,7 +20,7 @@ from . import errors
 from .proxy import ProxyCollection
 from .toxics import Toxic
 
-log = logging.getLogger("chaos.toxiproxy")
+log = logging.getLogger("statekeeper.chaos.toxiproxy")
 
 # The Toxiproxy release whose API we follow (docker-compose.yml runs 2.9.0),
 # tagged so a human can tell this server from the real one.

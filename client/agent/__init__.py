@@ -3,8 +3,8 @@ streams (both clients; one implementation, sans-IO plans in client/agent/plan.py
 
 ::
 
-    from client import Client
-    from client.agent import Agent, EveryNSteps, OnEvent
+    from statekeeper import Client
+    from statekeeper.client.agent import Agent, EveryNSteps, OnEvent
 
     with Client(["http://127.0.0.1:7000"], ns="agents") as c:
         agent = Agent(c, "agent-7", reducer=apply_event, initial={},

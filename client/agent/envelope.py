@@ -2,7 +2,7 @@
 
 ::
 
-    from client.agent.envelope import encode, decode, peek, schema, upcaster
+    from statekeeper.client.agent.envelope import encode, decode, peek, schema, upcaster
 
     @schema("ChatState", version=3)
     @dataclass

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from client.errors import StatekeeperError
+from statekeeper.client.errors import StatekeeperError
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 KINDS = ("plain", "dataclass", "msgspec", "pydantic", "protobuf")

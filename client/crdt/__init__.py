@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from client.crdt.model import TYPES, CrdtError
+from statekeeper.client.crdt.model import TYPES, CrdtError
 
 if TYPE_CHECKING:
-    from client.crdt.replica import (
+    from statekeeper.client.crdt.replica import (
         CounterReplica,
         GCounterReplica,
         MapReplica,
@@ -40,7 +40,7 @@ def __getattr__(name: str) -> Any:
     # Lazy: the node imports client.crdt.model (the merge rules) and must not load the
     # replicas, which bring the agent layer's plan runner with them (client/__init__.py).
     if name in __all__:
-        from client.crdt import replica
+        from statekeeper.client.crdt import replica
 
         value = getattr(replica, name)
         globals()[name] = value

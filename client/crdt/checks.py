@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from client.crdt.leaves import (
+from statekeeper.client.crdt.leaves import (
     INT64_MAX,
     MAX_COUNT,
     MAX_DEPTH,

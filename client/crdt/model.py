@@ -94,8 +94,8 @@ from typing import Any, Final
 
 import msgpack
 
-from client.crdt.checks import check_state
-from client.crdt.leaves import (
+from statekeeper.client.crdt.checks import check_state
+from statekeeper.client.crdt.leaves import (
     INT64_MAX,
     MAX_COUNT,
     MAX_DEPTH,

@@ -1,6 +1,6 @@
 """LangGraph on statekeeper: a checkpointer and a long-term memory store.
 
-    from client.langgraph import StatekeeperSaver, StatekeeperStore
+    from statekeeper.client.langgraph import StatekeeperSaver, StatekeeperStore
 
 - StatekeeperSaver (client/langgraph/saver.py): a BaseCheckpointSaver, sync and async in
   one class; every checkpoint with its channel values is one atomic, replicated write.
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 __all__ = ["StatekeeperSaver", "StatekeeperStore"]
 
-_MODULES = {"StatekeeperSaver": "client.langgraph.saver", "StatekeeperStore": "client.langgraph.store"}
+_MODULES = {"StatekeeperSaver": "statekeeper.client.langgraph.saver", "StatekeeperStore": "statekeeper.client.langgraph.store"}
 
 if TYPE_CHECKING:
-    from client.langgraph.saver import StatekeeperSaver
-    from client.langgraph.store import StatekeeperStore
+    from statekeeper.client.langgraph.saver import StatekeeperSaver
+    from statekeeper.client.langgraph.store import StatekeeperStore
 
 
 def __getattr__(name: str) -> Any:

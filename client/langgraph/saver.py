@@ -1,7 +1,7 @@
 """StatekeeperSaver: a LangGraph checkpointer (BaseCheckpointSaver) on statekeeper, sync
 and async in one class, as LangGraph's own InMemorySaver is::
 
-    from client.langgraph import StatekeeperSaver
+    from statekeeper.client.langgraph import StatekeeperSaver
 
     with StatekeeperSaver.from_endpoints(["http://10.0.0.1:7000", "http://10.0.0.2:7000"]) as saver:
         graph = builder.compile(checkpointer=saver)
@@ -153,7 +153,7 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         """A saver with its own clients for ``endpoints`` (one URL, a list, or a comma
         separated string): a Client now, an AsyncClient per event loop on first async use.
         ``client_kwargs`` go to both (timeout, retry, consistency, ...)."""
-        from client import Client
+        from statekeeper.client import Client
 
         saver = cls(Client(endpoints, ns=ns, **client_kwargs), ns=ns, serde=serde)
         saver._owns_client = True
@@ -190,7 +190,7 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         with self._lock:
             ac = self._aclients.get(loop)
             if ac is None:
-                from client import AsyncClient
+                from statekeeper.client import AsyncClient
 
                 ac = AsyncClient(self._endpoints, ns=self.ns, **self._client_kwargs)
                 self._aclients[loop] = ac

@@ -1,7 +1,7 @@
 """StatekeeperStore: LangGraph's long-term memory store (``BaseStore``: get, put, delete,
 search, list_namespaces, their async forms, TTLs, semantic search) on statekeeper.
 
-    from client.langgraph import StatekeeperStore
+    from statekeeper.client.langgraph import StatekeeperStore
 
     with StatekeeperStore.from_endpoints("http://127.0.0.1:7000", ttl={"default_ttl": 60},
                                          index={"dims": 1536, "embed": embed_fn,

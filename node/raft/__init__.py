@@ -71,10 +71,10 @@ its test, and what pysyncobj's source does that they follow from: node/raft/DESI
 Every workaround of pysyncobj gets an entry there.
 """
 
-from node.raft.interface import FSM, RaftStatus, SubmitError
-from node.raft.raft_node import RaftNode
-from node.raft.readindex import READ_INDEX_NOT_LEADER, READ_INDEX_NOT_YET
-from node.raft.seed import write_seed_snapshot
+from statekeeper.node.raft.interface import FSM, RaftStatus, SubmitError
+from statekeeper.node.raft.raft_node import RaftNode
+from statekeeper.node.raft.readindex import READ_INDEX_NOT_LEADER, READ_INDEX_NOT_YET
+from statekeeper.node.raft.seed import write_seed_snapshot
 
 __all__ = [
     "FSM",

@@ -59,8 +59,8 @@ from __future__ import annotations
 import logging
 import os
 
-from node.raft_state import CATCHING_UP_FILE
-from node.snapshot_file import fsync_dir
+from statekeeper.node.raft_state import CATCHING_UP_FILE
+from statekeeper.node.snapshot_file import fsync_dir
 
 log = logging.getLogger("statekeeper.raft")
 

@@ -37,8 +37,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from node import failpoints, snapshot_file
-from node.raft.log import entry_tuple
+from statekeeper.node import failpoints, snapshot_file
+from statekeeper.node.raft.log import entry_tuple
 
 log = logging.getLogger("statekeeper.raft")
 

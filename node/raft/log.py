@@ -36,9 +36,9 @@ import os
 import pickle
 from collections.abc import Callable
 
-from node import entry, snapshot_file
-from node.journal import DurableJournal
-from node.raft.members import MEMBERSHIP_COMMAND
+from statekeeper.node import entry, snapshot_file
+from statekeeper.node.journal import DurableJournal
+from statekeeper.node.raft.members import MEMBERSHIP_COMMAND
 
 REGULAR_COMMAND = b"\x00"  # pysyncobj's _COMMAND_TYPE.REGULAR
 ENTRY_COMMAND = REGULAR_COMMAND  # + the entry as it is (see above)

@@ -38,7 +38,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from node.raft.members import (
+from statekeeper.node.raft.members import (
     ADD,
     MEMBERSHIP_COMMAND,
     REMOVE,

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import logging
 
-from node.config import RAFT_ENTRY_LIMIT_BYTES
-from node.raft.log import ENTRY_COMMAND, is_pickled
-from node.raft.members import MEMBERSHIP_COMMAND
-from node.raft.peer_encoding import refusals
+from statekeeper.node.config import RAFT_ENTRY_LIMIT_BYTES
+from statekeeper.node.raft.log import ENTRY_COMMAND, is_pickled
+from statekeeper.node.raft.members import MEMBERSHIP_COMMAND
+from statekeeper.node.raft.peer_encoding import refusals
 
 log = logging.getLogger("statekeeper.raft")
 

@@ -16,18 +16,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from node import failpoints, snapshot_file
-from node.cluster_clock import ClusterClock
-from node.config import RAFT_ENTRY_LIMIT_BYTES, ClusterConfig, ConfigError
-from node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
-from node.raft.install import SyncBehind
-from node.raft.interface import FSM, ApplyFn, Callback, RaftStatus, SubmitError
-from node.raft.log import RaftLog, entry_tuple
-from node.raft.loop_driver import LoopDriver
-from node.raft.members import Member, MemberError
-from node.raft.membership import ChangeCallback
-from node.raft.peers import AuthenticatingEncryptor
-from node.raft.syncobj import (
+from statekeeper.node import failpoints, snapshot_file
+from statekeeper.node.cluster_clock import ClusterClock
+from statekeeper.node.config import RAFT_ENTRY_LIMIT_BYTES, ClusterConfig, ConfigError
+from statekeeper.node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
+from statekeeper.node.raft.install import SyncBehind
+from statekeeper.node.raft.interface import FSM, ApplyFn, Callback, RaftStatus, SubmitError
+from statekeeper.node.raft.log import RaftLog, entry_tuple
+from statekeeper.node.raft.loop_driver import LoopDriver
+from statekeeper.node.raft.members import Member, MemberError
+from statekeeper.node.raft.membership import ChangeCallback
+from statekeeper.node.raft.peers import AuthenticatingEncryptor
+from statekeeper.node.raft.syncobj import (
     SERIALIZER_STATE,
     DialNode,
     PatchedSyncObj,
@@ -35,11 +35,11 @@ from node.raft.syncobj import (
     replicated_command_size,
     submit_callback,
 )
-from node.raft_state import prepare_raft_dir
-from node.tls import raft_contexts
+from statekeeper.node.raft_state import prepare_raft_dir
+from statekeeper.node.tls import raft_contexts
 
 if TYPE_CHECKING:
-    from node.metrics import NodeMetrics
+    from statekeeper.node.metrics import NodeMetrics
 
 log = logging.getLogger("statekeeper.raft")
 

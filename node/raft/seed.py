@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from node import snapshot_file
-from node.config import ClusterConfig
-from node.raft.syncobj import NO_OP_COMMAND, SNAPSHOT_FILE
+from statekeeper.node import snapshot_file
+from statekeeper.node.config import ClusterConfig
+from statekeeper.node.raft.syncobj import NO_OP_COMMAND, SNAPSHOT_FILE
 
 
 def write_seed_snapshot(

@@ -29,28 +29,28 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.transport import TCPTransport
 
-from node import failpoints
-from node.cluster_clock import ClusterClock
-from node.config import RAFT_ENTRY_LIMIT_BYTES, RaftSettings
-from node.raft import loop_driver
-from node.raft.catchup import CatchUpMixin
-from node.raft.commit_notice import CommitNoticeMixin
-from node.raft.compaction import JournalBoundMixin
-from node.raft.conn_buffers import InPlaceBuffersMixin
-from node.raft.install import SNAPSHOT_CHUNK_ACK, SnapshotInstallMixin, SyncBehind
-from node.raft.interface import ApplyFn, Callback, SubmitError
-from node.raft.log import ENTRY_COMMAND, RaftLog, entry_payload
-from node.raft.loop_driver import LoopDriver
-from node.raft.members import Member
-from node.raft.membership import MembershipMixin
-from node.raft.peer_encoding import PassEncoder, PeerCodecMixin, SharedSendMixin
-from node.raft.peer_set import ConfigPeersMixin
-from node.raft.peers import AuthenticatingEncryptor, UnauthenticatedSweepMixin
-from node.raft.pickle_guard import VERSION_COMMAND, PicklePathsMixin
-from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
-from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST, ReadIndexMixin
-from node.raft.tls_connection import TlsConnectionMixin, TlsTransportMixin
-from node.raft.transfer import LeadershipTransferMixin
+from statekeeper.node import failpoints
+from statekeeper.node.cluster_clock import ClusterClock
+from statekeeper.node.config import RAFT_ENTRY_LIMIT_BYTES, RaftSettings
+from statekeeper.node.raft import loop_driver
+from statekeeper.node.raft.catchup import CatchUpMixin
+from statekeeper.node.raft.commit_notice import CommitNoticeMixin
+from statekeeper.node.raft.compaction import JournalBoundMixin
+from statekeeper.node.raft.conn_buffers import InPlaceBuffersMixin
+from statekeeper.node.raft.install import SNAPSHOT_CHUNK_ACK, SnapshotInstallMixin, SyncBehind
+from statekeeper.node.raft.interface import ApplyFn, Callback, SubmitError
+from statekeeper.node.raft.log import ENTRY_COMMAND, RaftLog, entry_payload
+from statekeeper.node.raft.loop_driver import LoopDriver
+from statekeeper.node.raft.members import Member
+from statekeeper.node.raft.membership import MembershipMixin
+from statekeeper.node.raft.peer_encoding import PassEncoder, PeerCodecMixin, SharedSendMixin
+from statekeeper.node.raft.peer_set import ConfigPeersMixin
+from statekeeper.node.raft.peers import AuthenticatingEncryptor, UnauthenticatedSweepMixin
+from statekeeper.node.raft.pickle_guard import VERSION_COMMAND, PicklePathsMixin
+from statekeeper.node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE, PreVoteMixin
+from statekeeper.node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST, ReadIndexMixin
+from statekeeper.node.raft.tls_connection import TlsConnectionMixin, TlsTransportMixin
+from statekeeper.node.raft.transfer import LeadershipTransferMixin
 
 log = logging.getLogger("statekeeper.raft")
 

@@ -16,7 +16,7 @@ import math
 import time
 from collections.abc import Callable
 
-from node.raft.tls_pipe import TlsPipe, TlsRefused
+from statekeeper.node.raft.tls_pipe import TlsPipe, TlsRefused
 
 log = logging.getLogger("statekeeper.raft")
 

@@ -50,7 +50,7 @@ validation, like every op's, lives in node/ops.py (`validate_op` refuses names i
 not know), and its HTTP route and schema in node/http_api.py and node/openapi.py.
 """
 
-from node.store import (  # noqa: F401  (each registers its ops)
+from statekeeper.node.store import (  # noqa: F401  (each registers its ops)
     archive,
     compaction,
     crdt,
@@ -62,7 +62,7 @@ from node.store import (  # noqa: F401  (each registers its ops)
     tokens,
     txn,
 )
-from node.store.backend import StorageError
-from node.store.machine import StateMachine
+from statekeeper.node.store.backend import StorageError
+from statekeeper.node.store.machine import StateMachine
 
 __all__ = ["StateMachine", "StorageError"]

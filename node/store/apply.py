@@ -39,13 +39,13 @@ from typing import Any
 import msgpack
 from rocksdict import Rdict, WriteBatch
 
-from node import entry as raft_entry
-from node.config import Limits, Retention
-from node.entry import validated_op
-from node.errors import OpError
-from node.ops import validate_op
-from node.store.backend import StorageError, check, db_get, db_iter
-from node.store.keys import (
+from statekeeper.node import entry as raft_entry
+from statekeeper.node.config import Limits, Retention
+from statekeeper.node.entry import validated_op
+from statekeeper.node.errors import OpError
+from statekeeper.node.ops import validate_op
+from statekeeper.node.store.backend import StorageError, check, db_get, db_iter
+from statekeeper.node.store.keys import (
     IDEM,
     INF,
     META,
@@ -57,7 +57,7 @@ from node.store.keys import (
     p64,
     unpack,
 )
-from node.store.reads import Reader, hist_get, kv, serves
+from statekeeper.node.store.reads import Reader, hist_get, kv, serves
 
 Handler = Callable[["EntryTx", dict], dict]
 HANDLERS: dict[str, Handler] = {}

@@ -50,12 +50,12 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any
 
-from node.archive_ops import MAX_ARCHIVE_EVENTS
-from node.config import Limits
-from node.op_fields import invalid
-from node.store.apply import EntryTx, handles, read_op
-from node.store.archive_tombstones import events_tombstone
-from node.store.keys import (
+from statekeeper.node.archive_ops import MAX_ARCHIVE_EVENTS
+from statekeeper.node.config import Limits
+from statekeeper.node.op_fields import invalid
+from statekeeper.node.store.apply import EntryTx, handles, read_op
+from statekeeper.node.store.archive_tombstones import events_tombstone
+from statekeeper.node.store.keys import (
     SEGMENT,
     SEP,
     archived_events_prefix,
@@ -69,10 +69,10 @@ from node.store.keys import (
     stream_meta_key,
     unpack,
 )
-from node.store.kv import write_delete, write_put
-from node.store.reads import Source, page_key, page_token
-from node.store.retention_select import Policy, select, stored_value_len
-from node.store.streams import StreamMeta, event_digest, truncate
+from statekeeper.node.store.kv import write_delete, write_put
+from statekeeper.node.store.reads import Source, page_key, page_token
+from statekeeper.node.store.retention_select import Policy, select, stored_value_len
+from statekeeper.node.store.streams import StreamMeta, event_digest, truncate
 
 # -- archive_seal ----------------------------------------------------------------------------
 

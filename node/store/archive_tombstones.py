@@ -10,9 +10,17 @@ another back.
 
 from __future__ import annotations
 
-from node.errors import OpError
-from node.store.keys import archived_events_prefix, archived_key, inc, p64, segment_key, u64, unpack
-from node.store.reads import Source
+from statekeeper.node.errors import OpError
+from statekeeper.node.store.keys import (
+    archived_events_prefix,
+    archived_key,
+    inc,
+    p64,
+    segment_key,
+    u64,
+    unpack,
+)
+from statekeeper.node.store.reads import Source
 
 
 def _archived(src: Source, ns_b: bytes, seg_id: str, what: str, it: str, **fields) -> OpError:

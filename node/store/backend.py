@@ -8,7 +8,7 @@ from typing import Any
 
 from rocksdict import AccessType, BlockBasedOptions, Options, Rdict, ReadOptions
 
-from node.store.keys import META, Meta
+from statekeeper.node.store.keys import META, Meta
 
 
 class StorageError(Exception):

@@ -32,10 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from node.errors import OpError
-from node.store.backend import check
-from node.store.keys import CHANGE, HIST, NS_END, SEP, bounds, p64, u64, unpack
-from node.store.reads import ReadView, hist_get, kv
+from statekeeper.node.errors import OpError
+from statekeeper.node.store.backend import check
+from statekeeper.node.store.keys import CHANGE, HIST, NS_END, SEP, bounds, p64, u64, unpack
+from statekeeper.node.store.reads import ReadView, hist_get, kv
 
 MAX_PAGE_CHANGES = 1000
 MAX_PAGE_STEPS = 4096

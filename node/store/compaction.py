@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from node.errors import OpError
-from node.store.apply import AFTER_ENTRY, EntryTx, handles
-from node.store.backend import check
-from node.store.keys import CHANGE, HIST, IDEM, IDEM_EXP, INF, SEP, SUPERSEDED, p64, u64
+from statekeeper.node.errors import OpError
+from statekeeper.node.store.apply import AFTER_ENTRY, EntryTx, handles
+from statekeeper.node.store.backend import check
+from statekeeper.node.store.keys import CHANGE, HIST, IDEM, IDEM_EXP, INF, SEP, SUPERSEDED, p64, u64
 
 HIST_PRUNE_MIN = 256
 IDEM_PRUNE_MIN = 64

@@ -46,15 +46,15 @@ from typing import Any
 
 import msgpack
 
-from client.crdt import model
-from node.config import Limits
-from node.crdt_ops import decode_state
-from node.errors import OpError
-from node.store import lease_state
-from node.store.apply import EntryTx, handles, read_op
-from node.store.keys import SEP, cur_key, cur_lease, unpack
-from node.store.kv import write_put
-from node.store.reads import Source, check_revision
+from statekeeper.client.crdt import model
+from statekeeper.node.config import Limits
+from statekeeper.node.crdt_ops import decode_state
+from statekeeper.node.errors import OpError
+from statekeeper.node.store import lease_state
+from statekeeper.node.store.apply import EntryTx, handles, read_op
+from statekeeper.node.store.keys import SEP, cur_key, cur_lease, unpack
+from statekeeper.node.store.kv import write_put
+from statekeeper.node.store.reads import Source, check_revision
 
 MAGIC = b"skcrdt"
 VERSION = 1

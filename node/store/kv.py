@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.config import Limits
-from node.store import lease_state, reads
-from node.store.apply import EntryTx, handles
-from node.store.archive_tombstones import check_key
-from node.store.keys import (
+from statekeeper.node.config import Limits
+from statekeeper.node.store import lease_state, reads
+from statekeeper.node.store.apply import EntryTx, handles
+from statekeeper.node.store.archive_tombstones import check_key
+from statekeeper.node.store.keys import (
     CUR,
     SEP,
     TOMBSTONE,

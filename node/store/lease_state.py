@@ -31,9 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from node.errors import OpError
-from node.store.apply import EntryTx
-from node.store.keys import (
+from statekeeper.node.errors import OpError
+from statekeeper.node.store.apply import EntryTx
+from statekeeper.node.store.keys import (
     KEY_LEASE,
     SEP,
     key_lease_key,
@@ -42,7 +42,7 @@ from node.store.keys import (
     lease_keys_prefix,
     unpack,
 )
-from node.store.reads import Source
+from statekeeper.node.store.reads import Source
 
 COUNTER = lease_key(0)
 

@@ -54,11 +54,11 @@ from dataclasses import replace
 from itertools import islice
 from typing import Any
 
-from node.config import Limits
-from node.lease_ops import MAX_LEASE_KEYS_SHOWN
-from node.store import lease_state, stream_leases
-from node.store.apply import EntryTx, handles, read_op
-from node.store.keys import (
+from statekeeper.node.config import Limits
+from statekeeper.node.lease_ops import MAX_LEASE_KEYS_SHOWN
+from statekeeper.node.store import lease_state, stream_leases
+from statekeeper.node.store.apply import EntryTx, handles, read_op
+from statekeeper.node.store.keys import (
     CUR,
     LEASE,
     LEASE_EXP,
@@ -70,9 +70,9 @@ from node.store.keys import (
     u64,
     unpack,
 )
-from node.store.kv import write_delete
-from node.store.lease_state import LeaseRecord
-from node.store.reads import Source
+from statekeeper.node.store.kv import write_delete
+from statekeeper.node.store.lease_state import LeaseRecord
+from statekeeper.node.store.reads import Source
 
 # (result field, hook(tx, lease, record) -> how many deleted), run by every revoke and
 # expiry in order: attached keys ("deleted"), then attached streams ("deleted_streams").

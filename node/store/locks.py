@@ -55,14 +55,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from node.config import Limits
-from node.errors import OpError
-from node.lock_ops import FENCED_OPS, LOCK_PREFIX, TOKEN_DIGITS, waiter_key, waiter_prefix
-from node.store import apply, lease_state
-from node.store.apply import EntryTx, handles, read_op
-from node.store.keys import cur_key, cur_lease, hist_prefix_of, inc, p64, unpack
-from node.store.kv import write_delete, write_put
-from node.store.reads import Source
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
+from statekeeper.node.lock_ops import (
+    FENCED_OPS,
+    LOCK_PREFIX,
+    TOKEN_DIGITS,
+    waiter_key,
+    waiter_prefix,
+)
+from statekeeper.node.store import apply, lease_state
+from statekeeper.node.store.apply import EntryTx, handles, read_op
+from statekeeper.node.store.keys import cur_key, cur_lease, hist_prefix_of, inc, p64, unpack
+from statekeeper.node.store.kv import write_delete, write_put
+from statekeeper.node.store.reads import Source
 
 MAX_WAITERS_SHOWN = 100  # per lock, in lock_list
 _SUFFIX = TOKEN_DIGITS + 1  # "/" and the digits

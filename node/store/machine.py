@@ -14,13 +14,13 @@ from typing import BinaryIO
 import msgpack
 from rocksdict import Rdict, WriteOptions
 
-from node.config import Limits, Retention
-from node.errors import OpError
-from node.store import reads, snapshot, tokens
-from node.store.apply import EntryTx, as_applied, op_digest, recorded_result
-from node.store.backend import HandleLock, StorageError, open_db, read_verified
-from node.store.keys import IDEM, META, Meta, idem_record_id
-from node.store.lease_state import LeaseRecord
+from statekeeper.node.config import Limits, Retention
+from statekeeper.node.errors import OpError
+from statekeeper.node.store import reads, snapshot, tokens
+from statekeeper.node.store.apply import EntryTx, as_applied, op_digest, recorded_result
+from statekeeper.node.store.backend import HandleLock, StorageError, open_db, read_verified
+from statekeeper.node.store.keys import IDEM, META, Meta, idem_record_id
+from statekeeper.node.store.lease_state import LeaseRecord
 
 DEFAULT_LIMITS = Limits()
 DEFAULT_RETENTION = Retention()

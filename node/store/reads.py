@@ -28,10 +28,10 @@ from typing import Any, Protocol
 
 from rocksdict import ReadOptions
 
-from node.config import Limits
-from node.errors import OpError
-from node.ops import decode_continuation, encode_continuation
-from node.store.keys import (
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
+from statekeeper.node.ops import decode_continuation, encode_continuation
+from statekeeper.node.store.keys import (
     CUR,
     HIST,
     META,

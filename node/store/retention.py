@@ -44,11 +44,11 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any
 
-from node.config import Limits
-from node.errors import OpError
-from node.retention_ops import MAX_POLICIES_PER_NS, MAX_TRUNCATE_EVENTS
-from node.store.apply import AFTER_ENTRY, EntryTx, handles, read_op
-from node.store.keys import (
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
+from statekeeper.node.retention_ops import MAX_POLICIES_PER_NS, MAX_TRUNCATE_EVENTS
+from statekeeper.node.store.apply import AFTER_ENTRY, EntryTx, handles, read_op
+from statekeeper.node.store.keys import (
     RETENTION,
     RETENTION_GC,
     SEP,
@@ -58,16 +58,16 @@ from node.store.keys import (
     time_index_key,
     unpack,
 )
-from node.store.kv import write_delete
-from node.store.reads import Source, page_key, page_token
-from node.store.retention_select import (
+from statekeeper.node.store.kv import write_delete
+from statekeeper.node.store.reads import Source, page_key, page_token
+from statekeeper.node.store.retention_select import (
     Policy,
     load_policies,
     policy_range,
     select,
     time_index_newest,
 )
-from node.store.streams import truncate
+from statekeeper.node.store.streams import truncate
 
 TIME_INDEX_STEP_MS = 60_000
 

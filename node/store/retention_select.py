@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from node.retention_ops import MAX_GC_ITEMS
-from node.store.keys import (
+from statekeeper.node.retention_ops import MAX_GC_ITEMS
+from statekeeper.node.store.keys import (
     CUR,
     INF,
     RETENTION,

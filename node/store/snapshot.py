@@ -23,9 +23,9 @@ from typing import BinaryIO
 import msgpack
 from rocksdict import Checkpoint, Rdict
 
-from node.snapshot_file import fsync_dir
-from node.store.backend import read_meta
-from node.store.keys import unpack
+from statekeeper.node.snapshot_file import fsync_dir
+from statekeeper.node.store.backend import read_meta
+from statekeeper.node.store.keys import unpack
 
 HEADER = "statekeeper-snapshot.msgpack"
 FORMAT = 1

@@ -41,9 +41,9 @@ raft entry that slow on every node; truncate or keep such streams off short leas
 
 from __future__ import annotations
 
-from node.store import lease_state
-from node.store.apply import EntryTx
-from node.store.keys import (
+from statekeeper.node.store import lease_state
+from statekeeper.node.store.apply import EntryTx
+from statekeeper.node.store.keys import (
     SEP,
     archived_events_prefix,
     inc,
@@ -54,8 +54,8 @@ from node.store.keys import (
     stream_meta_key,
     unpack,
 )
-from node.store.lease_state import LeaseRecord
-from node.store.reads import Source
+from statekeeper.node.store.lease_state import LeaseRecord
+from statekeeper.node.store.reads import Source
 
 
 def lease_for_append(tx: EntryTx, op: dict) -> int:

@@ -63,13 +63,13 @@ from typing import Any
 
 import msgpack
 
-from node.config import Limits
-from node.errors import OpError
-from node.op_fields import decode_continuation, encode_continuation, invalid
-from node.store import stream_leases
-from node.store.apply import EntryTx, handles, read_op
-from node.store.archive_tombstones import archived_before, check_events
-from node.store.keys import (
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
+from statekeeper.node.op_fields import decode_continuation, encode_continuation, invalid
+from statekeeper.node.store import stream_leases
+from statekeeper.node.store.apply import EntryTx, handles, read_op
+from statekeeper.node.store.archive_tombstones import archived_before, check_events
+from statekeeper.node.store.keys import (
     STREAM_META,
     bounds,
     p64,
@@ -79,8 +79,8 @@ from node.store.keys import (
     u64,
     unpack,
 )
-from node.store.reads import Source, check_revision
-from node.stream_ops import decode_stream_continuation, encode_stream_continuation
+from statekeeper.node.store.reads import Source, check_revision
+from statekeeper.node.stream_ops import decode_stream_continuation, encode_stream_continuation
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +276,7 @@ def truncate(tx: EntryTx, ns_b: bytes, stream_b: bytes, before_seq: int, budget:
 def truncate_stream(tx: EntryTx, op: dict) -> dict:
     """{revision, stream, first_seq, last_seq, removed, more}: one revision if it removed
     anything; 404 `stream_not_found` for a stream that does not exist."""
-    from node.retention_ops import MAX_TRUNCATE_EVENTS
+    from statekeeper.node.retention_ops import MAX_TRUNCATE_EVENTS
 
     stream, before = op["stream"], op["before_seq"]
     meta, removed = truncate(tx, op["ns"].encode(), stream.encode(), before, MAX_TRUNCATE_EVENTS)

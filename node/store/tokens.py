@@ -42,10 +42,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from node.errors import OpError
-from node.store.apply import EntryTx, handles, read_op
-from node.store.keys import TOKEN, inc, unpack
-from node.store.reads import Source
+from statekeeper.node.errors import OpError
+from statekeeper.node.store.apply import EntryTx, handles, read_op
+from statekeeper.node.store.keys import TOKEN, inc, unpack
+from statekeeper.node.store.reads import Source
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import base64
 
-from node.ops import encode_continuation
-from node.store.apply import HANDLERS, EntryTx, handles
-from node.store.keys import cur_key, unpack
+from statekeeper.node.ops import encode_continuation
+from statekeeper.node.store.apply import HANDLERS, EntryTx, handles
+from statekeeper.node.store.keys import cur_key, unpack
 
 _META_INDEX = {"version": 0, "create_revision": 1, "mod_revision": 2}
 

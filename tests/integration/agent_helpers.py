@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from client import Client
-from cluster.supervisor import LocalCluster
+from statekeeper.client import Client
+from statekeeper.cluster.supervisor import LocalCluster
 
 
 def reducer(state: dict, event) -> dict:

@@ -26,13 +26,13 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from chaos.partition import with_link_addresses
-from client.tls import CA_ENV, CERT_ENV, KEY_ENV
-from cluster.certs import init_cluster_tls
-from cluster.ports import free_ports
-from cluster.supervisor import LocalCluster
-from node import config as node_config
-from node.config import ClusterConfig, NodeConfig
+from statekeeper.chaos.partition import with_link_addresses
+from statekeeper.client.tls import CA_ENV, CERT_ENV, KEY_ENV
+from statekeeper.cluster.certs import init_cluster_tls
+from statekeeper.cluster.ports import free_ports
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.node import config as node_config
+from statekeeper.node.config import ClusterConfig, NodeConfig
 
 HOST = "127.0.0.1"
 
@@ -228,8 +228,8 @@ SHARED_SECURE = True
 def mint_token(lc: LocalCluster, **grant: Any) -> str:
     """A token minted with the root token (derived from the cluster secret), e.g.
     mint_token(lc, ns="*", role="admin"), through a client that trusts the cluster CA."""
-    from client import Client
-    from client.auth_tokens import root_token
+    from statekeeper.client import Client
+    from statekeeper.client.auth_tokens import root_token
 
     urls = lc.config.http_urls()
     with Client(urls, token=root_token(lc.config.secret), tls=lc.tls) as c:

@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from client import AsyncClient, Client, StatekeeperError  # noqa: E402
+from statekeeper.client import AsyncClient, Client, StatekeeperError  # noqa: E402
 
 
 def charge(directory: Path, idempotency_key: str, amount: int) -> str:

@@ -32,7 +32,7 @@ from langgraph.graph.message import add_messages  # noqa: E402
 from langgraph.prebuilt import ToolNode  # noqa: E402
 from langgraph.types import Command, interrupt  # noqa: E402
 
-from client.langgraph import StatekeeperSaver  # noqa: E402
+from statekeeper.client.langgraph import StatekeeperSaver  # noqa: E402
 
 MODE, ENDPOINTS, THREAD, WORKDIR = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
 SIDE_EFFECTS = WORKDIR / "side-effects.log"

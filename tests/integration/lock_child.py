@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from client import Client, FenceMismatch  # noqa: E402
+from statekeeper.client import Client, FenceMismatch  # noqa: E402
 
 
 def main() -> None:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from cluster.ports import free_ports
-from node import entry
-from node.config import ClusterConfig, NodeConfig, RaftSettings
-from node.raft import RaftNode, SubmitError
-from node.raft_state import bootstrap_new_cluster
-from node.store import StateMachine
+from statekeeper.cluster.ports import free_ports
+from statekeeper.node import entry
+from statekeeper.node.config import ClusterConfig, NodeConfig, RaftSettings
+from statekeeper.node.raft import RaftNode, SubmitError
+from statekeeper.node.raft_state import bootstrap_new_cluster
+from statekeeper.node.store import StateMachine
 
 
 def config(base: Path, size: int, fsync: str = "always", **raft) -> ClusterConfig:
@@ -118,7 +118,7 @@ class Exploit:
 
 def write_journal(raft_dir: Path, commands: list[tuple[bytes, int, int]], term: int, commit: int) -> None:
     """A raft journal of (command, index, term) entries, as a node left it (fsynced)."""
-    from node.raft.log import RaftLog
+    from statekeeper.node.raft.log import RaftLog
 
     raft_dir.mkdir(parents=True, exist_ok=True)
     j = RaftLog(str(raft_dir / "journal.log"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from node.config import load  # noqa: E402
+from statekeeper.node.config import load  # noqa: E402
 from tests.integration.raft_harness import Member  # noqa: E402
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from client import AsyncClient, Client
-from client.agent import (
+from statekeeper.client import AsyncClient, Client
+from statekeeper.client.agent import (
     Agent,
     AsyncAgent,
     AsyncProjection,
@@ -26,7 +26,7 @@ from client.agent import (
     OnEvent,
     Projection,
 )
-from cluster.supervisor import LocalCluster
+from statekeeper.cluster.supervisor import LocalCluster
 
 # The fixtures `client` and `ns` come from agent_helpers (tests take them as arguments).
 from tests.integration.agent_helpers import client, ns, reducer  # noqa: F401
@@ -230,7 +230,17 @@ async def test_async_agent_and_projection(shared_cluster: LocalCluster, ns: str)
 
 def cli(shared_cluster: LocalCluster, ns: str, *argv: str) -> subprocess.CompletedProcess:
     urls = ",".join(shared_cluster.url(n) for n in shared_cluster.node_ids)
-    cmd = [sys.executable, "-m", "cluster.cli", "agent", *argv, "--ns", ns, "--endpoints", urls]
+    cmd = [
+        sys.executable,
+        "-m",
+        "statekeeper.cluster.cli",
+        "agent",
+        *argv,
+        "--ns",
+        ns,
+        "--endpoints",
+        urls,
+    ]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
@@ -266,8 +276,8 @@ def test_bad_input_gets_coded_errors_and_changes_nothing(client: Client) -> None
     import dataclasses
     import pickle
 
-    from client import ExpectationFailed, InvalidRequest
-    from client.agent import (
+    from statekeeper.client import ExpectationFailed, InvalidRequest
+    from statekeeper.client.agent import (
         CheckpointCorrupt,
         PickleRefused,
         PositionNotFound,

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from client import AsyncClient
-from client.agent import (
+from statekeeper.client import AsyncClient
+from statekeeper.client.agent import (
     AsyncAgent,
     AsyncProjection,
     CheckpointConflict,
@@ -19,7 +19,7 @@ from client.agent import (
     EveryNSteps,
     OnEvent,
 )
-from cluster.supervisor import LocalCluster
+from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.agent_helpers import reducer
 
 pytestmark = pytest.mark.integration

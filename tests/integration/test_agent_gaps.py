@@ -16,15 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from client import Client, InvalidRequest
-from client.agent import (
-    Agent,
-    CheckpointConflict,
-    EventsMissing,
-    SchemaRegistry,
-)
-from client.agent.envelope import peek
-from cluster.supervisor import LocalCluster
+from statekeeper.client import Client, InvalidRequest
+from statekeeper.client.agent import Agent, CheckpointConflict, EventsMissing, SchemaRegistry
+from statekeeper.client.agent.envelope import peek
+from statekeeper.cluster.supervisor import LocalCluster
 
 # The fixtures `client` and `ns` come from agent_helpers (tests take them as arguments).
 from tests.integration.agent_helpers import client, ns, reducer  # noqa: F401
@@ -43,7 +38,7 @@ def make(c, agent_id: str = "agent-7", **kw) -> Agent:
 
 def cli(cluster: LocalCluster, ns: str, *argv: str) -> subprocess.CompletedProcess:
     urls = ",".join(cluster.url(n) for n in cluster.node_ids)
-    cmd = [sys.executable, "-m", "cluster.cli", *argv, "--ns", ns, "--endpoints", urls]
+    cmd = [sys.executable, "-m", "statekeeper.cluster.cli", *argv, "--ns", ns, "--endpoints", urls]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 

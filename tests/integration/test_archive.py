@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from client import Archived, AsyncClient, Client, Event, NotFound
-from client.archive import checksum, decode
-from cluster.supervisor import LocalCluster
+from statekeeper.client import Archived, AsyncClient, Client, Event, NotFound
+from statekeeper.client.archive import checksum, decode
+from statekeeper.cluster.supervisor import LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +60,15 @@ def _write_stream(c: Client, stream: str) -> list:
 
 def _cli(lc: LocalCluster, *argv: str, env: dict[str, str] | None = None):
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "archive", *argv, "--endpoints", ",".join(_urls(lc))],
+        [
+            sys.executable,
+            "-m",
+            "statekeeper.cluster.cli",
+            "archive",
+            *argv,
+            "--endpoints",
+            ",".join(_urls(lc)),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

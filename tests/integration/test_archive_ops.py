@@ -13,7 +13,7 @@ import uuid
 import msgpack
 import pytest
 
-from cluster.supervisor import LocalCluster
+from statekeeper.cluster.supervisor import LocalCluster
 
 pytestmark = pytest.mark.integration
 

@@ -20,9 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from client import AsyncClient, Client, NotFound, PermissionDenied, RetryPolicy, Unauthenticated
-from client.auth_tokens import parse_token, root_token
-from cluster.supervisor import LocalCluster
+from statekeeper.client import (
+    AsyncClient,
+    Client,
+    NotFound,
+    PermissionDenied,
+    RetryPolicy,
+    Unauthenticated,
+)
+from statekeeper.client.auth_tokens import parse_token, root_token
+from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import running_cluster
 
 pytestmark = pytest.mark.integration
@@ -224,7 +231,7 @@ def _refused_everywhere(lc: LocalCluster, token: str, deadline: float) -> dict[s
 def _cli(lc: LocalCluster, *argv: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATEKEEPER_")}
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", *argv, "--config", str(lc.config_path)],
+        [sys.executable, "-m", "statekeeper.cluster.cli", *argv, "--config", str(lc.config_path)],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -12,10 +12,10 @@ import sys
 import threading
 from pathlib import Path
 
-from client import Client
-from client.auth_tokens import root_token
-from cluster.supervisor import LocalCluster
-from node.backup_file import verify
+from statekeeper.client import Client
+from statekeeper.client.auth_tokens import root_token
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.node.backup_file import verify
 from tests.integration.cluster_fixture import (
     raw_connection,
     running,
@@ -30,7 +30,7 @@ PER_TXN = 1000
 
 def cli(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", *argv],
+        [sys.executable, "-m", "statekeeper.cluster.cli", *argv],
         capture_output=True,
         text=True,
         timeout=timeout,

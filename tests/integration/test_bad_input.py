@@ -9,7 +9,7 @@ import socket
 import msgpack
 import pytest
 
-from cluster.supervisor import LocalCluster
+from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import raw_connection, raw_headers
 
 pytestmark = pytest.mark.integration

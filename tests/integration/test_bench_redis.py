@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.redis_streams import MEMBER, RedisSystem, find_redis
+from statekeeper.benchmarks.redis_streams import MEMBER, RedisSystem, find_redis
 
 pytestmark = pytest.mark.integration
 

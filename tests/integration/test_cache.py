@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from client import AsyncClient, CacheStale, Client, NotFound, RetryPolicy
-from cluster.supervisor import LocalCluster
+from statekeeper.client import AsyncClient, CacheStale, Client, NotFound, RetryPolicy
+from statekeeper.cluster.supervisor import LocalCluster
 
 pytestmark = pytest.mark.integration
 

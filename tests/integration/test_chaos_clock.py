@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.faults import faketime_env, find_libfaketime
+from statekeeper.chaos.faults import faketime_env, find_libfaketime
 
 pytestmark = pytest.mark.integration
 

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from chaos.checker.streams import check_streams
-from chaos.faults import FAULTS
-from chaos.history import HistoryWriter, read_history
-from chaos.runner import RunOptions, run_scenario
-from chaos.stream_reads import final_stream_reads, replica_stream_reads
-from chaos.workload import Workload
-from chaos.workload_config import WorkloadConfig
+from statekeeper.chaos.checker.streams import check_streams
+from statekeeper.chaos.faults import FAULTS
+from statekeeper.chaos.history import HistoryWriter, read_history
+from statekeeper.chaos.runner import RunOptions, run_scenario
+from statekeeper.chaos.stream_reads import final_stream_reads, replica_stream_reads
+from statekeeper.chaos.workload import Workload
+from statekeeper.chaos.workload_config import WorkloadConfig
 
 pytestmark = pytest.mark.integration
 
@@ -242,7 +242,7 @@ def test_mutation_unfenced_lock_writes_are_caught(tmp_path: Path) -> None:
 
 
 def _chaos(*args: str) -> list[str]:
-    return [sys.executable, "-m", "chaos", *args]
+    return [sys.executable, "-m", "statekeeper.chaos", *args]
 
 
 def test_mutation_unsafe_reads_are_caught_under_a_leader_partition(tmp_path: Path) -> None:
@@ -282,7 +282,7 @@ def test_mutation_unsafe_reads_are_caught_under_a_leader_partition(tmp_path: Pat
 
 
 def _iptables_chain_exists(pid: int) -> bool:
-    from chaos.partition import CHAIN_PREFIX
+    from statekeeper.chaos.partition import CHAIN_PREFIX
 
     r = subprocess.run(["iptables", "-w", "-S", f"{CHAIN_PREFIX}{pid}"], capture_output=True, text=True)
     return r.returncode == 0 and "-A" in r.stdout

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from node import entry
+from statekeeper.node import entry
 from tests.integration.raft_harness import Member, config, leader_of, wait_for
 
 pytestmark = pytest.mark.integration

@@ -14,10 +14,10 @@ import uuid
 
 import pytest
 
-from chaos.partition import Partitioner, available
-from client import AsyncClient, Client, RetryPolicy, StatekeeperError
-from client.errors import CrdtTypeMismatch
-from cluster.supervisor import LocalCluster
+from statekeeper.chaos.partition import Partitioner, available
+from statekeeper.client import AsyncClient, Client, RetryPolicy, StatekeeperError
+from statekeeper.client.errors import CrdtTypeMismatch
+from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.raft_harness import wait_for
 
 pytestmark = pytest.mark.integration
@@ -216,7 +216,7 @@ def _crdt_cli(cluster: LocalCluster, ns: str, command: str, *argv: str):
 
     urls = ",".join(_urls(cluster))
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "crdt", command, "--endpoints", urls, "--ns", ns, *argv],
+        [sys.executable, "-m", "statekeeper.cluster.cli", "crdt", command, "--endpoints", urls, "--ns", ns, *argv],
         capture_output=True, text=True, timeout=60,
     )
 

@@ -13,8 +13,8 @@ import uuid
 import msgpack
 import pytest
 
-from client.crdt import model
-from cluster.supervisor import LocalCluster
+from statekeeper.client.crdt import model
+from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import raw_connection, raw_headers
 
 pytestmark = pytest.mark.integration

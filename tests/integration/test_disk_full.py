@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from chaos.smallfs import SmallFs, available, fill_to
-from client import Client, InsufficientStorage
-from cluster.supervisor import LocalCluster
-from node.fatal import REPORT_NAME
+from statekeeper.chaos.smallfs import SmallFs, available, fill_to
+from statekeeper.client import Client, InsufficientStorage
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.node.fatal import REPORT_NAME
 from tests.integration.cluster_fixture import (
     killed_after,
     running,
@@ -57,7 +57,10 @@ def _all_clear(lc: LocalCluster) -> bool:
 
 def _cli(*argv: str) -> str:
     p = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", *argv], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "statekeeper.cluster.cli", *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert p.returncode == 0, (p.stdout, p.stderr)
     return p.stdout

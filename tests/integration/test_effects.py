@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from client import Client, EffectInProgress
-from cluster.supervisor import LocalCluster
+from statekeeper.client import Client, EffectInProgress
+from statekeeper.cluster.supervisor import LocalCluster
 
 pytestmark = pytest.mark.integration
 

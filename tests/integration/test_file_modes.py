@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from client import Client
-from cluster.supervisor import LocalCluster
+from statekeeper.client import Client
+from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import WrittenConfig, running
 
 pytestmark = pytest.mark.integration

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from benchmarks.rolling_restart import Load
-from client import Client
-from client.auth_tokens import root_token
-from cluster.supervisor import LocalCluster
+from statekeeper.benchmarks.rolling_restart import Load
+from statekeeper.client import Client
+from statekeeper.client.auth_tokens import root_token
+from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import raw_connection, tls_env
 from tests.integration.test_replication import _wait_leader
 

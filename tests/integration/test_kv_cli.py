@@ -1,6 +1,6 @@
 """The etcdctl-like CLI (cluster/kv_cli.py) against the shared cluster (TLS and auth, through
 $STATEKEEPER_CA_FILE and $STATEKEEPER_TOKEN), as a script would run it: a subprocess,
-`python -m cluster.cli ... --endpoints ...`, its stdout and its exit code."""
+`python -m statekeeper.cluster.cli ... --endpoints ...`, its stdout and its exit code."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import sys
 import uuid
 from pathlib import Path
 
-from client import Client
-from cluster.supervisor import LocalCluster
+from statekeeper.client import Client
+from statekeeper.cluster.supervisor import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def run(
     if endpoints is None:
         assert lc is not None
         endpoints = ",".join(_urls(lc))
-    cmd = [sys.executable, "-m", "cluster.cli", *argv, "--endpoints", endpoints]
+    cmd = [sys.executable, "-m", "statekeeper.cluster.cli", *argv, "--endpoints", endpoints]
     if ns:
         cmd += ["--ns", ns]
     data = stdin.encode() if isinstance(stdin, str) else stdin

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from client.langgraph import StatekeeperSaver
-from cluster.supervisor import LocalCluster
+from statekeeper.client.langgraph import StatekeeperSaver
+from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.raft_harness import wait_for
 
 pytestmark = pytest.mark.integration

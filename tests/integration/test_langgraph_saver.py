@@ -23,10 +23,10 @@ from langgraph.checkpoint.conformance.test_utils import (
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
-from client import Client, InvalidRequest
-from client.langgraph import keys as K
-from client.langgraph.saver import StatekeeperSaver
-from cluster.supervisor import LocalCluster
+from statekeeper.client import Client, InvalidRequest
+from statekeeper.client.langgraph import keys as K
+from statekeeper.client.langgraph.saver import StatekeeperSaver
+from statekeeper.cluster.supervisor import LocalCluster
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
 from langgraph.store.memory import InMemoryStore
 
-from client import AsyncClient, Client
-from client.langgraph.store import StatekeeperStore
-from cluster.supervisor import LocalCluster
+from statekeeper.client import AsyncClient, Client
+from statekeeper.client.langgraph.store import StatekeeperStore
+from statekeeper.cluster.supervisor import LocalCluster
 from tests.unit.test_langgraph_store_core import (
     INDEX,
     canon,

@@ -23,10 +23,10 @@ import time
 import msgpack
 import pytest
 
-from cluster.supervisor import LocalCluster
-from node import entry
-from node.config import Limits
-from node.raft import syncobj
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.node import entry
+from statekeeper.node.config import Limits
+from statekeeper.node.raft import syncobj
 from tests.integration.raft_harness import Member, config, leader_of, wait_for
 
 pytestmark = pytest.mark.integration

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from chaos.faults import faketime_env, find_libfaketime
-from client import (
+from statekeeper.chaos.faults import faketime_env, find_libfaketime
+from statekeeper.client import (
     AsyncClient,
     Client,
     LeaseNotFound,
@@ -25,7 +25,7 @@ from client import (
     WatchEvent,
     WatchProgress,
 )
-from cluster.supervisor import LocalCluster
+from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import WrittenConfig
 
 pytestmark = pytest.mark.integration
@@ -362,7 +362,7 @@ async def test_leases_through_the_async_client(shared_cluster: LocalCluster) -> 
 def _lease_cli(cluster: LocalCluster, *argv: str) -> subprocess.CompletedProcess:
     urls = ",".join(cluster.url(n) for n in cluster.node_ids)
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "lease", *argv, "--endpoints", urls],
+        [sys.executable, "-m", "statekeeper.cluster.cli", "lease", *argv, "--endpoints", urls],
         capture_output=True,
         text=True,
         timeout=60,

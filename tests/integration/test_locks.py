@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from client import (
+from statekeeper.client import (
     AsyncClient,
     Client,
     FenceMismatch,
@@ -29,7 +29,7 @@ from client import (
     LockNotHeld,
     LockTimeout,
 )
-from cluster.supervisor import LocalCluster
+from statekeeper.cluster.supervisor import LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -303,7 +303,7 @@ def test_lock_errors_change_nothing(shared_cluster: LocalCluster) -> None:
 def _lock_cli(cluster: LocalCluster, *argv: str) -> subprocess.CompletedProcess:
     urls = ",".join(cluster.url(n) for n in cluster.node_ids)
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "lock", *argv, "--endpoints", urls],
+        [sys.executable, "-m", "statekeeper.cluster.cli", "lock", *argv, "--endpoints", urls],
         capture_output=True,
         text=True,
         timeout=60,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from node.raft.catchup import CATCHING_UP_FILE
+from statekeeper.node.raft.catchup import CATCHING_UP_FILE
 from tests.integration.raft_harness import Member, config, leader_of, wait_for
 
 pytestmark = pytest.mark.integration

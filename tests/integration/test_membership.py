@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from chaos.runner import RunOptions, run_scenario
-from cluster.members import Membership, post_json
-from cluster.supervisor import LocalCluster, http_get_json
-from node import snapshot_file
+from statekeeper.chaos.runner import RunOptions, run_scenario
+from statekeeper.cluster.members import Membership, post_json
+from statekeeper.cluster.supervisor import LocalCluster, http_get_json
+from statekeeper.node import snapshot_file
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def _members(lc: LocalCluster, node_id: str, url: str | None = None) -> list[str
 
 
 def _put_many(m: Membership, n: int) -> None:
-    from client import Client
+    from statekeeper.client import Client
 
     with Client(m.cfg.http_urls(), tls=m.lc.tls, token=m.token) as c:
         for i in range(n):
@@ -187,7 +187,7 @@ def test_the_cli_adds_and_removes_a_node(cluster: LocalCluster, membership: Memb
     import sys
 
     cfg = str(cluster.config_path)
-    run = [sys.executable, "-m", "cluster.cli", "cluster"]
+    run = [sys.executable, "-m", "statekeeper.cluster.cli", "cluster"]
     root = Path(__file__).resolve().parents[2]
     add = subprocess.run([*run, "add-node", "-c", cfg, "--id", "node-7"], cwd=root,
                          capture_output=True, text=True, timeout=120)  # fmt: skip

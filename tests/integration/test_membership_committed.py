@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from node import snapshot_file
-from node.raft.members import MEMBERSHIP_COMMAND
+from statekeeper.node import snapshot_file
+from statekeeper.node.raft.members import MEMBERSHIP_COMMAND
 from tests.integration.raft_harness import Member, config, leader_of, wait_for
 
 pytestmark = pytest.mark.integration

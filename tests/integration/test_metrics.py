@@ -9,8 +9,8 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from client import Client
-from cluster.supervisor import LocalCluster
+from statekeeper.client import Client
+from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import raw_connection
 
 pytestmark = pytest.mark.integration

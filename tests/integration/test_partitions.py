@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from chaos.partition import Partitioner, available
-from client import Client, RetryPolicy, StatekeeperError
-from cluster.supervisor import LocalCluster
+from statekeeper.chaos.partition import Partitioner, available
+from statekeeper.client import Client, RetryPolicy, StatekeeperError
+from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.raft_harness import wait_for
 
 ok, why = available()

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from chaos.lazyfs import LazyFS, available
-from client import Client
-from cluster.supervisor import LocalCluster, SupervisorError
-from node import config as node_config
+from statekeeper.chaos.lazyfs import LazyFS, available
+from statekeeper.client import Client
+from statekeeper.cluster.supervisor import LocalCluster, SupervisorError
+from statekeeper.node import config as node_config
 from tests.integration.cluster_fixture import print_logs, write_test_config
 from tests.integration.test_replication import AckedWriter
 

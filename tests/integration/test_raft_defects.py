@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from pysyncobj import pickle as pysyncobj_pickle
 
-from cluster.ports import free_ports
-from node import entry, failpoints
-from node.config import ClusterConfig, NodeConfig, RaftSettings
-from node.raft.install import SNAPSHOT_CHUNK_ACK
-from node.raft.syncobj import NEXT_NODE_IDX, SERIALIZER_STATE
+from statekeeper.cluster.ports import free_ports
+from statekeeper.node import entry, failpoints
+from statekeeper.node.config import ClusterConfig, NodeConfig, RaftSettings
+from statekeeper.node.raft.install import SNAPSHOT_CHUNK_ACK
+from statekeeper.node.raft.syncobj import NEXT_NODE_IDX, SERIALIZER_STATE
 from tests.integration.raft_harness import Member, config, leader_of, wait_for, write_journal
 
 pytestmark = pytest.mark.integration
@@ -201,7 +201,7 @@ def test_a_failed_snapshot_restore_stops_the_node(tmp_path: Path, members) -> No
     stopped it, status 70: CI's crash-snapshot run) or, had the failure come before the
     old DB was closed, with the old state under a raft position that says it holds the
     snapshot. A failed restore must stop the node at once instead (status 70)."""
-    from node.config import write
+    from statekeeper.node.config import write
 
     cfg = config(tmp_path, 3, snapshot_min_entries=20, snapshot_min_seconds=1)
     path = tmp_path / "cluster.toml"
@@ -239,7 +239,7 @@ def test_a_snapshot_packed_while_a_newer_one_is_installed_does_not_replace_it(
     which this node had acknowledged, were gone from its journal."""
     import threading as _threading
 
-    from node import snapshot_file
+    from statekeeper.node import snapshot_file
 
     cfg = config(tmp_path, 3, snapshot_min_entries=20, snapshot_min_seconds=1)
     members.extend(Member(cfg, f"n{i}") for i in range(3))

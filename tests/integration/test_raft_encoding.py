@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from node import entry
-from node.raft import log, peer_encoding, syncobj
+from statekeeper.node import entry
+from statekeeper.node.raft import log, peer_encoding, syncobj
 from tests.integration.raft_harness import Member, config, leader_of, wait_for, write_journal
 
 pytestmark = pytest.mark.integration

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from cluster.ports import free_ports
-from node.config import RAFT_ENTRY_LIMIT_BYTES, ClusterConfig
-from node.raft import SubmitError, syncobj
-from node.raft.log import ENTRY_COMMAND
-from node.raft.peer_encoding import pack, plain_frame, unpack_plain
-from node.raft.peers import AuthenticatingEncryptor
-from node.raft.pickle_guard import VERSION_COMMAND
+from statekeeper.cluster.ports import free_ports
+from statekeeper.node.config import RAFT_ENTRY_LIMIT_BYTES, ClusterConfig
+from statekeeper.node.raft import SubmitError, syncobj
+from statekeeper.node.raft.log import ENTRY_COMMAND
+from statekeeper.node.raft.peer_encoding import pack, plain_frame, unpack_plain
+from statekeeper.node.raft.peers import AuthenticatingEncryptor
+from statekeeper.node.raft.pickle_guard import VERSION_COMMAND
 from tests.integration.raft_harness import Exploit, Member, config, leader_of, raft_frame, wait_for
 
 pytestmark = pytest.mark.integration

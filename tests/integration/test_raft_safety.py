@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from client import AsyncClient, Client
-from cluster.supervisor import LocalCluster, NodeStartError
-from node import config as node_config
-from node import failpoints
+from statekeeper.client import AsyncClient, Client
+from statekeeper.cluster.supervisor import LocalCluster, NodeStartError
+from statekeeper.node import config as node_config
+from statekeeper.node import failpoints
 from tests.integration.raft_harness import Exploit, raft_frame
 
 pytestmark = pytest.mark.integration

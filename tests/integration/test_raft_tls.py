@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from client import Client
-from cluster.certs import init_cluster_tls
-from cluster.supervisor import LocalCluster
-from node import entry
-from node.config import ClusterConfig, TlsSettings
-from node.raft import syncobj
-from node.raft.peers import AuthenticatingEncryptor
+from statekeeper.client import Client
+from statekeeper.cluster.certs import init_cluster_tls
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.node import entry
+from statekeeper.node.config import ClusterConfig, TlsSettings
+from statekeeper.node.raft import syncobj
+from statekeeper.node.raft.peers import AuthenticatingEncryptor
 from tests.integration.raft_harness import Exploit, Member, config, leader_of, raft_frame, wait_for
 
 pytestmark = pytest.mark.integration

@@ -8,12 +8,12 @@ import time
 import msgpack
 import pytest
 
-from client import Client
-from cluster.supervisor import LocalCluster
-from node import failpoints
-from node.config import Limits
-from node.ops import validate_op
-from node.raft.syncobj import replicated_command_size
+from statekeeper.client import Client
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.node import failpoints
+from statekeeper.node.config import Limits
+from statekeeper.node.ops import validate_op
+from statekeeper.node.raft.syncobj import replicated_command_size
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.supervisor import LocalCluster
+from statekeeper.cluster.supervisor import LocalCluster
 
 pytestmark = pytest.mark.integration
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -58,7 +58,7 @@ def test_the_readme_langgraph_example_works(cluster: LocalCluster) -> None:
     assert run_example(readme_example("A LangGraph graph that survives crashes", cluster)) == "1\n"
     urls = [cluster.url(n) for n in cluster.node_ids]
     # The thread's checkpoints are in the cluster: a new saver (a new process) finds them.
-    from client.langgraph import StatekeeperSaver
+    from statekeeper.client.langgraph import StatekeeperSaver
 
     with StatekeeperSaver.from_endpoints(urls) as saver:
         latest = saver.get_tuple({"configurable": {"thread_id": "agent-42"}})

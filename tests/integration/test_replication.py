@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from client import Client, InvalidRequest, NotFound, RetryPolicy, StatekeeperError
-from cluster.supervisor import LocalCluster
+from statekeeper.client import Client, InvalidRequest, NotFound, RetryPolicy, StatekeeperError
+from statekeeper.cluster.supervisor import LocalCluster
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from client import Client
-from client.errors import NotFound, Timeout, Unavailable
-from cluster.supervisor import LocalCluster, http_get_json
-from node import failpoints
+from statekeeper.client import Client
+from statekeeper.client.errors import NotFound, Timeout, Unavailable
+from statekeeper.cluster.supervisor import LocalCluster, http_get_json
+from statekeeper.node import failpoints
 from tests.integration.test_self_healing import (
     SMALL_JOURNAL,
     assert_same_contents,

@@ -16,9 +16,9 @@ import uuid
 
 import pytest
 
-from client import AsyncClient, Client, StreamNotFound
-from client.agent import Agent
-from cluster.supervisor import LocalCluster
+from statekeeper.client import AsyncClient, Client, StreamNotFound
+from statekeeper.client.agent import Agent
+from statekeeper.cluster.supervisor import LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,7 @@ def _until(check, timeout: float = SETTLE + 10):
 
 def _gc_cli(lc: LocalCluster, *argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "gc", *argv, "--endpoints", ",".join(_urls(lc))],
+        [sys.executable, "-m", "statekeeper.cluster.cli", "gc", *argv, "--endpoints", ",".join(_urls(lc))],
         capture_output=True,
         text=True,
         timeout=60,

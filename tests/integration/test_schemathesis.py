@@ -72,8 +72,8 @@ from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 from schemathesis.config._checks import NEGATIVE_DATA_REJECTION_EXPECTED_STATUSES
 
-from cluster.supervisor import LocalCluster
-from node.watch_ops import WATCH_PATH
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.node.watch_ops import WATCH_PATH
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

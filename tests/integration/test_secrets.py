@@ -24,12 +24,12 @@ import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 
-from client import Client, PermissionDenied, Unauthenticated
-from client.auth_tokens import parse_token, root_token, secret_hash
-from cluster import cli
-from cluster.supervisor import LocalCluster
-from node import config as node_config
-from node.raft.peers import KDF_SALT
+from statekeeper.client import Client, PermissionDenied, Unauthenticated
+from statekeeper.client.auth_tokens import parse_token, root_token, secret_hash
+from statekeeper.cluster import cli
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.node import config as node_config
+from statekeeper.node.raft.peers import KDF_SALT
 from tests.integration.cluster_fixture import tls_env
 
 pytestmark = pytest.mark.integration
@@ -177,7 +177,15 @@ def test_no_secret_in_logs_status_errors_or_command_lines(
             assert text != good
             (bad / name).write_text(text)
             res = subprocess.run(
-                [sys.executable, "-m", "node", "--config", str(bad / name), "--id", "node-0"],
+                [
+                    sys.executable,
+                    "-m",
+                    "statekeeper.node",
+                    "--config",
+                    str(bad / name),
+                    "--id",
+                    "node-0",
+                ],
                 capture_output=True,
                 text=True,
                 timeout=60,

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from client import Client
-from client.errors import NotFound
-from cluster.supervise import LOG_FILE, Supervisor, cluster_data_dir
-from cluster.supervisor import LocalCluster, http_get_json
-from cluster.watchdog import Policy
+from statekeeper.client import Client
+from statekeeper.client.errors import NotFound
+from statekeeper.cluster.supervise import LOG_FILE, Supervisor, cluster_data_dir
+from statekeeper.cluster.supervisor import LocalCluster, http_get_json
+from statekeeper.cluster.watchdog import Policy
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL_JOURNAL = 1024 * 1024  # the leader snapshots (and drops its log prefix) every MiB
@@ -113,7 +113,7 @@ def test_supervise_restarts_a_node_sigkilled_three_times_in_a_row(cluster: Local
     out = cluster.config_path.parent / "supervise.out"
     with open(out, "wb") as f:
         sup = subprocess.Popen(
-            [sys.executable, "-m", "cluster.cli", "cluster", "supervise"]
+            [sys.executable, "-m", "statekeeper.cluster.cli", "cluster", "supervise"]
             + ["--config", str(cluster.config_path), "--poll-interval", "0.3"],
             stdout=f,
             stderr=subprocess.STDOUT,

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from client import (
+from statekeeper.client import (
     AsyncClient,
     Client,
     Event,
@@ -23,7 +23,7 @@ from client import (
     StreamNotFound,
     StreamPage,
 )
-from cluster.supervisor import LocalCluster
+from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import raw_connection, raw_headers
 
 pytestmark = pytest.mark.integration
@@ -331,7 +331,7 @@ def test_an_event_id_with_another_payload_is_refused_whole(shared_cluster: Local
 
 def _stream_cli(cluster: LocalCluster, *argv: str, ns: str = "cli-streams") -> list[str]:
     urls = ",".join(cluster.url(n) for n in cluster.node_ids)
-    return [sys.executable, "-m", "cluster.cli", "stream", *argv, "--ns", ns, "--endpoints", urls]
+    return [sys.executable, "-m", "statekeeper.cluster.cli", "stream", *argv, "--ns", ns, "--endpoints", urls]
 
 
 def test_the_stream_cli_appends_reads_follows_and_explains(shared_cluster: LocalCluster) -> None:

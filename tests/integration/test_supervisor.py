@@ -19,8 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from client import Client, KeyValue
-from cluster.supervisor import ClusterTimeout, LocalCluster, NodeStartError, SupervisorError
+from statekeeper.client import Client, KeyValue
+from statekeeper.cluster.supervisor import (
+    ClusterTimeout,
+    LocalCluster,
+    NodeStartError,
+    SupervisorError,
+)
 from tests.integration.cluster_fixture import WrittenConfig
 
 pytestmark = pytest.mark.integration
@@ -31,7 +36,7 @@ STAND_IN = textwrap.dedent(
     """
     import json, os, signal, socket, sys, time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    from node.config import load
+    from statekeeper.node.config import load
 
     args = sys.argv[1:]
     cfg = load(args[args.index("--config") + 1])

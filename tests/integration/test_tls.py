@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from client import AsyncClient, Client, PermissionDenied, TlsError, Unauthenticated
-from client.retry import RetryPolicy
-from cluster.certs import init_cluster_tls
-from cluster.supervisor import LocalCluster
+from statekeeper.client import AsyncClient, Client, PermissionDenied, TlsError, Unauthenticated
+from statekeeper.client.retry import RetryPolicy
+from statekeeper.cluster.certs import init_cluster_tls
+from statekeeper.cluster.supervisor import LocalCluster
 
 pytestmark = pytest.mark.cluster_options(tls=True)
 
@@ -117,7 +117,7 @@ def test_the_env_variables_configure_the_clients(cluster: LocalCluster, monkeypa
 def test_cli_tls_init_writes_private_keys_0600(tmp_path: Path):
     cfg = tmp_path / "cluster.toml"
     out = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "tls", "init", "--config", str(cfg)],
+        [sys.executable, "-m", "statekeeper.cluster.cli", "tls", "init", "--config", str(cfg)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -169,7 +169,7 @@ def test_the_readme_secure_cluster_in_two_commands(tmp_path: Path, monkeypatch) 
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "cluster.cli", *argv],
+            [sys.executable, "-m", "statekeeper.cluster.cli", *argv],
             capture_output=True,
             text=True,
             timeout=180,

@@ -20,9 +20,16 @@ from typing import Any
 import msgpack
 import pytest
 
-from client import AsyncClient, Client, Compacted, InvalidRequest, RetryPolicy, StatekeeperError
-from client.watch import WatchEvent, WatchProgress
-from cluster.supervisor import LocalCluster
+from statekeeper.client import (
+    AsyncClient,
+    Client,
+    Compacted,
+    InvalidRequest,
+    RetryPolicy,
+    StatekeeperError,
+)
+from statekeeper.client.watch import WatchEvent, WatchProgress
+from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import raw_connection, raw_headers
 
 pytestmark = pytest.mark.integration
@@ -214,7 +221,7 @@ def test_the_watch_cli(shared_cluster: LocalCluster) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "cluster.cli",
+        "statekeeper.cluster.cli",
         "watch",
         "jobs/",
         "--from",

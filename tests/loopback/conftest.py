@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from toxiproxy import Toxiproxy
 
-from chaos.toxiproxy import ToxiproxyServer, configure_client
+from statekeeper.chaos.toxiproxy import ToxiproxyServer, configure_client
 
 
 @pytest.fixture(scope="module")

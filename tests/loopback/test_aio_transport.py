@@ -21,9 +21,9 @@ from typing import Any
 import msgpack
 import pytest
 
-from client import AsyncClient, RetryPolicy, Timeout, TlsError, Unavailable
-from client.kv_requests import status_request
-from client.wire import Request
+from statekeeper.client import AsyncClient, RetryPolicy, Timeout, TlsError, Unavailable
+from statekeeper.client.kv_requests import status_request
+from statekeeper.client.wire import Request
 from tests.loopback.self_signed import self_signed
 
 MSGPACK = "application/msgpack"

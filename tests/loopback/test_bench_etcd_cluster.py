@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def test_etcd_cluster_uses_defaults_and_loopback(tmp_path: Path) -> None:
-    from benchmarks.etcd import EtcdCluster, host_port
+    from statekeeper.benchmarks.etcd import EtcdCluster, host_port
 
     c = EtcdCluster("/usr/bin/etcd", tmp_path)
     argv = c.argv("m1")

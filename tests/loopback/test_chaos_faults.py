@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from chaos import faults
-from chaos.faults import FAULTS, SMOKE, FaultContext, ProxyNet, clock, get_fault
+from statekeeper.chaos import faults
+from statekeeper.chaos.faults import FAULTS, SMOKE, FaultContext, ProxyNet, clock, get_fault
 
 EXPECTED = {
     "none",
@@ -44,9 +44,9 @@ def test_unknown_fault_names_the_known_ones() -> None:
 
 
 def test_partition_availability_follows_chaos_partition(monkeypatch) -> None:
-    import chaos.partition
+    from statekeeper.chaos import partition
 
-    monkeypatch.setattr(chaos.partition, "available", lambda: (False, "no iptables here"))
+    monkeypatch.setattr(partition, "available", lambda: (False, "no iptables here"))
     assert FAULTS["partition-leader"].available() == (False, "no iptables here")
     assert FAULTS["kill-leader"].available() == (True, "")
 
@@ -211,7 +211,7 @@ def test_partition_fault_without_link_addresses_is_an_error() -> None:
 @pytest.fixture
 def proxynet():
     pytest.importorskip("toxiproxy")
-    from chaos.toxiproxy import ToxiproxyServer
+    from statekeeper.chaos.toxiproxy import ToxiproxyServer
 
     with ToxiproxyServer() as server:
         net = ProxyNet(server.url, prefix="t")
@@ -277,7 +277,7 @@ def test_proxy_faults_add_toxics_and_heal_removes_them(proxynet) -> None:
 
 
 def test_failpoint_specs_are_validated_by_the_nodes_own_parser() -> None:
-    from node.failpoints import FailpointError
+    from statekeeper.node.failpoints import FailpointError
 
     assert faults.failpoint_spec({"snapshot-install": "50%exit", "snapshot-pack": "sleep(1)"}) == (
         "snapshot-install=50%exit;snapshot-pack=sleep(1)"
@@ -292,7 +292,7 @@ def test_failpoint_specs_are_validated_by_the_nodes_own_parser() -> None:
 
 
 def test_every_failpoint_fault_arms_valid_failpoints_that_can_fire() -> None:
-    from node import failpoints
+    from statekeeper.node import failpoints
 
     for name, cls in FAULTS.items():
         if not cls.failpoints:
@@ -311,13 +311,13 @@ def test_every_failpoint_fault_arms_valid_failpoints_that_can_fire() -> None:
 
 
 def _cfg(n: int = 3):
-    from node.config import local_cluster
+    from statekeeper.node.config import local_cluster
 
     return local_cluster(size=n, secret="s")
 
 
 def test_faults_shape_the_cluster_config_and_node_env(tmp_path) -> None:
-    from node.config import validate
+    from statekeeper.node.config import validate
 
     base = _cfg()
     assert get_fault("kill-leader").configure(base) == base
@@ -435,7 +435,7 @@ def test_crash_watcher_restarts_failpoint_exits_only_and_counts_them() -> None:
 
 
 def test_crash_watcher_retries_a_restart_that_failed() -> None:
-    from cluster.supervisor import NodeStartError
+    from statekeeper.cluster.supervisor import NodeStartError
 
     c = _ExitingCluster()
     fails = [NodeStartError("port busy")]
@@ -458,7 +458,7 @@ def test_crash_watcher_retries_a_restart_that_failed() -> None:
 def test_start_cluster_resumes_after_a_failpoint_exit_during_start() -> None:
     """Seen in a suite run: node-0 took a snapshot and exited at snapshot-after-rename
     while the ordered start still waited for node-1; the scenario died with NodeStartError."""
-    from cluster.supervisor import NodeStartError
+    from statekeeper.cluster.supervisor import NodeStartError
 
     c = _ExitingCluster()
     ups: list[int] = []

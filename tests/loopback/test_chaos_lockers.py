@@ -13,11 +13,11 @@ from collections import Counter
 
 import pytest
 
-from chaos.cli import build_parser, run_options
-from chaos.history import HistoryWriter, parse_events
-from chaos.lock_workload import Lockers
-from chaos.runner import RunOptions
-from chaos.workload_config import WorkloadConfig
+from statekeeper.chaos.cli import build_parser, run_options
+from statekeeper.chaos.history import HistoryWriter, parse_events
+from statekeeper.chaos.lock_workload import Lockers
+from statekeeper.chaos.runner import RunOptions
+from statekeeper.chaos.workload_config import WorkloadConfig
 from tests.loopback.test_chaos_workload import FakeNode
 
 REFUSED, UNKNOWN = 2, 3  # the 2nd acquisition's writes are refused, the 3rd's time out

@@ -15,10 +15,10 @@ import msgpack
 import pytest
 from aiohttp import web
 
-from chaos.checker.watch import WatchTruth, check_watch
-from chaos.history import Op
-from chaos.watch_workload import Watchers
-from chaos.workload_config import WorkloadConfig
+from statekeeper.chaos.checker.watch import WatchTruth, check_watch
+from statekeeper.chaos.history import Op
+from statekeeper.chaos.watch_workload import Watchers
+from statekeeper.chaos.workload_config import WorkloadConfig
 
 START = 11  # the fake's range answers revision 10
 
@@ -151,8 +151,8 @@ def test_the_drop_mutation_loses_one_event_and_the_check_sees_the_gap(node) -> N
 
 
 def test_watchers_are_a_run_option_and_flags() -> None:
-    from chaos.cli import build_parser, run_options
-    from chaos.runner import RunOptions
+    from statekeeper.chaos.cli import build_parser, run_options
+    from statekeeper.chaos.runner import RunOptions
 
     p = build_parser()
     assert run_options(p.parse_args(["run", "--fault", "none"]), "none").watchers == 2

@@ -15,11 +15,11 @@ import msgpack
 import pytest
 from aiohttp import web
 
-from chaos.history import HistoryWriter, parse_events
-from chaos.workload import Workload, classify_error
-from chaos.workload_config import OpMix, WorkloadConfig
-from client import Conflict, Timeout, Unavailable
-from client.responses import connection_error
+from statekeeper.chaos.history import HistoryWriter, parse_events
+from statekeeper.chaos.workload import Workload, classify_error
+from statekeeper.chaos.workload_config import OpMix, WorkloadConfig
+from statekeeper.client import Conflict, Timeout, Unavailable
+from statekeeper.client.responses import connection_error
 
 
 def test_classify_error_only_trusts_proofs_of_not_sent() -> None:
@@ -188,7 +188,7 @@ def test_pinned_readers_only_read() -> None:
 
 
 def test_run_options_phases() -> None:
-    from chaos.runner import RunOptions
+    from statekeeper.chaos.runner import RunOptions
 
     assert RunOptions(duration=30).phases() == pytest.approx((6.0, 10.5, 13.5))
     assert RunOptions(duration=10).phases() == pytest.approx((2.0, 3.5, 4.5))
@@ -200,7 +200,7 @@ def test_run_options_phases() -> None:
 
 
 def test_cli_parses_the_documented_commands() -> None:
-    from chaos.cli import build_parser
+    from statekeeper.chaos.cli import build_parser
 
     p = build_parser()
     a = p.parse_args("run --fault kill-leader --duration 30 --clients 16 --seed 7".split())
@@ -223,8 +223,8 @@ def test_cli_parses_the_documented_commands() -> None:
 
 
 def test_statekeeper_chaos_is_registered(capsys) -> None:
-    from chaos.cli import EXIT_USAGE
-    from cluster import cli
+    from statekeeper.chaos.cli import EXIT_USAGE
+    from statekeeper.cluster import cli
 
     assert cli.main(["chaos", "run", "--fault", "no-such-fault"]) == EXIT_USAGE
     assert "unknown fault 'no-such-fault'" in capsys.readouterr().err
@@ -236,7 +236,7 @@ def test_statekeeper_chaos_is_registered(capsys) -> None:
 
 
 def test_op_node_spreads_every_client_over_every_node() -> None:
-    from chaos.workload_config import op_node
+    from statekeeper.chaos.workload_config import op_node
 
     for n_nodes in (3, 5):
         for p in range(7):
@@ -251,7 +251,7 @@ def test_op_node_spreads_every_client_over_every_node() -> None:
 
 
 def test_pinned_readers_cover_every_node_when_there_are_enough_clients() -> None:
-    from chaos.workload_config import pinned_nodes
+    from statekeeper.chaos.workload_config import pinned_nodes
 
     assert pinned_nodes(16, 0.25, 3) == [0, 1, 2, 0]  # unchanged for the default cluster
     assert sorted(pinned_nodes(16, 0.25, 5)) == [0, 1, 2, 3, 4]  # one per node
@@ -468,8 +468,8 @@ def test_a_share_of_acknowledged_appends_is_resent_once() -> None:
 
 
 def test_the_stream_share_is_a_run_option_and_a_flag() -> None:
-    from chaos.cli import build_parser, run_options
-    from chaos.runner import RunOptions
+    from statekeeper.chaos.cli import build_parser, run_options
+    from statekeeper.chaos.runner import RunOptions
 
     args = build_parser().parse_args("run --fault none --stream-share 0".split())
     assert run_options(args, "none").stream_share == 0.0

@@ -20,7 +20,7 @@ import msgpack
 import pytest
 from aiohttp import web
 
-from client import (
+from statekeeper.client import (
     AsyncClient,
     Client,
     Compacted,

@@ -17,7 +17,7 @@ import random
 
 import pytest
 
-from node.http_server import HttpServer, Request, Response, ServerLimits
+from statekeeper.node.http_server import HttpServer, Request, Response, ServerLimits
 
 SEED = 15
 CASES = 300

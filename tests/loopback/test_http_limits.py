@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from node.http_server import HttpServer, Request, Response, ServerLimits
+from statekeeper.node.http_server import HttpServer, Request, Response, ServerLimits
 
 MAX = 200
 
@@ -216,7 +216,7 @@ async def test_tls_port_cuts_silent_and_idle_connections(tmp_path):
     no request; a client is served normally after."""
     import ssl
 
-    from cluster.certs import init_cluster_tls
+    from statekeeper.cluster.certs import init_cluster_tls
 
     init_cluster_tls(tmp_path, [("node-0", "127.0.0.1")])
     server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from node.http_server import HttpServer, Request, Response, ServerLimits
+from statekeeper.node.http_server import HttpServer, Request, Response, ServerLimits
 
 
 def _error(status: int, code: str, message: str) -> Response:

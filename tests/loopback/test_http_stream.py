@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from node.http_server import (
+from statekeeper.node.http_server import (
     HttpServer,
     Request,
     Response,

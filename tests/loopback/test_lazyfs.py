@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.lazyfs import CONTROL_NAME, LazyFS, available
-from chaos.lazyfs.core import STAGING_NAME
+from statekeeper.chaos.lazyfs import CONTROL_NAME, LazyFS, available
+from statekeeper.chaos.lazyfs.core import STAGING_NAME
 from tests.unit.test_lazyfs_core import backing_listing
 
 pytestmark = pytest.mark.timeout(120)
@@ -344,7 +344,7 @@ def test_rocksdb_power_loss(lazyfs: LazyFS, sync: bool) -> None:
 
 
 def test_fdatasync_throughput_report(lazyfs: LazyFS, capsys: pytest.CaptureFixture[str]) -> None:
-    from chaos.lazyfs.bench import write_fdatasync_loop
+    from statekeeper.chaos.lazyfs.bench import write_fdatasync_loop
 
     direct = write_fdatasync_loop(lazyfs.backing_dir / "bench.dat", seconds=0.5)
     lazy = write_fdatasync_loop(lazyfs.mountpoint / "bench.dat", seconds=0.5)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import aiohttp
 
-from node import config as node_config
-from node import http_api
+from statekeeper.node import config as node_config
+from statekeeper.node import http_api
 
 
 async def test_served_document_comes_from_the_node_config(tmp_path):

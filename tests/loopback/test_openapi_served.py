@@ -10,7 +10,7 @@ import pytest
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-from node import openapi
+from statekeeper.node import openapi
 from tests.unit.test_openapi import DOC_URI, _api, _pointer, _validator
 
 DOC = openapi.document()

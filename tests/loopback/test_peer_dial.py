@@ -10,9 +10,9 @@ import socket
 
 import pytest
 
-from node.raft import loop_driver
-from node.raft import peer_encoding as pe
-from node.raft.syncobj import PeerConnection
+from statekeeper.node.raft import loop_driver
+from statekeeper.node.raft import peer_encoding as pe
+from statekeeper.node.raft.syncobj import PeerConnection
 from tests.raft_peer_helpers import NullPoller, peer_encryptor
 
 

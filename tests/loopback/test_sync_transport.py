@@ -14,7 +14,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from client import Client, RetryPolicy, Timeout, TlsError, Unavailable
+from statekeeper.client import Client, RetryPolicy, Timeout, TlsError, Unavailable
 from tests.loopback.self_signed import self_signed
 from tests.loopback.test_aio_transport import Server
 

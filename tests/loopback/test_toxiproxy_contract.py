@@ -20,12 +20,7 @@ import requests
 from toxiproxy import Toxiproxy
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
-from chaos.toxiproxy import (
-    ToxiproxyServer,
-    split_url,
-    start_server,
-    toxiproxy_endpoint,
-)
+from statekeeper.chaos.toxiproxy import ToxiproxyServer, split_url, start_server, toxiproxy_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -391,7 +386,15 @@ def test_endpoint_prefers_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_module_runner() -> None:
     port = _free_port()
     with subprocess.Popen(
-        [sys.executable, "-m", "chaos.toxiproxy", "--host", "127.0.0.1", "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "statekeeper.chaos.toxiproxy",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -18,7 +18,7 @@ import requests
 from toxiproxy import Toxiproxy
 from toxiproxy.proxy import Proxy
 
-from chaos.toxiproxy import ToxiproxyServer
+from statekeeper.chaos.toxiproxy import ToxiproxyServer
 
 BANNER = b"hello\n"
 

@@ -8,10 +8,10 @@ import inspect
 
 import pytest
 
-from client.agent import Agent, AsyncAgent, AsyncProjection, Projection
-from client.agent.agent import AgentCore
-from client.agent.plan import planned
-from client.agent.projection import ProjectionCore
+from statekeeper.client.agent import Agent, AsyncAgent, AsyncProjection, Projection
+from statekeeper.client.agent.agent import AgentCore
+from statekeeper.client.agent.plan import planned
+from statekeeper.client.agent.projection import ProjectionCore
 
 
 def public_methods(cls: type) -> dict[str, object]:

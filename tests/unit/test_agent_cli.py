@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from client.agent import Agent
-from cluster import agent_cli, cli, client_cli
+from statekeeper.client.agent import Agent
+from statekeeper.cluster import agent_cli, cli, client_cli
 from tests.unit.test_agent_fake import MemoryClient
 
 

@@ -8,9 +8,9 @@ import copy
 
 import pytest
 
-from client.errors import Conflict, ExpectationFailed, InvalidRequest, NotFound
-from client.ops import stream_events
-from client.results import (
+from statekeeper.client.errors import Conflict, ExpectationFailed, InvalidRequest, NotFound
+from statekeeper.client.ops import stream_events
+from statekeeper.client.results import (
     AppendedEvent,
     AppendResult,
     DeleteResult,
@@ -351,7 +351,7 @@ class AsyncMemoryClient:
 
 def test_fake_txn_compare_on_missing_key_mod_revision_zero() -> None:
     c = MemoryClient()
-    from client.ops import compare, ops
+    from statekeeper.client.ops import compare, ops
 
     r = c.txn([compare.mod_revision("k") == 0], [ops.put("k", b"1")])
     assert r.succeeded and c.get("k").mod_revision == r.revision
@@ -361,7 +361,7 @@ def test_fake_txn_compare_on_missing_key_mod_revision_zero() -> None:
 
 def test_fake_txn_append_expectation_aborts_everything() -> None:
     c = MemoryClient()
-    from client.ops import ops
+    from statekeeper.client.ops import ops
 
     c.append("s", [{"data": b"a"}])
     with pytest.raises(Conflict) as err:

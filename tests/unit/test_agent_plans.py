@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from client.agent import (
+from statekeeper.client.agent import (
     Agent,
     AsyncAgent,
     CheckpointConflict,

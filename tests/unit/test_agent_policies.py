@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from client.agent import Agent, AllOf, AnyOf, EveryNSteps, EveryTSeconds, Never, OnEvent
+from statekeeper.client.agent import Agent, AllOf, AnyOf, EveryNSteps, EveryTSeconds, Never, OnEvent
 from tests.unit.test_agent_fake import MemoryClient
 
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from client.agent import (
+from statekeeper.client.agent import (
     Agent,
     CheckpointConflict,
     EventsMissing,
     EveryNSteps,
     PositionNotFound,
 )
-from client.errors import NotFound
+from statekeeper.client.errors import NotFound
 from tests.unit.test_agent_fake import MemoryClient
 
 
@@ -188,7 +188,7 @@ def test_state_at_across_a_hole_raises_events_missing() -> None:
 
 def test_an_archived_tail_raises_events_missing() -> None:
     """The archival feature answers 410 ``archived`` for a read inside an archived range."""
-    from client.errors import StatekeeperError
+    from statekeeper.client.errors import StatekeeperError
 
     c = MemoryClient()
     make(c).log("add", 1)

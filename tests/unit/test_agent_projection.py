@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from client.agent import AsyncProjection, Projection, ProjectionConflict
-from client.agent.envelope import encode
-from client.ops import ops
+from statekeeper.client.agent import AsyncProjection, Projection, ProjectionConflict
+from statekeeper.client.agent.envelope import encode
+from statekeeper.client.ops import ops
 from tests.unit.test_agent_fake import AsyncMemoryClient, MemoryClient
 
 

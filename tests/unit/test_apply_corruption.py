@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from node import main as node_main
-from node.fatal import STATE_MACHINE_EXIT_CODE
-from node.store.backend import StorageError
+from statekeeper.node import main as node_main
+from statekeeper.node.fatal import STATE_MACHINE_EXIT_CODE
+from statekeeper.node.store.backend import StorageError
 
 
 class Stopped(Exception):

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from client.agent.plan import run
-from client.archive import manifest, restore
-from client.archive.archiver import run_plan, seal_parts
-from client.archive.restore import fetch_key, restore_plan
-from client.archive.segment import KeyItem, StreamItem, checksum, decode, encode
-from client.errors import ArchiveCorrupt, Archived, NotFound, Timeout
-from client.results import KeyValue, StreamEvent, StreamInfo, StreamPage
+from statekeeper.client.agent.plan import run
+from statekeeper.client.archive import manifest, restore
+from statekeeper.client.archive.archiver import run_plan, seal_parts
+from statekeeper.client.archive.restore import fetch_key, restore_plan
+from statekeeper.client.archive.segment import KeyItem, StreamItem, checksum, decode, encode
+from statekeeper.client.errors import ArchiveCorrupt, Archived, NotFound, Timeout
+from statekeeper.client.results import KeyValue, StreamEvent, StreamInfo, StreamPage
 
 URL = "memory://arch"
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.archive import manifest
-from client.archive.segment import (
+from statekeeper.client.archive import manifest
+from statekeeper.client.archive.segment import (
     KeyItem,
     StreamItem,
     checksum,
@@ -20,7 +20,7 @@ from client.archive.segment import (
     new_segment_id,
     valid_segment_id,
 )
-from client.errors import ArchiveCorrupt, StatekeeperError
+from statekeeper.client.errors import ArchiveCorrupt, StatekeeperError
 
 names = st.text(min_size=1, max_size=20)
 meta_values = st.one_of(

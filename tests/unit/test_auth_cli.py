@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from client.auth_tokens import new_token, parse_token, root_token
-from cluster import auth_cli, client_cli
-from node import config as node_config
-from node.config import AuthSettings, ConfigError
+from statekeeper.client.auth_tokens import new_token, parse_token, root_token
+from statekeeper.cluster import auth_cli, client_cli
+from statekeeper.node import config as node_config
+from statekeeper.node.config import AuthSettings, ConfigError
 
 
 def test_auth_table_round_trips_and_rejects_unknown_keys() -> None:
@@ -82,10 +82,10 @@ def test_cli_credential_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 def test_client_token_argument_env_and_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from client import AsyncClient, Client
-    from client.aio_connection import Endpoint
-    from client.base import bearer
-    from client.wire import POST_HEADERS, Request
+    from statekeeper.client import AsyncClient, Client
+    from statekeeper.client.aio_connection import Endpoint
+    from statekeeper.client.base import bearer
+    from statekeeper.client.wire import POST_HEADERS, Request
 
     monkeypatch.delenv("STATEKEEPER_TOKEN", raising=False)
     monkeypatch.delenv("STATEKEEPER_TOKEN_FILE", raising=False)

@@ -12,12 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from client.auth_tokens import new_token
-from node.audit_log import AUDIT_LINES_PER_WINDOW, LOG_FIELD_CHARS
-from node.config import local_cluster
-from node.config_tables import AuthSettings
-from node.http_api import Api
-from node.http_server import Request
+from statekeeper.client.auth_tokens import new_token
+from statekeeper.node.audit_log import AUDIT_LINES_PER_WINDOW, LOG_FIELD_CHARS
+from statekeeper.node.config import local_cluster
+from statekeeper.node.config_tables import AuthSettings
+from statekeeper.node.http_api import Api
+from statekeeper.node.http_server import Request
 
 # A generous bound on one audit line: a few request fields of LOG_FIELD_CHARS each.
 MAX_LINE_CHARS = 6 * LOG_FIELD_CHARS
@@ -88,7 +88,7 @@ def test_a_namespace_with_control_characters_is_refused_and_never_logged_raw(cap
 
 
 def test_loggable_escapes_and_caps() -> None:
-    from node.audit_log import loggable
+    from statekeeper.node.audit_log import loggable
 
     assert loggable("/v1/kv/put") == "/v1/kv/put"
     assert loggable("a\nb\x1b[31m\\x1b\u202e") == "a\\x0ab\\x1b[31m\\\\x1b\\u202e"
@@ -98,7 +98,7 @@ def test_loggable_escapes_and_caps() -> None:
 
 
 def test_audit_lines_past_the_budget_become_one_summary_line() -> None:
-    from node.audit_log import AuditLog, WindowBudget
+    from statekeeper.node.audit_log import AuditLog, WindowBudget
 
     now = [100.0]
     records: list[str] = []
@@ -125,7 +125,7 @@ def test_audit_lines_past_the_budget_become_one_summary_line() -> None:
 def test_unknown_token_ids_cost_a_bounded_number_of_read_barriers() -> None:
     """Issue 27, item 12: every request with an unknown token id waited for a read barrier
     (a raft entry on a follower). Past the budget the node answers 401 without one."""
-    from node.audit_log import WindowBudget
+    from statekeeper.node.audit_log import WindowBudget
 
     api = _api()
     now = [0.0]

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.auth_tokens import new_token, parse_token, root_token
-from node.authz import Authorizer, Principal, touched_within
-from node.config import Limits
-from node.errors import OpError
-from node.ops import OPS, validate_op
-from node.store.tokens import TokenRecord
+from statekeeper.client.auth_tokens import new_token, parse_token, root_token
+from statekeeper.node.authz import Authorizer, Principal, touched_within
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
+from statekeeper.node.ops import OPS, validate_op
+from statekeeper.node.store.tokens import TokenRecord
 
 LIMITS = Limits()
 SECRET = "cluster-secret"

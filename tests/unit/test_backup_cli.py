@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from cluster import cli
-from node.backup_file import BackupWriter, verify
+from statekeeper.cluster import cli
+from statekeeper.node.backup_file import BackupWriter, verify
 
 
 def _backup_bytes() -> bytes:

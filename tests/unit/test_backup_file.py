@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from node import backup_file, snapshot_file
-from node import config as node_config
-from node.backup_file import BackupError, BackupWriter, copy_body, verify
-from node.backup_ops import Backups
-from node.backup_seed import SeedError, seed
-from node.config import ClusterConfig
-from node.errors import OpError
-from node.store import StateMachine
+from statekeeper.node import backup_file, snapshot_file
+from statekeeper.node import config as node_config
+from statekeeper.node.backup_file import BackupError, BackupWriter, copy_body, verify
+from statekeeper.node.backup_ops import Backups
+from statekeeper.node.backup_seed import SeedError, seed
+from statekeeper.node.config import ClusterConfig
+from statekeeper.node.errors import OpError
+from statekeeper.node.store import StateMachine
 from tests.unit.store.util import Node, populated, put, raw_items
 
 META = {"revision": 7, "cluster": "c", "clock_ms": 123}
@@ -232,7 +232,7 @@ def test_one_backup_at_a_time_and_the_next_right_after(tmp_path):
 
 
 def test_cli_restore_one_node_and_inspect(tmp_path, capsys):
-    from cluster.cli import main
+    from statekeeper.cluster.cli import main
 
     src = populated(tmp_path / "src" / "db", n=20)
     take_backup(src.sm, tmp_path / "b.skb")
@@ -256,8 +256,8 @@ def test_cli_restore_one_node_and_inspect(tmp_path, capsys):
 
 
 def test_cli_restore_writes_a_config_when_there_is_none(tmp_path, capsys):
-    from cluster.cli import main
-    from node import config as node_config
+    from statekeeper.cluster.cli import main
+    from statekeeper.node import config as node_config
 
     src = populated(tmp_path / "src" / "db", n=5)
     take_backup(src.sm, tmp_path / "b.skb")

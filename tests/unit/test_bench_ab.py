@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from benchmarks import ab
-from benchmarks.ab_rounds import (
+from statekeeper.benchmarks import ab
+from statekeeper.benchmarks.ab_rounds import (
     DEFAULT_ROWS,
     OPS,
     P50,
@@ -30,8 +30,8 @@ from benchmarks.ab_rounds import (
     plan,
     table_cells,
 )
-from benchmarks.compare.rounds import Measure
-from benchmarks.load import build_parser
+from statekeeper.benchmarks.compare.rounds import Measure
+from statekeeper.benchmarks.load import build_parser
 
 row_keys = st.lists(st.sampled_from(sorted(ROWS)), min_size=1, unique=True)
 
@@ -114,10 +114,10 @@ def test_the_table_has_medians_ranges_and_the_median_of_the_paired_ratios() -> N
 def test_the_header_names_both_revisions_the_command_and_the_order() -> None:
     revs = {B: {"rev": "main", "hash": "bbb", "subject": "new"},
             A: {"rev": "v1", "hash": "aaa", "subject": "old"}}  # fmt: skip
-    lines = header_lines(command="python -m benchmarks.ab v1 main", revisions=revs,
+    lines = header_lines(command="python -m statekeeper.benchmarks.ab v1 main", revisions=revs,
                          settings="s", machine="m", load="0.1", rounds=3)  # fmt: skip
     assert lines[:2] == ["- A: aaa old (given as `v1`)", "- B: bbb new (given as `main`)"]
-    assert "- command: `python -m benchmarks.ab v1 main`" in lines
+    assert "- command: `python -m statekeeper.benchmarks.ab v1 main`" in lines
     assert "- rounds: 3, order per row: A, B | B, A | A, B" in lines
 
 
@@ -163,7 +163,7 @@ def test_worktrees_are_removed_even_when_the_run_fails(
 
 def test_nodes_left_by_a_killed_run_are_killed_by_their_pid_files(tmp_path: Path) -> None:
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
-    node = subprocess.Popen([*sleeper, "node"])  # looks like `python -m node`
+    node = subprocess.Popen([*sleeper, "node"])  # looks like `python -m statekeeper.node`
     other = subprocess.Popen(sleeper)  # a reused pid: not a node, left alone
     try:
         for name, proc in (("node-0", node), ("node-1", other)):

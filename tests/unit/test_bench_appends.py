@@ -15,14 +15,21 @@ from typing import Any
 
 import pytest
 
-from benchmarks import compare
-from benchmarks.compare import Measure, Row, Settings, Workload, parse_groups, select_workloads
-from benchmarks.compare.rounds import REDIS, SK, order_text, round_order
-from benchmarks.compare.table import append_tables, is_append_row
-from benchmarks.compare.workloads import APPEND_EVENTS, STREAMS, append_events
-from benchmarks.etcd import EtcdSystem
-from benchmarks.redis_streams import RedisControl, RedisServer, RedisSystem
-from benchmarks.systems import StatekeeperSystem, System, get_system_class
+from statekeeper.benchmarks import compare
+from statekeeper.benchmarks.compare import (
+    Measure,
+    Row,
+    Settings,
+    Workload,
+    parse_groups,
+    select_workloads,
+)
+from statekeeper.benchmarks.compare.rounds import REDIS, SK, order_text, round_order
+from statekeeper.benchmarks.compare.table import append_tables, is_append_row
+from statekeeper.benchmarks.compare.workloads import APPEND_EVENTS, STREAMS, append_events
+from statekeeper.benchmarks.etcd import EtcdSystem
+from statekeeper.benchmarks.redis_streams import RedisControl, RedisServer, RedisSystem
+from statekeeper.benchmarks.systems import StatekeeperSystem, System, get_system_class
 from tests.unit.test_bench_rounds import fake_system
 
 # ------------------------------------------------------------------------- the rows
@@ -245,8 +252,8 @@ def _fake_class(name: str, started: list[str], groups: tuple[str, ...] | None) -
 
 
 async def test_redis_runs_only_the_append_group(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from benchmarks.compare import runner
-    from benchmarks.compare.progress import QuietBar
+    from statekeeper.benchmarks.compare import runner
+    from statekeeper.benchmarks.compare.progress import QuietBar
 
     started: list[str] = []
     classes = {

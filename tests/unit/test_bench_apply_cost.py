@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from benchmarks.apply_cost import Entries, report
-from node import entry
+from statekeeper.benchmarks.apply_cost import Entries, report
+from statekeeper.node import entry
 
 
 def test_entries_are_marked_only_when_asked():
@@ -23,7 +23,7 @@ def test_report_pairs_the_blocks():
 
 
 def test_shape_entries_hold_the_puts_asked_for():
-    from benchmarks.apply_cost import shape_entry
+    from statekeeper.benchmarks.apply_cost import shape_entry
 
     gen = Entries(batch=1, keys=20, value_size=4)
     _, batch = entry.decode(shape_entry(gen, 3, 1, False))
@@ -36,7 +36,7 @@ def test_shape_entries_hold_the_puts_asked_for():
 
 
 def test_report_against_gives_medians_and_ratio():
-    from benchmarks.apply_cost import SHAPES, report_against
+    from statekeeper.benchmarks.apply_cost import SHAPES, report_against
 
     out = {"old": {s: [10.0, 20.0, 30.0] for s in SHAPES}}
     out["new"] = {s: [5.0, 10.0, 15.0] for s in SHAPES}

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import compare
-from benchmarks.cluster_control import ClusterControl, rss_of_pid
-from benchmarks.compare import (
+from statekeeper.benchmarks import compare
+from statekeeper.benchmarks.cluster_control import ClusterControl, rss_of_pid
+from statekeeper.benchmarks.compare import (
     Measure,
     Row,
     Settings,
@@ -31,9 +31,9 @@ from benchmarks.compare import (
     row_notes,
     select_workloads,
 )
-from benchmarks.compare import measure as compare_measure
-from benchmarks.harness import run_load
-from benchmarks.systems import SYSTEMS, StatekeeperSystem, System, get_system_class
+from statekeeper.benchmarks.compare import measure as compare_measure
+from statekeeper.benchmarks.harness import run_load
+from statekeeper.benchmarks.systems import SYSTEMS, StatekeeperSystem, System, get_system_class
 
 
 class FakeStore(System):
@@ -159,7 +159,7 @@ def test_results_section_has_command_machine_and_table(tmp_path: Path) -> None:
     rows = [Row("put-256-x1", "put 256 B x1", "ops", {"statekeeper": [Measure(value=10)]})]
     text = compare.results_section(
         rows,
-        command="python -m benchmarks.compare --quick",
+        command="python -m statekeeper.benchmarks.compare --quick",
         settings="s",
         target="t",
         chart="results/c.png",
@@ -170,7 +170,7 @@ def test_results_section_has_command_machine_and_table(tmp_path: Path) -> None:
     )
     assert "- rounds: 3, order: etcd, statekeeper | statekeeper, etcd" in text
     assert text.startswith("## 2026-01-02 03:04 UTC: statekeeper vs etcd")
-    assert "`python -m benchmarks.compare --quick`" in text
+    assert "`python -m statekeeper.benchmarks.compare --quick`" in text
     assert "- machine: nproc" in text and "etcd 3.4.23" in text
     assert (
         "| put 256 B x1" in text
@@ -196,7 +196,7 @@ def test_chart_is_a_png(tmp_path: Path) -> None:
 
 
 def test_registry_has_both_systems() -> None:
-    from benchmarks.etcd import ETCD_MAX_TXN_OPS, EtcdSystem
+    from statekeeper.benchmarks.etcd import ETCD_MAX_TXN_OPS, EtcdSystem
 
     assert SYSTEMS["statekeeper"] is StatekeeperSystem
     assert SYSTEMS["etcd"] is EtcdSystem
@@ -251,13 +251,20 @@ def test_groups_and_quick_subset() -> None:
     assert [w.kind for w in select_workloads(["get"], quick=True)] == ["get", "get"]
 
 
-@pytest.mark.parametrize("first", ["benchmarks.systems", "benchmarks.etcd", "benchmarks.load"])
+@pytest.mark.parametrize(
+    "first",
+    [
+        "statekeeper.benchmarks.systems",
+        "statekeeper.benchmarks.etcd",
+        "statekeeper.benchmarks.load",
+    ],
+)
 def test_systems_and_etcd_do_not_import_each_other(first: str) -> None:
     # A fresh interpreter: what an import pulls in depends on what was imported before.
     probe = f"""
 import sys
 import {first}
-from benchmarks import load, systems
+from statekeeper.benchmarks import load, systems
 assert ("benchmarks.etcd" in sys.modules) == ({first!r} == "benchmarks.etcd")
 assert systems.system_names() == ["etcd", "redis", "statekeeper"]
 assert load.build_parser().parse_args(["--system", "etcd"]).system == "etcd"

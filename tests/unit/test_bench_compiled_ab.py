@@ -7,20 +7,25 @@ import sys
 
 import pytest
 
-from benchmarks import compiled_ab
+from statekeeper.benchmarks import compiled_ab
 
 
 @pytest.fixture
 def own_modules():
-    """compiled_ab.load replaces node.* and benchmarks.* in sys.modules: put them back.
+    """compiled_ab.load replaces statekeeper, statekeeper.node.* and statekeeper.benchmarks.*
+    in sys.modules: put them back.
     Importing the copies also patches pysyncobj's module globals (node/raft/syncobj.py
     sets pysyncobj's TcpConnection to its own PeerConnection): those go back too, or a
     later test in the same process sees the copy's classes (test_conn_buffers.py did)."""
-    ours = ("node", "benchmarks")
-    saved = {n: m for n, m in sys.modules.items() if n.split(".")[0] in ours}
+
+    def ours(name: str) -> bool:
+        parts = name.split(".")
+        return parts[0] == "statekeeper" and (len(parts) == 1 or parts[1] in ("node", "benchmarks"))
+
+    saved = {n: m for n, m in sys.modules.items() if ours(n)}
     patched = {m: dict(vars(m)) for n, m in sys.modules.items() if n.split(".")[0] == "pysyncobj"}
     yield
-    for name in [n for n in sys.modules if n.split(".")[0] in ours]:
+    for name in [n for n in sys.modules if ours(n)]:
         del sys.modules[name]
     sys.modules.update(saved)
     for module, globals_before in patched.items():
@@ -37,6 +42,8 @@ def test_paired_gives_the_ratio_per_block():
 
 def test_copy_tree_leaves_builds_and_caches_out(tmp_path, monkeypatch):
     src = tmp_path / "src"
+    (src / "src/statekeeper").mkdir(parents=True)
+    (src / "src/statekeeper/__init__.py").write_text("")
     for rel in ("node/a.py", "node/a.cpython-311-x86_64-linux-gnu.so", "node/a.c"):
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_text("")
@@ -46,21 +53,30 @@ def test_copy_tree_leaves_builds_and_caches_out(tmp_path, monkeypatch):
     monkeypatch.setattr(compiled_ab, "ROOT", src)
     compiled_ab.copy_tree(tmp_path / "out")
     copied = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*"))
-    assert copied == ["benchmarks", "benchmarks/b.py", "node", "node/a.py"]
+    assert copied == [
+        "statekeeper",
+        "statekeeper/__init__.py",
+        "statekeeper/benchmarks",
+        "statekeeper/benchmarks/b.py",
+        "statekeeper/node",
+        "statekeeper/node/a.py",
+    ]
 
 
 def test_two_copies_load_as_separate_sets_and_pair_up(tmp_path, own_modules):
     for side in ("pure", "compiled"):
         compiled_ab.copy_tree(tmp_path / side)
     sets = {side: compiled_ab.load(tmp_path / side) for side in ("pure", "compiled")}
-    apply_mods = {side: s["node.store.apply"] for side, s in sets.items()}
+    apply_mods = {side: s["statekeeper.node.store.apply"] for side, s in sets.items()}
     assert apply_mods["pure"] is not apply_mods["compiled"]
     for side, mod in apply_mods.items():
         assert mod.__file__.startswith(str(tmp_path / side))
     # each set's modules bound their imports within the set
-    machine = sets["compiled"]["node.store.machine"]
+    machine = sets["compiled"]["statekeeper.node.store.machine"]
     assert machine.EntryTx is apply_mods["compiled"].EntryTx
     assert machine.EntryTx is not apply_mods["pure"].EntryTx
     text = compiled_ab.ab_apply(sets, tmp_path / "db", blocks=2, puts=64)
-    assert len(text.splitlines()) == 1 + len(sets["pure"]["benchmarks.apply_cost"].SHAPES)
+    assert len(text.splitlines()) == 1 + len(
+        sets["pure"]["statekeeper.benchmarks.apply_cost"].SHAPES
+    )
     assert "batch of 64 +idem" in text and text.rstrip().endswith("/2")

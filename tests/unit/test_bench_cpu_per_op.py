@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from benchmarks import cpu_per_op as c
+from statekeeper.benchmarks import cpu_per_op as c
 
 
 def _stat(comm: str, utime: int, stime: int) -> str:

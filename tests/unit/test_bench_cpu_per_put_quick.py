@@ -7,8 +7,8 @@ import argparse
 
 import pytest
 
-from benchmarks import cpu_per_op
-from benchmarks import cpu_per_put_quick as q
+from statekeeper.benchmarks import cpu_per_op
+from statekeeper.benchmarks import cpu_per_put_quick as q
 
 METRICS = """# HELP statekeeper_journal_fsync_duration_seconds fsync/fdatasync calls
 # TYPE statekeeper_journal_fsync_duration_seconds histogram

@@ -9,9 +9,16 @@ from collections.abc import Sequence
 
 import pytest
 
-from benchmarks.harness import LatencyHistogram, error_key, run_load
-from benchmarks.load import Spec, make_keys, markdown_table, parse_size, run_spec, table_row
-from benchmarks.systems import System
+from statekeeper.benchmarks.harness import LatencyHistogram, error_key, run_load
+from statekeeper.benchmarks.load import (
+    Spec,
+    make_keys,
+    markdown_table,
+    parse_size,
+    run_spec,
+    table_row,
+)
+from statekeeper.benchmarks.systems import System
 
 
 class FakeSystem(System):
@@ -221,7 +228,7 @@ def test_misc_helpers() -> None:
 
 
 def test_compact_samples_summarizes_only_long_number_lists() -> None:
-    from benchmarks.harness import compact_samples
+    from statekeeper.benchmarks.harness import compact_samples
 
     data = {"lat": list(range(1, 2001)), "short": [3, 1], "names": ["a"] * 2000, "n": 5}
     out = compact_samples(data)
@@ -232,7 +239,7 @@ def test_compact_samples_summarizes_only_long_number_lists() -> None:
 def test_proc_cpu_seconds_reads_this_process() -> None:
     import os
 
-    from benchmarks.harness import proc_cpu_seconds
+    from statekeeper.benchmarks.harness import proc_cpu_seconds
 
     before, t0 = proc_cpu_seconds(os.getpid()), time.process_time()
     deadline = time.process_time() + 0.2

@@ -8,9 +8,16 @@ import time
 
 import pytest
 
-from benchmarks import langgraph_report as report
-from benchmarks.langgraph_savers import Backend, cells, int_list, notes, parse_args, system_list
-from benchmarks.langgraph_workload import (
+from statekeeper.benchmarks import langgraph_report as report
+from statekeeper.benchmarks.langgraph_savers import (
+    Backend,
+    cells,
+    int_list,
+    notes,
+    parse_args,
+    system_list,
+)
+from statekeeper.benchmarks.langgraph_workload import (
     CHANNEL_NAMES,
     CellResult,
     Chain,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import reclaim_report as rep
-from benchmarks.reclaim import key_of, parse_args
-from benchmarks.reclaim_report import Run, offline_line, per_version
+from statekeeper.benchmarks import reclaim_report as rep
+from statekeeper.benchmarks.reclaim import key_of, parse_args
+from statekeeper.benchmarks.reclaim_report import Run, offline_line, per_version
 
 MIB = 1 << 20
 NODES = ["node-0", "node-1", "node-2"]

@@ -10,8 +10,8 @@ import statistics
 from hypothesis import given
 from hypothesis import strategies as st
 
-from benchmarks.compare.measure import Settings, measure_from_load
-from benchmarks.compare.rounds import (
+from statekeeper.benchmarks.compare.measure import Settings, measure_from_load
+from statekeeper.benchmarks.compare.rounds import (
     Measure,
     Row,
     order_text,
@@ -20,9 +20,9 @@ from benchmarks.compare.rounds import (
     summarize_row,
     summarize_system,
 )
-from benchmarks.compare.runner import total_steps
-from benchmarks.compare.workloads import Workload
-from benchmarks.harness import CpuWindow, LatencyHistogram, LoadResult
+from statekeeper.benchmarks.compare.runner import total_steps
+from statekeeper.benchmarks.compare.workloads import Workload
+from statekeeper.benchmarks.harness import CpuWindow, LatencyHistogram, LoadResult
 
 SK, ETCD = "statekeeper", "etcd"
 
@@ -190,8 +190,8 @@ def fake_system(name: str, started: list[str], fail_round: int | None = None) ->
     from collections.abc import AsyncIterator, Sequence
     from typing import Any
 
-    from benchmarks.cluster_control import ClusterControl
-    from benchmarks.systems import System
+    from statekeeper.benchmarks.cluster_control import ClusterControl
+    from statekeeper.benchmarks.systems import System
 
     class Control(ClusterControl):
         async def leader(self) -> str | None:
@@ -236,8 +236,8 @@ def fake_system(name: str, started: list[str], fail_round: int | None = None) ->
 async def test_runner_alternates_fresh_clusters_and_keeps_every_round(
     tmp_path, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
-    from benchmarks.compare import runner
-    from benchmarks.compare.progress import QuietBar
+    from statekeeper.benchmarks.compare import runner
+    from statekeeper.benchmarks.compare.progress import QuietBar
 
     started: list[str] = []
     classes = {

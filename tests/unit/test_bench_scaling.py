@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.cluster_control import parse_vmrss
-from benchmarks.scaling.__main__ import build_parser, plan, sweep_table
-from benchmarks.scaling.measure import KeyRange, Repeated, dir_bytes
-from benchmarks.scaling.plot import write_plot
-from benchmarks.scaling.points import (
+from statekeeper.benchmarks.cluster_control import parse_vmrss
+from statekeeper.benchmarks.scaling.__main__ import build_parser, plan, sweep_table
+from statekeeper.benchmarks.scaling.measure import KeyRange, Repeated, dir_bytes
+from statekeeper.benchmarks.scaling.plot import write_plot
+from statekeeper.benchmarks.scaling.points import (
     MIB,
     Point,
     Stat,

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from client.cache_core import MISS, CacheView, WriteBuffer, check_cache_key
-from client.errors import InvalidRequest
-from client.results import KeyValue
-from client.watch import WatchEvent, WatchProgress
+from statekeeper.client.cache_core import MISS, CacheView, WriteBuffer, check_cache_key
+from statekeeper.client.errors import InvalidRequest
+from statekeeper.client.results import KeyValue
+from statekeeper.client.watch import WatchEvent, WatchProgress
 
 
 class Clock:

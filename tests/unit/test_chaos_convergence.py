@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import json
 
-from chaos.convergence import (
+from statekeeper.chaos.convergence import (
     ReplicaState,
     compare_replicas,
     idle_nodes,
@@ -14,7 +14,7 @@ from chaos.convergence import (
     revision_conflicts,
     served_by,
 )
-from chaos.history import HistoryWriter, parse_events
+from statekeeper.chaos.history import HistoryWriter, parse_events
 
 
 class H:
@@ -183,7 +183,7 @@ def test_every_node_verdict_ends_its_window_at_the_last_invoked_op() -> None:
     """The workload's `end` comes after it drained the ops in flight: a short run whose
     clients stopped invoking 3 s after the heal has no window to judge (CI: a control run
     got 'every node serves after the heal: FAIL 0/3' from an empty window)."""
-    from chaos.run_checks import every_node_verdict
+    from statekeeper.chaos.run_checks import every_node_verdict
 
     s = 1_000_000_000
     h = H()

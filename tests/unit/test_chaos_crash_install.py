@@ -6,7 +6,7 @@ look like it fired far below 60% (docs/chaos-suite-results.md, issue 12)."""
 
 from __future__ import annotations
 
-from chaos.faults.crash import read_install_round
+from statekeeper.chaos.faults.crash import read_install_round
 
 START = "--- 2026-12-01 01:19:03 starting node-2\nfailpoints enabled: snapshot-install=60%exit\n"
 SERVING = "2026-12-01 01:19:06,114 node-2 INFO statekeeper.node: node-2 serving HTTP\n"

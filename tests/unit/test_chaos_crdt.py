@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaos.checker.crdt import LOSS_RULES, RULES, check_crdt
-from chaos.crdt_workload import CrdtRun
-from chaos.history import parse_events
-from chaos.report import ALLOWED, FAIL, PASS, RunResult
-from chaos.run_checks import crdt_verdict
+from statekeeper.chaos.checker.crdt import LOSS_RULES, RULES, check_crdt
+from statekeeper.chaos.crdt_workload import CrdtRun
+from statekeeper.chaos.history import parse_events
+from statekeeper.chaos.report import ALLOWED, FAIL, PASS, RunResult
+from statekeeper.chaos.run_checks import crdt_verdict
 
 KEY = "crdt/visits"
 A, B = 20, 21  # the CRDT clients' processes
@@ -152,8 +152,8 @@ def test_the_crdt_verdict() -> None:
 
 
 def test_crdt_clients_are_a_run_option_and_cli_flags() -> None:
-    from chaos.cli import build_parser, run_options
-    from chaos.runner import RunOptions
+    from statekeeper.chaos.cli import build_parser, run_options
+    from statekeeper.chaos.runner import RunOptions
 
     assert RunOptions().crdt_clients == 2
     args = build_parser().parse_args(

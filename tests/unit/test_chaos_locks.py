@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from chaos.checker.locks import LOSS_RULES, RULES, check_locks
-from chaos.checker.watch import WatchTruth
-from chaos.history import parse_events
-from chaos.lock_workload import LockRun
-from chaos.report import RunResult
-from chaos.run_checks import lock_verdict
+from statekeeper.chaos.checker.locks import LOSS_RULES, RULES, check_locks
+from statekeeper.chaos.checker.watch import WatchTruth
+from statekeeper.chaos.history import parse_events
+from statekeeper.chaos.lock_workload import LockRun
+from statekeeper.chaos.report import RunResult
+from statekeeper.chaos.run_checks import lock_verdict
 
 KEY = "lockdata"
 A, B = 17, 18  # the lockers' processes

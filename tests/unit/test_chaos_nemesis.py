@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from chaos import cli as chaos_cli
-from chaos import faults, nemesis, nemesis_report
-from chaos.faults import FAULTS, Fault, FaultContext
-from chaos.nemesis import (
+from statekeeper.chaos import cli as chaos_cli
+from statekeeper.chaos import faults, nemesis, nemesis_report
+from statekeeper.chaos.faults import FAULTS, Fault, FaultContext
+from statekeeper.chaos.nemesis import (
     Nemesis,
     NemesisConfig,
     eligible_faults,
@@ -101,9 +101,9 @@ def test_eligible_faults_follow_the_topology(monkeypatch) -> None:
 
 
 def test_eligible_faults_drop_unavailable_ones_and_wrong_cluster_sizes(monkeypatch) -> None:
-    import chaos.partition
+    from statekeeper.chaos import partition
 
-    monkeypatch.setattr(chaos.partition, "available", lambda: (False, "no iptables here"))
+    monkeypatch.setattr(partition, "available", lambda: (False, "no iptables here"))
     names, skipped = eligible_faults("links")
     assert set(names) == PROCESS
     assert "no iptables here" in skipped["partition-leader"]
@@ -467,8 +467,8 @@ def test_soak_phases() -> None:
 
 
 def test_cli_soak_runs_the_runner_with_the_nemesis(monkeypatch, tmp_path: Path, capsys) -> None:
-    from chaos import runner
-    from chaos.report import RunResult
+    from statekeeper.chaos import runner
+    from statekeeper.chaos.report import RunResult
 
     seen = {}
 
@@ -505,8 +505,8 @@ def test_cli_soak_usage_errors(capsys) -> None:
 
 
 def test_soak_report_lists_every_fault_with_its_times(fakes, tmp_path: Path) -> None:
-    from chaos.history import HistoryWriter
-    from chaos.report import PASS, RunResult, Verdict, compute_metrics
+    from statekeeper.chaos.history import HistoryWriter
+    from statekeeper.chaos.report import PASS, RunResult, Verdict, compute_metrics
 
     nem = Nemesis(_cfg())
     ctx = _ctx(FakeCluster(), window=1.0)
@@ -524,7 +524,7 @@ def test_soak_report_lists_every_fault_with_its_times(fakes, tmp_path: Path) -> 
         nem._thread.join(5.0)
         nem.stop(ctx)
     end = time.monotonic_ns()
-    from chaos.history import read_history
+    from statekeeper.chaos.history import read_history
 
     ops = read_history(path)
     result = RunResult(fault="nemesis", options={"clients": 16})

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from chaos.history import HistoryWriter, parse_events
-from chaos.report import (
+from statekeeper.chaos.history import HistoryWriter, parse_events
+from statekeeper.chaos.report import (
     FAIL,
     PASS,
     Metrics,
@@ -192,7 +192,7 @@ def _op_events(events):
 
 
 def test_revision_regressions_flag_a_store_that_went_back_in_time() -> None:
-    from chaos.report import revision_regressions
+    from statekeeper.chaos.report import revision_regressions
 
     ev = [
         {"type": "invoke", "process": 0, "id": 1, "time": 0, "f": "put", "key": "k", "value": "a"},
@@ -224,7 +224,7 @@ def test_revision_regressions_flag_a_store_that_went_back_in_time() -> None:
 
 
 def test_a_replayed_resend_reports_its_first_revision_and_is_no_regression() -> None:
-    from chaos.report import revision_regressions
+    from statekeeper.chaos.report import revision_regressions
 
     put = {"f": "put", "key": "idem-1", "value": "1-1", "idempotency_key": "x"}
     ev = [

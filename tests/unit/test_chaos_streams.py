@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from chaos.checker.streams import RULES, check_streams
-from chaos.history import HistoryError, HistoryWriter, Op, parse_events
+from statekeeper.chaos.checker.streams import RULES, check_streams
+from statekeeper.chaos.history import HistoryError, HistoryWriter, Op, parse_events
 
 MS = 1_000_000
 _ids = itertools.count(1)
@@ -363,9 +363,9 @@ def test_every_rule_has_a_test_above() -> None:
 
 
 def test_the_stream_verdict_and_its_report_section() -> None:
-    from chaos.report import RunResult, render_markdown
-    from chaos.run_checks import stream_verdict
-    from chaos.stream_reads import StreamReads
+    from statekeeper.chaos.report import RunResult, render_markdown
+    from statekeeper.chaos.run_checks import stream_verdict
+    from statekeeper.chaos.stream_reads import StreamReads
 
     history, streams = clean_history()
     result = RunResult(fault="none")

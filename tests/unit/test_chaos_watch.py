@@ -13,15 +13,21 @@ from typing import Any
 import msgpack
 import pytest
 
-from chaos.checker.watch import RULES, WatcherLog, WatchTruth, check_watch, prefix_writes
-from chaos.history import Op
-from chaos.report import ALLOWED, FAIL, PASS, RunResult
-from chaos.run_checks import watch_verdict
-from chaos.watch_workload import Watchers, WatchRun, instrument, load_logs
-from chaos.workload_config import WorkloadConfig
-from client import RetryPolicy
-from client.retry import Endpoints
-from client.watch import WatchEvent, WatchProgress, WatchSession, watch_request
+from statekeeper.chaos.checker.watch import (
+    RULES,
+    WatcherLog,
+    WatchTruth,
+    check_watch,
+    prefix_writes,
+)
+from statekeeper.chaos.history import Op
+from statekeeper.chaos.report import ALLOWED, FAIL, PASS, RunResult
+from statekeeper.chaos.run_checks import watch_verdict
+from statekeeper.chaos.watch_workload import Watchers, WatchRun, instrument, load_logs
+from statekeeper.chaos.workload_config import WorkloadConfig
+from statekeeper.client import RetryPolicy
+from statekeeper.client.retry import Endpoints
+from statekeeper.client.watch import WatchEvent, WatchProgress, WatchSession, watch_request
 
 _ids = itertools.count(1)
 _t = itertools.count(1000)
@@ -351,6 +357,6 @@ def test_the_hook_records_connections_and_the_frames_the_client_drops() -> None:
     log.records[2:2] = [("event", 1, 5, "k0", "put", "v"), ("event", 1, 5, "k1", "put", "v")]
     log.records.insert(4, ("progress", 1, 7))
     log.records.append(("event", 1, 9, "k3", "put", "v"))
-    from chaos.checker import watch_rules
+    from statekeeper.chaos.checker import watch_rules
 
     assert [v.rule for v in watch_rules.frames(log)] == ["frames"]

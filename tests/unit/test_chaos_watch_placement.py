@@ -8,12 +8,12 @@ import random
 
 import pytest
 
-from chaos.faults import FaultContext
-from chaos.faults.partitions import PartitionMajorityMinority
-from chaos.faults.process import KillFollower, KillLeader, KillRandom, WipeFollower
-from chaos.faults.registry import FAULTS
-from chaos.watch_workload import Watchers, watcher_nodes
-from chaos.workload_config import WorkloadConfig
+from statekeeper.chaos.faults import FaultContext
+from statekeeper.chaos.faults.partitions import PartitionMajorityMinority
+from statekeeper.chaos.faults.process import KillFollower, KillLeader, KillRandom, WipeFollower
+from statekeeper.chaos.faults.registry import FAULTS
+from statekeeper.chaos.watch_workload import Watchers, watcher_nodes
+from statekeeper.chaos.workload_config import WorkloadConfig
 
 IDS = ["node-0", "node-1", "node-2"]
 

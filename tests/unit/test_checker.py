@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from chaos.checker import (
+from statekeeper.chaos.checker import (
     UNKNOWN,
     check,
     duplicate_applications,
     lost_writes,
     render_history,
 )
-from chaos.history import HistoryError, HistoryWriter, Op, read_history
+from statekeeper.chaos.history import HistoryError, HistoryWriter, Op, read_history
 
 MS = 1_000_000  # times below are written in ms, histories are in ns
 _ids = itertools.count(1)
@@ -545,7 +545,7 @@ def test_result_carries_time_per_group_and_total():
 
 def test_chaos_report_shows_checker_time():
     # chaos.report renders the checker's report() text under "Linearizability".
-    from chaos.report import RunResult, render_markdown
+    from statekeeper.chaos.report import RunResult, render_markdown
 
     r = check([put("k", "a", 0, 1), get("k", "a", 2, 3), put("j", "b", 0, 1)])
     md = render_markdown(RunResult(fault="none", checker_report=r.report()))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster import cli
-from node import config as node_config
+from statekeeper.cluster import cli
+from statekeeper.node import config as node_config
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -126,7 +126,7 @@ def test_adding_a_command_is_one_function(monkeypatch: pytest.MonkeyPatch, capsy
 def test_bench_compare_hands_its_arguments_to_benchmarks_compare(
     monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    from benchmarks import compare
+    from statekeeper.benchmarks import compare
 
     seen: list[tuple[list[str], str]] = []
     monkeypatch.setattr(compare, "main", lambda argv, prog: seen.append((argv, prog)) or 3)
@@ -149,7 +149,7 @@ def test_bench_compare_help_lists_the_benchmark_options(capsys) -> None:
 def test_the_cli_imports_no_benchmark_code() -> None:
     """Every `statekeeper` command imports cluster.cli: benchmarks/ only when one runs."""
     probe = (
-        "import sys; from cluster import cli; cli.build_parser(); "
+        "import sys; from statekeeper.cluster import cli; cli.build_parser(); "
         "assert not [m for m in sys.modules if m.split('.')[0] == 'benchmarks'], sys.modules"
     )
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
@@ -353,7 +353,7 @@ def test_how_to_connect_uses_the_config_urls() -> None:
     assert "curl -s -X POST http://127.0.0.1:7000/v1/kv/put" in text
     assert '{"key":"greeting","value":"hello"}' in text
     assert (
-        'from client import Client; c = Client(["http://127.0.0.1:7000",'
+        'from statekeeper import Client; c = Client(["http://127.0.0.1:7000",'
         '"http://127.0.0.1:7001","http://127.0.0.1:7002"])'
     ) in text
 
@@ -362,10 +362,19 @@ def test_how_to_connect_uses_the_config_urls() -> None:
 
 
 def test_module_entry_point_runs(tmp_path: Path) -> None:
-    # `python -m cluster.cli` is how `cluster up` starts nodes: it must work.
+    # `python -m statekeeper.cluster.cli` is how `cluster up` starts nodes: it must work.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     res = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "cluster", "kill", "node-9", "-c", "x.toml"],
+        [
+            sys.executable,
+            "-m",
+            "statekeeper.cluster.cli",
+            "cluster",
+            "kill",
+            "node-9",
+            "-c",
+            "x.toml",
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -377,11 +386,16 @@ def test_module_entry_point_runs(tmp_path: Path) -> None:
 
 
 def test_python_m_node_explains_itself() -> None:
-    """`python -m node` is how nodes are started (the supervisor's default command)."""
+    """`python -m statekeeper.node` is how nodes are started (the supervisor's default command)."""
     out = subprocess.run(
-        [sys.executable, "-m", "node", "--help"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "statekeeper.node", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0
     assert "--config" in out.stdout and "--id" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "node"], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "statekeeper.node"], capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2 and "--config" in bad.stderr

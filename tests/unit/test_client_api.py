@@ -12,15 +12,7 @@ from typing import Any
 
 import pytest
 
-from client import (
-    AsyncBatch,
-    AsyncClient,
-    Batch,
-    Client,
-    InvalidRequest,
-    compare,
-    ops,
-)
+from statekeeper.client import AsyncBatch, AsyncClient, Batch, Client, InvalidRequest, compare, ops
 
 OPERATIONS = {"put", "get", "delete", "range", "scan", "cas", "txn", "batch", "compact", "status"}
 STREAM_OPERATIONS = {"append", "read_stream", "events", "subscribe", "stream_info", "list_streams"}

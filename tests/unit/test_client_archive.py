@@ -10,9 +10,9 @@ from typing import Any
 import msgpack
 import pytest
 
-from client import Archived, AsyncClient, Client, Compacted, InvalidRequest, NotFound
-from client.responses import error_from_response, stream_info
-from client.wire import MSGPACK
+from statekeeper.client import Archived, AsyncClient, Client, Compacted, InvalidRequest, NotFound
+from statekeeper.client.responses import error_from_response, stream_info
+from statekeeper.client.wire import MSGPACK
 
 
 def _answer(status: int, body: dict[str, Any]) -> tuple[int, str, bytes]:
@@ -164,7 +164,7 @@ def test_stream_info_carries_archived_before() -> None:
 
 @pytest.mark.parametrize("kind", ["file", "memory"])
 def test_archive_store_writes_durably_and_lists(kind: str, tmp_path: Any) -> None:
-    from client.archive.storage import (
+    from statekeeper.client.archive.storage import (
         ArchiveStore,
         ArchiveWriteError,
         read_segment_url,

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import client
-import client.crdt
+import statekeeper.client as client
+import statekeeper.client.crdt  # noqa: F401  (binds client.crdt)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,8 +34,8 @@ def test_unknown_name_is_an_attribute_error() -> None:
 
 
 def test_ops_is_the_builder_not_the_submodule() -> None:
-    importlib.import_module("client.ops")  # binds client.ops to the submodule, if lazy
-    from client import Ops, ops
+    importlib.import_module("statekeeper.client.ops")  # binds client.ops to the submodule, if lazy
+    from statekeeper.client import Ops, ops
 
     assert isinstance(ops, Ops)
 
@@ -53,9 +53,9 @@ def test_type_checkers_see_every_export() -> None:
 
 def test_import_client_loads_no_transport() -> None:
     code = (
-        "import sys, client, client.crdt.model, client.auth_tokens\n"
-        "heavy = [m for m in ('urllib3', 'httptools', 'client.sync', 'client.aio',"
-        " 'client.cache', 'client.agent') if m in sys.modules]\n"
+        "import sys, statekeeper.client, statekeeper.client.crdt.model, statekeeper.client.auth_tokens\n"
+        "heavy = [m for m in ('urllib3', 'httptools', 'statekeeper.client.sync', 'statekeeper.client.aio',"
+        " 'statekeeper.client.cache', 'statekeeper.client.agent') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -12,7 +12,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from client import (
+from statekeeper.client import (
     AsyncClient,
     Client,
     InvalidRequest,
@@ -25,18 +25,18 @@ from client import (
     Unavailable,
     ops,
 )
-from client.batch_ops import BatchOps
-from client.kv_requests import write_request
-from client.lease_commands import (
+from statekeeper.client.batch_ops import BatchOps
+from statekeeper.client.kv_requests import write_request
+from statekeeper.client.lease_commands import (
     grant_request,
     info_request,
     keepalive_request,
     list_request,
     revoke_request,
 )
-from client.lease_keeper import AsyncLease, KeepaliveSchedule, TaskKeeper, ThreadKeeper
-from client.responses import error_from_response
-from client.wire import Request
+from statekeeper.client.lease_keeper import AsyncLease, KeepaliveSchedule, TaskKeeper, ThreadKeeper
+from statekeeper.client.responses import error_from_response
+from statekeeper.client.wire import Request
 
 MP = "application/msgpack"
 

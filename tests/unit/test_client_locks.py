@@ -10,7 +10,7 @@ import json
 import msgpack
 import pytest
 
-from client import (
+from statekeeper.client import (
     Client,
     FenceMismatch,
     InvalidRequest,
@@ -18,12 +18,12 @@ from client import (
     LockNotHeld,
     LockTimeout,
 )
-from client.lock import AsyncLock, Lock, Waiting
-from client.lock_results import LockAcquired
-from client.ops import fence_field
-from client.responses import error_from_response
-from client.results import KeyValue
-from client.watch import WatchEvent, WatchProgress
+from statekeeper.client.lock import AsyncLock, Lock, Waiting
+from statekeeper.client.lock_results import LockAcquired
+from statekeeper.client.ops import fence_field
+from statekeeper.client.responses import error_from_response
+from statekeeper.client.results import KeyValue
+from statekeeper.client.watch import WatchEvent, WatchProgress
 
 P = "__lock/job/"
 

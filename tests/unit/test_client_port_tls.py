@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.certs import init_cluster_tls
-from node.config import ClusterConfig, NodeConfig, TlsSettings
-from node.tls import client_port_context
+from statekeeper.cluster.certs import init_cluster_tls
+from statekeeper.node.config import ClusterConfig, NodeConfig, TlsSettings
+from statekeeper.node.tls import client_port_context
 
 CBC_SUITES = "ECDHE-ECDSA-AES128-SHA256:ECDHE-ECDSA-AES256-SHA384:ECDHE-ECDSA-AES128-SHA"
 AEAD_SUITES = ("ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-CHACHA20-POLY1305")

@@ -11,7 +11,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from client import (
+from statekeeper.client import (
     Compacted,
     CompactResult,
     Conflict,
@@ -29,9 +29,9 @@ from client import (
     compare,
     ops,
 )
-from client.batch_ops import BatchOps
-from client.errors import error_class
-from client.kv_requests import (
+from statekeeper.client.batch_ops import BatchOps
+from statekeeper.client.errors import error_class
+from statekeeper.client.kv_requests import (
     compact_request,
     get_request,
     range_request,
@@ -39,10 +39,10 @@ from client.kv_requests import (
     status_request,
     write_request,
 )
-from client.ops import cas_op, txn_op
-from client.responses import connection_error
-from client.retry import DEFAULT_RETRY, Backoff, Endpoints, Exchange, normalize_endpoint
-from client.wire import Request, new_idempotency_key
+from statekeeper.client.ops import cas_op, txn_op
+from statekeeper.client.responses import connection_error
+from statekeeper.client.retry import DEFAULT_RETRY, Backoff, Endpoints, Exchange, normalize_endpoint
+from statekeeper.client.wire import Request, new_idempotency_key
 
 MP = "application/msgpack"
 

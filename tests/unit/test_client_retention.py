@@ -12,11 +12,11 @@ from typing import Any
 import msgpack
 import pytest
 
-from client import AsyncClient, Client, InvalidRequest
-from client.retention_commands import parse_age
-from cluster import gc_cli
-from cluster.cli import build_parser
-from cluster.gc_cli import rules_text
+from statekeeper.client import AsyncClient, Client, InvalidRequest
+from statekeeper.client.retention_commands import parse_age
+from statekeeper.cluster import gc_cli
+from statekeeper.cluster.cli import build_parser
+from statekeeper.cluster.gc_cli import rules_text
 
 
 class Recording(Client):

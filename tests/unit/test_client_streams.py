@@ -9,7 +9,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from client import (
+from statekeeper.client import (
     AppendedEvent,
     AppendResult,
     Conflict,
@@ -23,17 +23,17 @@ from client import (
     StreamPage,
     ops,
 )
-from client.batch_ops import BatchOps
-from client.kv_requests import write_request
-from client.ops import txn_op
-from client.retry import DEFAULT_RETRY, Endpoints, Exchange
-from client.stream_requests import (
+from statekeeper.client.batch_ops import BatchOps
+from statekeeper.client.kv_requests import write_request
+from statekeeper.client.ops import txn_op
+from statekeeper.client.retry import DEFAULT_RETRY, Endpoints, Exchange
+from statekeeper.client.stream_requests import (
     Subscription,
     list_streams_request,
     read_stream_request,
     stream_info_request,
 )
-from client.wire import Request
+from statekeeper.client.wire import Request
 
 MP = "application/msgpack"
 

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from client import Client
+from statekeeper.client import Client
 
 
 def _warnings_of(**kw) -> list[warnings.WarningMessage]:

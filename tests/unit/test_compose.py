@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from node import config as node_config
+from statekeeper.node import config as node_config
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"

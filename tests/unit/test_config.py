@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster import cli
-from node import config as node_config
-from node.config import ConfigError, Limits, RaftSettings
+from statekeeper.cluster import cli
+from statekeeper.node import config as node_config
+from statekeeper.node.config import ConfigError, Limits, RaftSettings
 
 NODE = '[[nodes]]\nid = "node-0"\nraft_port = 7100\nhttp_port = 7000\n'
 

@@ -16,8 +16,8 @@ import pysyncobj.tcp_server as tcp_server_module
 import pysyncobj.transport as transport_module
 import pytest
 
-from node.raft import loop_driver
-from node.raft.syncobj import PeerConnection
+from statekeeper.node.raft import loop_driver
+from statekeeper.node.raft.syncobj import PeerConnection
 
 _READ = loop_driver.READ  # pysyncobj's READ event (syncobj.py asserts they agree)
 

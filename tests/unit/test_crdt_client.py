@@ -11,18 +11,13 @@ import os
 import msgpack
 import pytest
 
-from client import AsyncClient, Client, InvalidRequest, NotFound, Timeout, Unavailable
-from client.crdt import (
-    CounterReplica,
-    MapReplica,
-    ReplicaFileError,
-    SetReplica,
-)
-from client.crdt import model as m
-from client.crdt_commands import CrdtAccessor, CrdtValue, get_request, merge_request
-from client.errors import Conflict, CrdtTypeMismatch
-from client.kv_requests import MISSING
-from client.wire import MSGPACK
+from statekeeper.client import AsyncClient, Client, InvalidRequest, NotFound, Timeout, Unavailable
+from statekeeper.client.crdt import CounterReplica, MapReplica, ReplicaFileError, SetReplica
+from statekeeper.client.crdt import model as m
+from statekeeper.client.crdt_commands import CrdtAccessor, CrdtValue, get_request, merge_request
+from statekeeper.client.errors import Conflict, CrdtTypeMismatch
+from statekeeper.client.kv_requests import MISSING
+from statekeeper.client.wire import MSGPACK
 
 KEY = "shared/visits"
 
@@ -58,7 +53,7 @@ class MemoryCrdt:
         result = (self.rev, changed, m.value(t, merged))
         if "crdt_merge" in self.fail_after:
             raise self.fail_after["crdt_merge"]
-        from client.crdt_commands import CrdtMergeResult
+        from statekeeper.client.crdt_commands import CrdtMergeResult
 
         return CrdtMergeResult(*result)
 

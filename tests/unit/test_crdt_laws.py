@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.crdt import model as m
-from client.crdt.model import CrdtError
+from statekeeper.client.crdt import model as m
+from statekeeper.client.crdt.model import CrdtError
 
 RIDS = ("alice", "bob", "carol")
 ELEMS = ("x", "y", 7, b"z")

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from node.config import local_cluster
-from node.deadlines import Deadlines
-from node.errors import status_for
-from node.http_api import Api
-from node.http_server import Request
+from statekeeper.node.config import local_cluster
+from statekeeper.node.deadlines import Deadlines
+from statekeeper.node.errors import status_for
+from statekeeper.node.http_api import Api
+from statekeeper.node.http_server import Request
 
 
 async def _wait(deadlines: Deadlines, fut: asyncio.Future):

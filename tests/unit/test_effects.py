@@ -11,7 +11,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from client import (
+from statekeeper.client import (
     EffectClaimLost,
     EffectInProgress,
     EffectResultLost,
@@ -21,7 +21,7 @@ from client import (
     LockTimeout,
     StatekeeperError,
 )
-from client.effect_plan import (
+from statekeeper.client.effect_plan import (
     Acquire,
     Call,
     EffectContext,
@@ -32,7 +32,7 @@ from client.effect_plan import (
     list_plan,
     run_plan,
 )
-from client.results import DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
+from statekeeper.client.results import DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
 
 NS = "agents"
 RKEY = "__effects/pay/1"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from client import (
+from statekeeper.client import (
     AsyncClient,
     Client,
     EffectInProgress,
@@ -18,9 +18,9 @@ from client import (
     InvalidRequest,
     LockHeld,
 )
-from client.effect_plan import EffectContext
-from client.effects import AsyncEffects, Effects
-from client.results import DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
+from statekeeper.client.effect_plan import EffectContext
+from statekeeper.client.effects import AsyncEffects, Effects
+from statekeeper.client.results import DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
 from tests.unit.test_effects import NS, FakeLock
 
 

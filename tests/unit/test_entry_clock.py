@@ -8,9 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pysyncobj import pickle as pysyncobj_pickle
 
-from node import entry
-from node.cluster_clock import ClusterClock
-from node.raft.syncobj import PEER_PICKLE_PROTOCOL  # importing it sets pysyncobj's protocol
+from statekeeper.node import entry
+from statekeeper.node.cluster_clock import ClusterClock
+from statekeeper.node.raft.syncobj import (
+    PEER_PICKLE_PROTOCOL,  # importing it sets pysyncobj's protocol
+)
 
 OPS = [{"op": "put", "ns": "a", "key": "k", "value": b"v" * 300, "idempotency_key": None}]
 DAY_MS = 24 * 3600 * 1000

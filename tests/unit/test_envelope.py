@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client.agent import envelope as E
-from client.agent.envelope import (
+from statekeeper.client.agent import envelope as E
+from statekeeper.client.agent.envelope import (
     EnvelopeError,
     Header,
     MissingUpcaster,
@@ -36,7 +36,7 @@ from client.agent.envelope import (
     encode,
     peek,
 )
-from client.errors import StatekeeperError
+from statekeeper.client.errors import StatekeeperError
 
 try:
     import msgspec
@@ -478,7 +478,7 @@ def test_import_is_lazy_and_pickle_free():
     )
     root = Path(__file__).resolve().parents[2]
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60, cwd=root)
-    src = open(E.__file__).read() + open(sys.modules["client.agent.schemas"].__file__).read()
+    src = open(E.__file__).read() + open(sys.modules["statekeeper.client.agent.schemas"].__file__).read()
     assert "import pickle" not in src and "pickle.load" not in src
 
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.agent import envelope as E
-from client.agent.envelope import (
+from statekeeper.client.agent import envelope as E
+from statekeeper.client.agent.envelope import (
     EnvelopeError,
     Header,
     PickleRefused,

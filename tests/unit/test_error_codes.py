@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-import client.errors
-import node.ops  # noqa: F401  (imports every op family: each declares its codes)
-from client.errors import error_class
-from node import errors, openapi
-from node.errors import CODES, STATUS, ErrorCode, OpError, declare, status_for
-from node.lock_ops import ERRORS as LOCK_ERRORS
-from node.stream_ops import ERRORS as STREAM_ERRORS
+import statekeeper.node.ops  # noqa: F401  (imports every op family: each declares its codes)
+from statekeeper.client import errors as client_errors
+from statekeeper.client.errors import error_class
+from statekeeper.node import errors, openapi
+from statekeeper.node.errors import CODES, STATUS, ErrorCode, OpError, declare, status_for
+from statekeeper.node.lock_ops import ERRORS as LOCK_ERRORS
+from statekeeper.node.stream_ops import ERRORS as STREAM_ERRORS
 
 # code -> (HTTP status, the client's exception class), written once from node/errors.py's
 # STATUS and client/errors.py's error_class before the families declared their own codes.
@@ -79,7 +79,7 @@ def test_the_wire_table_is_unchanged():
     assert STATUS == {k: v[0] for k, v in WIRE.items()}
     for code, (status, cls) in WIRE.items():
         assert status_for(code) == OpError(code).status == status, code
-        assert error_class(code, status) is getattr(client.errors, cls), code
+        assert error_class(code, status) is getattr(client_errors, cls), code
 
 
 def test_every_code_says_when_it_is_answered():

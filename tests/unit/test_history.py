@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from chaos.history import HistoryError, HistoryWriter, parse_events, read_history
+from statekeeper.chaos.history import HistoryError, HistoryWriter, parse_events, read_history
 
 
 def fake_clock(start: int = 1000, step: int = 10):

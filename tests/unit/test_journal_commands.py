@@ -7,9 +7,9 @@ import pickle
 
 import pytest
 
-from node import entry
-from node.raft import log
-from node.raft.members import MEMBERSHIP_COMMAND
+from statekeeper.node import entry
+from statekeeper.node.raft import log
+from statekeeper.node.raft.members import MEMBERSHIP_COMMAND
 
 PAYLOAD = entry.encode(5, [{"op": "put", "ns": "a", "key": "k", "value": b"v" * 300}])
 

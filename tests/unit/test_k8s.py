@@ -18,9 +18,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from node import config as node_config
-from node.config import ConfigError
-from node.pod_identity import node_id_from_hostname, ordinal
+from statekeeper.node import config as node_config
+from statekeeper.node.config import ConfigError
+from statekeeper.node.pod_identity import node_id_from_hostname, ordinal
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -252,7 +252,7 @@ def test_http_bind_round_trips_and_a_malformed_one_is_refused(tmp_path: Path) ->
 
 
 def test_node_command_needs_exactly_one_way_to_its_id(capsys) -> None:
-    from cluster.cli import main
+    from statekeeper.cluster.cli import main
 
     config = str(K8S / "cluster.toml")
     assert main(["node", "--config", config]) == 2

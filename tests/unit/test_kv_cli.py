@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from client.results import KeyValue
-from cluster import cli, kv_cli
-from cluster.kv_cli import BadInput, parse_txn
+from statekeeper.client.results import KeyValue
+from statekeeper.cluster import cli, kv_cli
+from statekeeper.cluster.kv_cli import BadInput, parse_txn
 
 
 def test_txn_blocks_compares_and_ops() -> None:

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from client.agent.plan import Call, run
-from client.errors import InvalidRequest, Unavailable
-from client.langgraph.saver_codec import Limits
-from client.langgraph.saver_combine import CombinedClient, TxnCombiner
-from client.ops import ops
+from statekeeper.client.agent.plan import Call, run
+from statekeeper.client.errors import InvalidRequest, Unavailable
+from statekeeper.client.langgraph.saver_codec import Limits
+from statekeeper.client.langgraph.saver_combine import CombinedClient, TxnCombiner
+from statekeeper.client.ops import ops
 
 
 class FakeBatch:

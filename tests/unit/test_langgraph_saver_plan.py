@@ -25,10 +25,10 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
 from langgraph.graph import END, START, StateGraph
 
-from client.errors import InvalidRequest
-from client.langgraph import keys as K
-from client.langgraph.saver import StatekeeperSaver
-from client.langgraph.saver_codec import (
+from statekeeper.client.errors import InvalidRequest
+from statekeeper.client.langgraph import keys as K
+from statekeeper.client.langgraph.saver import StatekeeperSaver
+from statekeeper.client.langgraph.saver_codec import (
     CHUNK_MARK,
     Limits,
     check_serde,
@@ -38,8 +38,8 @@ from client.langgraph.saver_codec import (
     unframe,
     unpack_record,
 )
-from client.langgraph.saver_plan import Ctx, put_ops, put_writes_plan, write_entries
-from client.results import TxnResult
+from statekeeper.client.langgraph.saver_plan import Ctx, put_ops, put_writes_plan, write_entries
+from statekeeper.client.results import TxnResult
 from tests.unit.test_agent_fake import AsyncMemoryClient, MemoryClient
 
 SERDE = JsonPlusSerializer()

@@ -26,10 +26,10 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import InMemoryStore
 
-from client.errors import InvalidRequest
-from client.langgraph.store import StatekeeperStore
-from client.langgraph.store_core import Limits
-from client.langgraph.store_keys import item_key, namespace_prefix, part, unpart
+from statekeeper.client.errors import InvalidRequest
+from statekeeper.client.langgraph.store import StatekeeperStore
+from statekeeper.client.langgraph.store_core import Limits
+from statekeeper.client.langgraph.store_keys import item_key, namespace_prefix, part, unpart
 from tests.unit.test_agent_fake import AsyncMemoryClient, MemoryClient
 
 # -- strategies (shared with the integration test) ----------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.lazyfs.core import PAGE, STAGING_NAME, LazyCore, Node
+from statekeeper.chaos.lazyfs.core import PAGE, STAGING_NAME, LazyCore, Node
 
 
 def backing_listing(backing: Path) -> set[str]:

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from node.raft import transfer
-from node.raft.transfer import LeadershipTransferMixin
+from statekeeper.node.raft import transfer
+from statekeeper.node.raft.transfer import LeadershipTransferMixin
 
 SUCCESS, DENIED = "ok", "denied"
 

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from node.cluster_clock import ClusterClock
-from node.errors import OpError
-from node.lease_expiry import LeaseExpiry
-from node.store.leases import due_leases
+from statekeeper.node.cluster_clock import ClusterClock
+from statekeeper.node.errors import OpError
+from statekeeper.node.lease_expiry import LeaseExpiry
+from statekeeper.node.store.leases import due_leases
 from tests.unit.store.util import Node
 
 

@@ -8,8 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from node.disk_watch import dir_bytes
-from node.log_files import LOG_FILE, is_log_file
+from statekeeper.node.disk_watch import dir_bytes
+from statekeeper.node.log_files import LOG_FILE, is_log_file
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,7 @@ def test_logs_rotate_and_stderr_follows_the_current_file(tmp_path: Path) -> None
     child = textwrap.dedent(
         f"""
         import logging, os
-        from node import log_files
+        from statekeeper.node import log_files
         log_files.configure("node-0", "INFO", {str(log)!r}, max_bytes=65536, backups=2)
         for i in range(4000):
             logging.getLogger("t").warning("line %d %s", i, "y" * 1000)

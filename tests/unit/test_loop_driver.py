@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from node.raft.loop_driver import ERROR, READ, WRITE, LoopDriver, LoopPoller
+from statekeeper.node.raft.loop_driver import ERROR, READ, WRITE, LoopDriver, LoopPoller
 
 
 @pytest.fixture(autouse=True, params=["asyncio", "uvloop"])

@@ -9,8 +9,8 @@ import pickle
 import msgpack
 import pytest
 
-from node.raft.log import RaftLog
-from node.raft.members import (
+from statekeeper.node.raft.log import RaftLog
+from statekeeper.node.raft.members import (
     ADD,
     REMOVE,
     Member,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster import cli
-from node.metrics import COUNTERS, SIZES, NodeMetrics, StatusCollector
-from node.raft.interface import RaftStatus
+from statekeeper.cluster import cli
+from statekeeper.node.metrics import COUNTERS, SIZES, NodeMetrics, StatusCollector
+from statekeeper.node.raft.interface import RaftStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,8 +131,8 @@ def test_openmetrics_when_asked() -> None:
 
 
 def test_route_labels_are_bounded() -> None:
-    from node.config import local_cluster
-    from node.http_api import Api
+    from statekeeper.node.config import local_cluster
+    from statekeeper.node.http_api import Api
 
     api = Api(local_cluster(secret=""), "node-0", None, None, None)  # routes only
     assert api._route_label("/v1/kv/put") == "/v1/kv/put"
@@ -155,9 +155,9 @@ def test_routes_are_remembered_for_real_routes_only() -> None:
     import asyncio
     import json
 
-    from node.config import local_cluster
-    from node.http_api import Api
-    from node.http_server import Request
+    from statekeeper.node.config import local_cluster
+    from statekeeper.node.http_api import Api
+    from statekeeper.node.http_server import Request
 
     api = Api(local_cluster(secret=""), "node-0", None, None, None)  # routes only
     headers = {"host": "127.0.0.1", "content-type": "application/json"}
@@ -176,7 +176,7 @@ def test_routes_are_remembered_for_real_routes_only() -> None:
 
 
 def test_instrumentation_cost_is_small() -> None:
-    from node.metrics import bench_instrumentation
+    from statekeeper.node.metrics import bench_instrumentation
 
     cost = bench_instrumentation(20_000)
     # Loose: a loaded CI machine; the docstring has the real numbers.
@@ -192,7 +192,7 @@ def test_status_watch_refreshes_until_ctrl_c(tmp_path: Path) -> None:
     cli.create_config_if_missing(path, base_port=1)  # nothing listens: nodes are down
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "cluster", "status", "--watch"]
+        [sys.executable, "-m", "statekeeper.cluster.cli", "cluster", "status", "--watch"]
         + ["--interval", "0.2", "--config", str(path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -234,10 +234,10 @@ def test_status_watch_rejects_a_bad_interval(tmp_path: Path, capsys) -> None:
 def test_proposer_observes_entry_size_latency_and_failures() -> None:
     import asyncio
 
-    from node import entry
-    from node.errors import OpError
-    from node.proposer import Proposer
-    from node.raft import SubmitError
+    from statekeeper.node import entry
+    from statekeeper.node.errors import OpError
+    from statekeeper.node.proposer import Proposer
+    from statekeeper.node.raft import SubmitError
 
     m = NodeMetrics()
     sizes: list[int] = []
@@ -269,7 +269,7 @@ def test_proposer_observes_entry_size_latency_and_failures() -> None:
 
 
 def test_journal_reports_each_fsync(tmp_path: Path) -> None:
-    from node.journal import DurableJournal
+    from statekeeper.node.journal import DurableJournal
 
     seen: list[float] = []
     j = DurableJournal(str(tmp_path / "journal"), fsync="always")
@@ -288,7 +288,7 @@ def test_request_tally_exposes_what_prometheus_client_objects_would() -> None:
     observations, boundaries included (a duration equal to a bucket's le is in it)."""
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
-    from node.metrics import LATENCY_BUCKETS
+    from statekeeper.node.metrics import LATENCY_BUCKETS
 
     observed = [("/v1/kv/put", 200, 0.001), ("/v1/kv/put", 200, 0.0007), ("/v1/kv/put", 507, 20.0)]
     observed += [("/v1/kv/get", 404, 0.0005), ("/v1/kv/put", 200, 2.5), ("other", 404, 0.0)]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from node import main
+from statekeeper.node import main
 
 
 @dataclass

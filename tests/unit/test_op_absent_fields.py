@@ -8,12 +8,12 @@ import dataclasses
 
 import pytest
 
-from node.config import Limits
-from node.errors import OpError
-from node.lock_ops import LockName
-from node.op_fields import CHECK_ABSENT, Field, Key
-from node.op_spec import absent_value
-from node.ops import INTERNAL_OPS, OPS, validate_op
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
+from statekeeper.node.lock_ops import LockName
+from statekeeper.node.op_fields import CHECK_ABSENT, Field, Key
+from statekeeper.node.op_spec import absent_value
+from statekeeper.node.ops import INTERNAL_OPS, OPS, validate_op
 
 LIMITS = (Limits(), dataclasses.replace(Limits(), max_key_bytes=8, min_lease_ttl_ms=5000))
 

@@ -12,12 +12,12 @@ from jsonschema import Draft202012Validator
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-from client.crdt import model
-from node import codec, openapi
-from node.config import Limits
-from node.errors import OpError
-from node.op_fields import Bytes
-from node.ops import OPS, validate_op, validate_ops
+from statekeeper.client.crdt import model
+from statekeeper.node import codec, openapi
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
+from statekeeper.node.op_fields import Bytes
+from statekeeper.node.ops import OPS, validate_op, validate_ops
 
 SMALL = Limits(
     max_key_bytes=100,
@@ -394,7 +394,7 @@ def test_msgpack_whole_numbers_deep_in_a_batch_next_to_maps_without_floats():
 
 
 def test_read_options_null_is_absent_and_empty_is_refused():
-    from node.reads import read_options
+    from statekeeper.node.reads import read_options
 
     assert read_options({"consistency": None, "min_revision": None}) == ("linearizable", None)
     for bad in ("", 0, False, [], "LINEARIZABLE"):

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node.config import Limits
-from node.ops import validate_op
-from node.store.apply import op_digest
+from statekeeper.node.config import Limits
+from statekeeper.node.ops import validate_op
+from statekeeper.node.store.apply import op_digest
 
 CASES = [
     (

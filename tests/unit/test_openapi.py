@@ -13,8 +13,8 @@ from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-from node import errors, http_api, openapi
-from node.config import local_cluster
+from statekeeper.node import errors, http_api, openapi
+from statekeeper.node.config import local_cluster
 
 PROTOCOL = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 DOC_URI = "urn:statekeeper:openapi"

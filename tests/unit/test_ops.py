@@ -1,8 +1,8 @@
 import pytest
 
-from node.config import Limits
-from node.errors import STATUS, OpError
-from node.ops import (
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import STATUS, OpError
+from statekeeper.node.ops import (
     OPS,
     READ_OPS,
     WRITE_OPS,
@@ -12,7 +12,7 @@ from node.ops import (
     validate_op,
     validate_ops,
 )
-from node.stream_ops import decode_stream_continuation, encode_stream_continuation
+from statekeeper.node.stream_ops import decode_stream_continuation, encode_stream_continuation
 
 LIM = Limits(max_key_bytes=16, max_value_bytes=8, max_ops_per_request=4, max_range_limit=50)
 

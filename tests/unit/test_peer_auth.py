@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from cryptography.exceptions import InvalidTag
 
-from node.raft.peers import AuthenticatingEncryptor
+from statekeeper.node.raft.peers import AuthenticatingEncryptor
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_pysyncobj_pickles_with_a_modern_protocol() -> None:
     """Protocol 2 (pysyncobj's default) pickles bytes via a latin-1 str: slow for entries."""
     from pysyncobj import pickle as pysyncobj_pickle
 
-    from node.raft import syncobj
+    from statekeeper.node.raft import syncobj
 
     data = pysyncobj_pickle.dumps((0, (b"x" * 1000,)))
     assert data[:2] == bytes([0x80, syncobj.PEER_PICKLE_PROTOCOL])

@@ -16,12 +16,12 @@ import pytest
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.node import TCPNode
 
-from node.raft import peer_encoding as pe
-from node.raft.install import CHUNK_OFFSET, SNAPSHOT_CHUNK_ACK
-from node.raft.members import Member, encode_change
-from node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE
-from node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST
-from node.raft.syncobj import NEXT_NODE_IDX, PeerConnection, PeerTransport
+from statekeeper.node.raft import peer_encoding as pe
+from statekeeper.node.raft.install import CHUNK_OFFSET, SNAPSHOT_CHUNK_ACK
+from statekeeper.node.raft.members import Member, encode_change
+from statekeeper.node.raft.prevote import PREVOTE_REQUEST, PREVOTE_RESPONSE
+from statekeeper.node.raft.readindex import READ_INDEX_ACK, READ_INDEX_REQUEST
+from statekeeper.node.raft.syncobj import NEXT_NODE_IDX, PeerConnection, PeerTransport
 from tests.raft_peer_helpers import NullPoller, peer_encryptor
 
 

@@ -11,11 +11,11 @@ import pickle
 import pysyncobj.syncobj
 import pytest
 
-from node.config import RAFT_ENTRY_LIMIT_BYTES, RaftSettings
-from node.raft import peer_encoding, syncobj
-from node.raft.log import ENTRY_COMMAND
-from node.raft.members import MEMBERSHIP_COMMAND
-from node.raft.pickle_guard import VERSION_COMMAND, PicklePathsMixin, forwardable
+from statekeeper.node.config import RAFT_ENTRY_LIMIT_BYTES, RaftSettings
+from statekeeper.node.raft import peer_encoding, syncobj
+from statekeeper.node.raft.log import ENTRY_COMMAND
+from statekeeper.node.raft.members import MEMBERSHIP_COMMAND
+from statekeeper.node.raft.pickle_guard import VERSION_COMMAND, PicklePathsMixin, forwardable
 
 ENTRY = ENTRY_COMMAND + b"\x82\xa1t\xcf" + bytes(8) + b"\xa3ops\x90"
 

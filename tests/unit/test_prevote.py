@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from node.raft.prevote import PREVOTE_REQUEST, PreVoteMixin
+from statekeeper.node.raft.prevote import PREVOTE_REQUEST, PreVoteMixin
 
 
 class _Transport:

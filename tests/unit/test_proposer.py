@@ -9,13 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from node import entry
-from node.config import ClusterConfig, NodeConfig
-from node.errors import OpError
-from node.http_api import Api
-from node.http_server import Request
-from node.proposer import Proposer
-from node.raft import SubmitError
+from statekeeper.node import entry
+from statekeeper.node.config import ClusterConfig, NodeConfig
+from statekeeper.node.errors import OpError
+from statekeeper.node.http_api import Api
+from statekeeper.node.http_server import Request
+from statekeeper.node.proposer import Proposer
+from statekeeper.node.raft import SubmitError
 
 PUT = {"op": "put", "ns": "a", "key": "k", "value": b"v", "idempotency_key": None}
 

@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from node import fatal
-from node.config import Limits
-from node.disk_watch import dir_bytes
-from node.errors import OpError, status_for
-from node.op_spec import OpSpec
-from node.ops import INTERNAL_OPS, OPS, validate_op
-from node.quota import (
+from statekeeper.node import fatal
+from statekeeper.node.config import Limits
+from statekeeper.node.disk_watch import dir_bytes
+from statekeeper.node.errors import OpError, status_for
+from statekeeper.node.op_spec import OpSpec
+from statekeeper.node.ops import INTERNAL_OPS, OPS, validate_op
+from statekeeper.node.quota import (
     AMPLIFICATION,
     FREE_READING_MAX_AGE,
     GROWING_OPS,
@@ -221,7 +221,7 @@ def test_fresh_free_space_counts_only_writes_still_in_flight():
 
 
 def test_disk_watch_counts_nodes_sharing_the_filesystem(tmp_path):
-    from node.disk_watch import DiskWatch
+    from statekeeper.node.disk_watch import DiskWatch
 
     dirs = [tmp_path / f"node-{i}" for i in range(3)]
     dirs[0].mkdir()
@@ -235,7 +235,7 @@ def test_disk_watch_counts_nodes_sharing_the_filesystem(tmp_path):
 def test_disk_watch_reclaims_once_per_compaction_while_tight(tmp_path):
     import asyncio
 
-    from node.disk_watch import DiskWatch
+    from statekeeper.node.disk_watch import DiskWatch
 
     (tmp_path / "data").write_bytes(b"x" * 10_000)
     compact_rev, calls = [0], []
@@ -262,7 +262,7 @@ def test_disk_watch_reclaims_once_per_compaction_while_tight(tmp_path):
 
 
 def test_client_maps_507_to_insufficient_storage_and_does_not_retry_it():
-    from client.errors import InsufficientStorage, error_class
+    from statekeeper.client.errors import InsufficientStorage, error_class
 
     assert error_class("insufficient_storage", 507) is InsufficientStorage
     assert error_class(None, 507) is InsufficientStorage

@@ -18,15 +18,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from node import entry
-from node.config import ClusterConfig, Limits, NodeConfig
-from node.http_api import Api
-from node.http_server import Request
-from node.ops import validate_op
-from node.proposer import Proposer
-from node.quota import MIB, Sample, StorageQuota
-from node.raft import SubmitError
-from node.store import StateMachine
+from statekeeper.node import entry
+from statekeeper.node.config import ClusterConfig, Limits, NodeConfig
+from statekeeper.node.http_api import Api
+from statekeeper.node.http_server import Request
+from statekeeper.node.ops import validate_op
+from statekeeper.node.proposer import Proposer
+from statekeeper.node.quota import MIB, Sample, StorageQuota
+from statekeeper.node.raft import SubmitError
+from statekeeper.node.store import StateMachine
 
 
 class Log:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node.raft import install, peers
-from node.raft.install import CHUNK_OFFSET, ChunkOffsets, SyncBehind
+from statekeeper.node.raft import install, peers
+from statekeeper.node.raft.install import CHUNK_OFFSET, ChunkOffsets, SyncBehind
 
 
 def _chunks(sizes: list[int]) -> list[dict]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node.config import ClusterConfig, NodeConfig
-from node.raft_state import CATCHING_UP_FILE, bootstrap_new_cluster, prepare_raft_dir
+from statekeeper.node.config import ClusterConfig, NodeConfig
+from statekeeper.node.raft_state import CATCHING_UP_FILE, bootstrap_new_cluster, prepare_raft_dir
 
 
 def _cluster(base: Path) -> ClusterConfig:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster.certs import CertAuthority, init_cluster_tls, write_private
-from node.config import ClusterConfig, NodeConfig, TlsSettings
-from node.raft.tls_pipe import TlsPipe, TlsRefused
-from node.tls import raft_contexts
+from statekeeper.cluster.certs import CertAuthority, init_cluster_tls, write_private
+from statekeeper.node.config import ClusterConfig, NodeConfig, TlsSettings
+from statekeeper.node.raft.tls_pipe import TlsPipe, TlsRefused
+from statekeeper.node.tls import raft_contexts
 
 IDS = ("n1", "n2", "n3")
 

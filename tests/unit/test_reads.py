@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from node.errors import OpError
-from node.reads import ReadPolicy, RevisionWaiters, read_options
-from node.stream_auth import TokenChanges
+from statekeeper.node.errors import OpError
+from statekeeper.node.reads import ReadPolicy, RevisionWaiters, read_options
+from statekeeper.node.stream_auth import TokenChanges
 
 
 def test_waiters_wake_when_apply_reaches_their_revision() -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from node import recovery
-from node.errors import OpError
-from node.store import StateMachine
-from node.store.backend import StorageError, open_db, read_verified
+from statekeeper.node import recovery
+from statekeeper.node.errors import OpError
+from statekeeper.node.store import StateMachine
+from statekeeper.node.store.backend import StorageError, open_db, read_verified
 
 
 def make_db(path: Path, n: int = 5000) -> None:

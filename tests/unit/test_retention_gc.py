@@ -9,9 +9,9 @@ import asyncio
 import msgpack
 import pytest
 
-from node.errors import OpError
-from node.retention_gc import RetentionGC
-from node.store.retention_select import load_policies, plan_gc, select
+from statekeeper.node.errors import OpError
+from statekeeper.node.retention_gc import RetentionGC
+from statekeeper.node.store.retention_select import load_policies, plan_gc, select
 from tests.unit.store.util import Node, put
 
 MIN = 60_000

@@ -12,9 +12,9 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from chaos.workload import classify_error
-from client import ops
-from client.errors import (
+from statekeeper.chaos.workload import classify_error
+from statekeeper.client import ops
+from statekeeper.client.errors import (
     Conflict,
     InsufficientStorage,
     InvalidRequest,
@@ -22,9 +22,9 @@ from client.errors import (
     StatekeeperError,
     Timeout,
 )
-from client.kv_requests import write_request
-from client.responses import connection_error
-from client.retry import Backoff, Endpoints, Exchange, RetryPolicy
+from statekeeper.client.kv_requests import write_request
+from statekeeper.client.responses import connection_error
+from statekeeper.client.retry import Backoff, Endpoints, Exchange, RetryPolicy
 
 MP = "application/msgpack"
 REFUSED_507 = (

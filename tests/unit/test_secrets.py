@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-import node.__main__ as node_main
-from cluster import cli
-from cluster.supervisor import LocalCluster, NodeStartError
-from node import config as node_config
-from node.config import ConfigError
+from statekeeper.cluster import cli
+from statekeeper.cluster.supervisor import LocalCluster, NodeStartError
+from statekeeper.node import __main__ as node_main
+from statekeeper.node import config as node_config
+from statekeeper.node.config import ConfigError
 
 SECRET = "s3cr3t-Value-that-must-never-show-9f8e7d"
 NODES = '[[nodes]]\nid = "node-0"\nraft_port = 7100\nhttp_port = 7000\n'

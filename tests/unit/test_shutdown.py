@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from node.shutdown import Shutdown
+from statekeeper.node.shutdown import Shutdown
 
 
 @dataclass

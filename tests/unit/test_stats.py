@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from benchmarks.harness import LatencyHistogram
-from chaos.stats import nearest_rank, percentile
+from statekeeper.benchmarks.harness import LatencyHistogram
+from statekeeper.chaos.stats import nearest_rank, percentile
 
 TRIALS = [1.5, 1.1, 1.3, 1.2, 1.4]  # unsorted, as failover trials come in
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.supervise import LOCK_FILE, AlreadySupervised, exclusive
-from cluster.supervisor import LocalCluster
-from node import config as node_config
+from statekeeper.cluster.supervise import LOCK_FILE, AlreadySupervised, exclusive
+from statekeeper.cluster.supervisor import LocalCluster
+from statekeeper.node import config as node_config
 from tests.unit.test_cli import run
 
 

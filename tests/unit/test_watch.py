@@ -16,24 +16,30 @@ from jsonschema import Draft202012Validator
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-from client.errors import (
+from statekeeper.client.errors import (
     Compacted,
     InvalidRequest,
     Unauthenticated,
     Unavailable,
     WatchOverflow,
 )
-from client.retry import Endpoints, RetryPolicy
-from client.watch import FrameDecoder, WatchEvent, WatchProgress, WatchSession, watch_request
-from node import codec, openapi, watch
-from node.authz import ROOT, Authorizer, Principal
-from node.config import Limits
-from node.errors import OpError, status_for
-from node.http_server import StreamStalled
-from node.http_stream import Flow, pump
-from node.reads import RevisionWaiters
-from node.stream_auth import StreamGuard, TokenChanges
-from node.watch_ops import validate_watch
+from statekeeper.client.retry import Endpoints, RetryPolicy
+from statekeeper.client.watch import (
+    FrameDecoder,
+    WatchEvent,
+    WatchProgress,
+    WatchSession,
+    watch_request,
+)
+from statekeeper.node import codec, openapi, watch
+from statekeeper.node.authz import ROOT, Authorizer, Principal
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError, status_for
+from statekeeper.node.http_server import StreamStalled
+from statekeeper.node.http_stream import Flow, pump
+from statekeeper.node.reads import RevisionWaiters
+from statekeeper.node.stream_auth import StreamGuard, TokenChanges
+from statekeeper.node.watch_ops import validate_watch
 from tests.unit.store.util import Node, put
 
 # -- the request --------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.watchdog import Policy, Probe, Watchdog
+from statekeeper.cluster.watchdog import Policy, Probe, Watchdog
 
 LIVE = Probe(running=True, live=True)
 DEAD = Probe(running=False, live=False, detail="process exited on signal SIGKILL")

@@ -12,13 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from node import http_api, openapi, web_guard
-from node.config import local_cluster
-from node.config_tables import AuthSettings, HttpSettings
-from node.errors import OpError
-from node.http_api import Api
-from node.http_server import Request
-from node.web_guard import WebGuard
+from statekeeper.node import http_api, openapi, web_guard
+from statekeeper.node.config import local_cluster
+from statekeeper.node.config_tables import AuthSettings, HttpSettings
+from statekeeper.node.errors import OpError
+from statekeeper.node.http_api import Api
+from statekeeper.node.http_server import Request
+from statekeeper.node.web_guard import WebGuard
 
 JSON_TYPE = {"content-type": "application/json"}
 

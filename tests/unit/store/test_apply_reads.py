@@ -6,10 +6,10 @@ from __future__ import annotations
 import msgpack
 from rocksdict import Rdict
 
-from node.config import Limits, Retention
-from node.store import StateMachine, keys
-from node.store.apply import EntryTx
-from node.store.backend import open_db
+from statekeeper.node.config import Limits, Retention
+from statekeeper.node.store import StateMachine, keys
+from statekeeper.node.store.apply import EntryTx
+from statekeeper.node.store.backend import open_db
 from tests.unit.store.util import Node, entry, put, raw_items, write_snapshot
 
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.errors import OpError
-from node.ops import validate_op
-from node.store import keys
+from statekeeper.node.errors import OpError
+from statekeeper.node.ops import validate_op
+from statekeeper.node.store import keys
 from tests.unit.store.util import Node, put, raw_items, write_snapshot
 
 SHA = "ab" * 32
@@ -89,7 +89,7 @@ def test_plan_selects_what_the_policy_would_delete_ignoring_stored_policies(node
 
 
 def test_plan_of_streams_caps_an_item_at_max_events(node, monkeypatch):
-    from node.store import archive
+    from statekeeper.node.store import archive
 
     node.one(append("log", *[ev(b"x") for _ in range(5)]))
     plan = read(node, {"op": "archive_plan", "target": "streams", "prefix": "", "keep_last": 1})

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from node.config import Retention
-from node.errors import OpError
-from node.store import compaction, keys
-from node.store.changes import read_changes, selection
+from statekeeper.node.config import Retention
+from statekeeper.node.errors import OpError
+from statekeeper.node.store import compaction, keys
+from statekeeper.node.store.changes import read_changes, selection
 from tests.unit.store.util import Node, put, raw_items
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from node.config import Retention
-from node.errors import OpError
-from node.store import StateMachine, compaction, keys
-from node.store.backend import open_db
+from statekeeper.node.config import Retention
+from statekeeper.node.errors import OpError
+from statekeeper.node.store import StateMachine, compaction, keys
+from statekeeper.node.store.backend import open_db
 from tests.unit.store.util import Node, history_records, put, raw_items
 
 

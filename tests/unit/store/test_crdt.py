@@ -10,14 +10,14 @@ import json
 import msgpack
 import pytest
 
-from client.crdt import model
-from node import codec
-from node.config import Limits
-from node.errors import OpError
-from node.ops import validate_op
-from node.store import StateMachine, keys
-from node.store.changes import read_changes, selection
-from node.store.crdt import envelope, split_envelope
+from statekeeper.client.crdt import model
+from statekeeper.node import codec
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
+from statekeeper.node.ops import validate_op
+from statekeeper.node.store import StateMachine, keys
+from statekeeper.node.store.changes import read_changes, selection
+from statekeeper.node.store.crdt import envelope, split_envelope
 from tests.unit.store.util import Node, entry, put, raw_items, write_snapshot
 
 

@@ -7,8 +7,8 @@ import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.config import Retention
-from node.store import StateMachine
+from statekeeper.node.config import Retention
+from statekeeper.node.store import StateMachine
 from tests.unit.store.util import entry, put, raw_items
 
 KEYS = ["a", "a/1", "a/2", "ab", "b"]

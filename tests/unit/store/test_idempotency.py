@@ -1,6 +1,6 @@
 """Idempotency keys in apply (node/store/apply.py): replay, expiry, scope, binding."""
 
-from node.config import Retention
+from statekeeper.node.config import Retention
 from tests.unit.store.util import Node, put, raw_items
 
 
@@ -90,9 +90,9 @@ def test_the_record_lookup_outside_apply_gives_apply_s_replay(tmp_path):
     what apply replays, for every op that grows the store, from the op as the HTTP layer
     validated it (the digest binding included): else a retry of an applied write gets a
     507 or a false idempotency_key_reused."""
-    from client.crdt import model
-    from node.config import Limits
-    from node.ops import validate_op
+    from statekeeper.client.crdt import model
+    from statekeeper.node.config import Limits
+    from statekeeper.node.ops import validate_op
 
     n = Node(tmp_path / "db")
     lease = n.one({"op": "lease_grant", "ttl_ms": 60_000, "idempotency_key": "g"})["lease"]

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.config import Limits
-from node.errors import OpError
-from node.ops import validate_op
-from node.store import StateMachine, keys
-from node.store.leases import due_leases
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
+from statekeeper.node.ops import validate_op
+from statekeeper.node.store import StateMachine, keys
+from statekeeper.node.store.leases import due_leases
 from tests.unit.store.util import Node, entry, put, raw_items
 
 LEASE_TAGS = (keys.LEASE, keys.LEASE_EXP, keys.LEASE_KEY, keys.KEY_LEASE)
@@ -272,7 +272,7 @@ def test_prefix_delete_detaches_every_key(node):
 
 
 def test_lease_list_pages_and_info_caps_keys(node, monkeypatch):
-    monkeypatch.setattr("node.store.leases.MAX_LEASE_KEYS_SHOWN", 2)
+    monkeypatch.setattr("statekeeper.node.store.leases.MAX_LEASE_KEYS_SHOWN", 2)
     for _ in range(3):
         node.one(grant())
     for k in ("a", "b", "c"):

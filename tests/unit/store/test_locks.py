@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.config import Limits
-from node.errors import OpError
-from node.ops import validate_op
-from node.store import StateMachine
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
+from statekeeper.node.ops import validate_op
+from statekeeper.node.store import StateMachine
 from tests.unit.store.util import Node, entry, put, raw_items
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from node.config import Limits
-from node.errors import OpError
-from node.ops import validate_op
-from node.store import keys
-from node.store.retention_select import Policy, doomed, plan_gc, revision_at
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
+from statekeeper.node.ops import validate_op
+from statekeeper.node.store import keys
+from statekeeper.node.store.retention_select import Policy, doomed, plan_gc, revision_at
 from tests.unit.store.util import Node, put, raw_items
 
 MIN = 60_000
@@ -84,7 +84,7 @@ def test_gc_is_refused_from_clients():
         validate_op(op, Limits())
     assert ei.value.code == "unknown_op"
     assert validate_op(op, Limits(), internal=True)["deletes"] == [["k", 1]]
-    from node.http_api import OWN_ROUTES
+    from statekeeper.node.http_api import OWN_ROUTES
 
     assert "gc" not in OWN_ROUTES.values() and "/internal/gc" not in OWN_ROUTES
     with pytest.raises(OpError):
@@ -166,7 +166,7 @@ def test_an_old_entry_without_within_still_applies(node):
 
 
 def test_at_most_1000_policies_per_namespace(node, monkeypatch):
-    from node.store import retention
+    from statekeeper.node.store import retention
 
     monkeypatch.setattr(retention, "MAX_POLICIES_PER_NS", 3)
     for i in range(3):

@@ -5,10 +5,10 @@ import threading
 
 import pytest
 
-from node.config import Retention
-from node.errors import OpError
-from node.store import StateMachine
-from node.store.snapshot import read_header
+from statekeeper.node.config import Retention
+from statekeeper.node.errors import OpError
+from statekeeper.node.store import StateMachine
+from statekeeper.node.store.snapshot import read_header
 from tests.unit.store.util import Node, entry, populated, put, raw_items, write_snapshot
 
 

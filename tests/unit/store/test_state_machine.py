@@ -5,12 +5,12 @@ import threading
 import msgpack
 import pytest
 
-from node import ops as node_ops
-from node.config import Limits
-from node.errors import OpError
-from node.store import StateMachine
-from node.store import apply as store_apply
-from node.store import reads as store_reads
+from statekeeper.node import ops as node_ops
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
+from statekeeper.node.store import StateMachine
+from statekeeper.node.store import apply as store_apply
+from statekeeper.node.store import reads as store_reads
 from tests.unit.store.util import Node, entry, put, raw_items
 
 # -- basic ops ----------------------------------------------------------------

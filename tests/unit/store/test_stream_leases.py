@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from node.errors import OpError
-from node.ops import validate_op
-from node.store import StateMachine, keys
+from statekeeper.node.errors import OpError
+from statekeeper.node.ops import validate_op
+from statekeeper.node.store import StateMachine, keys
 from tests.unit.store.util import Node, entry, put, raw_items
 
 SEG = {

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.config import Limits
-from node.errors import OpError
-from node.store import StateMachine, keys
-from node.store.streams import event_digest
+from statekeeper.node.config import Limits
+from statekeeper.node.errors import OpError
+from statekeeper.node.store import StateMachine, keys
+from statekeeper.node.store.streams import event_digest
 from tests.unit.store.util import Node, entry, put, raw_items, write_snapshot
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import hashlib
 
-from client.auth_tokens import new_token, parse_token
-from node.store import StateMachine
+from statekeeper.client.auth_tokens import new_token, parse_token
+from statekeeper.node.store import StateMachine
 from tests.unit.store.util import Node, write_snapshot
 
 GRANTS = [{"ns": "agent-42", "role": "writer"}]

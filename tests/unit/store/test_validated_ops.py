@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from node import entry as raft_entry
-from node.config import Limits
-from node.ops import OPS, validate_op
+from statekeeper.node import entry as raft_entry
+from statekeeper.node.config import Limits
+from statekeeper.node.ops import OPS, validate_op
 from tests.unit.store.util import Node, raw_items
 
 LIMITS = Limits()

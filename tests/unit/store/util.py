@@ -7,8 +7,8 @@ from pathlib import Path
 
 import msgpack
 
-from node.config import Retention
-from node.store import StateMachine, keys
+from statekeeper.node.config import Retention
+from statekeeper.node.store import StateMachine, keys
 
 
 def entry(*ops, t=1_000):
