@@ -3,7 +3,7 @@
 effects and agent layer unloaded.
 
 Why: the node shares pure pieces with the client (client/crdt/model.py, the CRDT merge
-rules; client/auth_tokens.py, the token format); before client/__init__.py went lazy, importing
+rules; client/auth/tokens.py, the token format); before client/__init__.py went lazy, importing
 them loaded the whole client (urllib3, the sync client, caches, the agent layer): 0.2 of
 the 0.39 s of `python -X importtime -c "import node.store"`, paid by every node start.
 
@@ -22,13 +22,12 @@ NOT_IN_NODE = (
     "statekeeper.client.aio",
     "statekeeper.client.aio_transport",
     "statekeeper.client.aio_connection",
-    "statekeeper.client.aio_cache",
     "statekeeper.client.cache",
     "statekeeper.client.effects",
     "statekeeper.client.agent",
     "statekeeper.client.crdt.replica",
 )
-# node/http_server.py parses HTTP with httptools; the store has no reason to.
+# node/api/server.py parses HTTP with httptools; the store has no reason to.
 NOT_IN_STORE = (*NOT_IN_NODE, "httptools")
 
 first_import_stack: dict[str, list[str]] = {}

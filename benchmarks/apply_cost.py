@@ -33,7 +33,7 @@ from pathlib import Path
 
 from statekeeper.node import entry
 from statekeeper.node.config import Limits
-from statekeeper.node.ops import validate_op
+from statekeeper.node.ops.core import validate_op
 from statekeeper.node.store import StateMachine
 
 MODES = ("marked", "unmarked")

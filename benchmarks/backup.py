@@ -6,7 +6,7 @@ A fresh local 3-node cluster (fsync=always, data under benchmarks/out), loaded w
 of 1,000 events; then `--rounds` times `statekeeper backup` (the CLI, as a user runs it)
 while one client keeps putting, and once `statekeeper restore` into three new data
 dirs. Reported: the apply pause each backup's node measured (how long the raft thread's
-applies waited for the checkpoint, node/backup_ops.py), the backup's size and wall time,
+applies waited for the checkpoint, node/api/backup.py), the backup's size and wall time,
 the writer's longest gap between two acknowledged puts during the backups, and the
 restore's time. Appends a section to benchmarks/RESULTS.md with --record.
 """

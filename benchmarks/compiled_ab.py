@@ -44,7 +44,7 @@ MODULES = (
     "statekeeper.node.store.reads",
     "statekeeper.node.store.changes",
     "statekeeper.node.entry",
-    "statekeeper.node.codec",
+    "statekeeper.node.api.codec",
     "statekeeper.node.raft.peer_encoding",
     "statekeeper.node.proposer",
 )

@@ -18,7 +18,7 @@ a namespace of its own per step):
      connections; a real deployment has one client and connection per session, so its
      nodes hold more sockets than here);
    - ``batched``: ONE AsyncClient holds all N leases (``AsyncLease``) and its own keeper
-     renews them, one op per 1000 leases every TTL/3 (client/lease_keeper.py): the best
+     renews them, one op per 1000 leases every TTL/3 (client/leases/keeper.py): the best
      case for an agent runtime that hosts many sessions in one process;
 
 3. then every lease is checked: a keepalive that reported it missing, or its key gone,
@@ -54,7 +54,7 @@ from statekeeper.benchmarks.load import append_section, markdown_table, monitore
 from statekeeper.benchmarks.watch_fanout import CpuMeter, raise_fd_limit
 from statekeeper.chaos.stats import percentile
 from statekeeper.client import AsyncClient, LeaseNotFound, RetryPolicy
-from statekeeper.client.lease_keeper import AsyncLease
+from statekeeper.client.leases.keeper import AsyncLease
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 PLOTS = Path(__file__).with_name("results")

@@ -1,8 +1,8 @@
 """How long does a healthy raft loop go without progress under load? `python -m
-benchmarks.raft_loop_gaps --help`.
+statekeeper.benchmarks.raft_loop_gaps --help`.
 
 GET /v1/health/live answers 503 not_live once a node's raft loop has neither ticked nor
-applied an entry for [raft] live_stall_seconds (node/liveness.py); a supervisor then
+applied an entry for [raft] live_stall_seconds (node/api/liveness.py); a supervisor then
 restarts the node. The threshold must sit well above the longest gap a healthy node shows
 under load, or a busy node gets restarted. This starts a local 3-node cluster, runs
 `--writers` threads of `--value-size` puts for `--seconds` (with a 1 MiB snapshot trigger

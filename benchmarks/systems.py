@@ -288,7 +288,7 @@ class StatekeeperSystem(System):
                 raise r
 
     async def append(self, stream: str, events: Sequence[bytes]) -> None:
-        # One append op of every event: atomic, one revision (client/stream_commands.py).
+        # One append op of every event: atomic, one revision (client/streams/commands.py).
         await next(self._next).append(stream, events, ns=self.ns)  # type: ignore[arg-type]
 
     def bulk_batch(self, batch: int, value: bytes) -> int:

@@ -1,9 +1,9 @@
 """CPU cost of op validation: `python -m statekeeper.benchmarks.validate_cost [--rounds N]`.
 
-Times node.ops.validate_op / validate_ops on typical bodies (a 256 B put with an
+Times node.ops.core.validate_op / validate_ops on typical bodies (a 256 B put with an
 idempotency key, a get, a txn of 1 compare and 4 ops, a batch of 16 puts) in CPU time
 (process_time, so a busy machine inflates it less), best of N rounds. The numbers in
-node/ops.py's docstring came from this and from the same bodies run through the
+node/ops/core.py's docstring came from this and from the same bodies run through the
 alternatives named there.
 """
 
@@ -14,7 +14,7 @@ import time
 import timeit
 
 from statekeeper.node.config import Limits
-from statekeeper.node.ops import validate_op, validate_ops
+from statekeeper.node.ops.core import validate_op, validate_ops
 
 IDEMPOTENCY_KEY = "6f1c2b0e-4a55-4b7e-9d8f-0c3e2a1b9d44"
 PUT = {

@@ -52,7 +52,7 @@ from statekeeper.benchmarks.harness import compact_samples
 from statekeeper.benchmarks.load import append_section, markdown_table, monitored_target
 from statekeeper.chaos.stats import percentile
 from statekeeper.client import AsyncClient, RetryPolicy
-from statekeeper.client.watch import WatchEvent
+from statekeeper.client.watch.core import WatchEvent
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 PLOTS = Path(__file__).with_name("results")

@@ -111,7 +111,7 @@ def workload_token(lc: LocalCluster) -> str:
     root token (derived from the cluster secret), so the workload goes through the token
     store's check on every request, not the root shortcut."""
     from statekeeper.client import Client
-    from statekeeper.client.auth_tokens import root_token
+    from statekeeper.client.auth.tokens import root_token
 
     cfg = lc.config
     with Client(cfg.http_urls(), token=root_token(cfg.secret), tls=lc.tls, timeout=10) as c:

@@ -26,7 +26,7 @@ from typing import Any
 
 from statekeeper.chaos.checker.watch import Change, WatchTruth
 from statekeeper.client import AsyncClient, Compacted, RetryPolicy, StatekeeperError
-from statekeeper.client.watch import WatchEvent
+from statekeeper.client.watch.core import WatchEvent
 
 __all__ = ["final_watch_reads"]
 

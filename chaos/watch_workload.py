@@ -41,7 +41,7 @@ from statekeeper.chaos.watch_reads import final_watch_reads
 from statekeeper.chaos.workload_config import WorkloadConfig
 from statekeeper.client import AsyncClient, RetryPolicy, StatekeeperError
 from statekeeper.client.retry import normalize_endpoint
-from statekeeper.client.watch import WatchProgress, WatchSession
+from statekeeper.client.watch.core import WatchProgress, WatchSession
 
 __all__ = [
     "PATIENT",

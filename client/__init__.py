@@ -23,7 +23,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 # Why lazy: the node imports the client's pure pieces (client/crdt/model.py, the CRDT merge
-# rules; client/auth_tokens.py, the token format), and importing any submodule runs this
+# rules; client/auth/tokens.py, the token format), and importing any submodule runs this
 # file first. Eager imports here loaded the sync client (urllib3), caches, effects, leases,
 # locks and the agent layer into every node: 0.2 of the 0.39 s of
 # `python -X importtime -c "import node.store"`. .ci/server_imports.py (run by .ci/run and
@@ -37,11 +37,11 @@ from .ops import Compare, Ops, compare, ops
 
 if TYPE_CHECKING:
     from .aio import AsyncBatch, AsyncClient
-    from .aio_cache import AsyncCache
-    from .cache import Cache
-    from .cache_core import CacheLag
-    from .effect_plan import EffectContext, EffectRecord
-    from .effects import AsyncEffects, Effects
+    from .cache.aio import AsyncCache
+    from .cache.core import CacheLag
+    from .cache.sync import Cache
+    from .effects.ledger import AsyncEffects, Effects
+    from .effects.plan import EffectContext, EffectRecord
     from .errors import (
         ArchiveCorrupt,
         Archived,
@@ -71,8 +71,8 @@ if TYPE_CHECKING:
         Unavailable,
         WatchOverflow,
     )
-    from .lease_keeper import AsyncLease, Lease
-    from .lease_results import (
+    from .leases.keeper import AsyncLease, Lease
+    from .leases.results import (
         KeepaliveResult,
         LeaseGrant,
         LeaseInfo,
@@ -80,8 +80,8 @@ if TYPE_CHECKING:
         LeaseState,
         RevokeResult,
     )
-    from .lock import AsyncLock, Lock
-    from .lock_results import LockAcquired, LockInfo, LockList, LockReleased, LockWaiter
+    from .locks.lock import AsyncLock, Lock
+    from .locks.results import LockAcquired, LockInfo, LockList, LockReleased, LockWaiter
     from .results import (
         AppendedEvent,
         AppendResult,
@@ -99,7 +99,7 @@ if TYPE_CHECKING:
     )
     from .retry import RetryPolicy
     from .sync import Batch, Client
-    from .watch import WatchEvent, WatchProgress
+    from .watch.core import WatchEvent, WatchProgress
 
 __all__ = [
     "AppendResult",
@@ -181,12 +181,12 @@ __all__ = [
 # type checkers and IDEs (tests/unit/test_client_lazy.py: every export resolves and is bound
 # for type checkers).
 _SUBMODULE_OF: dict[str, str] = {
-    "Cache": "cache",
-    "CacheLag": "cache_core",
-    "EffectContext": "effect_plan",
-    "EffectRecord": "effect_plan",
-    "AsyncEffects": "effects",
-    "Effects": "effects",
+    "Cache": "cache.sync",
+    "CacheLag": "cache.core",
+    "EffectContext": "effects.plan",
+    "EffectRecord": "effects.plan",
+    "AsyncEffects": "effects.ledger",
+    "Effects": "effects.ledger",
     "ArchiveCorrupt": "errors",
     "Archived": "errors",
     "ArchiveUrlRefused": "errors",
@@ -214,21 +214,21 @@ _SUBMODULE_OF: dict[str, str] = {
     "Unauthenticated": "errors",
     "Unavailable": "errors",
     "WatchOverflow": "errors",
-    "AsyncLease": "lease_keeper",
-    "Lease": "lease_keeper",
-    "KeepaliveResult": "lease_results",
-    "LeaseGrant": "lease_results",
-    "LeaseInfo": "lease_results",
-    "LeaseList": "lease_results",
-    "LeaseState": "lease_results",
-    "RevokeResult": "lease_results",
-    "AsyncLock": "lock",
-    "Lock": "lock",
-    "LockAcquired": "lock_results",
-    "LockInfo": "lock_results",
-    "LockList": "lock_results",
-    "LockReleased": "lock_results",
-    "LockWaiter": "lock_results",
+    "AsyncLease": "leases.keeper",
+    "Lease": "leases.keeper",
+    "KeepaliveResult": "leases.results",
+    "LeaseGrant": "leases.results",
+    "LeaseInfo": "leases.results",
+    "LeaseList": "leases.results",
+    "LeaseState": "leases.results",
+    "RevokeResult": "leases.results",
+    "AsyncLock": "locks.lock",
+    "Lock": "locks.lock",
+    "LockAcquired": "locks.results",
+    "LockInfo": "locks.results",
+    "LockList": "locks.results",
+    "LockReleased": "locks.results",
+    "LockWaiter": "locks.results",
     "AppendedEvent": "results",
     "AppendResult": "results",
     "CompactResult": "results",
@@ -245,11 +245,11 @@ _SUBMODULE_OF: dict[str, str] = {
     "RetryPolicy": "retry",
     "AsyncBatch": "aio",
     "AsyncClient": "aio",
-    "AsyncCache": "aio_cache",
+    "AsyncCache": "cache.aio",
     "Batch": "sync",
     "Client": "sync",
-    "WatchEvent": "watch",
-    "WatchProgress": "watch",
+    "WatchEvent": "watch.core",
+    "WatchProgress": "watch.core",
 }
 
 

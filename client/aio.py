@@ -13,20 +13,20 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .aio_cache import AsyncCache
 from .aio_connection import Endpoint
 from .aio_stream import StreamConnection, open_stream
 from .aio_transport import TRANSPORT_ERRORS, Pool, failure_kind
 from .base import Pages, Plan
 from .batch_ops import ClientBatch
+from .cache.aio import AsyncCache
 from .commands import AsyncCommands
-from .effects import AsyncEffects
+from .effects.ledger import AsyncEffects
 from .errors import StatekeeperError
-from .lease_keeper import AsyncLease, TaskKeeper
-from .lock import AsyncLock
+from .leases.keeper import AsyncLease, TaskKeeper
+from .locks.lock import AsyncLock
 from .responses import connection_error
 from .retry import Backoff
-from .watch import WatchSession
+from .watch.core import WatchSession
 
 __all__ = ["AsyncBatch", "AsyncClient"]
 
@@ -128,7 +128,7 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
                 yield item
 
     async def _watch(self, session: WatchSession) -> AsyncIterator[Any]:
-        """Run a watch (client/watch.py): stream, resume after failures, end when closed."""
+        """Run a watch (client/watch/core.py): stream, resume after failures, end when closed."""
         while not self._closed:
             url, request, timeout = session.attempt()
             conn: StreamConnection | None = None

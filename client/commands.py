@@ -20,7 +20,7 @@ with the same parameters (as a pipeline and a client share each command in redis
 what the method returns (``await client.compact(...)``), and for every ``@paged``
 operation an async generator function (``async for kv in client.scan(...)``); the
 signature, docstring and annotations stay the method's. Adding an operation is one method
-here (or in client/stream_commands.py for streams, inherited by :class:`Commands`);
+here (or in client/streams/commands.py for streams, inherited by :class:`Commands`);
 ``tests/unit/test_client_api.py`` checks that both clients keep the same API.
 """
 
@@ -30,12 +30,12 @@ import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .archive_commands import ArchiveCommands
-from .auth_commands import AuthCommands
+from .archive.commands import ArchiveCommands
+from .auth.commands import AuthCommands
 from .base import Pages, ScanPages, command, paged
-from .cache_commands import CacheCommands
-from .crdt_commands import CrdtCommands
-from .effects import EffectCommands
+from .cache.commands import CacheCommands
+from .crdt.commands import CrdtCommands
+from .effects.ledger import EffectCommands
 from .kv_requests import (
     MISSING,
     compact_request,
@@ -44,13 +44,13 @@ from .kv_requests import (
     status_request,
     write_request,
 )
-from .lease_commands import LeaseCommands
-from .lock_commands import LockCommands
+from .leases.commands import LeaseCommands
+from .locks.commands import LockCommands
 from .ops import Ops, cas_op, compare, ops, txn_op, with_fence
 from .results import CompactResult, DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
-from .retention_commands import RetentionCommands
-from .stream_commands import StreamCommands
-from .watch_commands import WatchCommands
+from .retention.commands import RetentionCommands
+from .streams.commands import StreamCommands
+from .watch.commands import WatchCommands
 from .wire import check_archived_mode
 
 if TYPE_CHECKING:
@@ -104,8 +104,8 @@ class Commands(
         self, plan: Any, store: Any = None, progress: Callable[..., Any] | None = None
     ) -> Any:
         """Run an archiver plan (client/archive/archiver.py) over this client."""
-        from .agent.plan import run
         from .archive.archiver import Driver
+        from .plan import run
 
         return run(Driver(self, store, progress), plan)
 
@@ -469,7 +469,7 @@ class AsyncCommands(Commands[BatchT]):
         self, plan: Any, store: Any = None, progress: Callable[..., Any] | None = None
     ) -> Any:
         """Run an archiver plan over this AsyncClient (an awaitable of its result)."""
-        from .agent.plan import arun
         from .archive.archiver import AsyncDriver
+        from .plan import arun
 
         return arun(AsyncDriver(self, store, progress), plan)

@@ -272,7 +272,7 @@ class LockTimeout(LockHeld):
 class EffectInProgress(Conflict):
     """``client.effects.run(key, fn, wait=False)`` (or with a ``timeout``) found the effect
     claimed by another runner whose lease is alive (client code ``effect_in_progress``;
-    client/effects.py). Nothing was written and fn was not called.
+    client/effects/ledger.py). Nothing was written and fn was not called.
 
     Attributes:
         key: the effect key; holder_fence: the running claim's fence (None if unknown).
@@ -435,7 +435,7 @@ class WatchOverflow(Unavailable):
 class CacheStale(Unavailable):
     """A cache's view could not serve a read as fresh as asked (``max_lag``) or reach
     this client's own write (read-your-writes) within the read's timeout: its watch is
-    behind or down (client/cache.py; client-side code ``cache_stale``; details:
+    behind or down (client/cache/sync.py; client-side code ``cache_stale``; details:
     ``revision``, ``known_revision``, ``lag_seconds``, ``read_floor``). Retryable."""
 
 

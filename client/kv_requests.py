@@ -1,7 +1,7 @@
 """The request of each single operation (put, get, delete, range, cas, txn, compact,
 status, and append): its body, built once from the op's fields (client/ops.py), and the
 ``parse`` that turns the answer into the result. The stream reads' requests are in
-client/stream_requests.py."""
+client/streams/requests.py."""
 
 from __future__ import annotations
 

@@ -21,16 +21,16 @@ from urllib3.util import parse_url
 from .aio_connection import CannotConnect
 from .base import Answer, Pages, Plan
 from .batch_ops import ClientBatch
-from .cache import Cache
+from .cache.sync import Cache
 from .commands import Commands
-from .effects import Effects
+from .effects.ledger import Effects
 from .errors import StatekeeperError
-from .lease_keeper import Lease, ThreadKeeper
-from .lock import Lock
+from .leases.keeper import Lease, ThreadKeeper
+from .locks.lock import Lock
 from .responses import connection_error
 from .retry import Backoff
 from .sync_transport import SyncPool
-from .watch import WatchSession
+from .watch.core import WatchSession
 from .wire import Request
 
 __all__ = ["Batch", "Client"]
@@ -174,7 +174,7 @@ class Client(Commands[Batch]):
             yield from pages.items(self._execute(request))
 
     def _watch(self, session: WatchSession) -> Iterator[Any]:
-        """Run a watch (client/watch.py): stream, resume after failures, end when closed."""
+        """Run a watch (client/watch/core.py): stream, resume after failures, end when closed."""
         while not self._closed:
             url, request, timeout = session.attempt()
             try:

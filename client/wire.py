@@ -108,7 +108,7 @@ def check_key(key: Any) -> str:
 
 
 # What a read does with data moved to the archive (docs/archive.md): the ``archived=``
-# argument of get and read_stream (client/commands.py, client/stream_commands.py), checked
+# argument of get and read_stream (client/commands.py, client/streams/commands.py), checked
 # here, below both, so that neither command mixin imports the other's module.
 ARCHIVED_MODES: Final = ("error", "fetch", "restore")
 

@@ -77,7 +77,7 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
 def agent_ids_plan(ns: str) -> Any:
     """Agent ids of ``ns``: owners of agent/{id}/... keys (one key per agent read, the
     rest skipped) and of agent/{id} streams."""
-    from statekeeper.client.agent.plan import call
+    from statekeeper.client.plan import call
 
     ids: set[str] = set()
     start = "agent/"
@@ -102,7 +102,7 @@ def summaries_plan(ns: str, ids: list[str]) -> Any:
     from statekeeper.client.agent.checkpoints import Ctx, head_call, head_of
     from statekeeper.client.agent.codec import Codec
     from statekeeper.client.agent.layout import Layout
-    from statekeeper.client.agent.plan import batch, call
+    from statekeeper.client.plan import batch, call
 
     out = []
     for i in range(0, len(ids), 200):
@@ -124,7 +124,7 @@ def summaries_plan(ns: str, ids: list[str]) -> Any:
 def cmd_list(args: argparse.Namespace) -> int:
     """One row per agent of the namespace: its current checkpoint, step, position, the
     events in its stream, its state's size and when it was last checkpointed."""
-    from statekeeper.client.agent.plan import run
+    from statekeeper.client.plan import run
 
     with open_client(args) as c:
         ids = run(c, agent_ids_plan(args.ns))
@@ -155,9 +155,9 @@ def _describe(ck: Any) -> dict[str, Any]:
 def show_plan(agent: Any, n: int | None) -> Any:
     from statekeeper.client.agent.checkpoints import head_call, head_of, load_envelope_plan
     from statekeeper.client.agent.errors import CheckpointNotFound
-    from statekeeper.client.agent.plan import call
     from statekeeper.client.agent.records import checkpoint_from, unpack_manifest
     from statekeeper.client.errors import NotFound
+    from statekeeper.client.plan import call
 
     ctx = agent.ctx
     if n is None:
@@ -181,7 +181,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     registered class: the data as stored, bytes as {"$bytes": base64})."""
     from statekeeper.client.agent import Agent
     from statekeeper.client.agent.codec import show_envelope
-    from statekeeper.client.agent.plan import run
+    from statekeeper.client.plan import run
 
     with open_client(args) as c:
         agent = Agent(c, args.agent_id, ns=args.ns)

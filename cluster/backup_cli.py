@@ -7,13 +7,13 @@ bearer token come from cluster/client_cli.py (--endpoints, $STATEKEEPER_ENDPOINT
 cluster.toml; the root token derived from the config's secret, or --token-file /
 $STATEKEEPER_TOKEN: it must hold admin on every namespace).
 
-backup: GET /v1/admin/backup from the first endpoint that answers (node/backup_ops.py:
+backup: GET /v1/admin/backup from the first endpoint that answers (node/api/backup.py:
 one revision, after a read barrier, without stopping writes), streamed into a new temporary
 file next to FILE (mkstemp: O_EXCL, a random name, mode 0600: the backup holds every value
 and the auth tokens' hashes; never a fixed FILE.partial another user could pre-create or
 point a symlink from), fsynced, checked
-whole (node/backup_file.py), then renamed to FILE. restore: verifies FILE, then seeds
-the data dirs of a new, stopped cluster (node/backup_seed.py) so `statekeeper cluster
+whole (node/backup/file.py), then renamed to FILE. restore: verifies FILE, then seeds
+the data dirs of a new, stopped cluster (node/backup/seed.py) so `statekeeper cluster
 up` starts it with the contents.
 
 Exit codes: 0 done; 1 the cluster or transport failed (no endpoint answered, a refused
@@ -128,7 +128,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def _inspect(path: str, as_json: bool) -> int:
-    from statekeeper.node.backup_file import BackupError, verify
+    from statekeeper.node.backup.file import BackupError, verify
 
     try:
         meta, digest, body = verify(path)
@@ -164,8 +164,8 @@ def _backup(args: argparse.Namespace) -> int:
 
     from statekeeper.client.base import bearer
     from statekeeper.client.errors import StatekeeperError
-    from statekeeper.node.backup_file import BackupError, verify
-    from statekeeper.node.backup_ops import PATH
+    from statekeeper.node.api.backup import PATH
+    from statekeeper.node.backup.file import BackupError, verify
 
     out = Path(args.out)
     headers = {"Authorization": auth} if (auth := bearer(token(args))) else {}
@@ -276,8 +276,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
     stopped, and their data dirs empty unless --force (which replaces their store and
     raft state). The new cluster keeps the revision, history, auth tokens and cluster
     clock of the backup; its members, addresses and secret are the config's."""
-    from statekeeper.node.backup_file import BackupError
-    from statekeeper.node.backup_seed import SeedError, seed
+    from statekeeper.node.backup.file import BackupError
+    from statekeeper.node.backup.seed import SeedError, seed
 
     try:
         cfg, node_ids = _targets(args)

@@ -39,7 +39,7 @@ from statekeeper.cluster.supervisor import (
 from statekeeper.node import config as node_config
 from statekeeper.node.config import FSYNC_MODES, ClusterConfig, ConfigError
 from statekeeper.node.pod_identity import node_id_from_hostname
-from statekeeper.node.raft_state import NEW_CLUSTER_HELP
+from statekeeper.node.raft.data_dir import NEW_CLUSTER_HELP
 
 PROG = "statekeeper"
 DEFAULT_CONFIG = "cluster.toml"

@@ -138,7 +138,7 @@ def token(args: argparse.Namespace) -> str | None:
         return None  # the client reads them
     config = getattr(args, "config", None)
     if config and Path(config).exists():
-        from statekeeper.client.auth_tokens import root_token
+        from statekeeper.client.auth.tokens import root_token
         from statekeeper.node import config as node_config
 
         secret = node_config.load(Path(config)).secret

@@ -452,7 +452,7 @@ def cmd_member_list(args: argparse.Namespace) -> int:
 
 _SIZE_FIELDS = (("db_size", ("db_size_bytes", "db_size")),
                 ("journal_size", ("journal_size_bytes", "journal_bytes", "journal_size")))
-# The storage quota (node/quota.py): this node's data dir on disk, and the quota in force.
+# The storage quota (node/quota/alarm.py): this node's data dir on disk, and the quota in force.
 _DISK_FIELDS = (("data_size", "usage_bytes"), ("quota_size", "quota_bytes"))
 
 

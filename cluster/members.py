@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from statekeeper.client.auth_tokens import root_token
+from statekeeper.client.auth.tokens import root_token
 from statekeeper.cluster.certs import init_cluster_tls
 from statekeeper.cluster.ports import free_ports
 from statekeeper.cluster.supervisor import LocalCluster, http_get_json, url_opener

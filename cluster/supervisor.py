@@ -31,7 +31,7 @@ from statekeeper import IMPORT_ROOT
 from statekeeper.node.config import ClusterConfig
 from statekeeper.node.file_modes import open_private_log
 from statekeeper.node.log_files import LOG_FILE, LOG_FILE_ENV, is_log_file
-from statekeeper.node.raft_state import bootstrap_new_cluster
+from statekeeper.node.raft.data_dir import bootstrap_new_cluster
 from statekeeper.node.tls import operator_tls_context
 
 PID_FILE = "node.pid"

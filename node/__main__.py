@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from statekeeper.node.raft_state import NEW_CLUSTER_HELP
+from statekeeper.node.raft.data_dir import NEW_CLUSTER_HELP
 
 
 def parser() -> argparse.ArgumentParser:

@@ -40,7 +40,7 @@ from statekeeper.node.config_tables import (
     TlsSettings,
 )
 
-# The raft journal's fsync modes (node/journal.py says what each means). Defined here, not
+# The raft journal's fsync modes (node/raft/journal.py says what each means). Defined here, not
 # there, so that reading a config never imports raft: the journal belongs to node/raft/,
 # whose package imports this module.
 FSYNC_MODES = ("always", "never")

@@ -43,7 +43,7 @@ class Retention:
     history_revisions: int = 100_000
     # How long an idempotency key is remembered (leader-stamped time).
     idempotency_seconds: int = 24 * 3600
-    # How often the leader enforces retention policies (node/retention_gc.py); not read
+    # How often the leader enforces retention policies (node/tasks/retention.py); not read
     # by apply, so nodes may differ.
     gc_interval_seconds: float = 10.0
 
@@ -74,7 +74,7 @@ class RaftSettings:
     max_inflight_entries: int = 1
     request_timeout: float = 5.0
     # GET /v1/health/live answers 503 not_live once the raft loop has neither ticked nor
-    # applied an entry for this long (node/liveness.py): a stuck raft thread. The longest
+    # applied an entry for this long (node/api/liveness.py): a stuck raft thread. The longest
     # gap measured under an 8-writer load with snapshots on 2 shared cores was well under
     # a second (docs/protocol.md "Health"); 10 s leaves room for a much worse stall.
     live_stall_seconds: float = 10.0
@@ -82,7 +82,7 @@ class RaftSettings:
 
 @dataclass(frozen=True)
 class HttpSettings:
-    """The [http] table: the client port's connection limits (node/http_limits.py)."""
+    """The [http] table: the client port's connection limits (node/api/limits.py)."""
 
     # Client connections served at once. One more closes the connection idle the longest,
     # or gets 503 too_many_connections when every one is serving a request.
@@ -103,7 +103,7 @@ class HttpSettings:
     # at a second SIGTERM/SIGINT, it stops at once (acknowledged writes are safe either way).
     shutdown_grace_seconds: float = 10.0
     # Web origins ("https://ui.example:8443") whose pages may call the node from a browser;
-    # a request with any other Origin header is 403 origin_not_allowed (CSRF: node/web_guard.py).
+    # a request with any other Origin header is 403 origin_not_allowed (CSRF: node/api/web_guard.py).
     allowed_origins: tuple[str, ...] = ()
     # With auth off, DNS names besides each node's host and localhost a Host header may
     # carry (a load balancer's name); others are 421 host_not_allowed (DNS rebinding).
@@ -133,14 +133,14 @@ CLIENT_AUTH_MODES = ("none", "optional", "required")
 @dataclass(frozen=True)
 class AuthSettings:
     """The [auth] table: bearer tokens and per-namespace grants on the client port
-    (node/authz.py). Off: every request is allowed, and each node says so at start."""
+    (node/api/authz.py). Off: every request is allowed, and each node says so at start."""
 
     enabled: bool = False
 
 
 @dataclass(frozen=True)
 class StorageSettings:
-    """The [storage] table: the disk quota and its NOSPACE alarm (node/quota.py says how)."""
+    """The [storage] table: the disk quota and its NOSPACE alarm (node/quota/alarm.py says how)."""
 
     # Bytes this node's data dir may take (RocksDB + raft journal + snapshots) before
     # writes that add data get 507 insufficient_storage; 2 GiB, etcd's default. Capped at
@@ -150,5 +150,5 @@ class StorageSettings:
     # hold what lands between two measurements and a raft snapshot's copy of the DB.
     reserve_bytes: int = 0
     # Seconds between measurements of the data dir (a walk of a few dozen files and a
-    # statvfs on the HTTP loop: 0.2 ms for a 14-file dir, see node/disk_watch.py).
+    # statvfs on the HTTP loop: 0.2 ms for a 14-file dir, see node/quota/disk_watch.py).
     check_interval_seconds: float = 1.0

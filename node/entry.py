@@ -15,7 +15,7 @@ entries written before this layout (minimal encoding) still decode.
 
 Validated ops. A top-level op of TRUSTED_OPS (put, delete, txn, append) may carry the field
 `VALIDATED` ("~v") = VALIDATED_SHAPE: the node that proposed the entry built the op with
-node/ops.validate_op from a request (node/http_api.py marks it with `mark_validated`
+node/ops.validate_op from a request (node/api/routes.py marks it with `mark_validated`
 right before proposing), so apply takes it as it is instead of validating it again
 (`validated_op`). Why that is safe:
 - Only nodes of this cluster append entries (peers are authenticated, docs/protocol.md

@@ -6,10 +6,10 @@ raft entries a failed op becomes the result `{"error": err.to_dict()}`.
 
 Each code is one `ErrorCode` (code, HTTP status, when it is answered: the text of GET
 /v1/openapi.json), declared with `declare`: the codes every route or op can answer and the
-membership routes' here, an op family's own codes next to its ops (node/stream_ops.py's
+membership routes' here, an op family's own codes next to its ops (node/ops/streams.py's
 `ERRORS` holds the stream ops'). `declare` refuses a code declared twice, so two families
-cannot give one code two statuses. The table is complete once node.ops is imported (it
-imports every family): the HTTP layer, the state machine and node/openapi.py all import it.
+cannot give one code two statuses. The table is complete once node.ops.core is imported (it
+imports every family): the HTTP layer, the state machine and node/openapi/document.py all import it.
 The client maps codes to its exceptions in client/errors.py.
 """
 
@@ -174,7 +174,7 @@ CORE_ERRORS = declare(
 )
 
 
-# The membership routes' (node/member_api.py): nothing changed when one is answered.
+# The membership routes' (node/api/members.py): nothing changed when one is answered.
 MEMBER_ERRORS = declare(
     ErrorCode(
         "not_leader",

@@ -28,10 +28,10 @@ Names (each is documented where it is hit):
     snapshot-after-rename        node/raft/raft_node.py: the new snapshot file is renamed
                                  into place and its directory fsynced; pysyncobj has not
                                  yet dropped the journal prefix it covers
-    journal-prefix-drop          node/journal.py: the rewritten journal (entries after the
+    journal-prefix-drop          node/raft/journal.py: the rewritten journal (entries after the
                                  snapshot) is written and fsynced, not yet renamed over the
                                  old one
-    journal-prefix-dropped       node/journal.py: the rename is done, the directory not yet
+    journal-prefix-dropped       node/raft/journal.py: the rename is done, the directory not yet
                                  fsynced
     snapshot-install             node/raft/syncobj.py: a snapshot received from the leader
                                  is on disk; the state machine is not yet restored from it
@@ -42,7 +42,7 @@ Names (each is documented where it is hit):
                                  of an AppendEntries and not yet answered the leader
     snapshot-pack                node/raft/raft_node.py: a snapshot is about to be packed
                                  (use sleep(S) to make snapshots slow)
-    journal-fsync                node/journal.py: every fsync of the raft journal's files
+    journal-fsync                node/raft/journal.py: every fsync of the raft journal's files
                                  (N*error: fsync fails from the N-th on; the node must
                                  stop and lose nothing it acknowledged)
     read-barrier-skip            node/reads.py, a switch (on): linearizable reads are
@@ -51,7 +51,7 @@ Names (each is documented where it is hit):
                                  report stale reads. `node --unsafe-reads` turns it on.
     raft-tick                    node/raft/syncobj.py: the start of every raft loop tick
                                  (sleep(S): a raft thread stuck in one step; the node's
-                                 /v1/health/live answers 503 not_live, node/liveness.py)
+                                 /v1/health/live answers 503 not_live, node/api/liveness.py)
     shutdown-stall               node/shutdown.py, a switch (on): the graceful stop's
                                  finish_requests step never ends (as if a request never
                                  finished), so a test can send the second SIGTERM

@@ -1,6 +1,6 @@
 """Stopping the node at once when it cannot go on with a state it trusts.
 
-A node whose journal cannot be written (status 71, node/journal.py), or whose state
+A node whose journal cannot be written (status 71, node/raft/journal.py), or whose state
 machine cannot apply an entry or be restored from a snapshot (status 70), must neither
 acknowledge nor serve anything more: it exits without unwinding (no atexit handlers, no
 `finally` that could write), and its supervisor restarts it from what is on disk.

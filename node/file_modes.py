@@ -9,7 +9,7 @@ is open to others:
 - the process umask is PRIVATE_UMASK from the start of run_node, so every file the node
   creates (RocksDB's SST, MANIFEST and LOG files, pysyncobj's snapshots, temporaries)
   comes out 0600 and every directory 0700, whatever mode the code creating it asks for;
-- code that passes an explicit mode passes 0600 (node/journal.py, node/fatal.py);
+- code that passes an explicit mode passes 0600 (node/raft/journal.py, node/fatal.py);
 - an existing data dir with group or other bits (one an older version made) is logged at
   WARNING with its path and mode, then chmodded to 0700: files inside it made before keep
   their mode, but nobody else can reach them through the directory any more;

@@ -1,6 +1,6 @@
 """Where a node's log goes, and how big it may grow (issue 27, item 1).
 
-node.log lived in the node's data dir, was never rotated, and node/disk_watch.py counted it
+node.log lived in the node's data dir, was never rotated, and node/quota/disk_watch.py counted it
 against `[storage] quota_bytes`: log lines alone could raise the NOSPACE alarm and stop
 every write. Now:
 
@@ -14,7 +14,7 @@ every write. Now:
   library) goes to the same file: after each rollover the new node.log is dup2'ed onto
   fds 1 and 2, so the old file is never held open and written to after it was rotated.
 - node.log and its rotations are not part of the data the quota counts (`is_log_file`,
-  used by node/disk_watch.py): the quota is the store's size; the logs' own bound is above.
+  used by node/quota/disk_watch.py): the quota is the store's size; the logs' own bound is above.
 
 Without `$STATEKEEPER_LOG_FILE` (a node under systemd, Kubernetes or a terminal) the node
 logs to stderr and whatever collects it rotates it.

@@ -15,19 +15,19 @@ from prometheus_client import disable_created_metrics
 
 from statekeeper.node import config as config_mod
 from statekeeper.node import failpoints, fatal, file_modes, log_files, recovery
-from statekeeper.node.cluster_clock import ClusterClock
-from statekeeper.node.disk_watch import DiskWatch
+from statekeeper.node.api.routes import Api
 from statekeeper.node.errors import OpError
 from statekeeper.node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
-from statekeeper.node.http_api import Api
-from statekeeper.node.lease_expiry import LeaseExpiry
 from statekeeper.node.metrics import NodeMetrics
 from statekeeper.node.proposer import Proposer
+from statekeeper.node.quota.disk_watch import DiskWatch
 from statekeeper.node.raft import RaftNode
-from statekeeper.node.retention_gc import RetentionGC
+from statekeeper.node.raft.cluster_clock import ClusterClock
 from statekeeper.node.shutdown import Shutdown
 from statekeeper.node.snapshot_file import fsync_dir
 from statekeeper.node.store import StateMachine
+from statekeeper.node.tasks.leases import LeaseExpiry
+from statekeeper.node.tasks.retention import RetentionGC
 from statekeeper.node.tls import client_port_context
 
 log = logging.getLogger("statekeeper.node")
@@ -166,7 +166,7 @@ def _build(cfg: config_mod.ClusterConfig, node_id: str, new_cluster: bool) -> _P
     log.info(
         "raft journal loaded in %.2f s (%s)", time.monotonic() - opened, raft.journal_summary()
     )
-    # The storage quota's NOSPACE alarm, fed by a timer (node/disk_watch.py, node/quota.py).
+    # The storage quota's NOSPACE alarm, fed by a timer (node/quota/disk_watch.py, node/quota/alarm.py).
     disk = DiskWatch.for_node(cfg, node_id, sm, raft.compact_journal)
     if cfg.fsync == "always":
         # A new directory entry is durable only once its parent is fsynced: without this a
@@ -193,12 +193,12 @@ def _start_background(
     cfg: config_mod.ClusterConfig, n: _Parts, started: float
 ) -> tuple[asyncio.Task, ...]:
     when_ready = asyncio.create_task(_when_ready(n.raft, started, n.verify))
-    # Only the leader expires leases, after a grace past every election (node/lease_expiry.py).
+    # Only the leader expires leases, after a grace past every election (node/tasks/leases.py).
     grace = cfg.raft.election_timeout_max + 1.0
     lease_expiry = asyncio.create_task(
         LeaseExpiry.for_node(n.sm, n.raft, n.clock, n.proposer, grace).run()
     )
-    # Only the leader enforces retention policies, after the same grace (node/retention_gc.py).
+    # Only the leader enforces retention policies, after the same grace (node/tasks/retention.py).
     retention_gc = asyncio.create_task(
         RetentionGC.for_node(
             n.sm, n.raft, n.clock, n.proposer, grace, cfg.retention.gc_interval_seconds

@@ -6,10 +6,10 @@ them apart.
 
 Two kinds of values:
 
-- Pushed where the work already is: HTTP requests (node/http_api.py dispatch, into the
+- Pushed where the work already is: HTTP requests (node/api/routes.py dispatch, into the
   plain ints of RequestTally, folded into families at scrape time), entry sizes
   and proposal-to-apply latency (node/proposer.py), journal fsync latency
-  (node/journal.py), snapshot duration and size (node/raft/raft_node.py), ReadIndex
+  (node/raft/journal.py), snapshot duration and size (node/raft/raft_node.py), ReadIndex
   outcomes (node/reads.py). Only these pay on the hot path.
 - Read at scrape time by StatusCollector from values the node keeps anyway (plain ints,
   RaftStatus, a RocksDB property): term, role, indexes, leader changes, proposals, entries,
@@ -72,7 +72,7 @@ class NodeMetrics:
         self.http_in_flight = Gauge(
             "statekeeper_http_requests_in_flight", "HTTP requests being handled", registry=r
         )
-        # Read by the gauge at scrape time; node/http_api.py dispatch counts it up and down.
+        # Read by the gauge at scrape time; node/api/routes.py dispatch counts it up and down.
         self.requests_in_flight = 0
         self.http_in_flight.set_function(lambda: self.requests_in_flight)
         self.auth_denials = Counter(
@@ -264,7 +264,7 @@ SIZES = {
 
 
 def storage_gauges(quota: Any) -> dict[str, int]:
-    """The storage_* / disk_free_bytes values of SIZES from a node.quota.StorageQuota."""
+    """The storage_* / disk_free_bytes values of SIZES from a node.quota.alarm.StorageQuota."""
     return {
         "storage_alarm": int(quota.alarm is not None),
         "storage_usage_bytes": quota.usage_bytes,

@@ -28,7 +28,7 @@ serves the read; while its answer has no events it waits, woken by apply like
 `min_revision`, until the local revision moves past the one served (or the wait is over)
 and reads again. It ends early, with the empty answer, when the node starts shutting down,
 so a subscriber re-polls another node instead of being cut off. With auth on it ends with
-`unauthenticated` once the caller's token is revoked or expires (node/stream_auth.py).
+`unauthenticated` once the caller's token is revoked or expires (node/api/stream_auth.py).
 
 The failpoint `read-barrier-skip` (chaos mutation test only, node/failpoints.py) serves
 linearizable reads without any of this, so the suite can show that it catches stale reads.
@@ -44,13 +44,13 @@ from typing import TYPE_CHECKING
 
 from statekeeper.node import failpoints
 from statekeeper.node.errors import OpError
-from statekeeper.node.op_fields import MAX_REVISION
+from statekeeper.node.ops.fields import MAX_REVISION
 from statekeeper.node.proposer import Proposer
 from statekeeper.node.raft import READ_INDEX_NOT_LEADER, READ_INDEX_NOT_YET, RaftNode
 
 if TYPE_CHECKING:
+    from statekeeper.node.api.stream_auth import StreamGuard
     from statekeeper.node.metrics import NodeMetrics
-    from statekeeper.node.stream_auth import StreamGuard
 
 CONSISTENCY = ("linearizable", "serializable")
 LONG_POLL_SLICE = 1.0  # seconds a long poll waits before it looks at `stopping` again
@@ -228,7 +228,7 @@ class ReadPolicy:
         `events`, for at most `wait_ms` in all (see the module docstring). With a `guard`
         (auth on), the caller's token is checked again after every read and whenever the
         token table changes or the token expires: OpError `unauthenticated` once it no
-        longer stands (node/stream_auth.py)."""
+        longer stands (node/api/stream_auth.py)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms / 1000
         result = read()

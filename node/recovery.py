@@ -64,7 +64,7 @@ Data dir lost
     node/raft/catchup.py says why and what "caught up" means. Before this (issue 26) it
     voted at once, and a candidate missing an acknowledged write could win with its vote.
     A member of a cluster being created has no raft state either: `cluster up` creates
-    the raft dirs of a cluster none of whose nodes has any (node/raft_state.py), and
+    the raft dirs of a cluster none of whose nodes has any (node/raft/data_dir.py), and
     `statekeeper node --new-cluster` does it for one node. A lost disk restarted with that
     flag votes at once, as before: replace it without (docs/protocol.md, "A lost disk").
 """
@@ -79,7 +79,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from statekeeper.node.raft_state import has_raft_state
+from statekeeper.node.raft.data_dir import has_raft_state
 from statekeeper.node.snapshot_file import fsync_dir
 from statekeeper.node.store import snapshot
 

@@ -2,7 +2,7 @@
 
 Client port: the node serves HTTPS with its certificate (`cert_file`, `key_file`, "{id}"
 replaced by the node id). `client_auth` asks clients for a certificate signed by `ca_file`:
-"none" (bearer tokens authenticate clients, see node/authz.py), "optional" (verified when
+"none" (bearer tokens authenticate clients, see node/api/authz.py), "optional" (verified when
 sent), "required" (mTLS: no certificate, no connection). TLS 1.2 at least, and 1.2 with
 AEAD suites only (ECDHE with AES-GCM or ChaCha20-Poly1305).
 
@@ -38,7 +38,7 @@ __all__ = [
     "raft_contexts",
 ]
 
-# "required" is enforced by the HTTP server after the handshake (node/http_server.py says
+# "required" is enforced by the HTTP server after the handshake (node/api/server.py says
 # why): the handshake itself asks with CERT_OPTIONAL, which still refuses a bad certificate.
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_OPTIONAL}
 
@@ -112,7 +112,7 @@ def raft_contexts(cfg: ClusterConfig, node_id: str) -> tuple[ssl.SSLContext, ssl
 
 def operator_tls_context(cfg: ClusterConfig, node_id: str | None = None) -> ssl.SSLContext | None:
     """How a tool on a node's machine (the supervisor, the CLI), or a node itself (polling
-    its peers' status, node/peer_storage.py), reaches the https port: trusting the cluster
+    its peers' status, node/quota/peers.py), reaches the https port: trusting the cluster
     CA and, when the port asks for client certificates, presenting node `node_id`'s
     certificate (the first node's by default; it carries clientAuth). None when [tls] is
     off."""

@@ -2,7 +2,7 @@
 topology, chaos/smallfs.py; needs root), filled under the workload.
 
 ``start`` writes incompressible 1 MiB values (namespace ``diskfull``, not the workload's)
-until the first 507 ``insufficient_storage``: the nodes' NOSPACE alarm (node/quota.py) is
+until the first 507 ``insufficient_storage``: the nodes' NOSPACE alarm (node/quota/alarm.py) is
 then raised, and for the fault window the workload's puts, cas and txns with puts get 507
 (a definite "not applied": chaos/workload.py records them as failures), while its gets,
 deletes and the leader's own work go on. ``stop`` reads every acknowledged 1 MiB value
@@ -26,7 +26,7 @@ __all__ = ["SMALLFS_BYTES", "DiskFull", "storage_alarms", "wait_alarms_cleared"]
 
 MIB = 1 << 20
 # Three nodes' data, the workload's journal growth for a minute and the reserve (a
-# quarter of it, node/quota.py default_reserve) fit; a few dozen 1 MiB values fill it.
+# quarter of it, node/quota/alarm.py default_reserve) fit; a few dozen 1 MiB values fill it.
 SMALLFS_BYTES = 160 * MIB
 NS = "diskfull"
 

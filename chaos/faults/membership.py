@@ -13,7 +13,7 @@ import time
 
 from statekeeper.chaos.faults.base import Fault, FaultContext, FaultError
 from statekeeper.chaos.report import FAIL, PASS, Verdict
-from statekeeper.client.auth_tokens import root_token
+from statekeeper.client.auth.tokens import root_token
 from statekeeper.cluster.members import MemberChangeError, Membership
 
 __all__ = ["MembershipChange", "UncommittedMemberChange"]

@@ -7,7 +7,7 @@ node, followers included) through the client library's retry loop with a short a
 timeout, so that many first attempts end without an answer (outcome unknown) and are
 retried with the same key; then it fills the quota with 1 MiB values until the first 507.
 Writes whose first attempt was applied before the alarm rose are retried into the alarm:
-the node must answer them from their idempotency record (node/quota_gate.py), and a 507
+the node must answer them from their idempotency record (node/quota/gate.py), and a 507
 that follows an attempt of unknown outcome must reach the caller as ``outcome_unknown``
 (client/retry.py). ``stop`` stops the writers, reads every key back, deletes what was
 written, compacts, and waits until no node's alarm is raised.

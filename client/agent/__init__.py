@@ -1,5 +1,5 @@
 """The agent layer: an agent's state over statekeeper, pure client code over kv, txn and
-streams (both clients; one implementation, sans-IO plans in client/agent/plan.py).
+streams (both clients; one implementation, sans-IO plans in client/plan.py).
 
 ::
 

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..errors import NotFound
+from ..plan import AgentPlan, arun, call, driven, planned, run
 from .checkpoints import (
     Committed,
     Ctx,
@@ -62,7 +63,6 @@ from .codec import Codec, unpack_event
 from .envelope import SchemaRegistry
 from .errors import CheckpointConflict, CheckpointNotFound, PositionNotFound
 from .layout import Layout
-from .plan import AgentPlan, arun, call, driven, planned, run
 from .policies import Never, Policy
 from .records import (
     ROLLBACK_EVENT,

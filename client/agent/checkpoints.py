@@ -28,10 +28,10 @@ from typing import Any
 
 from ..errors import Conflict, NotFound
 from ..ops import compare, ops
+from ..plan import AgentPlan, batch, call, raise_errors
 from .codec import Codec
 from .errors import CheckpointConflict, CheckpointCorrupt
 from .layout import Layout
-from .plan import AgentPlan, batch, call, raise_errors
 from .records import Checkpoint, checkpoint_from, pack_manifest, unpack_manifest
 
 __all__ = ["Ctx", "Committed", "commit_plan", "gc_plan", "load_state_plan", "newest_plan"]

@@ -44,11 +44,11 @@ import msgpack
 
 from ..errors import InvalidRequest, NotFound
 from ..ops import compare, ops
+from ..plan import AgentPlan, arun, call, driven, planned, run
 from .codec import Codec
 from .envelope import SchemaRegistry
 from .errors import ProjectionConflict
 from .layout import projection_key
-from .plan import AgentPlan, arun, call, driven, planned, run
 from .records import AgentEvent
 from .timeline import agent_event
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StatekeeperError
+from ..plan import AgentPlan, batch, call, raise_errors
 from .checkpoints import Ctx, head_call, head_of, newest_plan
 from .codec import Codec
 from .errors import EventsMissing
-from .plan import AgentPlan, batch, call, raise_errors
 from .records import ROLLBACK_EVENT, AgentEvent, Checkpoint, TimelineRow
 
 __all__ = ["View", "agent_event", "fold", "history_plan", "read_forward_plan", "view_plan"]

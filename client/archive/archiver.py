@@ -1,8 +1,8 @@
 """The archiver, sans-IO: ``archive run`` as a plan (``archive restore`` and the archived
 reads are in client/archive/restore.py) in the style of
-client/agent/plan.py: generators that yield :class:`client.agent.plan.Call` /
-:class:`~client.agent.plan.BatchCall` steps and are sent their results (or have the
-exception thrown in). :func:`client.agent.plan.run` / ``arun`` drive them over a
+client/plan.py: generators that yield :class:`client.plan.Call` /
+:class:`~client.plan.BatchCall` steps and are sent their results (or have the
+exception thrown in). :func:`client.plan.run` / ``arun`` drive them over a
 :class:`Driver` / :class:`AsyncDriver`, which is the client plus four archive steps:
 
 - ``store_put(path, data)``: make ``data`` durable at ``path`` of the archive
@@ -41,8 +41,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from ..agent.plan import AgentPlan, BatchCall, call
 from ..errors import Archived, NotFound, Timeout, Unavailable
+from ..plan import AgentPlan, BatchCall, call
 from ..results import StreamEvent
 from . import manifest as mf
 from .segment import KeyItem, StreamItem, checksum, encode, new_segment_id

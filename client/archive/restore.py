@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from ..agent.plan import AgentPlan, call
 from ..errors import Archived, NotFound
+from ..plan import AgentPlan, call
 from ..results import StreamEvent
 from .archiver import EVENT_OVERHEAD, MAX_ITEMS, SEAL_MAX_EVENTS
 from .segment import KeyItem, Segment, StreamItem, decode

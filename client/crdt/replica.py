@@ -9,7 +9,7 @@ synced updates. The replica's own updates are never lost by a sync: a failed mer
 (Unavailable, Timeout, anything) puts its deltas back into pending for the next sync.
 
 One sans-IO core, two drivers: a sync is a *plan* (a generator yielding the client calls
-it needs, the steps of client/agent/plan.py), driven by its ``run`` over a blocking Client
+it needs, the steps of client/plan.py), driven by its ``run`` over a blocking Client
 and ``arun`` over an AsyncClient: ``sync()`` returns the result on a Client and a
 coroutine on an AsyncClient (``await replica.sync()``). The updates are plain methods on
 both. A replica is thread-safe (one lock, never held across a network call).
@@ -31,7 +31,7 @@ The five things:
    update, nothing applied). A replica id must belong to ONE replica at a time: two live
    replicas with one id (or one restarted without its file but with its old id) can lose
    each other's updates. The default id (a fresh uuid4, kept in the file) is safe.
-4. Key layout: the CRDT is the kv value of its key (client/crdt_commands.py); the local
+4. Key layout: the CRDT is the kv value of its key (client/crdt/commands.py); the local
    file (client/crdt/replica_file.py) is msgpack ``{format, version, ns, key, type,
    replica_id, state, pending}`` (states in the model's canonical encoding), replaced
    atomically: written to a temporary file, fsynced, renamed over the old one, directory
@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeAlias
 
-from ..agent.plan import AgentPlan, Call, arun, run
 from ..errors import CrdtTypeMismatch, InvalidRequest
+from ..plan import AgentPlan, Call, arun, run
 from . import model
 from .replica_file import ReplicaFileError, read_replica, write_replica
 

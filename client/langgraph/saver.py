@@ -88,7 +88,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
-from ..agent.plan import AgentPlan, arun, run
+from ..plan import AgentPlan, arun, run
 from .saver_admin import copy_thread_plan, delete_for_runs_plan, delete_threads_plan, prune_plan
 from .saver_codec import Limits, check_serde
 from .saver_combine import CombinedClient, TxnCombiner

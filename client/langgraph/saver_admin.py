@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..agent.plan import AgentPlan, Call
 from ..errors import Conflict
 from ..ops import compare, ops
+from ..plan import AgentPlan, Call
 from . import keys as K
 from .saver_codec import Record, pack_record, pack_txns, unpack_record
 from .saver_plan import Ctx, ranges_at

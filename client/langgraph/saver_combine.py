@@ -38,8 +38,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..agent.plan import Call
 from ..errors import InvalidRequest, Unavailable
+from ..plan import Call
 from .saver_codec import Limits, op_size
 
 __all__ = ["SENDERS", "CombinedClient", "TxnCombiner"]
@@ -176,7 +176,7 @@ class TxnCombiner:
 
 class CombinedClient:
     """``client`` with its ``txn`` sent through ``combiner`` (every other attribute is the
-    client's own), for :func:`client.agent.plan.run` to drive a saver plan over."""
+    client's own), for :func:`client.plan.run` to drive a saver plan over."""
 
     __slots__ = ("client", "combiner")
 

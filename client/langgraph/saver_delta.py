@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..agent.plan import AgentPlan, Call
+from ..plan import AgentPlan, Call
 from . import keys as K
 from .saver_codec import Record, loads, unpack_blob, unpack_record
 from .saver_plan import Ctx, blob_value, pending_writes, pinned_read, ranges_at, target

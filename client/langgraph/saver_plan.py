@@ -1,5 +1,5 @@
 """The saver's sans-IO core: put, put_writes, get_tuple and list as plans (generators that
-yield client calls and are sent their results, client/agent/plan.py), so the blocking and
+yield client calls and are sent their results, client/plan.py), so the blocking and
 the asyncio methods of StatekeeperSaver are one implementation and the unit tests drive
 them over an in-memory client.
 
@@ -23,9 +23,9 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from ..agent.plan import AgentPlan, Call, batch, is_error, raise_errors
 from ..errors import Compacted, Conflict
 from ..ops import compare, ops
+from ..plan import AgentPlan, Call, batch, is_error, raise_errors
 from . import keys as K
 from .saver_codec import (
     Limits,

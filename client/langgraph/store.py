@@ -100,7 +100,7 @@ from typing import Any
 from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig, ensure_embeddings
 
 from .. import AsyncClient, Client
-from ..agent.plan import arun, run
+from ..plan import arun, run
 from .store_core import Limits, Prepared, StoreCore
 
 __all__ = ["StatekeeperStore"]

@@ -1,5 +1,5 @@
 """StatekeeperStore's sans-IO core: one LangGraph batch (GetOp, PutOp, SearchOp,
-ListNamespacesOp) as a plan (client/agent/plan.py) that yields the client requests it needs
+ListNamespacesOp) as a plan (client/plan.py) that yields the client requests it needs
 and returns the batch's results; the blocking and asyncio drivers (client/langgraph/store.py)
 run it over a Client or an AsyncClient, and the unit tests over an in-memory fake.
 
@@ -42,9 +42,9 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ..agent.plan import AgentPlan, BatchCall, Call, batch, call, raise_errors
 from ..errors import InvalidRequest
 from ..ops import compare, ops
+from ..plan import AgentPlan, BatchCall, Call, batch, call, raise_errors
 from .store_keys import after, item_key, literal_labels, namespace_prefix, prefix_end
 from .store_match import cosine, list_namespaces, value_matches
 from .store_records import Record, encode_vector

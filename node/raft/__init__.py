@@ -12,7 +12,7 @@ Interface (what the rest of the node uses):
                                  READ_INDEX_NOT_YET) on the raft thread
     .is_leader() / .leader_known() / .status() -> RaftStatus / .journal_summary()
     .progress()                  (seconds since the raft loop last ticked or applied, the
-                                 longest such gap, restoring a snapshot?): node/liveness.py
+                                 longest such gap, restoring a snapshot?): node/api/liveness.py
     .on_leadership_lost(fn)      fn() called on the raft thread when this node stops leading
     .transfer_leadership() -> str  any thread: one hand-over attempt at the raft thread's
                                  next tick (denied while no follower has the whole log:
@@ -25,7 +25,7 @@ Interface (what the rest of the node uses):
     .destroy()
     write_seed_snapshot(cluster_config, node_id, index, write_body)
                                  the raft snapshot a restored node starts from
-                                 (node/backup_seed.py)
+                                 (node/backup/seed.py)
 
 The package, one job per module:
     interface.py   SubmitError, RaftStatus, FSM (the state machine as raft sees it)
@@ -46,7 +46,7 @@ The package, one job per module:
                    authenticated peer that connects; no pysyncobj import)
     prevote.py     PreVoteMixin of PatchedSyncObj
     catchup.py     CatchUpMixin of PatchedSyncObj: a node that started without raft state votes
-                   only once caught up (node/raft_state.py creates the raft dir)
+                   only once caught up (node/raft/data_dir.py creates the raft dir)
     install.py     SnapshotInstallMixin of PatchedSyncObj: the follower's side of snapshots (commit
                    bound, chunk acks, journal kept on load, gates while restoring)
     log.py         RaftLog: the journal as pysyncobj sees it

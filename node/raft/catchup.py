@@ -10,7 +10,7 @@ one term too. "Vote only for candidates whose log is at least as long" does not 
 empty log is shorter than anyone's, and a brand-new member's log is empty as well.
 
 The rule. A node that starts with no raft dir writes raft/catching-up (fsynced, inside a
-raft dir renamed into place, so no crash leaves a raft dir without it: node/raft_state.py)
+raft dir renamed into place, so no crash leaves a raft dir without it: node/raft/data_dir.py)
 before anything else and, while that file exists, it
 - grants no vote (pysyncobj's request_vote is dropped: no answer, no term change) and no
   pre-vote (answered "not granted");
@@ -45,7 +45,7 @@ two nodes of which one lost its disk and the other is down, next to a never-star
 third, looks exactly like a new cluster). Creating a raft dir is the explicit act that
 says "this node is a member of a cluster being created": `RaftNode(new_cluster=True)`
 (`statekeeper node --new-cluster`, like etcd's --initial-cluster-state new), or
-node.raft_state.bootstrap_new_cluster, which `statekeeper cluster up` (LocalCluster) runs
+node.raft.data_dir.bootstrap_new_cluster, which `statekeeper cluster up` (LocalCluster) runs
 when no node of the config has raft state yet. An existing raft dir is raft state; a
 missing one at a start without that flag is a lost disk or a member added online
 (cluster add-node): both catch up first. A one-node cluster whose disk is lost has no
@@ -59,7 +59,7 @@ from __future__ import annotations
 import logging
 import os
 
-from statekeeper.node.raft_state import CATCHING_UP_FILE
+from statekeeper.node.raft.data_dir import CATCHING_UP_FILE
 from statekeeper.node.snapshot_file import fsync_dir
 
 log = logging.getLogger("statekeeper.raft")

@@ -1,4 +1,4 @@
-"""The raft journal as pysyncobj sees it (RaftLog, over node/journal.py's DurableJournal),
+"""The raft journal as pysyncobj sees it (RaftLog, over node/raft/journal.py's DurableJournal),
 the exact shape pysyncobj expects its entries in, and the command formats in it.
 
 A journal command is one type byte and a body:
@@ -37,7 +37,7 @@ import pickle
 from collections.abc import Callable
 
 from statekeeper.node import entry, snapshot_file
-from statekeeper.node.journal import DurableJournal
+from statekeeper.node.raft.journal import DurableJournal
 from statekeeper.node.raft.members import MEMBERSHIP_COMMAND
 
 REGULAR_COMMAND = b"\x00"  # pysyncobj's _COMMAND_TYPE.REGULAR

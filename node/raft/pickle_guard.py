@@ -27,7 +27,7 @@ pysyncobj's pickle.loads sites (pysyncobj/syncobj.py of 0.3.17) and what reaches
 - tcp_connection's message decoding: it has no pickle at all (syncobj._NoPeerPickle;
   peer_encoding.py decodes).
 - serializer.py unpickles a snapshot only without a custom deserializer, and journal.py only
-  in FileJournal: we give both our own (raft_node._deserialize, node/journal.py).
+  in FileJournal: we give both our own (raft_node._deserialize, node/raft/journal.py).
 """
 
 from __future__ import annotations

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statekeeper.node import failpoints, snapshot_file
-from statekeeper.node.cluster_clock import ClusterClock
 from statekeeper.node.config import RAFT_ENTRY_LIMIT_BYTES, ClusterConfig, ConfigError
 from statekeeper.node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
+from statekeeper.node.raft.cluster_clock import ClusterClock
+from statekeeper.node.raft.data_dir import prepare_raft_dir
 from statekeeper.node.raft.install import SyncBehind
 from statekeeper.node.raft.interface import FSM, ApplyFn, Callback, RaftStatus, SubmitError
 from statekeeper.node.raft.log import RaftLog, entry_tuple
@@ -35,7 +36,6 @@ from statekeeper.node.raft.syncobj import (
     replicated_command_size,
     submit_callback,
 )
-from statekeeper.node.raft_state import prepare_raft_dir
 from statekeeper.node.tls import raft_contexts
 
 if TYPE_CHECKING:
@@ -323,7 +323,7 @@ class RaftNode:
 
     def compact_journal(self) -> None:
         """Any thread: snapshot at the next tick and drop the journal entries it covers
-        (what deletes freed leaves the journal only then; node/disk_watch.py)."""
+        (what deletes freed leaves the journal only then; node/quota/disk_watch.py)."""
         self._obj.forceLogCompaction()  # sets a flag the raft thread reads
 
     def journal_summary(self) -> str:
@@ -341,7 +341,7 @@ class RaftNode:
 
     def progress(self) -> tuple[float, float, bool]:
         """(seconds since the raft loop last ticked or applied an entry, the longest such
-        gap since start, whether a snapshot restore is under way): node/liveness.py."""
+        gap since start, whether a snapshot restore is under way): node/api/liveness.py."""
         o = self._obj
         return time.monotonic() - o.last_progress, o.max_progress_gap, self.restoring
 

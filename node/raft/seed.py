@@ -1,4 +1,4 @@
-"""The raft snapshot a node of a restored cluster starts from (node/backup_seed.py)."""
+"""The raft snapshot a node of a restored cluster starts from (node/backup/seed.py)."""
 
 from __future__ import annotations
 

@@ -30,10 +30,10 @@ from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from statekeeper.node import failpoints
-from statekeeper.node.cluster_clock import ClusterClock
 from statekeeper.node.config import RAFT_ENTRY_LIMIT_BYTES, RaftSettings
 from statekeeper.node.raft import loop_driver
 from statekeeper.node.raft.catchup import CatchUpMixin
+from statekeeper.node.raft.cluster_clock import ClusterClock
 from statekeeper.node.raft.commit_notice import CommitNoticeMixin
 from statekeeper.node.raft.compaction import JournalBoundMixin
 from statekeeper.node.raft.conn_buffers import InPlaceBuffersMixin
@@ -354,7 +354,7 @@ class PatchedSyncObj(
         self._init_commit_notice(driver.loop.call_later)
         self.ticks = 0  # ticks run (metrics: statekeeper_raft_ticks_total)
         self._tick_waits_for_log = False  # a tick was skipped for the leader's fdatasync
-        # Raft-loop progress for the liveness check (node/liveness.py): stamped by every
+        # Raft-loop progress for the liveness check (node/api/liveness.py): stamped by every
         # tick and every applied entry (a long journal replay is progress, not a stall);
         # written by the raft thread only, read by the HTTP thread (a float: no lock).
         self.last_progress = time.monotonic()
@@ -439,7 +439,7 @@ class PatchedSyncObj(
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
         # sleep(S): a raft step stuck (the whole node: raft runs on the loop); N*error: from
-        # the Nth on, ticks fail before they count as progress (node/liveness.py: not live).
+        # the Nth on, ticks fail before they count as progress (node/api/liveness.py: not live).
         failpoints.hit("raft-tick")
         self.note_progress()
         # The leader counts itself towards the commit index inside this tick: whatever it
@@ -469,7 +469,7 @@ class PatchedSyncObj(
 
     def _checkCommandsToApply(self) -> None:
         # This is where the leader appends queued commands (its own and forwarded ones):
-        # each gets the leader's time (node/cluster_clock.py), whoever built it.
+        # each gets the leader's time (node/raft/cluster_clock.py), whoever built it.
         if self._isLeader() and self.holding_appends():
             return  # a hand-over waits for its target to catch up (transfer.py)
         if self._isLeader():

@@ -33,7 +33,7 @@ Modules, one job each (the shape of etcd's mvcc + backend):
     tokens.py      ops auth_token_create, auth_token_revoke; read auth_token_list; the
                    state machine's in-memory token view
     compaction.py  op compact; history, change-log and idempotency pruning after every entry
-    changes.py     the change log read for watches (node/watch.py), in bounded pages
+    changes.py     the change log read for watches (node/api/watch.py), in bounded pages
     snapshot.py    checkpoint, pack a checkpoint, restore, the swap-directory recovery
     machine.py     StateMachine, tying them together
 
@@ -46,8 +46,8 @@ through `tx` (point, scan, kv_at), stages writes with `tx.stage(key, value)` and
 registers `reader(src, limits, op)` with `@reads.serves("name")` (any reads.Source: a
 ReadView, or the EntryTx when it also runs inside an entry; streams.py does both). Give
 its records a new tag byte in keys.py (the on-disk format is append-only). The op's
-validation, like every op's, lives in node/ops.py (`validate_op` refuses names it does
-not know), and its HTTP route and schema in node/http_api.py and node/openapi.py.
+validation, like every op's, lives in node/ops/core.py (`validate_op` refuses names it does
+not know), and its HTTP route and schema in node/api/routes.py and node/openapi/document.py.
 """
 
 from statekeeper.node.store import (  # noqa: F401  (each registers its ops)

@@ -17,7 +17,7 @@ the empty ns) and bound to the op it came with: the record keeps a 16-byte BLAKE
 digest of the op (without its idempotency_key, dict keys sorted), and the same key
 with another op fails with `idempotency_key_reused` instead of replaying a result
 that belongs to a different request. `clock` = max of all entry timestamps seen
-(time only the leader stamps, node/cluster_clock.py; it never runs backwards across
+(time only the leader stamps, node/raft/cluster_clock.py; it never runs backwards across
 leader changes); a record expires at clock + idempotency_seconds when stored and is
 pruned (node/store/compaction.py) once clock passes it. Results of failed ops (errors)
 are not stored: a failed op leaves no trace.
@@ -43,7 +43,7 @@ from statekeeper.node import entry as raft_entry
 from statekeeper.node.config import Limits, Retention
 from statekeeper.node.entry import validated_op
 from statekeeper.node.errors import OpError
-from statekeeper.node.ops import validate_op
+from statekeeper.node.ops.core import validate_op
 from statekeeper.node.store.backend import StorageError, check, db_get, db_iter
 from statekeeper.node.store.keys import (
     IDEM,
@@ -315,7 +315,7 @@ def recorded_result(
     """An idempotency record (IDEM + record id) read for `op` (whose digest is `digest`)
     at replicated time `clock`: (its result marked replayed, None) while it lives, (None,
     its expiry) once expired. Raises idempotency_key_reused when it is bound to another
-    request. Apply replays with it; node/quota_gate.py answers a retry refused under the
+    request. Apply replays with it; node/quota/gate.py answers a retry refused under the
     NOSPACE alarm with it (the same answer apply would give)."""
     exp, _, result, *bound_to = unpack(stored)
     if exp <= clock:

@@ -1,5 +1,5 @@
 """Archival to a cold tier: ops archive_seal, archive_restore; reads archive_plan,
-archive_list (docs/protocol.md, "Archival"; declared in node/archive_ops.py). The tombstone
+archive_list (docs/protocol.md, "Archival"; declared in node/ops/archive.py). The tombstone
 checks of get, read_stream and stream_info live below this module and below kv.py and
 streams.py, in node/store/archive_tombstones.py.
 
@@ -38,7 +38,7 @@ The five things:
 2. ok / failed / unknown. Both writes are idempotent in effect (a repeated seal skips what
    it already sealed, a repeated restore skips what is live); retry an unknown result with
    the same idempotency_key to get the first answer.
-3. Limits. node/archive_ops.py: 500 items, 10000 events per op; a plan item of a stream
+3. Limits. node/ops/archive.py: 500 items, 10000 events per op; a plan item of a stream
    covers at most 10000 events.
 4. Key layout: b"A", b"B", b"S" (node/store/keys.py has the rows). A seal's delete is an
    ordinary delete in the history and change log (watchers see a DELETE).
@@ -50,9 +50,9 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any
 
-from statekeeper.node.archive_ops import MAX_ARCHIVE_EVENTS
 from statekeeper.node.config import Limits
-from statekeeper.node.op_fields import invalid
+from statekeeper.node.ops.archive import MAX_ARCHIVE_EVENTS
+from statekeeper.node.ops.fields import invalid
 from statekeeper.node.store.apply import EntryTx, handles, read_op
 from statekeeper.node.store.archive_tombstones import events_tombstone
 from statekeeper.node.store.keys import (

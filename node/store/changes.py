@@ -1,4 +1,4 @@
-"""The change log, read for watches (node/watch.py): what changed at each revision.
+"""The change log, read for watches (node/api/watch.py): what changed at each revision.
 
 Format (node/store/keys.py): every put and delete at revision rev stages the empty record
 b"r" rev8 ns 0x00 key (node/store/kv.py, `write_put`/`write_delete`), so the log is sorted

@@ -4,7 +4,7 @@ raft index).
 
 Compaction to C (explicit `compact` op, or automatic when revision - compact_revision
 exceeds retention.history_revisions plus 1/16 slack) only moves `compact_revision`; the
-physical pruning deletes every change-log record ("r" rev key, read by node/watch.py) with
+physical pruning deletes every change-log record ("r" rev key, read by node/api/watch.py) with
 rev <= C together with the history records its value names (the ones the write at rev
 superseded), a bounded number per entry (HIST_PRUNE_MIN + 2 per history record the entry
 wrote, so it keeps up with any write rate). `changes_pruned` remembers how far it got

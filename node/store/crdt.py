@@ -48,8 +48,8 @@ import msgpack
 
 from statekeeper.client.crdt import model
 from statekeeper.node.config import Limits
-from statekeeper.node.crdt_ops import decode_state
 from statekeeper.node.errors import OpError
+from statekeeper.node.ops.crdt import decode_state
 from statekeeper.node.store import lease_state
 from statekeeper.node.store.apply import EntryTx, handles, read_op
 from statekeeper.node.store.keys import SEP, cur_key, cur_lease, unpack

@@ -46,7 +46,7 @@ contain no NUL, so NUL works as separator and byte order of the composite keys e
     b"J" ns 0x00 stream                  the lease the stream is attached to (int); "J"
                                          exists iff "j" does, iff the stream exists (its
                                          "Q") and was last appended to with that lease
-    b"r" rev8 ns 0x00 key                the change log (node/watch.py): key was put or
+    b"r" rev8 ns 0x00 key                the change log (node/api/watch.py): key was put or
                                          deleted at rev (its "h" record at rev says
                                          which). Value: the rev8s of the key's "h"
                                          records the write superseded at rev (no read

@@ -2,7 +2,7 @@
 as reads of StateMachine.read (`reads.serves`).
 
 A write at revision rev stages the key's new "c" record, its "h" record at rev, and its
-change-log record "r" rev key (read by node/watch.py), whose value names the "h" records
+change-log record "r" rev key (read by node/api/watch.py), whose value names the "h" records
 the write supersedes at rev (node/store/keys.py).
 
 Archival (node/store/archive.py, its lookups in node/store/archive_tombstones.py): a put that creates a key (it is not live) also removes

@@ -7,7 +7,7 @@ entry's leader time (`tx.clock`) + ttl_ms, moved to clock + ttl_ms by every keep
 Keys put with `lease`, and streams appended to with `lease`, are attached to it;
 revoking it, or its expiry, deletes every attached key and stream at ONE revision (like a
 prefix delete). Apply never reads a clock: expiry is
-decided by the leader (node/lease_expiry.py), which proposes `lease_expire` with the
+decided by the leader (node/tasks/leases.py), which proposes `lease_expire` with the
 leases its local store shows due, and apply re-checks each one against the entry's time
 (`expires_ms <= tx.clock`; a keepalive may have won the race): a lease not due is left
 alone. A lease exists until a revoke or an applied expiry removes it, so a keepalive that
@@ -55,7 +55,7 @@ from itertools import islice
 from typing import Any
 
 from statekeeper.node.config import Limits
-from statekeeper.node.lease_ops import MAX_LEASE_KEYS_SHOWN
+from statekeeper.node.ops.leases import MAX_LEASE_KEYS_SHOWN
 from statekeeper.node.store import lease_state, stream_leases
 from statekeeper.node.store.apply import EntryTx, handles, read_op
 from statekeeper.node.store.keys import (

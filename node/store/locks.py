@@ -1,6 +1,6 @@
 """Locks with fencing: ops lock_acquire, lock_release, the read lock_list, and the fence
 check that node/store/apply.py runs before every write op carrying a `fence`
-(docs/protocol.md, "Locks and fencing"; validated by node/lock_ops.py).
+(docs/protocol.md, "Locks and fencing"; validated by node/ops/locks.py).
 
 A lock is a queue of waiter keys, ordinary kv keys of the namespace (etcd's recipe, made
 by the server so it can name them by revision):
@@ -20,7 +20,7 @@ a waiter enqueued after the holder has a larger revision than it), so fences onl
 A waiter key is recognized by its last segment of exactly 20 digits: keys of a lock named
 "a/b" also start with "__lock/a/" and are skipped when looking at lock "a".
 
-Fence check (`check_fence`, registered in apply.BEFORE_HANDLER for node/lock_ops.py's
+Fence check (`check_fence`, registered in apply.BEFORE_HANDLER for node/ops/locks.py's
 FENCED_OPS): a write op with
 `fence: {name, token}` applies only if the first waiter key of lock `name` in the op's
 namespace exists and has create_revision == token; otherwise OpError `fence_mismatch`
@@ -57,7 +57,7 @@ from typing import Any
 
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
-from statekeeper.node.lock_ops import (
+from statekeeper.node.ops.locks import (
     FENCED_OPS,
     LOCK_PREFIX,
     TOKEN_DIGITS,

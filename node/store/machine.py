@@ -183,7 +183,7 @@ class StateMachine:
             )
 
     def lease_ns(self, lease: int) -> str | None:
-        """The namespace of a lease, None if it does not exist (node/authz.py)."""
+        """The namespace of a lease, None if it does not exist (node/api/authz.py)."""
         with self.read_view() as view:
             rec = LeaseRecord.load(view, lease)
         return None if rec is None else rec.ns
@@ -201,7 +201,7 @@ class StateMachine:
         """The answer apply would replay for validated write `op` from the record of its
         idempotency key (scoped to its namespace, bound to its request), or None: no key,
         no record, or an expired one. Raises idempotency_key_reused like apply. Local
-        state: the caller makes it linearizable (node/quota_gate.py)."""
+        state: the caller makes it linearizable (node/quota/gate.py)."""
         if op.get("idempotency_key") is None:
             return None
         ran = as_applied(op, self.limits)
@@ -237,7 +237,7 @@ class StateMachine:
     def reclaim(self) -> None:
         """Flush, then compact every RocksDB file (any thread; applies go on meanwhile):
         what deletes and compaction removed leaves the disk only when RocksDB rewrites its
-        files. Run under the NOSPACE alarm (node/disk_watch.py), like etcd's defrag."""
+        files. Run under the NOSPACE alarm (node/quota/disk_watch.py), like etcd's defrag."""
         with self._handle.use:
             try:
                 self._db.flush(True)
@@ -259,7 +259,7 @@ class StateMachine:
 
         Flushes first without the lock (applies go on), then holds the apply lock for the
         checkpoint alone, so the raft thread waits only for the hard links of the files
-        (node/backup_ops.py notes the pause measured)."""
+        (node/api/backup.py notes the pause measured)."""
         self.flush()
         with self._handle.use:
             started = time.monotonic()

@@ -9,7 +9,7 @@ layout); reads of the current revision go through the "c" index and one point lo
 the value. A read below compact_revision fails `compacted`, above the current revision
 `future_revision`.
 
-Range continuation tokens encode (revision, next key) (see node.ops); later pages are
+Range continuation tokens encode (revision, next key) (see node.ops.core); later pages are
 served at the first page's revision, so paging is consistent as long as that revision is
 not compacted meanwhile.
 
@@ -30,7 +30,7 @@ from rocksdict import ReadOptions
 
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
-from statekeeper.node.ops import decode_continuation, encode_continuation
+from statekeeper.node.ops.core import decode_continuation, encode_continuation
 from statekeeper.node.store.keys import (
     CUR,
     HIST,

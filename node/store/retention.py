@@ -3,7 +3,7 @@ reads retention_list and retention_status, and the revision-time index written a
 every entry (docs/protocol.md, "Retention").
 
 A policy is a replicated record per (ns, target, prefix). It is enforced by the cluster,
-not by a client: the leader's task (node/retention_gc.py) computes what the policies drop
+not by a client: the leader's task (node/tasks/retention.py) computes what the policies drop
 (node/store/retention_select.py) from its local store and the leader clock, and proposes
 `gc` ops; apply re-checks every item, so apply never reads a clock (a key is deleted only
 if its mod_revision is still the one named; a stream is only truncated forward).
@@ -27,7 +27,7 @@ The five things:
    by the leader's next tick; a lost one costs nothing.
 3. Limits. At most MAX_POLICIES_PER_NS (1000) policies per namespace (413
    `too_many_policies`); prefix like a key (413 `key_too_large`); rules as in
-   node/retention_ops.py (400 `invalid_argument`); a gc op: <= 500 items, <= 10000 stream
+   node/ops/retention.py (400 `invalid_argument`); a gc op: <= 500 items, <= 10000 stream
    events removed (the rest at the next tick).
 4. Key layout: b"P" policies, b"g" last gc per ns, b"t" the revision-time index
    (node/store/keys.py has the rows). A b"P" record is the msgpack array [keep_last,
@@ -46,7 +46,7 @@ from typing import Any
 
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
-from statekeeper.node.retention_ops import MAX_POLICIES_PER_NS, MAX_TRUNCATE_EVENTS
+from statekeeper.node.ops.retention import MAX_POLICIES_PER_NS, MAX_TRUNCATE_EVENTS
 from statekeeper.node.store.apply import AFTER_ENTRY, EntryTx, handles, read_op
 from statekeeper.node.store.keys import (
     RETENTION,

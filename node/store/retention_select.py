@@ -1,6 +1,6 @@
 """What retention policies select: a pure function of a store view and a time.
 
-Used by the leader's GC task (node/retention_gc.py: `plan_gc` -> gc ops to propose) and
+Used by the leader's GC task (node/tasks/retention.py: `plan_gc` -> gc ops to propose) and
 by the retention_status read (node/store/retention.py: `policy_status`). Nothing here
 writes; everything reads through a reads.Source (a ReadView shares ONE iterator between
 scan and point, so every scan is collected before any point read).
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from statekeeper.node.retention_ops import MAX_GC_ITEMS
+from statekeeper.node.ops.retention import MAX_GC_ITEMS
 from statekeeper.node.store.keys import (
     CUR,
     INF,

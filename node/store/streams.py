@@ -65,7 +65,8 @@ import msgpack
 
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
-from statekeeper.node.op_fields import decode_continuation, encode_continuation, invalid
+from statekeeper.node.ops.fields import decode_continuation, encode_continuation, invalid
+from statekeeper.node.ops.streams import decode_stream_continuation, encode_stream_continuation
 from statekeeper.node.store import stream_leases
 from statekeeper.node.store.apply import EntryTx, handles, read_op
 from statekeeper.node.store.archive_tombstones import archived_before, check_events
@@ -80,7 +81,6 @@ from statekeeper.node.store.keys import (
     unpack,
 )
 from statekeeper.node.store.reads import Source, check_revision
-from statekeeper.node.stream_ops import decode_stream_continuation, encode_stream_continuation
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +276,7 @@ def truncate(tx: EntryTx, ns_b: bytes, stream_b: bytes, before_seq: int, budget:
 def truncate_stream(tx: EntryTx, op: dict) -> dict:
     """{revision, stream, first_seq, last_seq, removed, more}: one revision if it removed
     anything; 404 `stream_not_found` for a stream that does not exist."""
-    from statekeeper.node.retention_ops import MAX_TRUNCATE_EVENTS
+    from statekeeper.node.ops.retention import MAX_TRUNCATE_EVENTS
 
     stream, before = op["stream"], op["before_seq"]
     meta, removed = truncate(tx, op["ns"].encode(), stream.encode(), before, MAX_TRUNCATE_EVENTS)

@@ -1,15 +1,15 @@
 """Auth tokens: ops auth_token_create, auth_token_revoke; read auth_token_list
-(docs/protocol.md, "Authentication and authorization"; declared in node/auth_ops.py,
-checked on every request by node/authz.py).
+(docs/protocol.md, "Authentication and authorization"; declared in node/ops/auth.py,
+checked on every request by node/api/authz.py).
 
 A token is one b"T" token_id record (node/store/keys.py): the SHA-256 of its secret, a
 name, its grants, created_ms and expires_ms. Both times come from the entry (`tx.clock`,
 the leader-stamped replicated clock): created_ms = clock, expires_ms = clock + ttl_ms (0:
 never). Apply never reads a clock; whether a token has expired is decided per request
-against the serving node's wall clock (node/authz.py). A revoke deletes the record.
+against the serving node's wall clock (node/api/authz.py). A revoke deletes the record.
 
 Tokens minted by tokens (issue 27, item 6: a 1-hour namespace admin minted a ttl-0 admin
-token that outlived its creator's revocation). node/authz.py puts the creating token's
+token that outlived its creator's revocation). node/api/authz.py puts the creating token's
 id into the op as `parent` (absent for the root token, with auth off, and in entries
 written before this); the record keeps it. Apply then
 - refuses (unauthenticated) a create whose parent is gone (revoked or expired between the

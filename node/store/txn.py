@@ -1,6 +1,6 @@
 """The txn op: compares, then one branch of inner ops, all at one revision.
 
-Inner ops run through apply.HANDLERS like top-level ones (node/ops.py limits which), so
+Inner ops run through apply.HANDLERS like top-level ones (node/ops/core.py limits which), so
 they see the txn's earlier writes; their results report the txn's final revision.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 
-from statekeeper.node.ops import encode_continuation
+from statekeeper.node.ops.core import encode_continuation
 from statekeeper.node.store.apply import HANDLERS, EntryTx, handles
 from statekeeper.node.store.keys import cur_key, unpack
 

@@ -10,7 +10,7 @@
 Options per test: @pytest.mark.cluster_options(size=5, fsync="always",
 election_timeout_min=0.2, election_timeout_max=0.5, gc_interval_seconds=0.5, auth=True,
 node_command=[...], env={...}, ready_timeout=90). `auth=True` sets [auth] enabled = true
-(clients then need a token: client.auth_tokens.root_token(config.secret) is the root one).
+(clients then need a token: client.auth.tokens.root_token(config.secret) is the root one).
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ def mint_token(lc: LocalCluster, **grant: Any) -> str:
     """A token minted with the root token (derived from the cluster secret), e.g.
     mint_token(lc, ns="*", role="admin"), through a client that trusts the cluster CA."""
     from statekeeper.client import Client
-    from statekeeper.client.auth_tokens import root_token
+    from statekeeper.client.auth.tokens import root_token
 
     urls = lc.config.http_urls()
     with Client(urls, token=root_token(lc.config.secret), tls=lc.tls) as c:

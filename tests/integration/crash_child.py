@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from statekeeper.node.config import ClusterConfig, NodeConfig, RaftSettings  # noqa: E402
-from statekeeper.node.raft_state import bootstrap_new_cluster  # noqa: E402
+from statekeeper.node.raft.data_dir import bootstrap_new_cluster  # noqa: E402
 from tests.integration.raft_harness import Member, leader_of  # noqa: E402
 
 

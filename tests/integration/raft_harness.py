@@ -19,13 +19,13 @@ from statekeeper.cluster.ports import free_ports
 from statekeeper.node import entry
 from statekeeper.node.config import ClusterConfig, NodeConfig, RaftSettings
 from statekeeper.node.raft import RaftNode, SubmitError
-from statekeeper.node.raft_state import bootstrap_new_cluster
+from statekeeper.node.raft.data_dir import bootstrap_new_cluster
 from statekeeper.node.store import StateMachine
 
 
 def config(base: Path, size: int, fsync: str = "always", **raft) -> ClusterConfig:
     """A new cluster of `size` nodes under `base`: their raft dirs are created, as
-    `statekeeper cluster up` does (node/raft_state.py), so each votes from its first start."""
+    `statekeeper cluster up` does (node/raft/data_dir.py), so each votes from its first start."""
     ports = free_ports(2 * size)
     nodes = tuple(
         NodeConfig(id=f"n{i}", host="127.0.0.1", raft_port=ports[2 * i], http_port=ports[2 * i + 1])

@@ -28,7 +28,7 @@ from statekeeper.client import (
     RetryPolicy,
     Unauthenticated,
 )
-from statekeeper.client.auth_tokens import parse_token, root_token
+from statekeeper.client.auth.tokens import parse_token, root_token
 from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import running_cluster
 

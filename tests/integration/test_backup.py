@@ -13,9 +13,9 @@ import threading
 from pathlib import Path
 
 from statekeeper.client import Client
-from statekeeper.client.auth_tokens import root_token
+from statekeeper.client.auth.tokens import root_token
 from statekeeper.cluster.supervisor import LocalCluster
-from statekeeper.node.backup_file import verify
+from statekeeper.node.backup.file import verify
 from tests.integration.cluster_fixture import (
     raw_connection,
     running,

@@ -117,7 +117,7 @@ def test_quota_refuses_writes_before_any_node_dies(tmp_path: Path) -> None:
         logs = [lc.log_tail(n, 400) for n in lc.node_ids]
         assert not any("exiting with status" in log for log in logs)
         # Space came back because a node under the alarm saw the compaction and had
-        # RocksDB rewrite its files and raft snapshot its journal (node/disk_watch.py).
+        # RocksDB rewrite its files and raft snapshot its journal (node/quota/disk_watch.py).
         assert any("NOSPACE alarm raised" in log for log in logs)
         assert any("RocksDB flushed and compacted its files" in log for log in logs)
 

@@ -14,7 +14,7 @@ import pytest
 
 from statekeeper.benchmarks.rolling_restart import Load
 from statekeeper.client import Client
-from statekeeper.client.auth_tokens import root_token
+from statekeeper.client.auth.tokens import root_token
 from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import raw_connection, tls_env
 from tests.integration.test_replication import _wait_leader

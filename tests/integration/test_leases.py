@@ -208,7 +208,7 @@ def test_keepalives_carry_a_lease_through_leader_kills(cluster: LocalCluster) ->
 def test_an_unrenewed_lease_expires_while_leaders_keep_changing(cluster: LocalCluster) -> None:
     """Nothing lives forever: each new leader resumes the replicated expiry instead of
     granting the lease its full TTL again (etcd's bug before lease checkpointing); and
-    nothing expires early. The cluster's time (node/cluster_clock.py) loses each election
+    nothing expires early. The cluster's time (node/raft/cluster_clock.py) loses each election
     gap, so the bound allows the two elections (about 1.5 s each) on top of the grace."""
     ttl = 4.0
     with Client(_urls(cluster), ns=_ns()) as c:

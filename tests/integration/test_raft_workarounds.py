@@ -12,7 +12,7 @@ from statekeeper.client import Client
 from statekeeper.cluster.supervisor import LocalCluster
 from statekeeper.node import failpoints
 from statekeeper.node.config import Limits
-from statekeeper.node.ops import validate_op
+from statekeeper.node.ops.core import validate_op
 from statekeeper.node.raft.syncobj import replicated_command_size
 
 pytestmark = pytest.mark.integration

@@ -32,7 +32,7 @@ Issue 15 item 4: the mismatch classes this test used to tolerate, and the side f
 - tuple-shaped arrays and their maxItems / prefixItems (archive keys, streams, events):
   document (prefixItems with the item schemas, `items: false`, min/maxItems; base64 and
   exact {b64} objects); server: an event's type / id that is not valid unicode is a 400.
-- txn compare value types / ops per target: server (node/codec.py): a compare's
+- txn compare value types / ops per target: server (node/api/codec.py): a compare's
   value_b64 replaced an integer or boolean `value`; it is now an ignored field unless the
   target is "value".
 - null read as absent: document: every optional field (and consistency, min_revision)
@@ -73,7 +73,7 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.config._checks import NEGATIVE_DATA_REJECTION_EXPECTED_STATUSES
 
 from statekeeper.cluster.supervisor import LocalCluster
-from statekeeper.node.watch_ops import WATCH_PATH
+from statekeeper.node.ops.watch import WATCH_PATH
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -170,7 +170,7 @@ KNOWN_SEEN: dict[str, int] = {}
 # request may get them (a revision ahead of or behind what the cluster holds, an
 # idempotency_key an earlier case used for another request).
 STATE_DEPENDENT = {"future_revision", "compacted", "archived", "idempotency_key_reused"}
-# The membership routes (node/member_api.py): who leads, who is a member, whether anything
+# The membership routes (node/api/members.py): who leads, who is a member, whether anything
 # listens on a generated raft port, whether a change is pending.
 STATE_DEPENDENT |= {
     "not_leader",

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 
 from statekeeper.client import Client, PermissionDenied, Unauthenticated
-from statekeeper.client.auth_tokens import parse_token, root_token, secret_hash
+from statekeeper.client.auth.tokens import parse_token, root_token, secret_hash
 from statekeeper.cluster import cli
 from statekeeper.cluster.supervisor import LocalCluster
 from statekeeper.node import config as node_config

@@ -28,7 +28,7 @@ from statekeeper.client import (
     RetryPolicy,
     StatekeeperError,
 )
-from statekeeper.client.watch import WatchEvent, WatchProgress
+from statekeeper.client.watch.core import WatchEvent, WatchProgress
 from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import raw_connection, raw_headers
 

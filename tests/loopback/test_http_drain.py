@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from statekeeper.node.http_server import HttpServer, ServerLimits
+from statekeeper.node.api.server import HttpServer, ServerLimits
 from tests.loopback.test_http_server import _connect, _echo, _error, _post, _read_response
 
 

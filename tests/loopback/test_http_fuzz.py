@@ -1,4 +1,4 @@
-"""Raw-socket fuzz of node/http_server.py (the parser, framing and limits) on loopback.
+"""Raw-socket fuzz of node/api/server.py (the parser, framing and limits) on loopback.
 
 Seeded random (the same cases every run): random bytes, mutated valid requests (byte flips,
 insertions, deletions, repeated or dropped header lines), huge request lines and headers,
@@ -17,7 +17,7 @@ import random
 
 import pytest
 
-from statekeeper.node.http_server import HttpServer, Request, Response, ServerLimits
+from statekeeper.node.api.server import HttpServer, Request, Response, ServerLimits
 
 SEED = 15
 CASES = 300

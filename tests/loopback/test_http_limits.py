@@ -1,4 +1,4 @@
-"""Connection exhaustion and slow clients against node/http_server.py on loopback.
+"""Connection exhaustion and slow clients against node/api/server.py on loopback.
 
 max_connections: one connection more gets a clear `503 too_many_connections` with
 `Connection: close` and is closed; idle connections that never send a request are cut after
@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from statekeeper.node.http_server import HttpServer, Request, Response, ServerLimits
+from statekeeper.node.api.server import HttpServer, Request, Response, ServerLimits
 
 MAX = 200
 

@@ -1,4 +1,4 @@
-"""node/http_server.py on a real loopback socket, driven by raw bytes."""
+"""node/api/server.py on a real loopback socket, driven by raw bytes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from statekeeper.node.http_server import HttpServer, Request, Response, ServerLimits
+from statekeeper.node.api.server import HttpServer, Request, Response, ServerLimits
 
 
 def _error(status: int, code: str, message: str) -> Response:

@@ -1,4 +1,4 @@
-"""Streamed answers of node/http_server.py (node/http_stream.py) on a real loopback socket:
+"""Streamed answers of node/api/server.py (node/api/chunked.py) on a real loopback socket:
 chunked framing, keep-alive afterwards, the producer stopped when the client goes away,
 a clean end at close(), and a client that stops reading (flow control, then StreamStalled)."""
 
@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from statekeeper.node.http_server import (
+from statekeeper.node.api.server import (
     HttpServer,
     Request,
     Response,

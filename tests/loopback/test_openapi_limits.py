@@ -7,7 +7,7 @@ from __future__ import annotations
 import aiohttp
 
 from statekeeper.node import config as node_config
-from statekeeper.node import http_api
+from statekeeper.node.api import routes as http_api
 
 
 async def test_served_document_comes_from_the_node_config(tmp_path):

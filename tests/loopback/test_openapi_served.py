@@ -1,4 +1,4 @@
-"""node/openapi.py against what the node's HTTP server actually answers: the server on a
+"""node/openapi/document.py against what the node's HTTP server actually answers: the server on a
 free loopback port, driven by an aiohttp client. The document itself: tests/unit/test_openapi.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-from statekeeper.node import openapi
+from statekeeper.node.openapi import document as openapi
 from tests.unit.test_openapi import DOC_URI, _api, _pointer, _validator
 
 DOC = openapi.document()
@@ -18,7 +18,7 @@ REGISTRY = Registry().with_resource(DOC_URI, DRAFT202012.create_resource(DOC))
 
 
 class _RaftProgress:
-    """The one thing /v1/health/live asks raft (node/liveness.py): its loop's progress."""
+    """The one thing /v1/health/live asks raft (node/api/liveness.py): its loop's progress."""
 
     age = 0.05
 

@@ -10,8 +10,8 @@ import pytest
 
 from statekeeper.client.agent import Agent, AsyncAgent, AsyncProjection, Projection
 from statekeeper.client.agent.agent import AgentCore
-from statekeeper.client.agent.plan import planned
 from statekeeper.client.agent.projection import ProjectionCore
+from statekeeper.client.plan import planned
 
 
 def public_methods(cls: type) -> dict[str, object]:

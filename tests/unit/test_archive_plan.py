@@ -1,4 +1,4 @@
-"""The archiver's plans (client/archive/archiver.py) driven by client/agent/plan.py's
+"""The archiver's plans (client/archive/archiver.py) driven by client/plan.py's
 ``run`` over a fake exchange: a scripted cluster and an in-memory archive, no network.
 Checks the order of the steps (segment durable, manifest durable, then seal), that items
 changed between plan and read are left out, that a seal keeps its idempotency key across
@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from statekeeper.client.agent.plan import run
 from statekeeper.client.archive import manifest, restore
 from statekeeper.client.archive.archiver import run_plan, seal_parts
 from statekeeper.client.archive.restore import fetch_key, restore_plan
 from statekeeper.client.archive.segment import KeyItem, StreamItem, checksum, decode, encode
 from statekeeper.client.errors import ArchiveCorrupt, Archived, NotFound, Timeout
+from statekeeper.client.plan import run
 from statekeeper.client.results import KeyValue, StreamEvent, StreamInfo, StreamPage
 
 URL = "memory://arch"

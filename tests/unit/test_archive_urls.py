@@ -16,7 +16,7 @@ from statekeeper.client import ArchiveCorrupt, Client, StatekeeperError
 from statekeeper.client.archive.storage import manifest_path, segment_path
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
-from statekeeper.node.ops import validate_op
+from statekeeper.node.ops.core import validate_op
 from tests.unit.test_client_archive import _answer, _parse_once
 
 ROOTS_ENV = "STATEKEEPER_ARCHIVE_ROOTS"

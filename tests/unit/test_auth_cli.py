@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from statekeeper.client.auth_tokens import new_token, parse_token, root_token
+from statekeeper.client.auth.tokens import new_token, parse_token, root_token
 from statekeeper.cluster import auth_cli, client_cli
 from statekeeper.node import config as node_config
 from statekeeper.node.config import AuthSettings, ConfigError

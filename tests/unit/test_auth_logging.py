@@ -12,12 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from statekeeper.client.auth_tokens import new_token
-from statekeeper.node.audit_log import AUDIT_LINES_PER_WINDOW, LOG_FIELD_CHARS
+from statekeeper.client.auth.tokens import new_token
+from statekeeper.node.api.audit_log import AUDIT_LINES_PER_WINDOW, LOG_FIELD_CHARS
+from statekeeper.node.api.routes import Api
+from statekeeper.node.api.server import Request
 from statekeeper.node.config import local_cluster
 from statekeeper.node.config_tables import AuthSettings
-from statekeeper.node.http_api import Api
-from statekeeper.node.http_server import Request
 
 # A generous bound on one audit line: a few request fields of LOG_FIELD_CHARS each.
 MAX_LINE_CHARS = 6 * LOG_FIELD_CHARS
@@ -84,11 +84,11 @@ def test_a_namespace_with_control_characters_is_refused_and_never_logged_raw(cap
         assert "\n" not in line and "\x1b" not in line, line
 
 
-# -- the building blocks (node/audit_log.py) --------------------------------------------
+# -- the building blocks (node/api/audit_log.py) --------------------------------------------
 
 
 def test_loggable_escapes_and_caps() -> None:
-    from statekeeper.node.audit_log import loggable
+    from statekeeper.node.api.audit_log import loggable
 
     assert loggable("/v1/kv/put") == "/v1/kv/put"
     assert loggable("a\nb\x1b[31m\\x1b\u202e") == "a\\x0ab\\x1b[31m\\\\x1b\\u202e"
@@ -98,7 +98,7 @@ def test_loggable_escapes_and_caps() -> None:
 
 
 def test_audit_lines_past_the_budget_become_one_summary_line() -> None:
-    from statekeeper.node.audit_log import AuditLog, WindowBudget
+    from statekeeper.node.api.audit_log import AuditLog, WindowBudget
 
     now = [100.0]
     records: list[str] = []
@@ -125,7 +125,7 @@ def test_audit_lines_past_the_budget_become_one_summary_line() -> None:
 def test_unknown_token_ids_cost_a_bounded_number_of_read_barriers() -> None:
     """Issue 27, item 12: every request with an unknown token id waited for a read barrier
     (a raft entry on a follower). Past the budget the node answers 401 without one."""
-    from statekeeper.node.audit_log import WindowBudget
+    from statekeeper.node.api.audit_log import WindowBudget
 
     api = _api()
     now = [0.0]

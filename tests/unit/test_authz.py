@@ -1,4 +1,4 @@
-"""node/authz.py without a network: authentication (root, tokens, malformed headers, wrong
+"""node/api/authz.py without a network: authentication (root, tokens, malformed headers, wrong
 secrets, expiry, revocation) and authorization (roles x ops, namespace globs, key prefixes,
 txn and batch parts, lease namespaces, admin-only ops, minting rules)."""
 
@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statekeeper.client.auth_tokens import new_token, parse_token, root_token
-from statekeeper.node.authz import Authorizer, Principal, touched_within
+from statekeeper.client.auth.tokens import new_token, parse_token, root_token
+from statekeeper.node.api.authz import Authorizer, Principal, touched_within
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
-from statekeeper.node.ops import OPS, validate_op
+from statekeeper.node.ops.core import OPS, validate_op
 from statekeeper.node.store.tokens import TokenRecord
 
 LIMITS = Limits()
@@ -286,7 +286,7 @@ def test_denial_names_op_ns_and_access(w: World) -> None:
     assert ei.value.extra == {"op": "put", "ns": "a"}
 
 
-# One valid request per op (in namespace "x" when it takes one): every op of node/ops.py
+# One valid request per op (in namespace "x" when it takes one): every op of node/ops/core.py
 # must be listed, so a new op cannot reach the API without a decision about its scope.
 EXAMPLES: dict[str, dict] = {
     "put": {"key": "k", "value": b"v"},

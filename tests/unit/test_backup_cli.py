@@ -13,7 +13,7 @@ import pytest
 import urllib3
 
 from statekeeper.cluster import cli
-from statekeeper.node.backup_file import BackupWriter, verify
+from statekeeper.node.backup.file import BackupWriter, verify
 
 
 def _backup_bytes() -> bytes:

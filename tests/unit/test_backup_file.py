@@ -1,5 +1,5 @@
-"""node/backup_file.py (the format), node/backup_ops.py (taking one from a real
-StateMachine) and node/backup_seed.py (seeding a new cluster from one), without a network."""
+"""node/backup/file.py (the format), node/api/backup.py (taking one from a real
+StateMachine) and node/backup/seed.py (seeding a new cluster from one), without a network."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from statekeeper.node import backup_file, snapshot_file
 from statekeeper.node import config as node_config
-from statekeeper.node.backup_file import BackupError, BackupWriter, copy_body, verify
-from statekeeper.node.backup_ops import Backups
-from statekeeper.node.backup_seed import SeedError, seed
+from statekeeper.node import snapshot_file
+from statekeeper.node.api.backup import Backups
+from statekeeper.node.backup import file as backup_file
+from statekeeper.node.backup.file import BackupError, BackupWriter, copy_body, verify
+from statekeeper.node.backup.seed import SeedError, seed
 from statekeeper.node.config import ClusterConfig
 from statekeeper.node.errors import OpError
 from statekeeper.node.store import StateMachine

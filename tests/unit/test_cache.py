@@ -1,4 +1,4 @@
-"""Cache and AsyncCache (client/cache.py, client/aio_cache.py) over a fake in-memory
+"""Cache and AsyncCache (client/cache/sync.py, client/cache/aio.py) over a fake in-memory
 client, no network: read-your-writes waits for the watch, max_lag refuses a stale view
 (injected clock), eviction and on-demand fetch at the view's revision, write-back reads
 its own writes and flushes on its timer (injected clock), on flush() and on close, and a
@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from statekeeper.client.aio_cache import AsyncCache
-from statekeeper.client.cache import Cache
+from statekeeper.client.cache.aio import AsyncCache
+from statekeeper.client.cache.sync import Cache
 from statekeeper.client.errors import CacheStale, NotFound, Unavailable
 from statekeeper.client.kv_requests import MISSING
 from statekeeper.client.results import DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
 from statekeeper.client.retry import DEFAULT_RETRY, Endpoints
-from statekeeper.client.watch import WatchEvent, WatchProgress
+from statekeeper.client.watch.core import WatchEvent, WatchProgress
 
 
 class Clock:
@@ -326,7 +326,7 @@ async def test_async_cache_read_your_writes_max_lag_and_write_back(store: FakeSt
 
 
 def test_the_load_pages_at_one_revision_and_stops_past_max_keys() -> None:
-    from statekeeper.client.cache_base import load_steps
+    from statekeeper.client.cache.base import load_steps
 
     def kvs(n: int, start: int = 0) -> list[KeyValue]:
         return [KeyValue(f"p/{i}", b"", 1, 1, 1, "t") for i in range(start, start + n)]

@@ -1,4 +1,4 @@
-"""The cache's sans-IO core (client/cache_core.py), no network: the view's LRU bound and
+"""The cache's sans-IO core (client/cache/core.py), no network: the view's LRU bound and
 completeness, frames applied whole, fetches racing with changes, lag accounting and
 read-your-writes with an injected clock, and the write-back buffer's batching, flush
 triggers, retries and overlay."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from statekeeper.client.cache_core import MISS, CacheView, WriteBuffer, check_cache_key
+from statekeeper.client.cache.core import MISS, CacheView, WriteBuffer, check_cache_key
 from statekeeper.client.errors import InvalidRequest
 from statekeeper.client.results import KeyValue
-from statekeeper.client.watch import WatchEvent, WatchProgress
+from statekeeper.client.watch.core import WatchEvent, WatchProgress
 
 
 class Clock:

@@ -27,7 +27,7 @@ from statekeeper.chaos.watch_workload import Watchers, WatchRun, instrument, loa
 from statekeeper.chaos.workload_config import WorkloadConfig
 from statekeeper.client import RetryPolicy
 from statekeeper.client.retry import Endpoints
-from statekeeper.client.watch import WatchEvent, WatchProgress, WatchSession, watch_request
+from statekeeper.client.watch.core import WatchEvent, WatchProgress, WatchSession, watch_request
 
 _ids = itertools.count(1)
 _t = itertools.count(1000)

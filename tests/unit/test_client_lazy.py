@@ -53,7 +53,7 @@ def test_type_checkers_see_every_export() -> None:
 
 def test_import_client_loads_no_transport() -> None:
     code = (
-        "import sys, statekeeper.client, statekeeper.client.crdt.model, statekeeper.client.auth_tokens\n"
+        "import sys, statekeeper.client, statekeeper.client.crdt.model, statekeeper.client.auth.tokens\n"
         "heavy = [m for m in ('urllib3', 'httptools', 'statekeeper.client.sync', 'statekeeper.client.aio',"
         " 'statekeeper.client.cache', 'statekeeper.client.agent') if m in sys.modules]\n"
         "assert not heavy, heavy\n"

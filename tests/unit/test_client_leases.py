@@ -27,14 +27,14 @@ from statekeeper.client import (
 )
 from statekeeper.client.batch_ops import BatchOps
 from statekeeper.client.kv_requests import write_request
-from statekeeper.client.lease_commands import (
+from statekeeper.client.leases.commands import (
     grant_request,
     info_request,
     keepalive_request,
     list_request,
     revoke_request,
 )
-from statekeeper.client.lease_keeper import AsyncLease, KeepaliveSchedule, TaskKeeper, ThreadKeeper
+from statekeeper.client.leases.keeper import AsyncLease, KeepaliveSchedule, TaskKeeper, ThreadKeeper
 from statekeeper.client.responses import error_from_response
 from statekeeper.client.wire import Request
 

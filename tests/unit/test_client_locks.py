@@ -1,4 +1,4 @@
-"""client/lock.py and the lock parts of the clients without a server: the sans-IO Waiting,
+"""client/locks/lock.py and the lock parts of the clients without a server: the sans-IO Waiting,
 Lock / AsyncLock driven over a fake client (waiting by watch, timeout, wait=False, a lost
 place, cleanup), the `fence` of writes and batches, and the error classes."""
 
@@ -18,12 +18,12 @@ from statekeeper.client import (
     LockNotHeld,
     LockTimeout,
 )
-from statekeeper.client.lock import AsyncLock, Lock, Waiting
-from statekeeper.client.lock_results import LockAcquired
+from statekeeper.client.locks.lock import AsyncLock, Lock, Waiting
+from statekeeper.client.locks.results import LockAcquired
 from statekeeper.client.ops import fence_field
 from statekeeper.client.responses import error_from_response
 from statekeeper.client.results import KeyValue
-from statekeeper.client.watch import WatchEvent, WatchProgress
+from statekeeper.client.watch.core import WatchEvent, WatchProgress
 
 P = "__lock/job/"
 

@@ -13,7 +13,7 @@ import msgpack
 import pytest
 
 from statekeeper.client import AsyncClient, Client, InvalidRequest
-from statekeeper.client.retention_commands import parse_age
+from statekeeper.client.retention.commands import parse_age
 from statekeeper.cluster import gc_cli
 from statekeeper.cluster.cli import build_parser
 from statekeeper.cluster.gc_cli import rules_text

@@ -27,7 +27,7 @@ from statekeeper.client.batch_ops import BatchOps
 from statekeeper.client.kv_requests import write_request
 from statekeeper.client.ops import txn_op
 from statekeeper.client.retry import DEFAULT_RETRY, Endpoints, Exchange
-from statekeeper.client.stream_requests import (
+from statekeeper.client.streams.requests import (
     Subscription,
     list_streams_request,
     read_stream_request,

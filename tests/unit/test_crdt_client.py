@@ -1,4 +1,4 @@
-"""The client's CRDT layer with no network: the request builders of client/crdt_commands.py,
+"""The client's CRDT layer with no network: the request builders of client/crdt/commands.py,
 and the replicas of client/crdt/replica.py driven over an in-memory store that merges like
 the node does (client/crdt/model.py): offline updates, sync, convergence, a failed sync
 keeping its pending deltas, no double counting, persistence, the async driver."""
@@ -14,7 +14,7 @@ import pytest
 from statekeeper.client import AsyncClient, Client, InvalidRequest, NotFound, Timeout, Unavailable
 from statekeeper.client.crdt import CounterReplica, MapReplica, ReplicaFileError, SetReplica
 from statekeeper.client.crdt import model as m
-from statekeeper.client.crdt_commands import CrdtAccessor, CrdtValue, get_request, merge_request
+from statekeeper.client.crdt.commands import CrdtAccessor, CrdtValue, get_request, merge_request
 from statekeeper.client.errors import Conflict, CrdtTypeMismatch
 from statekeeper.client.kv_requests import MISSING
 from statekeeper.client.wire import MSGPACK
@@ -53,7 +53,7 @@ class MemoryCrdt:
         result = (self.rev, changed, m.value(t, merged))
         if "crdt_merge" in self.fail_after:
             raise self.fail_after["crdt_merge"]
-        from statekeeper.client.crdt_commands import CrdtMergeResult
+        from statekeeper.client.crdt.commands import CrdtMergeResult
 
         return CrdtMergeResult(*result)
 

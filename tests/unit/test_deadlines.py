@@ -1,4 +1,4 @@
-"""Write timeouts from one shared timer (node/deadlines.py, issue 28): a write not done in
+"""Write timeouts from one shared timer (node/api/deadlines.py, issue 28): a write not done in
 time gets TimeoutError and its future is cancelled (as asyncio.timeout did), a write done
 in time gets its result, and cancelling the waiting task still cancels it."""
 
@@ -11,15 +11,15 @@ from types import SimpleNamespace
 
 import pytest
 
+from statekeeper.node.api.deadlines import Deadlines
+from statekeeper.node.api.routes import Api
+from statekeeper.node.api.server import Request
 from statekeeper.node.config import local_cluster
-from statekeeper.node.deadlines import Deadlines
 from statekeeper.node.errors import status_for
-from statekeeper.node.http_api import Api
-from statekeeper.node.http_server import Request
 
 
 async def _wait(deadlines: Deadlines, fut: asyncio.Future):
-    """How node/http_api.py waits for a write: TimeoutError for the deadline."""
+    """How node/api/routes.py waits for a write: TimeoutError for the deadline."""
     deadlines.watch(fut)
     try:
         return await fut
@@ -98,7 +98,7 @@ def test_a_new_event_loop_starts_with_an_empty_queue() -> None:
 
 
 def test_the_api_answers_timeout_for_a_put_and_a_batch_that_never_commit() -> None:
-    """node/http_api.py waits for writes through Deadlines: past [raft] request_timeout the
+    """node/api/routes.py waits for writes through Deadlines: past [raft] request_timeout the
     client gets the timeout error (outcome unknown), and the futures are given up."""
     cfg = local_cluster(secret="s" * 32)
     cfg = dataclasses.replace(cfg, raft=dataclasses.replace(cfg.raft, request_timeout=0.1))

@@ -21,7 +21,7 @@ from statekeeper.client import (
     LockTimeout,
     StatekeeperError,
 )
-from statekeeper.client.effect_plan import (
+from statekeeper.client.effects.plan import (
     Acquire,
     Call,
     EffectContext,

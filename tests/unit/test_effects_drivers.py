@@ -1,4 +1,4 @@
-"""The effect ledger's blocking and asyncio drivers (client/effects.py) over an in-memory
+"""The effect ledger's blocking and asyncio drivers (client/effects/ledger.py) over an in-memory
 fake client with fenced writes and one-holder locks: run once then the record, releases on
 every exit (fn's error, KeyboardInterrupt, a cancelled task), wait=False, bad arguments, and
 ``client.effects`` on both clients. No server."""
@@ -18,8 +18,8 @@ from statekeeper.client import (
     InvalidRequest,
     LockHeld,
 )
-from statekeeper.client.effect_plan import EffectContext
-from statekeeper.client.effects import AsyncEffects, Effects
+from statekeeper.client.effects.ledger import AsyncEffects, Effects
+from statekeeper.client.effects.plan import EffectContext
 from statekeeper.client.results import DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
 from tests.unit.test_effects import NS, FakeLock
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from pysyncobj import pickle as pysyncobj_pickle
 
 from statekeeper.node import entry
-from statekeeper.node.cluster_clock import ClusterClock
+from statekeeper.node.raft.cluster_clock import ClusterClock
 from statekeeper.node.raft.syncobj import (
     PEER_PICKLE_PROTOCOL,  # importing it sets pysyncobj's protocol
 )
@@ -61,7 +61,7 @@ def _clock(c: Clocks, replicated: int) -> ClusterClock:
 
 def test_a_wall_clock_a_day_ahead_does_not_move_the_cluster_clock() -> None:
     """(Was: moves it by at most the 60 s lead. Any lead lets a later leader anchor ahead
-    of real time and expire leases early; node/cluster_clock.py has the argument.)"""
+    of real time and expire leases early; node/raft/cluster_clock.py has the argument.)"""
     c = Clocks(wall_ms=1_000_000 + DAY_MS)
     clock = _clock(c, replicated=1_000_000)
     clock.anchor()

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-import statekeeper.node.ops  # noqa: F401  (imports every op family: each declares its codes)
+import statekeeper.node.ops.core  # noqa: F401  (imports every op family: each declares its codes)
 from statekeeper.client import errors as client_errors
 from statekeeper.client.errors import error_class
-from statekeeper.node import errors, openapi
+from statekeeper.node import errors
 from statekeeper.node.errors import CODES, STATUS, ErrorCode, OpError, declare, status_for
-from statekeeper.node.lock_ops import ERRORS as LOCK_ERRORS
-from statekeeper.node.stream_ops import ERRORS as STREAM_ERRORS
+from statekeeper.node.openapi import document as openapi
+from statekeeper.node.ops.locks import ERRORS as LOCK_ERRORS
+from statekeeper.node.ops.streams import ERRORS as STREAM_ERRORS
 
 # code -> (HTTP status, the client's exception class), written once from node/errors.py's
 # STATUS and client/errors.py's error_class before the families declared their own codes.

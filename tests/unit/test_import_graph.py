@@ -4,7 +4,7 @@ another's private name.
 A cycle is counted whichever way it is written: an import inside a function (the usual way
 to hide a circle from Python's loader) is an edge like a top-level one; only imports under
 ``if TYPE_CHECKING:`` are left out, as they never run. Issue 29 found six such runtime
-circles (the archive tombstone checks in node/store, client/cache.py and client/sync.py,
+circles (the archive tombstone checks in node/store, client/cache/sync.py and client/sync.py,
 cluster/cli.py's config helpers, the stream and watch checkers and their rules files).
 """
 
@@ -14,6 +14,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# The folders setup.py installs as statekeeper.<folder> (what their imports name them).
+INSTALLED = ("node", "client", "cluster", "chaos", "benchmarks")
 GRAPH_PACKAGES = ("node", "client", "cluster", "chaos")
 PRIVATE_NAME_PACKAGES = ("node", "client", "cluster", "chaos", "benchmarks")
 
@@ -25,6 +27,8 @@ def _module_files(packages: tuple[str, ...]) -> dict[str, Path]:
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
+            if parts[0] in INSTALLED:
+                parts.insert(0, "statekeeper")
             files[".".join(parts)] = path
     return files
 
@@ -128,6 +132,36 @@ def test_cycle_finder_sees_a_circle_made_by_an_import_inside_a_function() -> Non
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_graph_sees_the_imports_as_they_are_written() -> None:
+    # A graph without edges finds no cycle: the module names must be the imported ones.
+    graph = import_graph()
+    assert "statekeeper.node.store" in graph["statekeeper.node.main"]
+    assert "statekeeper.client.errors" in graph["statekeeper.client.sync"]
+
+
+def test_layers_keep_their_boundaries() -> None:
+    """node/store/ (the FSM) never sees raft or HTTP; node/raft/ never sees the store, the
+    HTTP face or the op declarations (docs/architecture.md, "The layout")."""
+    graph = import_graph()
+    rules = {
+        "statekeeper.node.store": ("statekeeper.node.raft", "statekeeper.node.api"),
+        "statekeeper.node.raft": (
+            "statekeeper.node.store",
+            "statekeeper.node.api",
+            "statekeeper.node.ops",
+        ),
+    }
+    crossings = [
+        f"{module} -> {target}"
+        for layer, forbidden in rules.items()
+        for module, targets in graph.items()
+        if module == layer or module.startswith(layer + ".")
+        for target in sorted(targets)
+        if any(target == f or target.startswith(f + ".") for f in forbidden)
+    ]
+    assert crossings == []
 
 
 def test_packages_have_no_import_cycles() -> None:

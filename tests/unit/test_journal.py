@@ -1,4 +1,4 @@
-"""DurableJournal: the raft log pysyncobj writes through (node/journal.py)."""
+"""DurableJournal: the raft log pysyncobj writes through (node/raft/journal.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statekeeper.node import failpoints
-from statekeeper.node.journal import (
+from statekeeper.node.raft.journal import (
     FSYNC_MODES,
     LOG_MAGIC,
     DurableJournal,
@@ -679,7 +679,7 @@ def test_failpoints_reject_garbage(failpoint) -> None:
 
 def test_default_fatal_handler_exits_71(tmp_path: Path) -> None:
     code = (
-        "from statekeeper.node.journal import DurableJournal\n"
+        "from statekeeper.node.raft.journal import DurableJournal\n"
         f"j = DurableJournal({str(tmp_path / 'j.log')!r})\n"
         "j.add(b'x', 1, 1)\n"
         "j.sync()\n"

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from statekeeper.client.agent.plan import Call, run
 from statekeeper.client.errors import InvalidRequest, Unavailable
 from statekeeper.client.langgraph.saver_codec import Limits
 from statekeeper.client.langgraph.saver_combine import CombinedClient, TxnCombiner
 from statekeeper.client.ops import ops
+from statekeeper.client.plan import Call, run
 
 
 class FakeBatch:

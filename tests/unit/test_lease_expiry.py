@@ -1,4 +1,4 @@
-"""node/lease_expiry.py (the leader's expiry task) with injected leadership, clocks and
+"""node/tasks/leases.py (the leader's expiry task) with injected leadership, clocks and
 proposer, and ClusterClock.peek; the last test runs it against a real state machine, with
 entries stamped by a fake leader clock. No network."""
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from statekeeper.node.cluster_clock import ClusterClock
 from statekeeper.node.errors import OpError
-from statekeeper.node.lease_expiry import LeaseExpiry
+from statekeeper.node.raft.cluster_clock import ClusterClock
 from statekeeper.node.store.leases import due_leases
+from statekeeper.node.tasks.leases import LeaseExpiry
 from tests.unit.store.util import Node
 
 
@@ -179,7 +179,7 @@ def test_no_lease_expires_early_across_leader_changes_with_any_wall_clocks(data)
     real = 1_000_000_000  # ms
     # Entry times of the committed log, in order. It starts with one entry: a leader that
     # has applied nothing anchors at its wall clock (the documented caveat at a cluster's
-    # birth, node/cluster_clock.py).
+    # birth, node/raft/cluster_clock.py).
     log: list[int] = [real]
     lease: tuple[int, int] | None = None  # (real time of the renewal's append, expires_ms)
     expired = 0

@@ -8,8 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from statekeeper.node.disk_watch import dir_bytes
 from statekeeper.node.log_files import LOG_FILE, is_log_file
+from statekeeper.node.quota.disk_watch import dir_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -131,8 +131,8 @@ def test_openmetrics_when_asked() -> None:
 
 
 def test_route_labels_are_bounded() -> None:
+    from statekeeper.node.api.routes import Api
     from statekeeper.node.config import local_cluster
-    from statekeeper.node.http_api import Api
 
     api = Api(local_cluster(secret=""), "node-0", None, None, None)  # routes only
     assert api._route_label("/v1/kv/put") == "/v1/kv/put"
@@ -155,9 +155,9 @@ def test_routes_are_remembered_for_real_routes_only() -> None:
     import asyncio
     import json
 
+    from statekeeper.node.api.routes import Api
+    from statekeeper.node.api.server import Request
     from statekeeper.node.config import local_cluster
-    from statekeeper.node.http_api import Api
-    from statekeeper.node.http_server import Request
 
     api = Api(local_cluster(secret=""), "node-0", None, None, None)  # routes only
     headers = {"host": "127.0.0.1", "content-type": "application/json"}
@@ -269,7 +269,7 @@ def test_proposer_observes_entry_size_latency_and_failures() -> None:
 
 
 def test_journal_reports_each_fsync(tmp_path: Path) -> None:
-    from statekeeper.node.journal import DurableJournal
+    from statekeeper.node.raft.journal import DurableJournal
 
     seen: list[float] = []
     j = DurableJournal(str(tmp_path / "journal"), fsync="always")

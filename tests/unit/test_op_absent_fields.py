@@ -1,5 +1,5 @@
 """validate_op stores Field.absent() for an absent field instead of calling its check
-(node/op_spec.py plan_checks): that value must be exactly what the check returns for None,
+(node/ops/spec.py plan_checks): that value must be exactly what the check returns for None,
 for every field of every op, in and out of a txn, whatever the limits."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
-from statekeeper.node.lock_ops import LockName
-from statekeeper.node.op_fields import CHECK_ABSENT, Field, Key
-from statekeeper.node.op_spec import absent_value
-from statekeeper.node.ops import INTERNAL_OPS, OPS, validate_op
+from statekeeper.node.ops.core import INTERNAL_OPS, OPS, validate_op
+from statekeeper.node.ops.fields import CHECK_ABSENT, Field, Key
+from statekeeper.node.ops.locks import LockName
+from statekeeper.node.ops.spec import absent_value
 
 LIMITS = (Limits(), dataclasses.replace(Limits(), max_key_bytes=8, min_lease_ttl_ms=5000))
 

@@ -1,4 +1,4 @@
-"""One declaration per op (node/ops.py) drives both validate_op and the OpenAPI request
+"""One declaration per op (node/ops/core.py) drives both validate_op and the OpenAPI request
 schemas: the document follows the node's [limits], and what one accepts the other does.
 The document a node serves for its cluster.toml: tests/loopback/test_openapi_limits.py."""
 
@@ -13,11 +13,12 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
 from statekeeper.client.crdt import model
-from statekeeper.node import codec, openapi
+from statekeeper.node.api import codec
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
-from statekeeper.node.op_fields import Bytes
-from statekeeper.node.ops import OPS, validate_op, validate_ops
+from statekeeper.node.openapi import document as openapi
+from statekeeper.node.ops.core import OPS, validate_op, validate_ops
+from statekeeper.node.ops.fields import Bytes
 
 SMALL = Limits(
     max_key_bytes=100,
@@ -351,7 +352,7 @@ def test_opaque_values_get_their_own_documented_code(op: str, body: dict, code: 
 
 
 def test_msgpack_whole_numbers_are_integers_as_in_json():
-    """JSON's 5.0 is 5 (node/codec.py _json_number); a msgpack float 5.0 is too, so the two
+    """JSON's 5.0 is 5 (node/api/codec.py _json_number); a msgpack float 5.0 is too, so the two
     encodings validate alike. Fractions stay floats; bin values are never touched."""
     import msgpack
 

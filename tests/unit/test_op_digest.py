@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from statekeeper.node.config import Limits
-from statekeeper.node.ops import validate_op
+from statekeeper.node.ops.core import validate_op
 from statekeeper.node.store.apply import op_digest
 
 CASES = [

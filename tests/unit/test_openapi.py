@@ -1,4 +1,4 @@
-"""node/openapi.py: a valid OpenAPI 3.1 document that matches the registered routes and
+"""node/openapi/document.py: a valid OpenAPI 3.1 document that matches the registered routes and
 docs/protocol.md. What the API answers over a socket: tests/loopback/test_openapi_served.py."""
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-from statekeeper.node import errors, http_api, openapi
+from statekeeper.node import errors
+from statekeeper.node.api import routes as http_api
 from statekeeper.node.config import local_cluster
+from statekeeper.node.openapi import document as openapi
 
 PROTOCOL = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 DOC_URI = "urn:statekeeper:openapi"

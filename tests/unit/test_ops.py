@@ -2,7 +2,7 @@ import pytest
 
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import STATUS, OpError
-from statekeeper.node.ops import (
+from statekeeper.node.ops.core import (
     OPS,
     READ_OPS,
     WRITE_OPS,
@@ -12,7 +12,7 @@ from statekeeper.node.ops import (
     validate_op,
     validate_ops,
 )
-from statekeeper.node.stream_ops import decode_stream_continuation, encode_stream_continuation
+from statekeeper.node.ops.streams import decode_stream_continuation, encode_stream_continuation
 
 LIM = Limits(max_key_bytes=16, max_value_bytes=8, max_ops_per_request=4, max_range_limit=50)
 

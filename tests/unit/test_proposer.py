@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from statekeeper.node import entry
+from statekeeper.node.api.routes import Api
+from statekeeper.node.api.server import Request
 from statekeeper.node.config import ClusterConfig, NodeConfig
 from statekeeper.node.errors import OpError
-from statekeeper.node.http_api import Api
-from statekeeper.node.http_server import Request
 from statekeeper.node.proposer import Proposer
 from statekeeper.node.raft import SubmitError
 

@@ -1,5 +1,5 @@
-"""The storage quota's decision (node/quota.py), sans I/O: sizes in, verdict out; and the
-pieces of node/fatal.py and node/disk_watch.py that need no cluster."""
+"""The storage quota's decision (node/quota/alarm.py), sans I/O: sizes in, verdict out; and the
+pieces of node/fatal.py and node/quota/disk_watch.py that need no cluster."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import pytest
 
 from statekeeper.node import fatal
 from statekeeper.node.config import Limits
-from statekeeper.node.disk_watch import dir_bytes
 from statekeeper.node.errors import OpError, status_for
-from statekeeper.node.op_spec import OpSpec
-from statekeeper.node.ops import INTERNAL_OPS, OPS, validate_op
-from statekeeper.node.quota import (
+from statekeeper.node.ops.core import INTERNAL_OPS, OPS, validate_op
+from statekeeper.node.ops.spec import OpSpec
+from statekeeper.node.quota.alarm import (
     AMPLIFICATION,
     FREE_READING_MAX_AGE,
     GROWING_OPS,
@@ -24,6 +23,7 @@ from statekeeper.node.quota import (
     default_reserve,
     grows,
 )
+from statekeeper.node.quota.disk_watch import dir_bytes
 
 GIB = 1024 * MIB
 
@@ -221,7 +221,7 @@ def test_fresh_free_space_counts_only_writes_still_in_flight():
 
 
 def test_disk_watch_counts_nodes_sharing_the_filesystem(tmp_path):
-    from statekeeper.node.disk_watch import DiskWatch
+    from statekeeper.node.quota.disk_watch import DiskWatch
 
     dirs = [tmp_path / f"node-{i}" for i in range(3)]
     dirs[0].mkdir()
@@ -235,7 +235,7 @@ def test_disk_watch_counts_nodes_sharing_the_filesystem(tmp_path):
 def test_disk_watch_reclaims_once_per_compaction_while_tight(tmp_path):
     import asyncio
 
-    from statekeeper.node.disk_watch import DiskWatch
+    from statekeeper.node.quota.disk_watch import DiskWatch
 
     (tmp_path / "data").write_bytes(b"x" * 10_000)
     compact_rev, calls = [0], []

@@ -19,12 +19,12 @@ from types import SimpleNamespace
 import pytest
 
 from statekeeper.node import entry
+from statekeeper.node.api.routes import Api
+from statekeeper.node.api.server import Request
 from statekeeper.node.config import ClusterConfig, Limits, NodeConfig
-from statekeeper.node.http_api import Api
-from statekeeper.node.http_server import Request
-from statekeeper.node.ops import validate_op
+from statekeeper.node.ops.core import validate_op
 from statekeeper.node.proposer import Proposer
-from statekeeper.node.quota import MIB, Sample, StorageQuota
+from statekeeper.node.quota.alarm import MIB, Sample, StorageQuota
 from statekeeper.node.raft import SubmitError
 from statekeeper.node.store import StateMachine
 

@@ -1,4 +1,4 @@
-"""node/raft_state.py: which starts vote at once (a new cluster) and which catch up first
+"""node/raft/data_dir.py: which starts vote at once (a new cluster) and which catch up first
 (no raft state: a lost disk, a new member), and that the decision survives a restart."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from statekeeper.node.config import ClusterConfig, NodeConfig
-from statekeeper.node.raft_state import CATCHING_UP_FILE, bootstrap_new_cluster, prepare_raft_dir
+from statekeeper.node.raft.data_dir import CATCHING_UP_FILE, bootstrap_new_cluster, prepare_raft_dir
 
 
 def _cluster(base: Path) -> ClusterConfig:

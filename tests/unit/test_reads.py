@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
+from statekeeper.node.api.stream_auth import TokenChanges
 from statekeeper.node.errors import OpError
 from statekeeper.node.reads import ReadPolicy, RevisionWaiters, read_options
-from statekeeper.node.stream_auth import TokenChanges
 
 
 def test_waiters_wake_when_apply_reaches_their_revision() -> None:
@@ -144,7 +144,7 @@ def test_long_poll_ends_early_when_the_node_stops() -> None:
 
 
 def test_a_token_table_change_wakes_waiters_and_leaves_no_callback_behind() -> None:
-    """Open streams wait on one future shared per token-table change (node/stream_auth.py);
+    """Open streams wait on one future shared per token-table change (node/api/stream_auth.py);
     a token op does not move the revision, so it is what wakes them. Each wait removes its
     callback: a stream waking every second for days must not pile them up."""
     revision = [4]

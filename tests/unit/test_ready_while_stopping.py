@@ -12,9 +12,9 @@ import asyncio
 import json
 from types import SimpleNamespace
 
+from statekeeper.node.api.routes import Api
+from statekeeper.node.api.server import Request
 from statekeeper.node.config import ClusterConfig, NodeConfig
-from statekeeper.node.http_api import Api
-from statekeeper.node.http_server import Request
 
 
 def _api() -> Api:

@@ -1,4 +1,4 @@
-"""node/retention_gc.py (the leader's retention GC task) with injected leadership, clocks,
+"""node/tasks/retention.py (the leader's retention GC task) with injected leadership, clocks,
 planner and proposer; the last test runs it against a real state machine whose entries
 are stamped by a fake leader clock. No network."""
 
@@ -10,8 +10,8 @@ import msgpack
 import pytest
 
 from statekeeper.node.errors import OpError
-from statekeeper.node.retention_gc import RetentionGC
 from statekeeper.node.store.retention_select import load_policies, plan_gc, select
+from statekeeper.node.tasks.retention import RetentionGC
 from tests.unit.store.util import Node, put
 
 MIN = 60_000

@@ -1,6 +1,6 @@
-"""Watch without a network: the request's validation and schema (node/watch_ops.py), the
-frames node/watch.py assembles from a real state machine (catch-up, live, progress, the
-error frames), their wire framing, and the client's sans-IO half (client/watch.py): the
+"""Watch without a network: the request's validation and schema (node/ops/watch.py), the
+frames node/api/watch.py assembles from a real state machine (catch-up, live, progress, the
+error frames), their wire framing, and the client's sans-IO half (client/watch/core.py): the
 frame decoder and the session that resumes without gap or duplicate."""
 
 from __future__ import annotations
@@ -24,22 +24,23 @@ from statekeeper.client.errors import (
     WatchOverflow,
 )
 from statekeeper.client.retry import Endpoints, RetryPolicy
-from statekeeper.client.watch import (
+from statekeeper.client.watch.core import (
     FrameDecoder,
     WatchEvent,
     WatchProgress,
     WatchSession,
     watch_request,
 )
-from statekeeper.node import codec, openapi, watch
-from statekeeper.node.authz import ROOT, Authorizer, Principal
+from statekeeper.node.api import codec, watch
+from statekeeper.node.api.authz import ROOT, Authorizer, Principal
+from statekeeper.node.api.chunked import Flow, pump
+from statekeeper.node.api.server import StreamStalled
+from statekeeper.node.api.stream_auth import StreamGuard, TokenChanges
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError, status_for
-from statekeeper.node.http_server import StreamStalled
-from statekeeper.node.http_stream import Flow, pump
+from statekeeper.node.openapi import document as openapi
+from statekeeper.node.ops.watch import validate_watch
 from statekeeper.node.reads import RevisionWaiters
-from statekeeper.node.stream_auth import StreamGuard, TokenChanges
-from statekeeper.node.watch_ops import validate_watch
 from tests.unit.store.util import Node, put
 
 # -- the request --------------------------------------------------------------------------
@@ -464,7 +465,7 @@ async def test_watchers_of_one_selection_share_one_read_and_one_encoding(tmp_pat
     """500 watches by one reader plus 30 writes of 64 KiB took a node from 88 MiB to 2.4 GB
     (issue 27, item 4): each watch read, encoded and buffered its own page. Watchers of the
     same selection, options and encoding at the same position now share one read and one
-    encoding of the page (node/watch.py, SharedPages), and each gets the same bytes."""
+    encoding of the page (node/api/watch.py, SharedPages), and each gets the same bytes."""
     node = Node(tmp_path / "db")
     node.put("a/0", b"x")  # 1
     node.put("b", b"x")  # 2

@@ -12,13 +12,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from statekeeper.node import http_api, openapi, web_guard
+from statekeeper.node.api import routes as http_api
+from statekeeper.node.api import web_guard
+from statekeeper.node.api.routes import Api
+from statekeeper.node.api.server import Request
+from statekeeper.node.api.web_guard import WebGuard
 from statekeeper.node.config import local_cluster
 from statekeeper.node.config_tables import AuthSettings, HttpSettings
 from statekeeper.node.errors import OpError
-from statekeeper.node.http_api import Api
-from statekeeper.node.http_server import Request
-from statekeeper.node.web_guard import WebGuard
+from statekeeper.node.openapi import document as openapi
 
 JSON_TYPE = {"content-type": "application/json"}
 

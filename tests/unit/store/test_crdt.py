@@ -11,10 +11,10 @@ import msgpack
 import pytest
 
 from statekeeper.client.crdt import model
-from statekeeper.node import codec
+from statekeeper.node.api import codec
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
-from statekeeper.node.ops import validate_op
+from statekeeper.node.ops.core import validate_op
 from statekeeper.node.store import StateMachine, keys
 from statekeeper.node.store.changes import read_changes, selection
 from statekeeper.node.store.crdt import envelope, split_envelope

@@ -86,13 +86,13 @@ def test_txn_idempotency_is_bound_to_the_txn(tmp_path):
 
 def test_the_record_lookup_outside_apply_gives_apply_s_replay(tmp_path):
     """Issue 26 defect 3: a retry refused under the NOSPACE alarm is answered from its
-    record (node/quota_gate.py, StateMachine.recorded_result), so the lookup must find
+    record (node/quota/gate.py, StateMachine.recorded_result), so the lookup must find
     what apply replays, for every op that grows the store, from the op as the HTTP layer
     validated it (the digest binding included): else a retry of an applied write gets a
     507 or a false idempotency_key_reused."""
     from statekeeper.client.crdt import model
     from statekeeper.node.config import Limits
-    from statekeeper.node.ops import validate_op
+    from statekeeper.node.ops.core import validate_op
 
     n = Node(tmp_path / "db")
     lease = n.one({"op": "lease_grant", "ttl_ms": 60_000, "idempotency_key": "g"})["lease"]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
-from statekeeper.node.ops import validate_op
+from statekeeper.node.ops.core import validate_op
 from statekeeper.node.store import StateMachine, keys
 from statekeeper.node.store.leases import due_leases
 from tests.unit.store.util import Node, entry, put, raw_items

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
-from statekeeper.node.ops import validate_op
+from statekeeper.node.ops.core import validate_op
 from statekeeper.node.store import StateMachine
 from tests.unit.store.util import Node, entry, put, raw_items
 

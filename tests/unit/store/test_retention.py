@@ -8,7 +8,7 @@ import pytest
 
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
-from statekeeper.node.ops import validate_op
+from statekeeper.node.ops.core import validate_op
 from statekeeper.node.store import keys
 from statekeeper.node.store.retention_select import Policy, doomed, plan_gc, revision_at
 from tests.unit.store.util import Node, put, raw_items
@@ -84,7 +84,7 @@ def test_gc_is_refused_from_clients():
         validate_op(op, Limits())
     assert ei.value.code == "unknown_op"
     assert validate_op(op, Limits(), internal=True)["deletes"] == [["k", 1]]
-    from statekeeper.node.http_api import OWN_ROUTES
+    from statekeeper.node.api.routes import OWN_ROUTES
 
     assert "gc" not in OWN_ROUTES.values() and "/internal/gc" not in OWN_ROUTES
     with pytest.raises(OpError):

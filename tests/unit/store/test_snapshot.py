@@ -131,7 +131,7 @@ def test_reads_racing_restore_do_not_crash(tmp_path):
 
 
 def test_restore_while_a_finished_read_view_is_still_referenced(tmp_path):
-    """A read view that outlives its `with` (node/watch.py kept one in its generator's
+    """A read view that outlives its `with` (node/api/watch.py kept one in its generator's
     frame across a long poll) held its RocksDB iterator and so the DB: restore's reopen
     then failed on RocksDB's LOCK, the DB handle stayed None, and the next apply stopped
     the node (status 70; seen in CI's crash-snapshot run). Leaving the `with` releases the

@@ -5,9 +5,9 @@ import threading
 import msgpack
 import pytest
 
-from statekeeper.node import ops as node_ops
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
+from statekeeper.node.ops import core as node_ops
 from statekeeper.node.store import StateMachine
 from statekeeper.node.store import apply as store_apply
 from statekeeper.node.store import reads as store_reads
@@ -388,7 +388,7 @@ def test_every_op_validation_accepts_has_one_handler():
 def test_a_new_op_family_registers_its_handler(node, monkeypatch):
     """What an op family in its own module does: register a handler (and maybe an
     after-entry hook); it runs atomically with idempotency like the built-in ops
-    (validation is node/ops.py's, faked here)."""
+    (validation is node/ops/core.py's, faked here)."""
 
     def touch(tx, op):  # writes through the same staging the kv ops use
         tx.stage(b"x-touched", b"")

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from statekeeper.node.errors import OpError
-from statekeeper.node.ops import validate_op
+from statekeeper.node.ops.core import validate_op
 from statekeeper.node.store import StateMachine, keys
 from tests.unit.store.util import Node, entry, put, raw_items
 

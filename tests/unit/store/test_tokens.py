@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from statekeeper.client.auth_tokens import new_token, parse_token
+from statekeeper.client.auth.tokens import new_token, parse_token
 from statekeeper.node.store import StateMachine
 from tests.unit.store.util import Node, write_snapshot
 
@@ -153,7 +153,7 @@ def test_an_entry_without_parent_replays_as_before(node: Node) -> None:
 
 
 def test_apply_takes_a_record_over_the_request_bounds_from_an_older_journal(node: Node) -> None:
-    # The bounds of issue 27 item 7 refuse requests (node/auth_ops.py); an entry written
+    # The bounds of issue 27 item 7 refuse requests (node/ops/auth.py); an entry written
     # before them replays to the token it made then.
     _, tid, digest = new_token()
     wide = [{"ns": f"n{i}", "prefix": "p" * 300, "role": "reader"} for i in range(20)]

@@ -7,7 +7,7 @@ import pytest
 
 from statekeeper.node import entry as raft_entry
 from statekeeper.node.config import Limits
-from statekeeper.node.ops import OPS, validate_op
+from statekeeper.node.ops.core import OPS, validate_op
 from tests.unit.store.util import Node, raw_items
 
 LIMITS = Limits()

@@ -1,0 +1,1 @@
+"""Locks on both clients: the operations, locks held on leases (lock.py) and their results."""

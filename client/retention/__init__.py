@@ -1,0 +1,1 @@
+"""Retention on both clients: the operations (commands.py)."""

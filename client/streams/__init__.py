@@ -1,0 +1,1 @@
+"""Streams on both clients: the operations (commands.py) and their read requests (requests.py)."""
