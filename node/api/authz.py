@@ -11,7 +11,7 @@ Invariants:
   covered by one of the principal's grants: each op of a txn (its compares need read), each
   lease a lease op names (looked up by `lease_ns`), each grant a token create hands out
   (the caller needs admin over it; `authorize` then records the caller as the new token's
-  `parent`, see node/store/tokens.py). A grant covers (ns, touched keys, access) when its ns pattern matches ns, its
+  `parent`, see node/store/auth.py). A grant covers (ns, touched keys, access) when its ns pattern matches ns, its
   role allows the access (reader: read; writer: read, write; admin: everything) and every
   key or prefix the op touches starts with its prefix; an op whose keys cannot be told
   (a whole-namespace range, a lease op) needs a grant with prefix "". Cluster-wide ops

@@ -1,6 +1,6 @@
 """The auth ops' declarations and field kinds: auth_token_create, auth_token_revoke,
 auth_token_list, auth_whoami (docs/protocol.md, "Authentication and authorization";
-applied and read by node/store/tokens.py, enforced by node/api/authz.py).
+applied and read by node/store/auth.py, enforced by node/api/authz.py).
 
 Tokens are opaque random bearer tokens stored hashed (client/auth/tokens.py has the format),
 not signed JWTs: revocation has to be replicated state anyway, so a signature's stateless

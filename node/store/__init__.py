@@ -30,7 +30,7 @@ Modules, one job each (the shape of etcd's mvcc + backend):
                    a policy selects, for the leader's GC task and the status)
     archive.py     ops archive_seal, archive_restore; reads archive_plan, archive_list;
                    the archive tombstones get and read_stream check
-    tokens.py      ops auth_token_create, auth_token_revoke; read auth_token_list; the
+    auth.py        ops auth_token_create, auth_token_revoke; read auth_token_list; the
                    state machine's in-memory token view
     compaction.py  op compact; history, change-log and idempotency pruning after every entry
     changes.py     the change log read for watches (node/api/watch.py), in bounded pages
@@ -52,6 +52,7 @@ not know), and its HTTP route and schema in node/api/routes.py and node/openapi/
 
 from statekeeper.node.store import (  # noqa: F401  (each registers its ops)
     archive,
+    auth,
     compaction,
     crdt,
     kv,
@@ -59,7 +60,6 @@ from statekeeper.node.store import (  # noqa: F401  (each registers its ops)
     locks,
     retention,
     streams,
-    tokens,
     txn,
 )
 from statekeeper.node.store.backend import StorageError

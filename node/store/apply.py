@@ -136,7 +136,7 @@ class EntryTx:
         self.hist_written = 0
         self.idem_written = 0
         self.wrote = False  # the current op wrote keys (takes revision + 1)
-        self.tokens_changed = False  # an op staged a token record (node/store/tokens.py)
+        self.tokens_changed = False  # an op staged a token record (node/store/auth.py)
 
     # -- storage access (reads.Source) --
 

@@ -84,7 +84,7 @@ contain no NUL, so NUL works as separator and byte order of the composite keys e
                                          sealed_revision, keys, events, restored_keys,
                                          restored_events] (counts summed over its seals
                                          and restores)
-    b"T" token_id                        an auth token (node/store/tokens.py): {hash, name,
+    b"T" token_id                        an auth token (node/store/auth.py): {hash, name,
                                          grants: [[ns_pattern, prefix, role]], created_ms,
                                          expires_ms} (expires_ms 0: never); removed by its
                                          revoke. Not versioned, no revision, not in any

@@ -16,7 +16,8 @@ from rocksdict import Rdict, WriteOptions
 
 from statekeeper.node.config import Limits, Retention
 from statekeeper.node.errors import OpError
-from statekeeper.node.store import reads, snapshot, tokens
+from statekeeper.node.store import auth as tokens
+from statekeeper.node.store import reads, snapshot
 from statekeeper.node.store.apply import EntryTx, as_applied, op_digest, recorded_result
 from statekeeper.node.store.backend import HandleLock, StorageError, open_db, read_verified
 from statekeeper.node.store.keys import IDEM, META, Meta, idem_record_id
@@ -65,7 +66,7 @@ class StateMachine:
         self._idem_next: int | None = None
         # clock_ms of the newest revision-time index record, None = unknown (see EntryTx).
         self._time_indexed: int | None = None
-        # Auth tokens by id (node/store/tokens.py): replaced whole, never mutated.
+        # Auth tokens by id (node/store/auth.py): replaced whole, never mutated.
         view = reads.ReadView(self._db)
         try:
             self.tokens: dict[str, tokens.TokenRecord] = tokens.load_all(view)

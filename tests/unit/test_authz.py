@@ -15,7 +15,7 @@ from statekeeper.node.api.authz import Authorizer, Principal, touched_within
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
 from statekeeper.node.ops.core import OPS, validate_op
-from statekeeper.node.store.tokens import TokenRecord
+from statekeeper.node.store.auth import TokenRecord
 
 LIMITS = Limits()
 SECRET = "cluster-secret"

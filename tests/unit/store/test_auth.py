@@ -1,4 +1,4 @@
-"""node/store/tokens.py: auth_token_create / revoke / list in apply, the state machine's
+"""node/store/auth.py: auth_token_create / revoke / list in apply, the state machine's
 in-memory token view (updated by apply, rebuilt on reopen and snapshot restore), expiry
 stamped from the entry's time, and no revision taken."""
 
