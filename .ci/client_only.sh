@@ -13,6 +13,9 @@ import importlib.util
 
 from statekeeper import AsyncClient, Client, Conflict
 
+# One package: nothing generic at the top level for a user's own client.py to collide with.
+for generic in ("client", "node", "cluster", "chaos", "benchmarks"):
+    assert importlib.util.find_spec(generic) is None, f"the install put {generic!r} at the top level"
 for heavy in ("rocksdict", "pysyncobj", "cryptography", "aiohttp", "msgspec"):
     assert importlib.util.find_spec(heavy) is None, f"{heavy} came with the client-only install"
 with Client("http://127.0.0.1:9", timeout=1) as c:
@@ -26,7 +29,7 @@ import statekeeper.client.langgraph  # without the langgraph extra: importable, 
 
 assert importlib.util.find_spec("langgraph") is None, "langgraph came with the client-only install"
 try:
-    client.langgraph.StatekeeperSaver
+    statekeeper.client.langgraph.StatekeeperSaver
 except ImportError as e:
     assert "statekeeper[langgraph]" in str(e), e
 else:
@@ -35,7 +38,7 @@ import statekeeper.client.archive  # without the archive extra: importable, and 
 
 assert importlib.util.find_spec("fsspec") is None, "fsspec came with the client-only install"
 try:
-    client.archive.ArchiveStore("file:///tmp/sk-archive")
+    statekeeper.client.archive.ArchiveStore("file:///tmp/sk-archive")
 except ImportError as e:
     assert "statekeeper[archive]" in str(e), e
 else:
