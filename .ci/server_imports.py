@@ -69,7 +69,7 @@ def main() -> int:
     import statekeeper.node.store  # noqa: F401
 
     errors = check("import node.store", NOT_IN_STORE)
-    import statekeeper.node.__main__  # noqa: F401  (python -m node)
+    import statekeeper.node.__main__  # noqa: F401  (python -m statekeeper.node)
     import statekeeper.node.main  # noqa: F401  (node.__main__.main -> run_node)
 
     errors += check("python -m statekeeper.node (node.__main__, node.main)", NOT_IN_NODE)
