@@ -33,224 +33,153 @@ from typing import TYPE_CHECKING, Any
 # `import client.ops` anywhere would bind the package attribute to the module, never
 # reaching __getattr__. Importing it here binds the function, as before (it is pure:
 # errors, results, wire).
-from .ops import Compare, Ops, compare, ops
+from .ops import Compare as Compare
+from .ops import Ops as Ops
+from .ops import compare as compare
+from .ops import ops as ops
 
 if TYPE_CHECKING:
-    from .aio import AsyncBatch, AsyncClient
-    from .cache.aio import AsyncCache
-    from .cache.core import CacheLag
-    from .cache.sync import Cache
-    from .effects.ledger import AsyncEffects, Effects
-    from .effects.plan import EffectContext, EffectRecord
-    from .errors import (
-        ArchiveCorrupt,
-        Archived,
-        ArchiveUrlRefused,
-        CacheStale,
-        Compacted,
-        Conflict,
-        CrdtTypeMismatch,
-        EffectClaimLost,
-        EffectInProgress,
-        EffectResultLost,
-        ExpectationFailed,
-        FenceMismatch,
-        InsufficientStorage,
-        InvalidRequest,
-        LeaseNotFound,
-        LockHeld,
-        LockNotHeld,
-        LockTimeout,
-        NotFound,
-        PermissionDenied,
-        StatekeeperError,
-        StreamNotFound,
-        Timeout,
-        TlsError,
-        Unauthenticated,
-        Unavailable,
-        WatchOverflow,
-    )
-    from .leases.keeper import AsyncLease, Lease
-    from .leases.results import (
-        KeepaliveResult,
-        LeaseGrant,
-        LeaseInfo,
-        LeaseList,
-        LeaseState,
-        RevokeResult,
-    )
-    from .locks.lock import AsyncLock, Lock
-    from .locks.results import LockAcquired, LockInfo, LockList, LockReleased, LockWaiter
-    from .results import (
-        AppendedEvent,
-        AppendResult,
-        CompactResult,
-        DeleteResult,
-        Event,
-        KeyValue,
-        RangeResult,
-        StreamEvent,
-        StreamInfo,
-        StreamList,
-        StreamPage,
-        TxnResult,
-        WriteResult,
-    )
-    from .retry import RetryPolicy
-    from .sync import Batch, Client
-    from .watch.core import WatchEvent, WatchProgress
+    from .aio import AsyncBatch as AsyncBatch
+    from .aio import AsyncClient as AsyncClient
+    from .cache.aio import AsyncCache as AsyncCache
+    from .cache.core import CacheLag as CacheLag
+    from .cache.sync import Cache as Cache
+    from .effects.ledger import AsyncEffects as AsyncEffects
+    from .effects.ledger import Effects as Effects
+    from .effects.plan import EffectContext as EffectContext
+    from .effects.plan import EffectRecord as EffectRecord
+    from .errors import ArchiveCorrupt as ArchiveCorrupt
+    from .errors import Archived as Archived
+    from .errors import ArchiveUrlRefused as ArchiveUrlRefused
+    from .errors import CacheStale as CacheStale
+    from .errors import Compacted as Compacted
+    from .errors import Conflict as Conflict
+    from .errors import CrdtTypeMismatch as CrdtTypeMismatch
+    from .errors import EffectClaimLost as EffectClaimLost
+    from .errors import EffectInProgress as EffectInProgress
+    from .errors import EffectResultLost as EffectResultLost
+    from .errors import ExpectationFailed as ExpectationFailed
+    from .errors import FenceMismatch as FenceMismatch
+    from .errors import InsufficientStorage as InsufficientStorage
+    from .errors import InvalidRequest as InvalidRequest
+    from .errors import LeaseNotFound as LeaseNotFound
+    from .errors import LockHeld as LockHeld
+    from .errors import LockNotHeld as LockNotHeld
+    from .errors import LockTimeout as LockTimeout
+    from .errors import NotFound as NotFound
+    from .errors import PermissionDenied as PermissionDenied
+    from .errors import StatekeeperError as StatekeeperError
+    from .errors import StreamNotFound as StreamNotFound
+    from .errors import Timeout as Timeout
+    from .errors import TlsError as TlsError
+    from .errors import Unauthenticated as Unauthenticated
+    from .errors import Unavailable as Unavailable
+    from .errors import WatchOverflow as WatchOverflow
+    from .leases.keeper import AsyncLease as AsyncLease
+    from .leases.keeper import Lease as Lease
+    from .leases.results import KeepaliveResult as KeepaliveResult
+    from .leases.results import LeaseGrant as LeaseGrant
+    from .leases.results import LeaseInfo as LeaseInfo
+    from .leases.results import LeaseList as LeaseList
+    from .leases.results import LeaseState as LeaseState
+    from .leases.results import RevokeResult as RevokeResult
+    from .locks.lock import AsyncLock as AsyncLock
+    from .locks.lock import Lock as Lock
+    from .locks.results import LockAcquired as LockAcquired
+    from .locks.results import LockInfo as LockInfo
+    from .locks.results import LockList as LockList
+    from .locks.results import LockReleased as LockReleased
+    from .locks.results import LockWaiter as LockWaiter
+    from .results import AppendedEvent as AppendedEvent
+    from .results import AppendResult as AppendResult
+    from .results import CompactResult as CompactResult
+    from .results import DeleteResult as DeleteResult
+    from .results import Event as Event
+    from .results import KeyValue as KeyValue
+    from .results import RangeResult as RangeResult
+    from .results import StreamEvent as StreamEvent
+    from .results import StreamInfo as StreamInfo
+    from .results import StreamList as StreamList
+    from .results import StreamPage as StreamPage
+    from .results import TxnResult as TxnResult
+    from .results import WriteResult as WriteResult
+    from .retry import RetryPolicy as RetryPolicy
+    from .sync import Batch as Batch
+    from .sync import Client as Client
+    from .watch.core import WatchEvent as WatchEvent
+    from .watch.core import WatchProgress as WatchProgress
 
-__all__ = [
-    "AppendResult",
-    "AppendedEvent",
-    "ArchiveCorrupt",
-    "ArchiveUrlRefused",
-    "Archived",
-    "AsyncBatch",
-    "AsyncCache",
-    "AsyncClient",
-    "AsyncEffects",
-    "AsyncLease",
-    "AsyncLock",
-    "Batch",
-    "Cache",
-    "CacheLag",
-    "CacheStale",
-    "Client",
-    "CompactResult",
-    "Compacted",
-    "Compare",
-    "Conflict",
-    "DeleteResult",
-    "EffectClaimLost",
-    "EffectContext",
-    "EffectInProgress",
-    "EffectRecord",
-    "EffectResultLost",
-    "Effects",
-    "Event",
-    "ExpectationFailed",
-    "FenceMismatch",
-    "InsufficientStorage",
-    "InvalidRequest",
-    "KeepaliveResult",
-    "KeyValue",
-    "Lease",
-    "LeaseGrant",
-    "LeaseInfo",
-    "LeaseList",
-    "LeaseNotFound",
-    "LeaseState",
-    "Lock",
-    "LockAcquired",
-    "LockHeld",
-    "CrdtTypeMismatch",
-    "LockInfo",
-    "LockList",
-    "LockNotHeld",
-    "LockReleased",
-    "LockTimeout",
-    "LockWaiter",
-    "NotFound",
-    "Ops",
-    "PermissionDenied",
-    "RangeResult",
-    "RetryPolicy",
-    "RevokeResult",
-    "StatekeeperError",
-    "StreamEvent",
-    "StreamInfo",
-    "StreamList",
-    "StreamNotFound",
-    "StreamPage",
-    "Timeout",
-    "TxnResult",
-    "TlsError",
-    "Unauthenticated",
-    "Unavailable",
-    "WatchEvent",
-    "WatchOverflow",
-    "WatchProgress",
-    "WriteResult",
-    "compare",
-    "ops",
-]
-
-# name -> the submodule that defines it; the TYPE_CHECKING block above says the same for
-# type checkers and IDEs (tests/unit/test_client_lazy.py: every export resolves and is bound
-# for type checkers).
-_SUBMODULE_OF: dict[str, str] = {
-    "Cache": "cache.sync",
-    "CacheLag": "cache.core",
-    "EffectContext": "effects.plan",
-    "EffectRecord": "effects.plan",
-    "AsyncEffects": "effects.ledger",
-    "Effects": "effects.ledger",
-    "ArchiveCorrupt": "errors",
-    "Archived": "errors",
-    "ArchiveUrlRefused": "errors",
-    "CacheStale": "errors",
-    "Compacted": "errors",
-    "Conflict": "errors",
-    "CrdtTypeMismatch": "errors",
-    "EffectClaimLost": "errors",
-    "EffectInProgress": "errors",
-    "EffectResultLost": "errors",
-    "ExpectationFailed": "errors",
-    "FenceMismatch": "errors",
-    "InsufficientStorage": "errors",
-    "InvalidRequest": "errors",
-    "LeaseNotFound": "errors",
-    "LockHeld": "errors",
-    "LockNotHeld": "errors",
-    "LockTimeout": "errors",
-    "NotFound": "errors",
-    "PermissionDenied": "errors",
-    "StatekeeperError": "errors",
-    "StreamNotFound": "errors",
-    "Timeout": "errors",
-    "TlsError": "errors",
-    "Unauthenticated": "errors",
-    "Unavailable": "errors",
-    "WatchOverflow": "errors",
-    "AsyncLease": "leases.keeper",
-    "Lease": "leases.keeper",
-    "KeepaliveResult": "leases.results",
-    "LeaseGrant": "leases.results",
-    "LeaseInfo": "leases.results",
-    "LeaseList": "leases.results",
-    "LeaseState": "leases.results",
-    "RevokeResult": "leases.results",
-    "AsyncLock": "locks.lock",
-    "Lock": "locks.lock",
-    "LockAcquired": "locks.results",
-    "LockInfo": "locks.results",
-    "LockList": "locks.results",
-    "LockReleased": "locks.results",
-    "LockWaiter": "locks.results",
-    "AppendedEvent": "results",
-    "AppendResult": "results",
-    "CompactResult": "results",
-    "DeleteResult": "results",
-    "Event": "results",
-    "KeyValue": "results",
-    "RangeResult": "results",
-    "StreamEvent": "results",
-    "StreamInfo": "results",
-    "StreamList": "results",
-    "StreamPage": "results",
-    "TxnResult": "results",
-    "WriteResult": "results",
-    "RetryPolicy": "retry",
-    "AsyncBatch": "aio",
-    "AsyncClient": "aio",
-    "AsyncCache": "cache.aio",
-    "Batch": "sync",
-    "Client": "sync",
-    "WatchEvent": "watch.core",
-    "WatchProgress": "watch.core",
+# Each lazy export, by the submodule that defines it: the one table a new export is added to
+# (with its import in the TYPE_CHECKING block above, for type checkers and IDEs;
+# tests/unit/test_client_lazy.py checks the two agree and that every export resolves).
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "aio": ("AsyncBatch", "AsyncClient"),
+    "cache.aio": ("AsyncCache",),
+    "cache.core": ("CacheLag",),
+    "cache.sync": ("Cache",),
+    "effects.ledger": ("AsyncEffects", "Effects"),
+    "effects.plan": ("EffectContext", "EffectRecord"),
+    "errors": (
+        "ArchiveCorrupt",
+        "ArchiveUrlRefused",
+        "Archived",
+        "CacheStale",
+        "Compacted",
+        "Conflict",
+        "CrdtTypeMismatch",
+        "EffectClaimLost",
+        "EffectInProgress",
+        "EffectResultLost",
+        "ExpectationFailed",
+        "FenceMismatch",
+        "InsufficientStorage",
+        "InvalidRequest",
+        "LeaseNotFound",
+        "LockHeld",
+        "LockNotHeld",
+        "LockTimeout",
+        "NotFound",
+        "PermissionDenied",
+        "StatekeeperError",
+        "StreamNotFound",
+        "Timeout",
+        "TlsError",
+        "Unauthenticated",
+        "Unavailable",
+        "WatchOverflow",
+    ),
+    "leases.keeper": ("AsyncLease", "Lease"),
+    "leases.results": (
+        "KeepaliveResult",
+        "LeaseGrant",
+        "LeaseInfo",
+        "LeaseList",
+        "LeaseState",
+        "RevokeResult",
+    ),
+    "locks.lock": ("AsyncLock", "Lock"),
+    "locks.results": ("LockAcquired", "LockInfo", "LockList", "LockReleased", "LockWaiter"),
+    "results": (
+        "AppendResult",
+        "AppendedEvent",
+        "CompactResult",
+        "DeleteResult",
+        "Event",
+        "KeyValue",
+        "RangeResult",
+        "StreamEvent",
+        "StreamInfo",
+        "StreamList",
+        "StreamPage",
+        "TxnResult",
+        "WriteResult",
+    ),
+    "retry": ("RetryPolicy",),
+    "sync": ("Batch", "Client"),
+    "watch.core": ("WatchEvent", "WatchProgress"),
 }
+_SUBMODULE_OF: dict[str, str] = {name: mod for mod, names in _EXPORTS.items() for name in names}
+__all__ = sorted(["Compare", "Ops", "compare", "ops", *_SUBMODULE_OF])
 
 
 def __getattr__(name: str) -> Any:

@@ -2,7 +2,7 @@
 (docs/protocol.md, "Archival"; applied and read by node/store/archive.py, driven by the
 client's archiver, client/archive/).
 
-Like every op they are declared once (`archive_specs`, joined into node.ops.core.OPS): the field
+Like every op they are declared once (`SPECS`, joined into node.ops.core.OPS): the field
 kinds below check a field with the protocol's codes and describe it in OpenAPI. The plan's
 selection rules are a retention policy's (node/ops/retention.py's field kinds and checks),
 given inline.
@@ -59,6 +59,7 @@ from statekeeper.node.ops.retention import (
     check_policy_rules,
 )
 from statekeeper.node.ops.schemas import BASE64_PATTERN, int_schema, obj, str_schema
+from statekeeper.node.ops.shared import IDEMPOTENCY_KEY, NS
 from statekeeper.node.ops.spec import OpSpec
 from statekeeper.node.ops.streams import (
     MAX_EVENT_ID_CHARS,
@@ -435,83 +436,84 @@ def _seal_post(out: dict, limits: Any) -> None:
         )
 
 
-def archive_specs(ns: Field, idempotency_key: Field) -> tuple[OpSpec, ...]:
-    """The four archive ops, given the shared fields."""
-    rules = (
-        Rule("keep_last", "Keep the newest N keys per group / events.", minimum=1),
-        Rule(
-            "keep_every",
-            "Of the older keys of a group also keep those whose key ends in a multiple of K "
-            "(only with keep_last, only target keys).",
-            minimum=2,
-        ),
-        Rule(
-            "max_age_s",
-            "Archive what is older than this many seconds.",
-            minimum=1,
-            maximum=MAX_AGE_S,
-        ),
-        Within(
-            "within",
-            "Only key groups whose directory's last segment is this name: no '/' or NUL, at "
-            f"most {MAX_WITHIN_BYTES} UTF-8 bytes; only target keys.",
-        ),
-    )
-    return (
-        OpSpec(
-            "archive_plan",
-            (ns, TARGET, PREFIX, *rules, PlanLimit("limit", "At most this many items.")),
-            "archive_plan op: what a retention policy with these rules would delete now, i.e. "
-            "what an archive run archives (no stored policy is considered).",
-            write=False,
-            post=check_policy_rules,
-            path="/v1/archive/plan",
-        ),
-        OpSpec(
-            "archive_seal",
-            (
-                ns,
-                Segment("segment", "The durable segment file the items are in.", required=True),
-                SealKeys("keys", "[key, mod_revision]: archived if still live at it."),
-                SealStreams(
-                    "streams", "[stream, from_seq, before_seq]: archived if first_seq == from_seq."
-                ),
-                idempotency_key,
+# The retention rules archive_plan takes.
+_RULES = (
+    Rule("keep_last", "Keep the newest N keys per group / events.", minimum=1),
+    Rule(
+        "keep_every",
+        "Of the older keys of a group also keep those whose key ends in a multiple of K "
+        "(only with keep_last, only target keys).",
+        minimum=2,
+    ),
+    Rule(
+        "max_age_s",
+        "Archive what is older than this many seconds.",
+        minimum=1,
+        maximum=MAX_AGE_S,
+    ),
+    Within(
+        "within",
+        "Only key groups whose directory's last segment is this name: no '/' or NUL, at "
+        f"most {MAX_WITHIN_BYTES} UTF-8 bytes; only target keys.",
+    ),
+)
+
+# The four archive ops (joined into OPS by node/ops/core.py).
+SPECS: tuple[OpSpec, ...] = (
+    OpSpec(
+        "archive_plan",
+        (NS, TARGET, PREFIX, *_RULES, PlanLimit("limit", "At most this many items.")),
+        "archive_plan op: what a retention policy with these rules would delete now, i.e. "
+        "what an archive run archives (no stored policy is considered).",
+        write=False,
+        post=check_policy_rules,
+        path="/v1/archive/plan",
+    ),
+    OpSpec(
+        "archive_seal",
+        (
+            NS,
+            Segment("segment", "The durable segment file the items are in.", required=True),
+            SealKeys("keys", "[key, mod_revision]: archived if still live at it."),
+            SealStreams(
+                "streams", "[stream, from_seq, before_seq]: archived if first_seq == from_seq."
             ),
-            "archive_seal op: delete the items that still hold and leave tombstones naming the "
-            "segment; one revision.",
-            write=True,
-            grows=False,
-            post=_seal_post,
-            path="/v1/archive/seal",
+            IDEMPOTENCY_KEY,
         ),
-        OpSpec(
-            "archive_restore",
-            (
-                ns,
-                SegmentId("segment", "The segment the items were archived to.", required=True),
-                RestoreKeys("keys", "[key, value]: written back if archived to this segment."),
-                RestoreStreams(
-                    "streams",
-                    "[stream, [[seq, data, type, time_ms, revision, id, meta], ...]]: the "
-                    "events below the stream's first_seq, written back byte-identical.",
-                ),
-                idempotency_key,
+        "archive_seal op: delete the items that still hold and leave tombstones naming the "
+        "segment; one revision.",
+        write=True,
+        grows=False,
+        post=_seal_post,
+        path="/v1/archive/seal",
+    ),
+    OpSpec(
+        "archive_restore",
+        (
+            NS,
+            SegmentId("segment", "The segment the items were archived to.", required=True),
+            RestoreKeys("keys", "[key, value]: written back if archived to this segment."),
+            RestoreStreams(
+                "streams",
+                "[stream, [[seq, data, type, time_ms, revision, id, meta], ...]]: the "
+                "events below the stream's first_seq, written back byte-identical.",
             ),
-            "archive_restore op: write archived items back; one revision.",
-            write=True,
-            post=_items_post,
-            path="/v1/archive/restore",
+            IDEMPOTENCY_KEY,
         ),
-        OpSpec(
-            "archive_list",
-            (
-                OptionalNamespace("ns"),
-                PageLimit("limit", "At most this many segments"),
-                Token("continuation", "The `continuation` of the previous page."),
-            ),
-            "archive_list op: the sealed segments in (ns, id) order, paged.",
-            write=False,
-            path="/v1/archive/list",
+        "archive_restore op: write archived items back; one revision.",
+        write=True,
+        post=_items_post,
+        path="/v1/archive/restore",
+    ),
+    OpSpec(
+        "archive_list",
+        (
+            OptionalNamespace("ns"),
+            PageLimit("limit", "At most this many segments"),
+            Token("continuation", "The `continuation` of the previous page."),
         ),
-    )
+        "archive_list op: the sealed segments in (ns, id) order, paged.",
+        write=False,
+        path="/v1/archive/list",
+    ),
+)

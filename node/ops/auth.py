@@ -46,6 +46,7 @@ from statekeeper.node.ops.fields import (
     utf8,
 )
 from statekeeper.node.ops.schemas import int_schema, nullable, obj, str_schema
+from statekeeper.node.ops.shared import IDEMPOTENCY_KEY
 from statekeeper.node.ops.spec import OpSpec
 
 # The error codes of the auth ops (node/errors.py has the ones every op shares).
@@ -252,67 +253,66 @@ TOKEN_ID = Pattern(
 )
 
 
-def auth_specs(idempotency_key: Field) -> tuple[OpSpec, ...]:
-    """The four auth ops, given the idempotency key field every op family shares."""
-    return (
-        OpSpec(
-            "auth_token_create",
-            (
-                TOKEN_ID,
-                Pattern(
-                    "hash",
-                    "SHA-256 of the token's secret, 64 lowercase hex digits (the token "
-                    "itself is never sent).",
-                    _HASH,
-                    "64 lowercase hex digits (SHA-256 of the secret)",
-                    required=True,
-                ),
-                TokenName("name", "A label for people (listed, logged)."),
-                Grants("grants", "What the token may do.", required=True),
-                TokenTTL(
-                    "ttl_ms",
-                    "Expires this long after creation (leader time); 0: never. Never "
-                    "after the creating token expires.",
-                ),
-                idempotency_key,
-                Creator("parent", "The creating token (set by the node)."),
+# The four auth ops (joined into OPS by node/ops/core.py).
+SPECS: tuple[OpSpec, ...] = (
+    OpSpec(
+        "auth_token_create",
+        (
+            TOKEN_ID,
+            Pattern(
+                "hash",
+                "SHA-256 of the token's secret, 64 lowercase hex digits (the token "
+                "itself is never sent).",
+                _HASH,
+                "64 lowercase hex digits (SHA-256 of the secret)",
+                required=True,
             ),
-            "auth_token_create op: store a new token (its hash). The caller needs admin over "
-            "every grant it hands out.",
-            write=True,
-            # A token record is up to 4 KiB held in every node's memory: not exempt from the
-            # storage alarm, 40 fat tokens were accepted while NOSPACE refused puts (issue
-            # 27, item 7). The root token, derived from the cluster secret, needs no record
-            # to run a compaction.
-            grows=True,
-            access="admin",
-            path="/v1/auth/tokens/create",
-            post=_drop_absent_parent,
-            admit=check_token_bounds,
+            TokenName("name", "A label for people (listed, logged)."),
+            Grants("grants", "What the token may do.", required=True),
+            TokenTTL(
+                "ttl_ms",
+                "Expires this long after creation (leader time); 0: never. Never "
+                "after the creating token expires.",
+            ),
+            IDEMPOTENCY_KEY,
+            Creator("parent", "The creating token (set by the node)."),
         ),
-        OpSpec(
-            "auth_token_revoke",
-            (TOKEN_ID, idempotency_key),
-            "auth_token_revoke op: delete a token; every node refuses it once it applied this.",
-            write=True,
-            grows=False,
-            access="admin",
-            path="/v1/auth/tokens/revoke",
-        ),
-        OpSpec(
-            "auth_token_list",
-            (),
-            "auth_token_list op: every token's id, name, grants and expiry (never its hash).",
-            write=False,
-            access="admin",
-            path="/v1/auth/tokens/list",
-        ),
-        OpSpec(
-            "auth_whoami",
-            (),
-            "auth_whoami op: the caller's own token: id, name, grants, expiry.",
-            write=False,
-            access="none",
-            path="/v1/auth/whoami",
-        ),
-    )
+        "auth_token_create op: store a new token (its hash). The caller needs admin over "
+        "every grant it hands out.",
+        write=True,
+        # A token record is up to 4 KiB held in every node's memory: not exempt from the
+        # storage alarm, 40 fat tokens were accepted while NOSPACE refused puts (issue
+        # 27, item 7). The root token, derived from the cluster secret, needs no record
+        # to run a compaction.
+        grows=True,
+        access="admin",
+        path="/v1/auth/tokens/create",
+        post=_drop_absent_parent,
+        admit=check_token_bounds,
+    ),
+    OpSpec(
+        "auth_token_revoke",
+        (TOKEN_ID, IDEMPOTENCY_KEY),
+        "auth_token_revoke op: delete a token; every node refuses it once it applied this.",
+        write=True,
+        grows=False,
+        access="admin",
+        path="/v1/auth/tokens/revoke",
+    ),
+    OpSpec(
+        "auth_token_list",
+        (),
+        "auth_token_list op: every token's id, name, grants and expiry (never its hash).",
+        write=False,
+        access="admin",
+        path="/v1/auth/tokens/list",
+    ),
+    OpSpec(
+        "auth_whoami",
+        (),
+        "auth_whoami op: the caller's own token: id, name, grants, expiry.",
+        write=False,
+        access="none",
+        path="/v1/auth/whoami",
+    ),
+)

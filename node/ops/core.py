@@ -1,6 +1,7 @@
 """Validation and normalization of protocol ops (docs/protocol.md, "Ops").
 
-Every op is declared once, in `OPS` below: its fields in output order, each an instance of
+Every op is declared once, in its family's module (`SPECS` of node/ops/<family>.py, the kv
+ops' `KV_SPECS` here), and joined into `OPS` below: its fields in output order, each an instance of
 a field kind from node/ops/fields.py whose attributes are the constraints (required, the
 `Limits` attribute bounding it, allowed choices, whether it may appear inside a txn).
 `validate_op` runs those declarations; node/openapi/requests.py turns the same declarations
@@ -68,9 +69,7 @@ from typing import Any
 
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
-from statekeeper.node.ops.archive import archive_specs
-from statekeeper.node.ops.auth import auth_specs
-from statekeeper.node.ops.crdt import crdt_specs
+from statekeeper.node.ops import archive, auth, crdt, leases, locks, retention, streams
 from statekeeper.node.ops.fields import (
     CHECK_ABSENT,
     DEFAULT_NS,
@@ -85,28 +84,18 @@ from statekeeper.node.ops.fields import (
     Expect,
     Field,
     Flag,
-    IdempotencyKey,
     Key,
-    Namespace,
     PageLimit,
     Revision,
     decode_continuation,
     encode_continuation,
     invalid,
 )
-from statekeeper.node.ops.leases import (
-    INTERNAL_SPECS,
-    PUT_LEASE,
-    PUT_LEASE_EXCLUSIVE,
-    PUT_TTL,
-    lease_specs,
-    put_post,
-)
-from statekeeper.node.ops.locks import fenced, lock_specs
-from statekeeper.node.ops.retention import internal_specs, retention_specs
+from statekeeper.node.ops.leases import PUT_LEASE, PUT_LEASE_EXCLUSIVE, PUT_TTL, put_post
+from statekeeper.node.ops.locks import fenced
 from statekeeper.node.ops.schemas import ref, wire_name
+from statekeeper.node.ops.shared import IDEMPOTENCY_KEY, KEY, NS
 from statekeeper.node.ops.spec import Checks, OpSpec, bound_checks, plan_checks
-from statekeeper.node.ops.streams import STREAM, stream_specs
 
 __all__ = [
     "ALL_OPS",
@@ -328,15 +317,6 @@ def _range_post(out: dict, limits: Limits) -> None:
 
 
 READ_REVISION_IN_TXN = "reads inside a txn see the txn's own revision; revision is not allowed"
-NS = Namespace("ns")
-KEY = Key("key", required=True, component="Key")
-IDEMPOTENCY_KEY = IdempotencyKey(
-    "idempotency_key",
-    "Client-chosen unique id of this write (the client uses a uuid4). A write retried with "
-    "the same key within the retention window returns the stored result with "
-    "`replayed: true` and applies nothing.",
-    txn_error="ops inside a txn take no idempotency_key (give it to the txn)",
-)
 
 CMP_TARGETS_ORDER = (*CompareValue.COUNTERS, "value", "exists")
 CMP_OPS_ORDER = ("==", "!=", "<", ">")
@@ -352,7 +332,9 @@ COMPARE_DOC = (
     "integer for version/revisions, bytes for value, a bool for exists (only == and !=)."
 )
 
-_SPECS = (
+# The kv ops: declared here, not in a node/ops/kv.py, because txn's branches are validated
+# by validate_op itself (Branch below), and the registry's order starts with them.
+KV_SPECS = (
     OpSpec(
         "put",
         (
@@ -479,17 +461,15 @@ _SPECS = (
         exclusive=("prefix", ("start", "end")),
         post=_range_post,
     ),
-    *stream_specs(NS, IDEMPOTENCY_KEY),
-    *lease_specs(NS, IDEMPOTENCY_KEY),
-    *lock_specs(NS, IDEMPOTENCY_KEY),
-    *crdt_specs(NS, KEY, IDEMPOTENCY_KEY),
-    *retention_specs(NS, IDEMPOTENCY_KEY, STREAM),
-    *archive_specs(NS, IDEMPOTENCY_KEY),
-    *auth_specs(IDEMPOTENCY_KEY),
 )
-_SPECS = fenced(_SPECS)  # put, delete, cas, txn and append take a `fence` (node/ops/locks.py)
+# Every op family but kv, in registry order (the order of the OpenAPI document's paths and
+# components). A family module declares SPECS, and INTERNAL_SPECS if the node itself proposes
+# some of its ops; tests/unit/test_layout.py checks each has its files in the other layers.
+FAMILIES = (streams, leases, locks, crdt, retention, archive, auth)
+# put, delete, cas, txn and append take a `fence` (node/ops/locks.py)
+_SPECS = fenced((*KV_SPECS, *(s for family in FAMILIES for s in family.SPECS)))
 OPS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
-_INTERNAL_SPECS = (*INTERNAL_SPECS, *internal_specs(NS))
+_INTERNAL_SPECS = tuple(s for family in FAMILIES for s in getattr(family, "INTERNAL_SPECS", ()))
 INTERNAL_OPS: dict[str, OpSpec] = {s.name: s for s in _INTERNAL_SPECS}
 _RANGE_EXCLUSIVE = _check_exclusive(OPS["range"])
 _COMPARE_CHECKS = bound_checks(COMPARE_FIELDS)

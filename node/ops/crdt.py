@@ -1,7 +1,7 @@
 """The CRDT ops' declarations and field kinds: merge, crdt_get (docs/protocol.md, "CRDTs";
 applied and read by node/store/crdt.py; the types themselves are client/crdt/model.py).
 
-Like every op they are declared once (`crdt_specs`, joined into node.ops.core.OPS): the field
+Like every op they are declared once (`SPECS`, joined into node.ops.core.OPS): the field
 kinds below check a field with the protocol's codes and describe it in OpenAPI.
 
 Normalized shapes (raft entries carry `merge`'s, so its msgpack bytes must not change):
@@ -19,8 +19,9 @@ from __future__ import annotations
 from statekeeper.client.crdt import model
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import ErrorCode, OpError, declare
-from statekeeper.node.ops.fields import Bytes, Choice, Field, Flag, Revision, Schema
+from statekeeper.node.ops.fields import Bytes, Choice, Flag, Revision, Schema
 from statekeeper.node.ops.schemas import value_props
+from statekeeper.node.ops.shared import IDEMPOTENCY_KEY, KEY, NS
 from statekeeper.node.ops.spec import OpSpec
 
 # The error codes of the CRDT ops (node/errors.py has the ones every op shares).
@@ -79,42 +80,41 @@ def _merge_post(out: dict, limits: Limits) -> None:
     decode_state(out["type"], out["state"])
 
 
-def crdt_specs(ns: Field, key: Field, idempotency_key: Field) -> tuple[OpSpec, ...]:
-    """The two CRDT ops, given the fields every op family shares (and kv's `key`)."""
-    return (
-        OpSpec(
-            "merge",
-            (
-                ns,
-                key,
-                Choice("type", model.TYPES, what="type", required=True, doc=TYPE_DOC),
-                CrdtState(
-                    "state",
-                    "The delta or full state to fold in: model.encode(type, state), canonical "
-                    "msgpack (client/crdt/model.py)",
-                    required=True,
-                ),
-                idempotency_key,
+# The two CRDT ops, with kv's `key` (joined into OPS by node/ops/core.py).
+SPECS: tuple[OpSpec, ...] = (
+    OpSpec(
+        "merge",
+        (
+            NS,
+            KEY,
+            Choice("type", model.TYPES, what="type", required=True, doc=TYPE_DOC),
+            CrdtState(
+                "state",
+                "The delta or full state to fold in: model.encode(type, state), canonical "
+                "msgpack (client/crdt/model.py)",
+                required=True,
             ),
-            "merge op: fold a CRDT delta or state into the key's stored state (created as "
-            "empty(type) when absent). Never conflicts; merging what the key already "
-            "includes answers `changed: false` and takes no revision.",
-            write=True,
-            in_txn=True,
-            post=_merge_post,
-            path="/v1/crdt/merge",
+            IDEMPOTENCY_KEY,
         ),
-        OpSpec(
-            "crdt_get",
-            (
-                ns,
-                key,
-                Revision("revision", "Read the key as of this revision (default: current)."),
-                Flag("state", "Also answer the stored state (`state`: model.encode bytes)."),
-            ),
-            "crdt_get op: a CRDT key's value (404 `not_found` if absent, 409 "
-            "`crdt_type_mismatch` if it holds something else).",
-            write=False,
-            path="/v1/crdt/get",
+        "merge op: fold a CRDT delta or state into the key's stored state (created as "
+        "empty(type) when absent). Never conflicts; merging what the key already "
+        "includes answers `changed: false` and takes no revision.",
+        write=True,
+        in_txn=True,
+        post=_merge_post,
+        path="/v1/crdt/merge",
+    ),
+    OpSpec(
+        "crdt_get",
+        (
+            NS,
+            KEY,
+            Revision("revision", "Read the key as of this revision (default: current)."),
+            Flag("state", "Also answer the stored state (`state`: model.encode bytes)."),
         ),
-    )
+        "crdt_get op: a CRDT key's value (404 `not_found` if absent, 409 "
+        "`crdt_type_mismatch` if it holds something else).",
+        write=False,
+        path="/v1/crdt/get",
+    ),
+)

@@ -1,13 +1,13 @@
 """Field kinds of protocol ops: each kind checks a field AND describes it in OpenAPI.
 
-A field is declared once (node/ops/core.py, `OPS`) as an instance of one of these classes. Its
-constraints are the instance's attributes (`required`, `allow_empty`, `choices`,
-`txn_error`, ...) and the kind's bounds (`Key`: limits.max_key_bytes, `Bytes`:
-limits.max_value_bytes, `PageLimit`: limits.max_range_limit, ...): `check` enforces them
-with the protocol's exact error codes and messages, `properties`/`requirement`/`conditions`
-turn the same attributes and bounds into JSON Schema for the node's own `Limits`
-(node/openapi/requests.py). Change a constraint here and both the validation and the
-served document follow.
+A field is declared once (its family's `SPECS`, joined into node/ops/core.py's `OPS`) as an
+instance of one of these classes. Its constraints are the instance's attributes (`required`,
+`allow_empty`, `choices`, `txn_error`, ...) and the kind's bounds (`Key`:
+limits.max_key_bytes, `Bytes`: limits.max_value_bytes, `PageLimit`: limits.max_range_limit,
+...): `check` enforces them with the protocol's exact error codes and messages,
+`properties`/`requirement`/`conditions` turn the same attributes and bounds into JSON Schema
+for the node's own `Limits` (node/openapi/requests.py). Change a constraint here and both
+the validation and the served document follow.
 
 `check(v, limits, in_txn, out)` gets the raw value (None when absent), the node's limits,
 whether the op sits in a txn branch, and the normalized dict built so far (`out["ns"]` is

@@ -2,7 +2,7 @@
 lease_info, lease_list, the node-internal lease_expire, and put's `lease` / `ttl_ms`
 (docs/protocol.md, "Leases"; applied and read by node/store/leases.py).
 
-Like every op they are declared once (`lease_specs`, joined into node.ops.core.OPS): the field
+Like every op they are declared once (`SPECS`, joined into node.ops.core.OPS): the field
 kinds below check a field with the protocol's codes and describe it in OpenAPI.
 
 Normalized shapes (raft entries carry the writes', so their msgpack bytes must not change):
@@ -30,6 +30,7 @@ from statekeeper.node.config import Limits
 from statekeeper.node.errors import ErrorCode, OpError, declare
 from statekeeper.node.ops.fields import CHECK_ABSENT, MAX_REVISION, Field, PageLimit, invalid
 from statekeeper.node.ops.schemas import int_schema
+from statekeeper.node.ops.shared import IDEMPOTENCY_KEY, NS
 from statekeeper.node.ops.spec import OpSpec
 
 # The error codes of the lease ops (node/errors.py has the ones every op shares).
@@ -147,54 +148,51 @@ LEASE_IDS = LeaseIds(
 )
 
 
-def lease_specs(ns: Field, idempotency_key: Field) -> tuple[OpSpec, ...]:
-    """The five public lease ops, given the fields every op family shares."""
-    return (
-        OpSpec(
-            "lease_grant",
-            (ns, LeaseTTL("ttl_ms", "The lease's time to live.", required=True), idempotency_key),
-            "lease_grant op: a new lease in `ns` that expires ttl_ms after the grant unless "
-            "kept alive.",
-            write=True,
-            path="/v1/leases/grant",
+# The five public lease ops (joined into OPS by node/ops/core.py).
+SPECS: tuple[OpSpec, ...] = (
+    OpSpec(
+        "lease_grant",
+        (NS, LeaseTTL("ttl_ms", "The lease's time to live.", required=True), IDEMPOTENCY_KEY),
+        "lease_grant op: a new lease in `ns` that expires ttl_ms after the grant unless "
+        "kept alive.",
+        write=True,
+        path="/v1/leases/grant",
+    ),
+    OpSpec(
+        "lease_keepalive",
+        (LEASE_IDS,),
+        "lease_keepalive op: renew many leases at once (expires = now + ttl).",
+        write=True,
+        grows=False,
+        path="/v1/leases/keepalive",
+    ),
+    OpSpec(
+        "lease_revoke",
+        (LEASE, IDEMPOTENCY_KEY),
+        "lease_revoke op: delete the lease and every key attached to it, at one revision.",
+        write=True,
+        grows=False,
+        path="/v1/leases/revoke",
+    ),
+    OpSpec(
+        "lease_info",
+        (LEASE,),
+        "lease_info op: a lease's TTL, expiry and (first 1000) attached keys.",
+        write=False,
+        path="/v1/leases/info",
+    ),
+    OpSpec(
+        "lease_list",
+        (
+            LeaseId("after", "Only leases with a larger id (the last id of the previous page)."),
+            PageLimit("limit", "At most this many leases per page"),
         ),
-        OpSpec(
-            "lease_keepalive",
-            (LEASE_IDS,),
-            "lease_keepalive op: renew many leases at once (expires = now + ttl).",
-            write=True,
-            grows=False,
-            path="/v1/leases/keepalive",
-        ),
-        OpSpec(
-            "lease_revoke",
-            (LEASE, idempotency_key),
-            "lease_revoke op: delete the lease and every key attached to it, at one revision.",
-            write=True,
-            grows=False,
-            path="/v1/leases/revoke",
-        ),
-        OpSpec(
-            "lease_info",
-            (LEASE,),
-            "lease_info op: a lease's TTL, expiry and (first 1000) attached keys.",
-            write=False,
-            path="/v1/leases/info",
-        ),
-        OpSpec(
-            "lease_list",
-            (
-                LeaseId(
-                    "after", "Only leases with a larger id (the last id of the previous page)."
-                ),
-                PageLimit("limit", "At most this many leases per page"),
-            ),
-            "lease_list op: every lease (all namespaces) in id order, paged.",
-            write=False,
-            access="admin",
-            path="/v1/leases/list",
-        ),
-    )
+        "lease_list op: every lease (all namespaces) in id order, paged.",
+        write=False,
+        access="admin",
+        path="/v1/leases/list",
+    ),
+)
 
 
 # Ops only the node itself proposes: no route, refused by validate_op unless internal=True.

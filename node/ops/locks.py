@@ -2,7 +2,7 @@
 `fence` that every fenced write carries (docs/protocol.md, "Locks and fencing"; applied and
 read by node/store/locks.py, the fence checked by node/store/apply.py before the handler).
 
-Like every op they are declared once (`lock_specs`, joined into node.ops.core.OPS); `fenced`
+Like every op they are declared once (`SPECS`, joined into node.ops.core.OPS); `fenced`
 adds the `fence` field to the write ops that take one (put, delete, cas, txn, append).
 
 Normalized shapes (raft entries carry the writes', so their msgpack bytes must not change):
@@ -40,6 +40,7 @@ from statekeeper.node.ops.fields import (
 )
 from statekeeper.node.ops.leases import LeaseId
 from statekeeper.node.ops.schemas import int_schema, obj, str_schema
+from statekeeper.node.ops.shared import IDEMPOTENCY_KEY, NS
 from statekeeper.node.ops.spec import OpSpec
 
 # The error codes of the lock ops (node/errors.py has the ones every op shares).
@@ -224,53 +225,50 @@ def fenced(specs: Iterable[OpSpec]) -> tuple[OpSpec, ...]:
     return tuple(out)
 
 
-def lock_specs(ns: Field, idempotency_key: Field) -> tuple[OpSpec, ...]:
-    """The three lock ops, given the fields every op family shares."""
-    return (
-        OpSpec(
-            "lock_acquire",
-            (
-                ns,
-                NAME,
-                LEASE,
-                Owner("owner", "Who waits (free text, shown by lock_list)."),
-                Wait(
-                    "wait",
-                    "false: take the lock only if nobody holds or waits for it; else 409 "
-                    "`lock_held` (with `holder_fence`) and nothing is written.",
-                ),
-                idempotency_key,
+# The three lock ops (joined into OPS by node/ops/core.py).
+SPECS: tuple[OpSpec, ...] = (
+    OpSpec(
+        "lock_acquire",
+        (
+            NS,
+            NAME,
+            LEASE,
+            Owner("owner", "Who waits (free text, shown by lock_list)."),
+            Wait(
+                "wait",
+                "false: take the lock only if nobody holds or waits for it; else 409 "
+                "`lock_held` (with `holder_fence`) and nothing is written.",
             ),
-            "lock_acquire op: join the lock's queue with a waiter key attached to `lease`; "
-            "the first waiter holds the lock.",
-            write=True,
-            path="/v1/locks/acquire",
+            IDEMPOTENCY_KEY,
         ),
-        OpSpec(
-            "lock_release",
-            (
-                ns,
-                NAME,
-                Token("fence", "The waiter's fence (lock_acquire's `fence`).", required=True),
-                idempotency_key,
-            ),
-            "lock_release op: delete the waiter key (the next waiter then holds the lock).",
-            write=True,
-            grows=False,
-            path="/v1/locks/release",
+        "lock_acquire op: join the lock's queue with a waiter key attached to `lease`; "
+        "the first waiter holds the lock.",
+        write=True,
+        path="/v1/locks/acquire",
+    ),
+    OpSpec(
+        "lock_release",
+        (
+            NS,
+            NAME,
+            Token("fence", "The waiter's fence (lock_acquire's `fence`).", required=True),
+            IDEMPOTENCY_KEY,
         ),
-        OpSpec(
-            "lock_list",
-            (
-                ns,
-                LockName("prefix", "Only locks whose name starts with this.", allow_empty=True),
-                LockName(
-                    "after", "Only locks after this one (the last name of the previous page)."
-                ),
-                PageLimit("limit", "At most this many locks per page"),
-            ),
-            "lock_list op: the locks of a namespace with their holder and waiters.",
-            write=False,
-            path="/v1/locks/list",
+        "lock_release op: delete the waiter key (the next waiter then holds the lock).",
+        write=True,
+        grows=False,
+        path="/v1/locks/release",
+    ),
+    OpSpec(
+        "lock_list",
+        (
+            NS,
+            LockName("prefix", "Only locks whose name starts with this.", allow_empty=True),
+            LockName("after", "Only locks after this one (the last name of the previous page)."),
+            PageLimit("limit", "At most this many locks per page"),
         ),
-    )
+        "lock_list op: the locks of a namespace with their holder and waiters.",
+        write=False,
+        path="/v1/locks/list",
+    ),
+)

@@ -3,7 +3,7 @@ retention_status, the stream primitive truncate_stream, and the node-internal `g
 (docs/protocol.md, "Retention"; applied and read by node/store/retention.py, enforced by
 the leader's node/tasks/retention.py).
 
-Like every op they are declared once (`retention_specs`, joined into node.ops.core.OPS): the
+Like every op they are declared once (`SPECS`, joined into node.ops.core.OPS): the
 field kinds below check a field with the protocol's codes and describe it in OpenAPI.
 
 Normalized shapes (raft entries carry the writes', so their msgpack bytes must not change):
@@ -49,7 +49,9 @@ from statekeeper.node.ops.fields import (
     key_text,
 )
 from statekeeper.node.ops.schemas import given, int_schema, str_schema
+from statekeeper.node.ops.shared import IDEMPOTENCY_KEY, NS
 from statekeeper.node.ops.spec import OpSpec
+from statekeeper.node.ops.streams import STREAM
 
 # The error codes of the retention ops (node/errors.py has the ones every op shares).
 ERRORS = declare(
@@ -224,96 +226,94 @@ BEFORE_SEQ = Rule(
 )
 
 
-def retention_specs(ns: Field, idempotency_key: Field, stream: Field) -> tuple[OpSpec, ...]:
-    """The four retention ops and truncate_stream, given the shared fields."""
-    return (
-        OpSpec(
-            "retention_set",
-            (
-                ns,
-                PREFIX,
-                TARGET,
-                Rule("keep_last", "Keep the newest N keys per group / events.", minimum=1),
-                Rule(
-                    "keep_every",
-                    "Of the older keys of a group also keep every Kth: those whose key "
-                    "ends in a multiple of K (else: position from the oldest); only with "
-                    "keep_last, only target keys.",
-                    minimum=2,
-                ),
-                Rule(
-                    "max_age_s",
-                    "Drop what is older than this many seconds (keep_last still protects the "
-                    "newest N).",
-                    minimum=1,
-                    maximum=MAX_AGE_S,
-                ),
-                Within(
-                    "within",
-                    "Only the key groups whose directory's last segment is this name "
-                    "(e.g. 'ckpt': agent/{id}/ckpt/ and nothing else under the prefix): "
-                    f"no '/' or NUL, at most {MAX_WITHIN_BYTES} UTF-8 bytes; only target keys.",
-                ),
-                idempotency_key,
+# The four retention ops and truncate_stream (joined into OPS by node/ops/core.py).
+SPECS: tuple[OpSpec, ...] = (
+    OpSpec(
+        "retention_set",
+        (
+            NS,
+            PREFIX,
+            TARGET,
+            Rule("keep_last", "Keep the newest N keys per group / events.", minimum=1),
+            Rule(
+                "keep_every",
+                "Of the older keys of a group also keep every Kth: those whose key "
+                "ends in a multiple of K (else: position from the oldest); only with "
+                "keep_last, only target keys.",
+                minimum=2,
             ),
-            "retention_set op: create or replace the policy of (ns, target, prefix).",
-            write=True,
-            post=check_policy_rules,
-            path="/v1/retention/set",
-        ),
-        OpSpec(
-            "retention_delete",
-            (ns, PREFIX, TARGET, idempotency_key),
-            "retention_delete op: remove the policy of (ns, target, prefix) (deleted: 0 if none).",
-            write=True,
-            grows=False,
-            path="/v1/retention/delete",
-        ),
-        OpSpec(
-            "retention_list",
-            (
-                OptionalNamespace("ns"),
-                PageLimit("limit", "At most this many policies"),
-                Token("continuation", "The `continuation` of the previous page."),
+            Rule(
+                "max_age_s",
+                "Drop what is older than this many seconds (keep_last still protects the "
+                "newest N).",
+                minimum=1,
+                maximum=MAX_AGE_S,
             ),
-            "retention_list op: the policies in (ns, target, prefix) order, paged.",
-            write=False,
-            path="/v1/retention/list",
+            Within(
+                "within",
+                "Only the key groups whose directory's last segment is this name "
+                "(e.g. 'ckpt': agent/{id}/ckpt/ and nothing else under the prefix): "
+                f"no '/' or NUL, at most {MAX_WITHIN_BYTES} UTF-8 bytes; only target keys.",
+            ),
+            IDEMPOTENCY_KEY,
         ),
-        OpSpec(
-            "retention_status",
-            (OptionalNamespace("ns"),),
-            "retention_status op: what each policy holds and would free now, the last gc, "
-            "and the store-wide history and idempotency retention.",
-            write=False,
-            path="/v1/retention/status",
+        "retention_set op: create or replace the policy of (ns, target, prefix).",
+        write=True,
+        post=check_policy_rules,
+        path="/v1/retention/set",
+    ),
+    OpSpec(
+        "retention_delete",
+        (NS, PREFIX, TARGET, IDEMPOTENCY_KEY),
+        "retention_delete op: remove the policy of (ns, target, prefix) (deleted: 0 if none).",
+        write=True,
+        grows=False,
+        path="/v1/retention/delete",
+    ),
+    OpSpec(
+        "retention_list",
+        (
+            OptionalNamespace("ns"),
+            PageLimit("limit", "At most this many policies"),
+            Token("continuation", "The `continuation` of the previous page."),
         ),
-        OpSpec(
-            "truncate_stream",
-            (ns, stream, BEFORE_SEQ, idempotency_key),
-            "truncate_stream op: remove a stream's events with seq < before_seq (at most "
-            f"{MAX_TRUNCATE_EVENTS} per op: `more` says call again) and their id dedup records.",
-            write=True,
-            grows=False,
-            path="/v1/streams/truncate",
-        ),
-    )
+        "retention_list op: the policies in (ns, target, prefix) order, paged.",
+        write=False,
+        path="/v1/retention/list",
+    ),
+    OpSpec(
+        "retention_status",
+        (OptionalNamespace("ns"),),
+        "retention_status op: what each policy holds and would free now, the last gc, "
+        "and the store-wide history and idempotency retention.",
+        write=False,
+        path="/v1/retention/status",
+    ),
+    OpSpec(
+        "truncate_stream",
+        (NS, STREAM, BEFORE_SEQ, IDEMPOTENCY_KEY),
+        "truncate_stream op: remove a stream's events with seq < before_seq (at most "
+        f"{MAX_TRUNCATE_EVENTS} per op: `more` says call again) and their id dedup records.",
+        write=True,
+        grows=False,
+        path="/v1/streams/truncate",
+    ),
+)
 
 
-def internal_specs(ns: Field) -> tuple[OpSpec, ...]:
-    """`gc`: proposed only by the leader's retention task."""
-    return (
-        OpSpec(
-            "gc",
-            (
-                ns,
-                GcItems("deletes", "[key, mod_revision]: delete the key if still at it."),
-                GcItems("truncates", "[stream, before_seq]: truncate forward to it."),
-            ),
-            "gc op (node-internal): the leader's retention enforcement, one revision.",
-            write=True,
-            grows=False,
-            post=_gc_post,
-            path="/internal/gc",
+# `gc`: proposed only by the leader's retention task (joined into INTERNAL_OPS).
+INTERNAL_SPECS: tuple[OpSpec, ...] = (
+    OpSpec(
+        "gc",
+        (
+            NS,
+            GcItems("deletes", "[key, mod_revision]: delete the key if still at it."),
+            GcItems("truncates", "[stream, before_seq]: truncate forward to it."),
         ),
-    )
+        "gc op (node-internal): the leader's retention enforcement, one revision.",
+        write=True,
+        grows=False,
+        post=_gc_post,
+        path="/internal/gc",
+    ),
+)

@@ -1,7 +1,7 @@
 """The stream ops' declarations and field kinds: append, read_stream, stream_info,
 list_streams (docs/protocol.md, "Streams"; applied and read by node/store/streams.py).
 
-Like every op they are declared once (`stream_specs`, joined into node.ops.core.OPS): the
+Like every op they are declared once (`SPECS`, joined into node.ops.core.OPS): the
 field kinds below check a field with the protocol's codes and describe it in OpenAPI.
 
 Normalized shapes (raft entries carry `append`'s, so its msgpack bytes must not change):
@@ -47,6 +47,7 @@ from statekeeper.node.ops.fields import (
 )
 from statekeeper.node.ops.leases import LeaseId
 from statekeeper.node.ops.schemas import int_schema, nullable, obj, str_schema, value_props
+from statekeeper.node.ops.shared import IDEMPOTENCY_KEY, NS
 from statekeeper.node.ops.spec import OpSpec
 
 # The error codes of the stream ops (node/errors.py has the ones every op shares).
@@ -412,38 +413,37 @@ LIST_STREAMS_FIELDS: tuple[Field, ...] = (
 )
 
 
-def stream_specs(ns: Field, idempotency_key: Field) -> tuple[OpSpec, ...]:
-    """The four stream ops, given the fields every op family shares."""
-    return (
-        OpSpec(
-            "append",
-            (ns, *APPEND_FIELDS, APPEND_LEASE, idempotency_key),
-            "append op: add events to a stream (created by its first append), one revision.",
-            write=True,
-            in_txn=True,
-            post=_append_post,
-            path="/v1/streams/append",
-        ),
-        OpSpec(
-            "read_stream",
-            (ns, *READ_STREAM_FIELDS),
-            "read_stream op: a page of a stream's events; a missing stream reads as empty.",
-            write=False,
-            post=_read_stream_post,
-            path="/v1/streams/read",
-        ),
-        OpSpec(
-            "stream_info",
-            (ns, STREAM),
-            "stream_info op: a stream's counters (404 `stream_not_found` if it does not exist).",
-            write=False,
-            path="/v1/streams/info",
-        ),
-        OpSpec(
-            "list_streams",
-            (ns, *LIST_STREAMS_FIELDS),
-            "list_streams op: the streams of a namespace in name byte order, paged.",
-            write=False,
-            path="/v1/streams/list",
-        ),
-    )
+# The four stream ops (joined into OPS by node/ops/core.py).
+SPECS: tuple[OpSpec, ...] = (
+    OpSpec(
+        "append",
+        (NS, *APPEND_FIELDS, APPEND_LEASE, IDEMPOTENCY_KEY),
+        "append op: add events to a stream (created by its first append), one revision.",
+        write=True,
+        in_txn=True,
+        post=_append_post,
+        path="/v1/streams/append",
+    ),
+    OpSpec(
+        "read_stream",
+        (NS, *READ_STREAM_FIELDS),
+        "read_stream op: a page of a stream's events; a missing stream reads as empty.",
+        write=False,
+        post=_read_stream_post,
+        path="/v1/streams/read",
+    ),
+    OpSpec(
+        "stream_info",
+        (NS, STREAM),
+        "stream_info op: a stream's counters (404 `stream_not_found` if it does not exist).",
+        write=False,
+        path="/v1/streams/info",
+    ),
+    OpSpec(
+        "list_streams",
+        (NS, *LIST_STREAMS_FIELDS),
+        "list_streams op: the streams of a namespace in name byte order, paged.",
+        write=False,
+        path="/v1/streams/list",
+    ),
+)

@@ -21,9 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 from statekeeper.node.config import Limits
-from statekeeper.node.ops.core import DEFAULT_NS, NS
-from statekeeper.node.ops.fields import MAX_REVISION, Field, Flag, Key, invalid
+from statekeeper.node.ops.fields import DEFAULT_NS, MAX_REVISION, Field, Flag, Key, invalid
 from statekeeper.node.ops.schemas import int_schema
+from statekeeper.node.ops.shared import NS
 from statekeeper.node.ops.spec import OpSpec
 from statekeeper.node.ops.streams import Count
 

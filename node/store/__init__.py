@@ -43,11 +43,11 @@ and append a `hook(tx)` to `apply.AFTER_ENTRY` if the family has work to do afte
 entry (expiring leases, say; compaction.py does its pruning this way). A handler reads
 through `tx` (point, scan, kv_at), stages writes with `tx.stage(key, value)` and sets
 `tx.wrote` if the op takes a revision (apply.py's docstring has the rules). A read op
-registers `reader(src, limits, op)` with `@reads.serves("name")` (any reads.Source: a
-ReadView, or the EntryTx when it also runs inside an entry; streams.py does both). Give
-its records a new tag byte in keys.py (the on-disk format is append-only). The op's
-validation, like every op's, lives in node/ops/core.py (`validate_op` refuses names it does
-not know), and its HTTP route and schema in node/api/routes.py and node/openapi/document.py.
+registers `reader(src, limits, op)` with `@apply.read_op("name")` (reads.serves plus the
+apply handler every op needs; the reader takes any reads.Source: a ReadView, or the EntryTx). Give
+its records a new tag byte in keys.py (the on-disk format is append-only). The rest of a new
+family (its node/ops/ declaration, OpenAPI, client, CLI, docs) is docs/architecture.md's
+"Adding an op family: the checklist"; tests/unit/test_layout.py checks its files.
 """
 
 from statekeeper.node.store import (  # noqa: F401  (each registers its ops)
