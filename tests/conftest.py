@@ -7,6 +7,7 @@ import pytest
 from tests.integration.cluster_fixture import (  # noqa: F401 (fixtures)
     cluster,
     cluster_config,
+    plain_shared_cluster,
     shared_cluster,
 )
 from tests.integration.raft_harness import member_set  # noqa: F401 (fixture `nodes`)

@@ -6,6 +6,9 @@
 - `cluster`: the same config, started with LocalCluster.up(); yields the
   LocalCluster; kills it after the test, and after a failing one prints the tail of
   every node.log first.
+- `shared_cluster` (TLS and auth on) and `plain_shared_cluster` (neither): one cluster
+  per module, for tests that do not fault it (no kill, pause, partition, restart or
+  config change); such tests keep to their own keys or namespaces.
 
 Options per test: @pytest.mark.cluster_options(size=5, fsync="always",
 election_timeout_min=0.2, election_timeout_max=0.5, gc_interval_seconds=0.5, auth=True,
@@ -255,6 +258,14 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
             if SHARED_SECURE:
                 env.setenv("STATEKEEPER_TOKEN", mint_token(lc, ns="*", role="admin"))
             yield lc
+
+
+@pytest.fixture(scope="module")
+def plain_shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One plain cluster (no TLS, no auth, default options) for a whole module, for tests
+    that do not fault it but must see the wire as it is (raw HTTP, exact entry sizes)."""
+    with running_cluster(tmp_path_factory.mktemp("plain")) as lc:
+        yield lc
 
 
 @contextlib.contextmanager

@@ -267,40 +267,38 @@ def _others_log(cluster: LocalCluster, victim: str) -> str:
     return "".join(cluster.log_file(n).read_text() for n in cluster.node_ids if n != victim)
 
 
-@pytest.mark.cluster_options(tls=True)
-def test_a_tls_cluster_elects_and_replicates(cluster: LocalCluster) -> None:
-    leader = cluster.leader_id()
+def test_a_tls_cluster_elects_and_replicates(shared_cluster: LocalCluster) -> None:
+    leader = shared_cluster.leader_id()
     assert leader is not None
-    with Client(cluster.url(leader), ca=_ca(cluster)) as c:
+    with Client(shared_cluster.url(leader), ca=_ca(shared_cluster)) as c:
         rev = 0
         for i in range(20):
             rev = c.put(f"tls-{i}", f"v{i}".encode()).revision
-    for nid in cluster.node_ids:
-        with Client(cluster.url(nid), ca=_ca(cluster)) as c:
+    for nid in shared_cluster.node_ids:
+        with Client(shared_cluster.url(nid), ca=_ca(shared_cluster)) as c:
             kv = c.get("tls-19", consistency="serializable", min_revision=rev)
             assert kv.value == b"v19", nid
-    for nid in cluster.node_ids:
-        log = cluster.log_file(nid).read_text()
+    for nid in shared_cluster.node_ids:
+        log = shared_cluster.log_file(nid).read_text()
         assert "raft TLS" not in log, (nid, log[-2000:])
 
 
-@pytest.mark.cluster_options(tls=True)
-def test_a_3_mib_entry_reaches_the_followers_with_raft_tls(cluster: LocalCluster) -> None:
+def test_a_3_mib_entry_reaches_the_followers_with_raft_tls(shared_cluster: LocalCluster) -> None:
     """One batch of three 1 MiB puts: one ~3 MiB raft entry (test_large_entries.py)."""
-    leader = cluster.leader_id()
-    terms = {n: cluster.status(n)["term"] for n in cluster.node_ids}
+    leader = shared_cluster.leader_id()
+    terms = {n: shared_cluster.status(n)["term"] for n in shared_cluster.node_ids}
     values = [os.urandom(MIB) for _ in range(3)]
-    with Client(cluster.url(leader), ca=_ca(cluster), timeout=30) as c:
+    with Client(shared_cluster.url(leader), ca=_ca(shared_cluster), timeout=30) as c:
         with c.batch() as b:
             for i, v in enumerate(values):
                 b.put(f"big-{i}", v)
         revs = [r.revision for r in b.results]
-    for nid in cluster.node_ids:
-        with Client(cluster.url(nid), ca=_ca(cluster), timeout=30) as c:
+    for nid in shared_cluster.node_ids:
+        with Client(shared_cluster.url(nid), ca=_ca(shared_cluster), timeout=30) as c:
             for i, v in enumerate(values):
                 kv = c.get(f"big-{i}", consistency="serializable", min_revision=max(revs))
                 assert kv.value == v, (nid, i)
-    assert {n: cluster.status(n)["term"] for n in cluster.node_ids} == terms
+    assert {n: shared_cluster.status(n)["term"] for n in shared_cluster.node_ids} == terms
 
 
 @pytest.mark.cluster_options(tls=True)
@@ -331,17 +329,16 @@ def test_a_node_process_with_a_client_certificate_cannot_join(cluster: LocalClus
     ), others[-3000:]
 
 
-@pytest.mark.cluster_options(tls=True)
 def test_a_plaintext_peer_is_refused_on_a_tls_raft_port(
-    cluster: LocalCluster, tmp_path: Path
+    shared_cluster: LocalCluster, tmp_path: Path
 ) -> None:
     """What a peer without TLS sends (a frame sealed with the right cluster secret, the
     AES-GCM-only protocol), a plaintext pickle and garbage: dropped before anything is
     unpickled, and the cluster keeps serving."""
-    target = cluster.node_ids[1]
-    node = cluster.config.node(target)
+    target = shared_cluster.node_ids[1]
+    node = shared_cluster.config.node(target)
     marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
-    sealed = AuthenticatingEncryptor(cluster.config.secret).encrypt_at_time(
+    sealed = AuthenticatingEncryptor(shared_cluster.config.secret).encrypt_at_time(
         zlib.compress(pickle.dumps(Exploit(marker))), int(time.monotonic())
     )
     payloads = [
@@ -360,9 +357,10 @@ def test_a_plaintext_peer_is_refused_on_a_tls_raft_port(
                 pass
     time.sleep(0.5)
     assert not marker.exists(), "a peer message was unpickled"
-    with Client([cluster.url(n) for n in cluster.node_ids], ca=_ca(cluster)) as c:
+    urls = [shared_cluster.url(n) for n in shared_cluster.node_ids]
+    with Client(urls, ca=_ca(shared_cluster)) as c:
         rev = c.put("still-serving", b"yes").revision
-    with Client(cluster.url(target), ca=_ca(cluster)) as c:
+    with Client(shared_cluster.url(target), ca=_ca(shared_cluster)) as c:
         assert c.get("still-serving", consistency="serializable", min_revision=rev).value == b"yes"
-    assert cluster.status(target)["rejected_peer_messages"] >= 1
-    assert "not TLS" in cluster.log_file(target).read_text()
+    assert shared_cluster.status(target)["rejected_peer_messages"] >= 1
+    assert "not TLS" in shared_cluster.log_file(target).read_text()

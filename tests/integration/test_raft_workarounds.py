@@ -19,7 +19,6 @@ pytestmark = pytest.mark.integration
 
 # pysyncobj's default appendEntriesBatchSizeBytes; entries of at least this size are chunked.
 PYSYNCOBJ_CHUNK = 65536
-IDEM = "0123456789abcdef0123456789abcdef"
 
 
 def _put_raw(url: str, body: dict) -> tuple[int, dict]:
@@ -33,27 +32,35 @@ def _put_raw(url: str, body: dict) -> tuple[int, dict]:
         conn.close()
 
 
-def _command_size(key: str, value_len: int) -> int:
+def _command_size(key: str, value_len: int, idem: str) -> int:
     # The entry exactly as the proposer builds it: one validated op, a 9-byte msgpack time.
-    op = validate_op({"op": "put", "key": key, "value": b"x" * value_len, "idempotency_key": IDEM}, Limits())
+    request = {"op": "put", "key": key, "value": b"x" * value_len, "idempotency_key": idem}
+    op = validate_op(request, Limits())
     payload = msgpack.packb({"t": int(time.time() * 1000), "ops": [op]}, use_bin_type=True)
     return replicated_command_size(payload)
 
 
 @pytest.mark.parametrize("short_of_boundary", [3, 7, 11, 15])
-def test_large_entry_at_a_chunk_boundary_replicates(cluster: LocalCluster, short_of_boundary: int) -> None:
+def test_large_entry_at_a_chunk_boundary_replicates(
+    plain_shared_cluster: LocalCluster, short_of_boundary: int
+) -> None:
     """pysyncobj marks the last chunk of a large entry by the entry's unpickled size, so an
     entry a few bytes short of a chunk boundary gets two "finish" chunks. It still arrives
     (the follower keeps the partial buffer when the first unpickle fails); this pins that
-    down for entries right at pysyncobj's default chunk boundary."""
+    down for entries right at pysyncobj's default chunk boundary. The cases share one
+    cluster: each has its own key and idempotency key (of one length: the sizes hold)."""
+    cluster = plain_shared_cluster
     key = f"boundary-{short_of_boundary}"
+    idem = f"{short_of_boundary:032d}"
     target = 2 * PYSYNCOBJ_CHUNK - short_of_boundary
-    guess = target - (_command_size(key, target) - target)
+    guess = target - (_command_size(key, target, idem) - target)
     # Sizes step unevenly (pickle framing): take the largest entry at or below the target.
-    value_len = max(v for v in range(guess - 32, guess + 32) if _command_size(key, v) <= target)
-    assert abs(_command_size(key, value_len) - target) <= 16  # sizes step unevenly
+    sizes = {v: _command_size(key, v, idem) for v in range(guess - 32, guess + 32)}
+    value_len = max(v for v, size in sizes.items() if size <= target)
+    assert abs(sizes[value_len] - target) <= 16  # sizes step unevenly
     leader = cluster.leader_id()
-    status, answer = _put_raw(cluster.url(leader), {"key": key, "value": b"x" * value_len, "idempotency_key": IDEM})
+    body = {"key": key, "value": b"x" * value_len, "idempotency_key": idem}
+    status, answer = _put_raw(cluster.url(leader), body)
     assert status == 200, answer
     for node_id in cluster.node_ids:
         with Client(cluster.url(node_id), timeout=10) as c:

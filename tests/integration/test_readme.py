@@ -31,15 +31,15 @@ def run_example(code: str) -> str:
     return out.getvalue()
 
 
-def test_the_readme_agent_example_works(cluster: LocalCluster) -> None:
-    code = readme_example("An agent, in ten lines", cluster)
+def test_the_readme_agent_example_works(shared_cluster: LocalCluster) -> None:
+    code = readme_example("An agent, in ten lines", shared_cluster)
     assert len(code.strip().splitlines()) <= 12
     # The second run finds the lock taken and the tool result stored once.
     assert [run_example(code), run_example(code)] == ["", "thread-9 is held by worker-a\n"]
 
 
-def test_the_readme_crash_and_resume_example_works(cluster: LocalCluster) -> None:
-    code = readme_example("An agent that crashes and picks up where it left off", cluster)
+def test_the_readme_crash_and_resume_example_works(shared_cluster: LocalCluster) -> None:
+    code = readme_example("An agent that crashes and picks up where it left off", shared_cluster)
     # Before the crash two tools ran; after the restart only the third one did.
     assert run_example(code) == (
         "calling search_flights\ncalling book_flight\ncalling email_receipt\n"
@@ -48,15 +48,16 @@ def test_the_readme_crash_and_resume_example_works(cluster: LocalCluster) -> Non
     assert run_example(code) == ""
 
 
-def test_the_readme_coordination_example_works(cluster: LocalCluster) -> None:
-    code = readme_example("Agents working together", cluster)
+def test_the_readme_coordination_example_works(shared_cluster: LocalCluster) -> None:
+    code = readme_example("Agents working together", shared_cluster)
     for _ in range(2):  # again: the lock is free once more and the effect answers from DONE
         assert run_example(code) == "put invoice-42/status sending\nput invoice-42/status sent\n"
 
 
-def test_the_readme_langgraph_example_works(cluster: LocalCluster) -> None:
-    assert run_example(readme_example("A LangGraph graph that survives crashes", cluster)) == "1\n"
-    urls = [cluster.url(n) for n in cluster.node_ids]
+def test_the_readme_langgraph_example_works(shared_cluster: LocalCluster) -> None:
+    code = readme_example("A LangGraph graph that survives crashes", shared_cluster)
+    assert run_example(code) == "1\n"
+    urls = [shared_cluster.url(n) for n in shared_cluster.node_ids]
     # The thread's checkpoints are in the cluster: a new saver (a new process) finds them.
     from statekeeper.client.langgraph import StatekeeperSaver
 

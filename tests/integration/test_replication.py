@@ -89,21 +89,23 @@ def _assert_all_present(lc: LocalCluster, acked: dict[str, bytes], ns: str = "lo
     assert not wrong, f"{len(wrong)} acknowledged writes changed, e.g. {wrong[:5]}"
 
 
-def test_writes_replicate_to_every_node(cluster: LocalCluster) -> None:
-    with _client(cluster) as c:
+def test_writes_replicate_to_every_node(shared_cluster: LocalCluster) -> None:
+    with _client(shared_cluster) as c:
         rev = c.put("greeting", b"hello").revision
-    for node_id in cluster.node_ids:
-        with _client(cluster, node_id) as c:
+    for node_id in shared_cluster.node_ids:
+        with _client(shared_cluster, node_id) as c:
             kv = c.get("greeting", consistency="serializable", min_revision=rev)
             assert kv.value == b"hello"
             assert kv.mod_revision == rev
 
 
-def test_linearizable_reads_from_every_node_see_the_latest_write(cluster: LocalCluster) -> None:
-    clients = {i: _client(cluster, i) for i in cluster.node_ids}
+def test_linearizable_reads_from_every_node_see_the_latest_write(
+    shared_cluster: LocalCluster,
+) -> None:
+    clients = {i: _client(shared_cluster, i) for i in shared_cluster.node_ids}
     try:
         for n in range(30):
-            writer = cluster.node_ids[n % 3]
+            writer = shared_cluster.node_ids[n % 3]
             clients[writer].put("counter", str(n))
             # Default consistency is linearizable: every node must see write n at once.
             for reader, c in clients.items():
@@ -113,9 +115,9 @@ def test_linearizable_reads_from_every_node_see_the_latest_write(cluster: LocalC
             c.close()
 
 
-def test_follower_forwards_writes_and_answers_with_its_result(cluster: LocalCluster) -> None:
-    follower = _followers(cluster)[0]
-    with _client(cluster, follower) as c:
+def test_follower_forwards_writes_and_answers_with_its_result(shared_cluster: LocalCluster) -> None:
+    follower = _followers(shared_cluster)[0]
+    with _client(shared_cluster, follower) as c:
         r1 = c.put("fwd", b"1")
         r2 = c.put("fwd", b"2", prev_kv=True)
         assert r2.revision > r1.revision
@@ -123,8 +125,8 @@ def test_follower_forwards_writes_and_answers_with_its_result(cluster: LocalClus
         assert c.status()["node_id"] == follower
 
 
-def test_same_idempotency_key_applies_once(cluster: LocalCluster) -> None:
-    with _client(cluster) as c:
+def test_same_idempotency_key_applies_once(shared_cluster: LocalCluster) -> None:
+    with _client(shared_cluster) as c:
         a = c.put("idem", b"first", idempotency_key="op-123")
         b = c.put("idem", b"first", idempotency_key="op-123")
         assert a.revision == b.revision
@@ -202,8 +204,8 @@ def test_wiped_node_rejoins_through_a_snapshot(cluster: LocalCluster) -> None:
     assert "restoring state machine from snapshot" in cluster.log_file(victim).read_text()
 
 
-def test_reads_at_a_past_revision_and_deletes(cluster: LocalCluster) -> None:
-    with _client(cluster) as c:
+def test_reads_at_a_past_revision_and_deletes(shared_cluster: LocalCluster) -> None:
+    with _client(shared_cluster) as c:
         r1 = c.put("doc", b"v1").revision
         c.put("doc", b"v2")
         d = c.delete("doc")
@@ -213,13 +215,16 @@ def test_reads_at_a_past_revision_and_deletes(cluster: LocalCluster) -> None:
             c.get("doc")
 
 
-def test_linearizable_reads_on_the_leader_add_no_log_entries(cluster: LocalCluster) -> None:
+def test_linearizable_reads_on_the_leader_add_no_log_entries(shared_cluster: LocalCluster) -> None:
     """ReadIndex: the leader confirms itself with a heartbeat round instead of a barrier
     entry (which cost an append and an fsync on every node per read batch), and the read
     still sees every write acknowledged before it, wherever that write was sent."""
-    leader = cluster.leader_id()
-    follower = _followers(cluster)[0]
-    with _client(cluster, leader) as at_leader, _client(cluster, follower) as at_follower:
+    leader = shared_cluster.leader_id()
+    follower = _followers(shared_cluster)[0]
+    with (
+        _client(shared_cluster, leader) as at_leader,
+        _client(shared_cluster, follower) as at_follower,
+    ):
         at_leader.put("warm", b"up")
         before = at_leader.status()["commit_index"]
         for i in range(30):

@@ -47,6 +47,10 @@ STAND_IN = textwrap.dedent(
     if os.environ.get("STANDIN_IGNORE_TERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     ready_at = time.monotonic() + float(os.environ.get("STANDIN_READY_AFTER", "0"))
+    # Live only once every node has started (each leaves its id in this directory).
+    started = os.environ.get("STANDIN_LIVE_WHEN_ALL_IN")
+    if started:
+        open(os.path.join(started, me.id), "w").close()
     leader = cfg.nodes[0].id
     raft = socket.socket()
     raft.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -59,7 +63,9 @@ STAND_IN = textwrap.dedent(
 
         def do_GET(self):
             if self.path == "/v1/health/live":
-                code, doc = 200, {"ok": True}
+                peers = [os.path.join(started, n.id) for n in cfg.nodes] if started else []
+                ok = all(os.path.exists(p) for p in peers)
+                code, doc = (200, {"ok": True}) if ok else (503, {"error": {"code": "not_live"}})
             elif self.path == "/v1/health/ready":
                 ok = time.monotonic() >= ready_at
                 code, doc = (200, {"ok": True}) if ok else (503, {"error": {"code": "not_ready"}})
@@ -150,6 +156,17 @@ def test_stand_in_up_status_down(stand_in) -> None:
     assert not any(lc.pid_file(n).exists() for n in lc.node_ids)
     assert lc.status("node-0") is None
     assert _zombie_children() == []
+
+
+def test_up_starts_every_node_before_waiting_for_one(stand_in, tmp_path: Path) -> None:
+    """up() starts the stopped nodes together and then waits for them (three in a row,
+    each live before the next, made most of a test cluster's start-up): stand-ins that
+    are live only once all three have started come up. One at a time, node-0 never is."""
+    started = tmp_path / "started"
+    started.mkdir()
+    lc = stand_in(STANDIN_LIVE_WHEN_ALL_IN=str(started))
+    assert set(lc.up(timeout=20, live_timeout=10)) == {"node-0", "node-1", "node-2"}
+    assert sorted(p.name for p in started.iterdir()) == lc.node_ids
 
 
 def test_stop_escalates_to_sigkill(stand_in) -> None:

@@ -19,7 +19,7 @@ from statekeeper.client.retry import RetryPolicy
 from statekeeper.cluster.certs import init_cluster_tls
 from statekeeper.cluster.supervisor import LocalCluster
 
-pytestmark = pytest.mark.cluster_options(tls=True)
+pytestmark = pytest.mark.integration
 
 
 def _tls_dir(cluster: LocalCluster) -> Path:
@@ -30,15 +30,15 @@ def _ca(cluster: LocalCluster) -> str:
     return str(_tls_dir(cluster) / "ca.pem")
 
 
-def test_both_clients_speak_https_and_verify_the_node(cluster: LocalCluster):
-    urls = cluster.config.http_urls()
+def test_both_clients_speak_https_and_verify_the_node(shared_cluster: LocalCluster):
+    urls = shared_cluster.config.http_urls()
     assert all(u.startswith("https://") for u in urls)
-    with Client(urls, ns="tls", ca=_ca(cluster)) as c:
+    with Client(urls, ns="tls", ca=_ca(shared_cluster)) as c:
         rev = c.put("k", "over tls").revision
         assert c.get("k").text == "over tls"
 
     async def run() -> list[str]:
-        async with AsyncClient(urls, ns="tls", ca=_ca(cluster)) as ac:
+        async with AsyncClient(urls, ns="tls", ca=_ca(shared_cluster)) as ac:
             assert (await ac.get("k")).text == "over tls"
             seen = []
             async for ev in ac.watch("k", start_revision=rev):
@@ -50,10 +50,10 @@ def test_both_clients_speak_https_and_verify_the_node(cluster: LocalCluster):
 
 
 def test_a_client_that_does_not_trust_the_ca_fails_fast_and_clearly(
-    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+    shared_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.delenv("STATEKEEPER_CA_FILE", raising=False)
-    urls = cluster.config.http_urls()
+    urls = shared_cluster.config.http_urls()
     with Client(urls, ns="tls", retry=RetryPolicy(deadline=5.0)) as c:
         with pytest.raises(TlsError) as e:
             c.put("k", "v")
@@ -67,14 +67,14 @@ def test_a_client_that_does_not_trust_the_ca_fails_fast_and_clearly(
     with pytest.raises(TlsError):
         asyncio.run(run())
     # Another CA's certificate does not pass either.
-    other = _tls_dir(cluster).parent / "other-ca"
+    other = _tls_dir(shared_cluster).parent / "other-ca"
     init_cluster_tls(other, [])
     with Client(urls, ns="tls", ca=other / "ca.pem") as c, pytest.raises(TlsError):
         c.get("k")
 
 
-def test_plain_http_to_the_tls_port_gets_no_answer(cluster: LocalCluster):
-    node = cluster.config.nodes[0]
+def test_plain_http_to_the_tls_port_gets_no_answer(shared_cluster: LocalCluster):
+    node = shared_cluster.config.nodes[0]
     conn = http.client.HTTPConnection(node.host, node.http_port, timeout=10)
     body = json.dumps({"key": "k", "value": "v"})
     with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
@@ -82,7 +82,7 @@ def test_plain_http_to_the_tls_port_gets_no_answer(cluster: LocalCluster):
         conn.getresponse().read()
     conn.close()
     # ... and nothing was written.
-    with Client(cluster.config.http_urls(), ns="default", ca=_ca(cluster)) as c:
+    with Client(shared_cluster.config.http_urls(), ns="default", ca=_ca(shared_cluster)) as c:
         assert c.get("k", default=None) is None
 
 
@@ -107,9 +107,9 @@ def test_mtls_required_refuses_clients_without_a_certificate(cluster: LocalClust
     assert cluster.leader_id() is not None
 
 
-def test_the_env_variables_configure_the_clients(cluster: LocalCluster, monkeypatch):
-    monkeypatch.setenv("STATEKEEPER_CA_FILE", _ca(cluster))
-    with Client(cluster.config.http_urls(), ns="env") as c:
+def test_the_env_variables_configure_the_clients(shared_cluster: LocalCluster, monkeypatch):
+    monkeypatch.setenv("STATEKEEPER_CA_FILE", _ca(shared_cluster))
+    with Client(shared_cluster.config.http_urls(), ns="env") as c:
         c.put("k", "v")
         assert c.get("k").text == "v"
 
