@@ -26,7 +26,9 @@ from statekeeper.chaos.stream_reads import final_stream_reads, replica_stream_re
 from statekeeper.chaos.workload import Workload
 from statekeeper.chaos.workload_config import WorkloadConfig
 
-pytestmark = pytest.mark.integration
+# iptables rules match loopback link addresses, which every link-address cluster shares:
+# `make test`'s two workers run these modules on one worker (xdist group "links").
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("links")]
 
 ROOT = Path(__file__).resolve().parents[2]
 DURATION = 14.0  # warmup 2.8 s, fault 4.9 s, recovery 6.3 s

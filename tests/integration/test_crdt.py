@@ -20,7 +20,9 @@ from statekeeper.client.errors import CrdtTypeMismatch
 from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.raft_harness import wait_for
 
-pytestmark = pytest.mark.integration
+# iptables rules match loopback link addresses, which every link-address cluster shares:
+# `make test`'s two workers run these modules on one worker (xdist group "links").
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("links")]
 partitions_ok, partitions_why = available()
 
 

@@ -14,7 +14,10 @@ from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.raft_harness import wait_for
 
 ok, why = available()
+# iptables rules match loopback link addresses, which every link-address cluster shares:
+# `make test`'s two workers run these modules on one worker (xdist group "links").
 pytestmark = [
+    pytest.mark.xdist_group("links"),
     pytest.mark.integration,
     pytest.mark.skipif(not ok, reason=why),
     pytest.mark.cluster_options(
