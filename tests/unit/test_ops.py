@@ -267,6 +267,7 @@ def test_read_write_sets():
         "archive_list",
         "auth_token_list",
         "auth_whoami",
+        "idempotency_status",
     }
     assert "gc" not in WRITE_OPS  # node-internal like lease_expire
     assert "lease_expire" not in WRITE_OPS  # node-internal: no route, not in a batch
