@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from .errors import Unauthenticated as Unauthenticated
     from .errors import Unavailable as Unavailable
     from .errors import WatchOverflow as WatchOverflow
+    from .idempotency.commands import IdempotencyStatus as IdempotencyStatus
     from .leases.keeper import AsyncLease as AsyncLease
     from .leases.keeper import Lease as Lease
     from .leases.results import KeepaliveResult as KeepaliveResult
@@ -148,6 +149,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "Unavailable",
         "WatchOverflow",
     ),
+    "idempotency.commands": ("IdempotencyStatus",),
     "leases.keeper": ("AsyncLease", "Lease"),
     "leases.results": (
         "KeepaliveResult",

@@ -36,6 +36,7 @@ from .base import Pages, ScanPages, command, paged
 from .cache.commands import CacheCommands
 from .crdt.commands import CrdtCommands
 from .effects.ledger import EffectCommands
+from .idempotency.commands import IdempotencyCommands
 from .kv_requests import (
     MISSING,
     compact_request,
@@ -72,6 +73,7 @@ class Commands(
     RetentionCommands,
     ArchiveCommands,
     AuthCommands,
+    IdempotencyCommands,
     Generic[BatchT],
 ):
     """The operations of both clients (the stream ones come from

@@ -710,6 +710,7 @@ from statekeeper.cluster import (  # noqa: E402 (their groups register here)
     backup_cli,
     crdt_cli,
     gc_cli,
+    idempotency_cli,
     kv_cli,
     lease_cli,
     lock_cli,
@@ -733,6 +734,7 @@ kv_cli.register(command, arg, GROUPS)
 members_cli.register(command, arg, GROUPS)
 supervise_cli.register(command, CONFIG_ARG)
 backup_cli.register(command, arg, GROUPS)
+idempotency_cli.register(command, arg, GROUPS)
 
 
 if __name__ == "__main__":

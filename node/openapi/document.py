@@ -153,7 +153,7 @@ def _field_errors(spec) -> tuple[str, ...]:
     """Codes an op answers because of the kinds of its fields."""
     codes: list[str] = []
     for f in spec.fields:
-        if isinstance(f, IdempotencyKey):
+        if isinstance(f, IdempotencyKey) and spec.write:  # idempotency_status only reads one
             codes.append("idempotency_key_reused")
         if isinstance(f, Continuation | StreamContinuation):
             codes.append("invalid_token")

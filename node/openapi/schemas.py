@@ -21,6 +21,9 @@ from statekeeper.node.openapi import (
     crdt as openapi_crdt,
 )
 from statekeeper.node.openapi import (
+    idempotency as openapi_idempotency,
+)
+from statekeeper.node.openapi import (
     leases as openapi_leases,
 )
 from statekeeper.node.openapi import (
@@ -57,6 +60,7 @@ FAMILIES = (
     openapi_retention.FAMILY,
     openapi_archive.FAMILY,
     openapi_auth.FAMILY,
+    openapi_idempotency.FAMILY,
 )
 
 

@@ -69,7 +69,7 @@ from typing import Any
 
 from statekeeper.node.config import Limits
 from statekeeper.node.errors import OpError
-from statekeeper.node.ops import archive, auth, crdt, leases, locks, retention, streams
+from statekeeper.node.ops import archive, auth, crdt, idempotency, leases, locks, retention, streams
 from statekeeper.node.ops.fields import (
     CHECK_ABSENT,
     DEFAULT_NS,
@@ -465,7 +465,7 @@ KV_SPECS = (
 # Every op family but kv, in registry order (the order of the OpenAPI document's paths and
 # components). A family module declares SPECS, and INTERNAL_SPECS if the node itself proposes
 # some of its ops; tests/unit/test_layout.py checks each has its files in the other layers.
-FAMILIES = (streams, leases, locks, crdt, retention, archive, auth)
+FAMILIES = (streams, leases, locks, crdt, retention, archive, auth, idempotency)
 # put, delete, cas, txn and append take a `fence` (node/ops/locks.py)
 _SPECS = fenced((*KV_SPECS, *(s for family in FAMILIES for s in family.SPECS)))
 OPS: dict[str, OpSpec] = {s.name: s for s in _SPECS}

@@ -266,6 +266,8 @@ class IdempotencyKey(Field):
 
     def check(self, v, limits, in_txn, out):
         if v is None:
+            if self.required:  # idempotency_status names the key it asks about
+                raise invalid(f"{self.name} is required")
             return None
         if in_txn:
             raise invalid(self.txn_error)
@@ -277,7 +279,7 @@ class IdempotencyKey(Field):
         return v
 
     def absent(self):
-        return None
+        return CHECK_ABSENT if self.required else None
 
     def schema(self, limits, wire):
         return str_schema(self.doc, minLength=1, maxLength=MAX_IDEMPOTENCY_KEY_CHARS)

@@ -32,6 +32,7 @@ Modules, one job each (the shape of etcd's mvcc + backend):
                    the archive tombstones get and read_stream check
     auth.py        ops auth_token_create, auth_token_revoke; read auth_token_list; the
                    state machine's in-memory token view
+    idempotency.py read idempotency_status (the records apply keeps; no records of its own)
     compaction.py  op compact; history, change-log and idempotency pruning after every entry
     changes.py     the change log read for watches (node/api/watch.py), in bounded pages
     snapshot.py    checkpoint, pack a checkpoint, restore, the swap-directory recovery
@@ -55,6 +56,7 @@ from statekeeper.node.store import (  # noqa: F401  (each registers its ops)
     auth,
     compaction,
     crdt,
+    idempotency,
     kv,
     leases,
     locks,

@@ -43,7 +43,7 @@ from statekeeper.node import entry as raft_entry
 from statekeeper.node.config import Limits, Retention
 from statekeeper.node.entry import validated_op
 from statekeeper.node.errors import OpError
-from statekeeper.node.ops.core import validate_op
+from statekeeper.node.ops.core import READ_OPS, validate_op
 from statekeeper.node.store.backend import StorageError, check, db_get, db_iter
 from statekeeper.node.store.keys import (
     IDEM,
@@ -260,6 +260,8 @@ class EntryTx:
                 op = validate_op(raw, self.limits, internal=True)
             name = op["op"]
             ik = op.get("idempotency_key")
+            if ik is not None and name in READ_OPS:
+                ik = None  # idempotency_status: the key it asks about is no record of its own
             if ik is not None:
                 record_id = idem_record_id(op.get("ns", ""), ik)
                 digest = op_digest(op, self.pack)

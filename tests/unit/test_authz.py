@@ -330,6 +330,7 @@ EXAMPLES: dict[str, dict] = {
     "auth_token_revoke": {"id": "0" * 16},
     "auth_token_list": {},
     "auth_whoami": {},
+    "idempotency_status": {"idempotency_key": "k"},  # a reader of the whole namespace
 }
 CLUSTER_WIDE = {"compact", "lease_list", "auth_token_list"}
 

@@ -144,10 +144,28 @@ def test_unknown_op(op):
         {"op": "txn", "success": [{"op": "put", "key": "k", "value": b"", "idempotency_key": "i"}]},
         {"op": "txn", "success": [{"op": "get", "key": "k", "revision": 1}]},
         {"op": "txn", "success": [{"op": "range", "continuation": encode_continuation(1, "a")}]},
+        {"op": "idempotency_status"},  # the key is required
+        {"op": "idempotency_status", "idempotency_key": None},
+        {"op": "idempotency_status", "idempotency_key": ""},
+        {"op": "idempotency_status", "idempotency_key": "x" * 257},
+        {"op": "idempotency_status", "idempotency_key": 7},
+        {"op": "idempotency_status", "idempotency_key": "\ud800"},
+        {"op": "idempotency_status", "idempotency_key": "k", "ns": ""},
+        {"op": "txn", "success": [{"op": "idempotency_status", "idempotency_key": "k"}]},
     ],
 )
 def test_invalid_argument(op):
     assert code_of(op) == "invalid_argument"
+
+
+def test_idempotency_status_requires_its_key_and_normalizes():
+    with pytest.raises(OpError, match="idempotency_key is required"):
+        validate_op({"op": "idempotency_status"}, Limits())
+    assert validate_op({"op": "idempotency_status", "idempotency_key": "k"}, Limits()) == {
+        "op": "idempotency_status",
+        "ns": "default",
+        "idempotency_key": "k",
+    }
 
 
 @pytest.mark.parametrize(
@@ -267,6 +285,7 @@ def test_read_write_sets():
         "archive_list",
         "auth_token_list",
         "auth_whoami",
+        "idempotency_status",
     }
     assert "gc" not in WRITE_OPS  # node-internal like lease_expire
     assert "lease_expire" not in WRITE_OPS  # node-internal: no route, not in a batch

@@ -1,6 +1,8 @@
-"""Idempotency keys in apply (node/store/apply.py): replay, expiry, scope, binding."""
+"""Idempotency keys in apply (node/store/apply.py): replay, expiry, scope, binding; and the
+read idempotency_status (node/store/idempotency.py) of the records apply keeps."""
 
-from statekeeper.node.config import Retention
+from statekeeper.node.config import Limits, Retention
+from statekeeper.node.ops.core import validate_op
 from tests.unit.store.util import Node, put, raw_items
 
 
@@ -120,4 +122,87 @@ def test_the_record_lookup_outside_apply_gives_apply_s_replay(tmp_path):
         assert getattr(e, "code", None) == "idempotency_key_reused"
     else:
         raise AssertionError("a key bound to another request was replayed")
+    n.sm.close()
+
+
+def _status(n: Node, key: str, **kw) -> dict:
+    """idempotency_status as a node serves it (validated, through StateMachine.read)."""
+    op = validate_op({"op": "idempotency_status", "idempotency_key": key, **kw}, Limits())
+    return n.sm.read(op)
+
+
+def test_status_of_an_applied_write_names_its_revision_and_expiry(tmp_path):
+    n = Node(tmp_path / "db", retention=Retention(idempotency_seconds=10))
+    n.put("a", b"1")
+    applied = n.one(put("k", b"v", idempotency_key="w1"), t=2_000)
+    n.one(put("b", b"2"), t=3_000)
+    want = {"applied": True, "revision": applied["revision"], "expires_ms": 12_000}
+    assert _status(n, "w1") == want
+    # A write that took no revision (a grant) is recorded at the then-current one.
+    n.one({"op": "lease_grant", "ttl_ms": 60_000, "idempotency_key": "g"}, t=4_000)
+    assert _status(n, "g") == {"applied": True, "revision": 3, "expires_ms": 14_000}
+    # Also served inside an entry (a read carried by raft): the same answer.
+    assert n.one({"op": "idempotency_status", "idempotency_key": "w1"}, t=5_000) == want
+    n.sm.close()
+
+
+def test_status_of_an_unknown_key_says_since_when_records_are_kept(tmp_path):
+    n = Node(tmp_path / "db", retention=Retention(idempotency_seconds=10))
+    n.one(put("a", b"1"), t=25_000)
+    assert _status(n, "never") == {"applied": False, "revision": 1, "remembered_after_ms": 15_000}
+    # Apply runs every op an entry carries, reads too (apply.read_op); a status there must
+    # not leave a record of its own: the write sent with that key would then be refused
+    # as idempotency_key_reused. (The node serves reads locally, a batch's too.)
+    asked = n.one({"op": "idempotency_status", "idempotency_key": "later"}, t=25_000)
+    assert asked["applied"] is False
+    assert "error" not in n.one(put("b", b"2", idempotency_key="later"), t=25_000)
+    assert _status(n, "later")["applied"] is True
+    # A failed write leaves no record: "not applied" is true.
+    n.one(put("a", b"x", idempotency_key="bad", fence=5), t=25_000)
+    assert _status(n, "bad")["applied"] is False
+    n.sm.close()
+    young = Node(tmp_path / "young", retention=Retention(idempotency_seconds=10))
+    young.one(put("a", b"1"), t=3_000)  # the clock is younger than the window: nothing forgotten
+    assert _status(young, "never")["remembered_after_ms"] == 0
+    young.sm.close()
+
+
+def test_status_after_the_record_expired_and_was_pruned(tmp_path):
+    n = Node(tmp_path / "db", retention=Retention(idempotency_seconds=10))
+    n.one(put("k", b"v", idempotency_key="w1"), t=1_000)
+    assert _status(n, "w1")["applied"] is True
+    n.one(put("other", b"x"), t=20_000)  # clock past 11_000: the record is pruned
+    assert not [k for k, _ in raw_items(n.sm) if k[:1] == b"i"]
+    # Not "not applied" bare: the answer says a write applied at or before 10_000 (ours,
+    # at 1_000) may have been forgotten.
+    assert _status(n, "w1") == {"applied": False, "revision": 2, "remembered_after_ms": 10_000}
+    n.sm.close()
+
+
+def test_status_of_an_expired_record_not_yet_pruned_still_says_applied(tmp_path):
+    """Pruning is bounded per entry (compaction.IDEM_PRUNE_MIN + 2 per record stored): an
+    expired record can outlive its expiry by some entries; it still proves the write."""
+    n = Node(tmp_path / "db", retention=Retention(idempotency_seconds=10))
+    n.apply(*(put(f"k{i}", b"v", idempotency_key=f"w{i:03}") for i in range(100)), t=1_000)
+    n.one(put("other", b"x"), t=20_000)  # prunes 64 of the 100 expired records
+    left = sorted(k for k, _ in raw_items(n.sm) if k[:1] == b"i")
+    assert left and len(left) < 100
+    last = left[-1].split(b"\x00")[1].decode()
+    assert _status(n, last) == {"applied": True, "revision": 100, "expires_ms": 11_000}
+    n.sm.close()
+
+
+def test_status_is_scoped_to_the_namespace(tmp_path):
+    n = Node(tmp_path / "db", retention=Retention(idempotency_seconds=10))
+    n.one({**put("k", b"v", idempotency_key="w1"), "ns": "agent-1"}, t=1_000)
+    assert _status(n, "w1", ns="agent-1")["applied"] is True
+    assert _status(n, "w1", ns="agent-2")["applied"] is False
+    assert _status(n, "w1")["applied"] is False  # ns defaults to "default"
+    n.sm.close()
+
+
+def test_status_without_records_kept_forgets_everything_before_now(tmp_path):
+    n = Node(tmp_path / "db", retention=Retention(idempotency_seconds=0))
+    n.one(put("k", b"v", idempotency_key="w1"), t=7_000)
+    assert _status(n, "w1") == {"applied": False, "revision": 1, "remembered_after_ms": 7_000}
     n.sm.close()

@@ -1,0 +1,1 @@
+"""Idempotency status on both clients: the operation and its result (commands.py)."""
