@@ -31,14 +31,17 @@ __all__ = [
 
 
 def lease_id(lease: Any) -> int:
-    """The id of ``lease``: a lease id (int) or a :class:`client.Lease` (its ``id``)."""
+    """The id of ``lease``: a lease id (int), a :class:`client.Lease`, or a result naming one
+    lease (LeaseGrant, LeaseState, LeaseInfo): their ``id``."""
     value = getattr(lease, "id", lease)
     if value is None:
         raise InvalidRequest(
             "the lease is not granted yet (await it, or use `async with`)", code="invalid_argument"
         )
     if type(value) is not int or value < 1:
-        raise TypeError(f"a lease must be a lease id (int > 0) or a Lease, not {lease!r}")
+        raise TypeError(
+            f"a lease must be a lease id (int > 0), a Lease or a LeaseGrant, not {lease!r}"
+        )
     return value
 
 

@@ -37,6 +37,12 @@ class LeaseGrant:
     replayed: bool = False
 
     @property
+    def id(self) -> int:
+        """The lease's id, as on a Lease: what put(lease=), append(lease=), lease_revoke,
+        lease_keepalive and lease_info take (issue 30 item 3)."""
+        return self.lease
+
+    @property
     def ttl(self) -> float:
         """The TTL in seconds."""
         return self.ttl_ms / 1000
@@ -49,6 +55,12 @@ class LeaseState:
     lease: int
     ttl_ms: int
     expires_ms: int
+
+    @property
+    def id(self) -> int:
+        """The lease's id, as on a Lease: what put(lease=), append(lease=), lease_revoke,
+        lease_keepalive and lease_info take (issue 30 item 3)."""
+        return self.lease
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +115,11 @@ class LeaseInfo:
     revision: int = field(default=0, compare=False)
     streams: list[str] = field(default_factory=list)
     more_streams: bool = False
+
+    @property
+    def id(self) -> int:
+        """The lease's id, as on a Lease (issue 30 item 3)."""
+        return self.lease
 
 
 @dataclass(frozen=True, slots=True)

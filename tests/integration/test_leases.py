@@ -124,6 +124,23 @@ def test_revoke_deletes_every_attached_key_at_one_revision(shared_cluster: Local
         assert lease.revoke() is None  # already gone: nothing to do
 
 
+def test_the_grant_lease_grant_returns_is_taken_where_a_lease_is(
+    shared_cluster: LocalCluster,
+) -> None:
+    """Issue 30 item 3: put(lease=), append(lease=), lease_keepalive, lease_info and
+    lease_revoke take the LeaseGrant the client returned, as they take a Lease."""
+    with Client(_urls(shared_cluster), ns=_ns()) as c:
+        grant = c.lease_grant(10)
+        c.put("granted", "v", lease=grant)
+        c.append("granted-stream", b"e", lease=grant)
+        assert c.lease_keepalive(grant).leases[0].lease == grant.lease
+        info = c.lease_info(grant)
+        assert info.keys == ["granted"] and info.streams == ["granted-stream"]
+        assert c.lease_revoke(grant).deleted >= 1
+        with pytest.raises(NotFound):
+            c.get("granted")
+
+
 def _stream_exists(c: Client, stream: str) -> bool:
     try:
         c.stream_info(stream)

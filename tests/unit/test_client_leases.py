@@ -35,6 +35,7 @@ from statekeeper.client.leases.commands import (
     revoke_request,
 )
 from statekeeper.client.leases.keeper import AsyncLease, KeepaliveSchedule, TaskKeeper, ThreadKeeper
+from statekeeper.client.ops import lease_id
 from statekeeper.client.responses import error_from_response
 from statekeeper.client.wire import Request
 
@@ -140,6 +141,18 @@ def test_put_takes_a_lease_or_a_ttl() -> None:
     assert answer(req, {"revision": 2, "lease": 4}).lease == 4
     b = BatchOps("ns").put("k", "v", lease=5)
     assert b.ops[0]["lease"] == 5
+
+
+def test_what_lease_grant_returns_is_a_lease_everywhere() -> None:
+    """Issue 30 item 3: put, append, keepalive, revoke and info refused the LeaseGrant the
+    client itself returned ("a lease must be a lease id (int > 0) or a Lease")."""
+    grant = LeaseGrant(lease=7, ttl_ms=10_000, expires_ms=1, revision=3)
+    assert grant.id == 7
+    assert ops.put("k", "v", lease=grant)["lease"] == 7
+    assert BatchOps("ns").put("k", "v", lease=grant).ops[0]["lease"] == 7
+    assert lease_id(grant) == 7
+    with pytest.raises(TypeError, match="LeaseGrant"):
+        ops.put("k", "v", lease=2.5)
 
 
 def test_a_lease_must_be_granted_before_it_is_used() -> None:
