@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import inspect
 import json
+import os
 import sys
 import time
 import tomllib
@@ -47,6 +48,7 @@ DEFAULT_CONFIG = "cluster.toml"
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the cluster misbehaved (timeout, node crashed)
 EXIT_USAGE = 2  # the user asked for something impossible (bad id, missing config)
+EXIT_SIGPIPE = 141  # the output's reader closed it (128 + SIGPIPE, as `seq 9999999 | head -1`)
 
 
 # -- subcommand registry ---------------------------------------------------------------
@@ -212,6 +214,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`... | head -1`): stop quietly, as a process killed by
+        # SIGPIPE does (status 141). stdout points at /dev/null so that the interpreter's
+        # flush at exit does not raise the same error again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_SIGPIPE
 
 
 def _passthrough_args(argv: list[str]) -> argparse.Namespace | None:

@@ -399,3 +399,30 @@ def test_python_m_node_explains_itself() -> None:
         [sys.executable, "-m", "statekeeper.node"], capture_output=True, text=True, timeout=60
     )
     assert bad.returncode == 2 and "--config" in bad.stderr
+
+
+def test_output_piped_into_head_ends_quietly() -> None:
+    """Issue 30 item 17: `statekeeper range "" | head -1` printed a BrokenPipeError traceback.
+    The reader closes the pipe after a few bytes: the CLI stops without one, with the
+    status a process killed by SIGPIPE has (141), as `seq 1000000 | head -1` does."""
+    child = (
+        "import argparse, sys\n"
+        "from statekeeper.cluster import cli\n"
+        "def flood(args):\n"
+        "    for i in range(200_000):\n"
+        "        print('line', i)\n"
+        "class Parser:\n"
+        "    def parse_args(self, argv):\n"
+        "        return argparse.Namespace(func=flood)\n"
+        "cli.build_parser = Parser\n"
+        "sys.exit(cli.main(['flood']))\n"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.read(10)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
