@@ -127,7 +127,11 @@ EVERY_MESSAGE = [
 ]
 
 
-@pytest.mark.parametrize("message", EVERY_MESSAGE, ids=lambda m: str(m)[:40])
+# ids by position and type: the messages carry random bytes, and pytest -n 2 needs every
+# worker to collect the same names.
+@pytest.mark.parametrize(
+    "message", EVERY_MESSAGE, ids=[f"{i}-{m['type']}" for i, m in enumerate(EVERY_MESSAGE)]
+)
 def test_every_peer_message_round_trips(pair, message) -> None:
     sender, receiver = pair
     sender.send(message)
