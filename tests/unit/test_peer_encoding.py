@@ -130,7 +130,9 @@ EVERY_MESSAGE = [
 # ids by position and type: the messages carry random bytes, and pytest -n 2 needs every
 # worker to collect the same names.
 @pytest.mark.parametrize(
-    "message", EVERY_MESSAGE, ids=[f"{i}-{m['type']}" for i, m in enumerate(EVERY_MESSAGE)]
+    "message",
+    EVERY_MESSAGE,
+    ids=[f"{i}-{m['type'] if isinstance(m, dict) else m}" for i, m in enumerate(EVERY_MESSAGE)],
 )
 def test_every_peer_message_round_trips(pair, message) -> None:
     sender, receiver = pair
