@@ -721,6 +721,7 @@ from statekeeper.cluster import (  # noqa: E402 (their groups register here)
     gc_cli,
     idempotency_cli,
     kv_cli,
+    langgraph_cli,
     lease_cli,
     lock_cli,
     members_cli,
@@ -740,6 +741,7 @@ archive_cli.register(command, arg, GROUPS)
 tls_cli.register(command, arg, GROUPS)
 auth_cli.register(command, arg, GROUPS)
 kv_cli.register(command, arg, GROUPS)
+langgraph_cli.register(command, arg, GROUPS)
 members_cli.register(command, arg, GROUPS)
 supervise_cli.register(command, CONFIG_ARG)
 backup_cli.register(command, arg, GROUPS)

@@ -13,6 +13,8 @@ The saver's keys, inside its statekeeper namespace (``"langgraph"`` by default):
     trun/{thread}/{run_id}                          "" (the runs a thread has checkpoints of)
     last/{thread}/{cns}                             id of the checkpoint put last (a change
                                                     marker that prune/delete_for_runs compare on)
+    ttl/{thread}                                    the thread's lease id, with ttl= only
+                                                    (saver_ttl.py)
 
 A value too large for one key continues in ``{key}/c0``, ``{key}/c1``, ... (blobs and
 writes only; see saver_codec.py). ``idx`` is ``%08d``, so the special writes of
@@ -37,6 +39,7 @@ __all__ = [
     "LAST",
     "RUN",
     "TRUN",
+    "TTL",
     "WRITES",
     "blob_key",
     "blob_prefix",
@@ -56,6 +59,8 @@ __all__ = [
     "run_prefix",
     "trun_key",
     "trun_prefix",
+    "thread_of",
+    "ttl_key",
     "uninv",
     "unpart",
     "version_part",
@@ -64,6 +69,7 @@ __all__ = [
 ]
 
 CKPT, BLOB, WRITES, RUN, TRUN, LAST = "ckpt/", "blob/", "writes/", "run/", "trun/", "last/"
+TTL = "ttl/"
 
 _ESCAPES = {"%": "%25", "/": "%2F", "\x00": "%00"}
 _UNESCAPE = re.compile(r"%(25|2F|00)")
@@ -197,6 +203,16 @@ def last_prefix(thread_id: str) -> str:
 
 def last_key(thread_id: str, checkpoint_ns: str) -> str:
     return last_prefix(thread_id) + part(checkpoint_ns)
+
+
+def ttl_key(thread_id: str) -> str:
+    return f"{TTL}{part(thread_id)}"
+
+
+def thread_of(key: str) -> str:
+    """The thread id a saver key belongs to (second segment; third for ``run/``)."""
+    segments = key.split("/", 3)
+    return unpart(segments[2] if segments[0] + "/" == RUN else segments[1])
 
 
 def chunk_key(key: str, i: int) -> str:

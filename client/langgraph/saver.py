@@ -44,7 +44,13 @@ Serializer. ``self.serde`` is LangGraph's JsonPlusSerializer (msgpack) unless on
 given; a serde with ``pickle_fallback`` is refused, a stored value typed "pickle" is never
 loaded, and a value only pickle could encode raises TypeError instead of being stored.
 
-Key layout (namespace ``ns``, default "langgraph"; read them with ``statekeeper range``):
+Thread TTL (``ttl=`` seconds, or ``{"default_ttl": minutes, "refresh_on_read": bool}``):
+one lease per thread, every key of the thread attached to it, so the cluster deletes a
+thread nobody wrote for ``ttl`` all at one revision, with no client alive (saver_ttl.py
+has the choice against retention policies, the renewal rule and the costs).
+
+Key layout (namespace ``ns``, default "langgraph"; read threads decoded with
+``statekeeper langgraph threads|history|show``):
 client/langgraph/keys.py. In short: ``ckpt/{thread}/{cns}/{inv(checkpoint_id)}`` records
 (newest first), ``blob/{thread}/{cns}/{channel}/{version}`` values,
 ``writes/{thread}/{cns}/{checkpoint_id}/{task_id}/{idx:08d}`` pending writes,
@@ -101,8 +107,12 @@ from .saver_plan import (
     put_plan,
     put_writes_plan,
 )
+from .saver_ttl import ThreadLeases, ThreadTTL, refresh_plan, with_ttl
 
 __all__ = ["StatekeeperSaver"]
+
+_TTL_RENEWS = frozenset({"put", "put_writes", "copy_thread"})
+"""The methods that write a thread: they grant its lease and renew it (saver_ttl.py)."""
 
 
 class StatekeeperSaver(BaseCheckpointSaver[str]):
@@ -114,6 +124,9 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         aclient: an :class:`client.AsyncClient`, for the async ones (aget_tuple, aput, ...).
         ns: the statekeeper namespace of every key.
         serde: LangGraph serializer (default JsonPlusSerializer; never one that pickles).
+        ttl: thread TTL, seconds after a thread's last write or LangGraph's TTL config
+            ``{"default_ttl": minutes, "refresh_on_read": bool}`` (saver_ttl.py); None:
+            threads live until deleted.
 
     A method whose client is missing raises RuntimeError saying which to pass. The clients
     given here are the caller's to close; those :meth:`from_endpoints` made are closed by
@@ -132,12 +145,15 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         aclient: Any = None,
         ns: str = "langgraph",
         serde: Any = None,
+        ttl: Any = None,
     ) -> None:
         super().__init__(serde=serde)
         check_serde(self.serde)
         self.client = client
         self.aclient = aclient
         self.ns = ns
+        self.ttl = ThreadTTL.of(ttl)
+        self._leases = ThreadLeases()
         self._endpoints: Any = None
         self._client_kwargs: dict[str, Any] = {}
         self._owns_client = False
@@ -148,14 +164,20 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
 
     @classmethod
     def from_endpoints(
-        cls, endpoints: Any, *, ns: str = "langgraph", serde: Any = None, **client_kwargs: Any
+        cls,
+        endpoints: Any,
+        *,
+        ns: str = "langgraph",
+        serde: Any = None,
+        ttl: Any = None,
+        **client_kwargs: Any,
     ) -> StatekeeperSaver:
         """A saver with its own clients for ``endpoints`` (one URL, a list, or a comma
         separated string): a Client now, an AsyncClient per event loop on first async use.
         ``client_kwargs`` go to both (timeout, retry, consistency, ...)."""
         from statekeeper.client import Client
 
-        saver = cls(Client(endpoints, ns=ns, **client_kwargs), ns=ns, serde=serde)
+        saver = cls(Client(endpoints, ns=ns, **client_kwargs), ns=ns, serde=serde, ttl=ttl)
         saver._owns_client = True
         saver._endpoints = endpoints
         saver._client_kwargs = dict(client_kwargs)
@@ -196,14 +218,24 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
                 self._aclients[loop] = ac
             return ac
 
-    def _run(self, method: str, plan: AgentPlan[Any]) -> Any:
+    def _ttl_plan(self, method: str, plan: AgentPlan[Any], config: Any = None) -> AgentPlan[Any]:
+        """``plan`` under the thread TTL (saver_ttl.py), if the saver has one."""
+        if self.ttl is None:
+            return plan
+        name = method.removeprefix("a")  # aput -> put (no sync method starts with "a")
+        if config is not None and self.ttl.refresh_on_read:
+            thread = str(config["configurable"]["thread_id"])
+            return refresh_plan(self.ttl, self._leases, self.ns, thread, then=plan)
+        return with_ttl(plan, self.ttl, self._leases, self.ns, renew=name in _TTL_RENEWS)
+
+    def _run(self, method: str, plan: AgentPlan[Any], config: Any = None) -> Any:
         client = self._sync(method)
         if self._combined.client is not client:  # self.client was replaced
             self._combined = CombinedClient(client, TxnCombiner(client, self.limits))
-        return run(self._combined, plan)
+        return run(self._combined, self._ttl_plan(method, plan, config))
 
-    async def _arun(self, method: str, plan: AgentPlan[Any]) -> Any:
-        return await arun(self._async(method), plan)
+    async def _arun(self, method: str, plan: AgentPlan[Any], config: Any = None) -> Any:
+        return await arun(self._async(method), self._ttl_plan(method, plan, config))
 
     def close(self) -> None:
         """Close the clients :meth:`from_endpoints` made (not those passed in)."""
@@ -240,7 +272,7 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: Any) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its checkpoint_id, else the newest of its
         thread and checkpoint_ns) with channel values, pending writes and parent, or None."""
-        return self._run("get_tuple", get_tuple_plan(self._ctx(), config))
+        return self._run("get_tuple", get_tuple_plan(self._ctx(), config), config)
 
     def list(
         self,
@@ -255,6 +287,8 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         metadata keys by equality, ``before`` keeps ids below its checkpoint_id."""
         client = self._sync("list")
         ctx = self._ctx()
+        if config is not None:
+            self._run("list", _nothing(), config)  # refresh_on_read
         cur = list_cursor(config, filter, before, limit)
         while cur is not None:
             tuples, cur = run(client, list_page_plan(ctx, cur))
@@ -301,7 +335,7 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
     # -- async -----------------------------------------------------------------------------
 
     async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
-        return await self._arun("aget_tuple", get_tuple_plan(self._ctx(), config))
+        return await self._arun("aget_tuple", get_tuple_plan(self._ctx(), config), config)
 
     async def alist(
         self,
@@ -313,6 +347,8 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
     ) -> AsyncIterator[CheckpointTuple]:
         aclient = self._async("alist")
         ctx = self._ctx()
+        if config is not None:
+            await self._arun("alist", _nothing(), config)  # refresh_on_read
         cur = list_cursor(config, filter, before, limit)
         while cur is not None:
             tuples, cur = await arun(aclient, list_page_plan(ctx, cur))
@@ -372,6 +408,12 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         else:
             n = int(str(current).split(".", 1)[0])
         return f"{n + 1:032}.{random.random():016}"
+
+
+def _nothing() -> AgentPlan[None]:
+    """A plan that calls nothing (what a list runs through _run for refresh_on_read)."""
+    return
+    yield  # a generator
 
 
 def _close_elsewhere(ac: Any, loop: Any) -> None:

@@ -2,8 +2,9 @@
 delete_for_runs, prune and copy_thread.
 
 - Deleting threads is prefix deletes (``ckpt/{t}/``, ``blob/{t}/``, ``writes/{t}/``,
-  ``trun/{t}/``, ``last/{t}/`` and ``run/{run}/{t}/`` per run of the thread), one txn
-  (several only past 1000 prefixes).
+  ``trun/{t}/``, ``last/{t}/`` and ``run/{run}/{t}/`` per run of the thread) and the
+  ``ttl/{t}`` marker, one txn (several only past 1000 prefixes); a thread's lease (ttl=)
+  is left to expire with no keys.
 - delete_for_runs and prune "keep_latest" *sweep* one (thread, checkpoint_ns) at a time:
   read its records, its blob keys and its ``last/`` marker at one revision, then one txn
   deletes the doomed checkpoints, their pending writes and run index entries, un-parents a
@@ -70,7 +71,9 @@ def delete_threads_plan(ctx: Ctx, thread_ids: Sequence[str]) -> AgentPlan[None]:
         prefixes += [K.ckpt_prefix(t), K.blob_prefix(t), K.writes_prefix(t)]
         prefixes += [K.last_prefix(t), K.trun_prefix(t)]
         prefixes += [K.run_prefix(_last_segment(kv.key), t) for kv in kvs]
-    for txn in pack_txns([ops.delete(p, prefix=True) for p in prefixes], ctx.limits):
+    deletes = [ops.delete(p, prefix=True) for p in prefixes]
+    deletes += [ops.delete(K.ttl_key(t)) for t in threads]  # its lease's marker (saver_ttl.py)
+    for txn in pack_txns(deletes, ctx.limits):
         yield Call("txn", ([], txn), {"ns": ctx.ns})
 
 

@@ -1,0 +1,221 @@
+"""Issue 30 items 13 and 18 with no network: the thread TTL's config shapes and its plan
+(saver_ttl.py: a put attaches every key to the thread's lease; two writers racing to
+create a thread's lease end up sharing one), and the `statekeeper langgraph` commands'
+formatting (cluster/langgraph_cli.py)."""
+
+from __future__ import annotations
+
+import pytest
+from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.conformance.test_utils import (
+    generate_checkpoint,
+    generate_config,
+    generate_metadata,
+)
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from statekeeper.client.langgraph import keys as K
+from statekeeper.client.langgraph.saver_plan import Ctx, put_ops, put_plan
+from statekeeper.client.langgraph.saver_ttl import ThreadLeases, ThreadTTL, with_ttl
+from statekeeper.client.leases.results import KeepaliveResult, LeaseGrant
+from statekeeper.client.plan import Call
+from statekeeper.client.results import KeyValue, TxnResult
+from statekeeper.cluster import langgraph_cli as cli
+
+SERDE = JsonPlusSerializer()
+CTX = Ctx("langgraph", SERDE)
+
+
+def _put_args(thread: str, step: int = 0) -> tuple:
+    cp = generate_checkpoint(channel_values={"x": step}, channel_versions={"x": step + 1})
+    return generate_config(thread), cp, generate_metadata(step=step, run_id="r"), {"x": step + 1}
+
+
+# -- the TTL config ------------------------------------------------------------------------
+
+
+def test_ttl_shapes_seconds_and_langgraph_config() -> None:
+    assert ThreadTTL.of(None) is None
+    assert ThreadTTL.of(60) == ThreadTTL(60.0, False)
+    assert ThreadTTL.of({"default_ttl": 30, "refresh_on_read": True}) == ThreadTTL(1800.0, True)
+    assert ThreadTTL.of({"default_ttl": None, "sweep_interval_minutes": 5}) is None
+    ttl = ThreadTTL.of(100)
+    assert ttl.lease_seconds == pytest.approx(110) and ttl.renew_every == pytest.approx(10)
+    for bad in (1, 80_000, True, "60", {"default_ttl": 1, "sweep_every": 3}):
+        with pytest.raises(ValueError, match="ttl"):
+            ThreadTTL.of(bad)
+
+
+# -- the plan ------------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _drive(plan, answers):
+    """Run ``plan``, answering each call with ``answers(call)``; the calls and the result."""
+    calls, result = [], None
+    try:
+        step = next(plan)
+        while True:
+            calls.append(step)
+            step = plan.send(answers(step))
+    except StopIteration as done:
+        result = done.value
+    return calls, result
+
+
+def test_first_put_grants_then_puts_attach_and_renew_only_when_due() -> None:
+    clock = Clock()
+    leases = ThreadLeases(clock)
+    ttl = ThreadTTL.of(100)
+    args = _put_args("t1")
+    ops, _ = put_ops(CTX, *args)
+
+    def answers(c: Call):
+        if c.method == "get":
+            return None
+        if c.method == "lease_grant":
+            assert c.args == (pytest.approx(110),)
+            return LeaseGrant(7, 110_000, 0, 1)
+        if c.method == "lease_keepalive":
+            return KeepaliveResult(2, [], [])
+        assert c.method == "txn"
+        return TxnResult(True, 2, [None] * len(c.args[1]))
+
+    calls, cfg = _drive(
+        with_ttl(put_plan(CTX, *args), ttl, leases, "langgraph", renew=True), answers
+    )
+    assert [c.method for c in calls] == ["get", "lease_grant", "txn"]
+    compares, success, _ = calls[-1].args
+    assert compares[-1]["target"] == "version" and compares[-1]["key"] == K.ttl_key("t1")
+    assert {op["lease"] for op in success} == {7}
+    assert [op["key"] for op in success] == [op["key"] for op in ops] + [K.ttl_key("t1")]
+    assert cfg["configurable"]["thread_id"] == "t1"
+
+    clock.now += 9  # within ttl * 0.1 of the grant: no keepalive
+    calls, _ = _drive(
+        with_ttl(put_plan(CTX, *_put_args("t1", 1)), ttl, leases, "langgraph", renew=True), answers
+    )
+    assert [c.method for c in calls] == ["txn"]
+    assert calls[0].args[0][-1]["target"] == "value"
+    clock.now += 2  # past it: renewed before the put
+    calls, _ = _drive(
+        with_ttl(put_plan(CTX, *_put_args("t1", 2)), ttl, leases, "langgraph", renew=True), answers
+    )
+    assert [c.method for c in calls] == ["lease_keepalive", "txn"]
+
+
+def test_two_writers_racing_share_the_first_lease() -> None:
+    """Our grant loses the marker's compare to another writer's lease 5: ours is revoked,
+    the marker's lease is renewed and the put is attached to it."""
+    leases = ThreadLeases(Clock())
+    marker = {"value": None}
+
+    def answers(c: Call):
+        if c.method == "get":
+            return (
+                None
+                if marker["value"] is None
+                else KeyValue(K.ttl_key("t"), marker["value"], 1, 2, 2)
+            )
+        if c.method == "lease_grant":
+            marker["value"] = b"5"  # the other writer wins meanwhile
+            return LeaseGrant(9, 2200, 0, 1)
+        if c.method in ("lease_revoke", "lease_keepalive"):
+            return KeepaliveResult(3, [], [])
+        compares, success, failure = c.args
+        if compares[-1]["target"] == "version":
+            return TxnResult(False, 3, [KeyValue(K.ttl_key("t"), b"5", 1, 2, 2)])
+        return TxnResult(True, 4, [None] * len(success))
+
+    plan = with_ttl(
+        put_plan(CTX, *_put_args("t")), ThreadTTL.of(2), leases, "langgraph", renew=True
+    )
+    calls, _ = _drive(plan, answers)
+    assert [c.method for c in calls] == [
+        "get",
+        "lease_grant",
+        "txn",
+        "lease_revoke",
+        "get",
+        "lease_keepalive",
+        "txn",
+    ]
+    assert calls[3].args == (9,)
+    assert {op["lease"] for op in calls[-1].args[1]} == {5}
+    assert leases.get("t")[0] == 5
+
+
+def test_maintenance_without_a_lease_leaves_the_txn_alone() -> None:
+    txn = Call("txn", ([], [{"op": "put", "key": K.ckpt_key("t", "", "x"), "value": b""}]), {})
+
+    def inner():
+        return (yield txn)
+
+    calls, _ = _drive(
+        with_ttl(inner(), ThreadTTL.of(2), ThreadLeases(), "langgraph", renew=False),
+        lambda c: None if c.method == "get" else "done",
+    )
+    assert [c.method for c in calls] == ["get", "txn"] and calls[1] is txn
+
+
+# -- the CLI's formatting ------------------------------------------------------------------
+
+
+def test_thread_summaries_and_write_counts_from_keys() -> None:
+    new, old = "1f0c5f1e-8d4a-6b2c-8001-0123456789ab", "1f0c5f1e-8d4a-6b2c-8000-0123456789ab"
+    keys = sorted(
+        [
+            K.ckpt_key("a/b", "", new),
+            K.ckpt_key("a/b", "", old),
+            K.ckpt_key("a/b", "sub:1", old),
+            K.ckpt_key("c", "sub:1", old),
+        ]
+    )
+    found = cli.thread_summaries(keys)
+    assert found == {
+        "a/b": (3, K.ckpt_key("a/b", "", new)),
+        "c": (1, K.ckpt_key("c", "sub:1", old)),
+    }
+    wkeys = [
+        K.writes_key("a/b", "", old, "task/1", 0),
+        K.writes_key("a/b", "", old, "task/1", 1),
+        K.chunk_key(K.writes_key("a/b", "", old, "task/1", 1), 0),
+        K.writes_key("a/b", "sub:1", new, "t", -1),
+    ]
+    assert cli.write_counts(wkeys, "a/b") == {("", old): 2, ("sub:1", new): 1}
+
+
+def test_history_row_and_table_and_show_json() -> None:
+    cfg, cp, meta, versions = _put_args("t", 3)
+    meta["source"] = "loop"
+    ops, stored = put_ops(CTX, cfg, cp, meta, versions)
+    rec = next(op for op in ops if op["key"].startswith("ckpt/"))
+    row = cli.row_of(rec["key"], rec["value"], 2, SERDE)
+    assert (row.checkpoint_id, row.step, row.source, row.writes, row.run) == (
+        cp["id"],
+        3,
+        "loop",
+        2,
+        "r",
+    )
+    lines = cli.history_table([row]).splitlines()
+    assert lines[0].split() == ["CHECKPOINT", "PARENT", "NS", "STEP", "SOURCE", "WRITES", "TS"]
+    assert lines[1].split()[:6] == [cp["id"], "-", "-", "3", "loop", "2"]
+    tup = CheckpointTuple(
+        stored,
+        {**cp, "channel_values": {"x": b"\x00", "m": {1, 2}}},
+        meta,
+        None,
+        [("task", "x", 5)],
+    )
+    doc = cli.shown(tup)
+    assert doc["channel_values"] == {"x": {"$bytes": "AA=="}, "m": [1, 2]}
+    assert doc["pending_writes"] == [{"task_id": "task", "channel": "x", "value": 5}]
+    assert doc["parent"] is None and doc["metadata"]["step"] == 3
