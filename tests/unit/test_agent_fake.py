@@ -9,6 +9,7 @@ import copy
 import pytest
 
 from statekeeper.client.errors import (
+    Archived,
     Conflict,
     ExpectationFailed,
     FenceMismatch,
@@ -60,6 +61,7 @@ class MemoryClient:
         self.calls: list[tuple[str, tuple, dict]] = []
         self.fail: dict[str, BaseException] = {}
         self.holders: dict[tuple[str, str], int] = {}
+        self.archived: dict[tuple[str, str], tuple[str, KeyValue]] = {}  # -> (segment, kv)
         self.requests = 0
 
     # -- plumbing
@@ -118,9 +120,29 @@ class MemoryClient:
         self._write(ns, key, bytes(value.encode() if isinstance(value, str) else value), self.rev)
         return WriteResult(self.rev)
 
-    def get(self, key, *, ns=None, revision=None, consistency=None, min_revision=None, default=_MISSING):
-        self._record("get", (key,), {"ns": ns, "revision": revision})
+    def archive(self, keys, segment: str, ns: str | None = None) -> None:
+        """Like a seal of ``archive run``: the keys are deleted and leave a tombstone;
+        a get of one raises Archived naming ``segment`` (or, with archived="fetch",
+        answers the archived KeyValue); a range does not list them."""
+        ns = self._ns(ns)
+        for key in keys:
+            self.archived[(ns, key)] = (segment, self._at(ns, key, None))
+            self._delete(ns, key, False, self.rev + 1)
+        self.rev += 1
+
+    def get(self, key, *, ns=None, revision=None, consistency=None, min_revision=None,
+            default=_MISSING, archived="error"):
+        self._record("get", (key,), {"ns": ns, "revision": revision, "archived": archived})
         kv = self._at(self._ns(ns), key, revision)
+        gone = self.archived.get((self._ns(ns), key))
+        if kv is None and gone is not None and revision is None:
+            if archived == "fetch":
+                return gone[1]
+            raise Archived(
+                f"key {key!r} was archived to segment {gone[0]!r}", code="archived", status=410,
+                details={"key": key, "segment": gone[0], "url": f"memory://{gone[0]}",
+                         "sha256": "0" * 64},
+            )
         if kv is None:
             if default is not _MISSING:
                 return default
