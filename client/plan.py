@@ -159,7 +159,10 @@ def driven(
         return blocking
 
     def decorate(cls: type) -> type:
-        for name, attr in vars(core).items():
+        operations = {}
+        for base in reversed(core.__mro__):  # a mixin's operations too (agent/catalog.py)
+            operations.update(vars(base))
+        for name, attr in operations.items():
             if isinstance(attr, planned):
                 setattr(cls, name, make(attr.fn))
         return cls

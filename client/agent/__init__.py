@@ -44,6 +44,7 @@ from .envelope import (
 )
 from .errors import (
     AgentError,
+    CheckpointArchived,
     CheckpointConflict,
     CheckpointCorrupt,
     CheckpointNotFound,
@@ -67,6 +68,7 @@ __all__ = [
     "AsyncAgent",
     "AsyncProjection",
     "Checkpoint",
+    "CheckpointArchived",
     "CheckpointConflict",
     "CheckpointCorrupt",
     "CheckpointNotFound",

@@ -31,10 +31,14 @@ The five things (docs/agent-state.md, "The five things"):
 5. Chaos: the kv/txn and stream workloads cover the primitives; the agent layer itself
    (the checkpoint txn mixing puts and an append) has no chaos workload yet.
 
-Why one module of ~540 lines: AgentCore is one object whose view of the agent (head,
-position, step, the last seq it accounts for) every plan reads and updates; the plans'
-building blocks already live in checkpoints.py and timeline.py, and splitting the methods
-across modules would split that state.
+6. Fencing: ``Agent(..., fence=lock)`` (or ``fence=`` on a write) sends the lock's fence
+   with every write (log, checkpoint with its chunks, rollback, gc): once the lock moved
+   on (this instance was paused past its TTL, or cut off) each fails FenceMismatch and
+   writes nothing (docs/agent-state.md, "Fencing").
+
+AgentCore is one object whose view of the agent (head, position, step, the last seq it
+accounts for) every plan reads and updates; two mixins keep this module under 500 lines:
+commit.py (the checkpoint step) and catalog.py (reads that leave the view alone, gc).
 """
 
 from __future__ import annotations
@@ -43,41 +47,36 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..errors import NotFound
 from ..plan import AgentPlan, arun, call, driven, planned, run
+from .archived import archived_newest_plan, check_archived, manifest_plan
+from .catalog import Catalog
 from .checkpoints import (
     Committed,
     Ctx,
     chunk_groups,
     commit_plan,
     conflict,
-    gc_plan,
     head_call,
     head_of,
     load_state_plan,
     newest_plan,
-    sha256_hex,
-    upload_chunks_plan,
 )
-from .codec import Codec, unpack_event
+from .codec import Codec
+from .commit import CheckpointWriter, now_ms
 from .envelope import SchemaRegistry
-from .errors import CheckpointConflict, CheckpointNotFound, PositionNotFound
+from .errors import CheckpointNotFound, PositionNotFound
 from .layout import Layout
 from .policies import Never, Policy
 from .records import (
     ROLLBACK_EVENT,
     Checkpoint,
     Hydrated,
-    TimelineRow,
     checkpoint_from,
-    make_manifest,
-    unpack_manifest,
     with_state,
 )
 from .timeline import (
     agent_event,
     fold,
-    history_plan,
     initial_state,
     read_forward_plan,
     stops_after,
@@ -89,13 +88,10 @@ __all__ = ["Agent", "AgentCore", "AsyncAgent"]
 Reducer = Callable[[Any, Any], Any]
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class AgentCore:
+class AgentCore(Catalog, CheckpointWriter):
     """What Agent and AsyncAgent share: configuration, what this writer last saw, and
-    every operation as a plan. Use :class:`Agent` or :class:`AsyncAgent`.
+    every operation as a plan (the catalog's reads and gc in catalog.py). Use
+    :class:`Agent` or :class:`AsyncAgent`.
 
     Args:
         client: a Client (Agent) or AsyncClient (AsyncAgent).
@@ -114,6 +110,10 @@ class AgentCore:
             envelope kept inline in the manifest (bigger ones are chunked).
         chunk_size, batch_bytes: bytes per chunk and per batch of chunks (see
             checkpoints.Ctx for why they default to 512 KiB and 1 MiB).
+        fence: a lock (client.lock(...), a (name, token) pair) of the agent's namespace
+            every write carries (log, checkpoint, rollback, gc; a call's own ``fence=``
+            overrides it): once the lock has moved on, they fail FenceMismatch and write
+            nothing (docs/agent-state.md, "Fencing").
     """
 
     def __init__(
@@ -135,10 +135,13 @@ class AgentCore:
         inline_limit: int = 256 * 1024,
         chunk_size: int = 512 * 1024,
         batch_bytes: int = 1024 * 1024,
+        fence: Any = None,
     ) -> None:
         self.client = client
         self.layout = Layout(agent_id)
         self.ns = ns if ns is not None else getattr(client, "ns", None)
+        self.fence = self._fence(fence)
+        """The lock every write carries (None: unfenced)."""
         self.reducer = reducer
         self.initial = initial
         self.policy: Policy = policy if policy is not None else Never()
@@ -165,14 +168,6 @@ class AgentCore:
         self._key_time: tuple[str | None, int] = (None, 0)
 
     @property
-    def agent_id(self) -> str:
-        return self.layout.agent_id
-
-    @property
-    def stream(self) -> str:
-        return self.layout.stream
-
-    @property
     def last_seq(self) -> int | None:
         """The last seq of the stream this writer accounts for, which its next checkpoint's
         position builds on: the stream's last seq as hydrate(), log() or a checkpoint saw
@@ -181,6 +176,20 @@ class AgentCore:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.agent_id!r}, ns={self.ns!r}, step={self.step})"
+
+    def _fence(self, fence: Any) -> Any:
+        """``fence`` (else the agent's), refused if it is a lock of another namespace: the
+        server checks a fence in the write's own, where it would never match."""
+        if fence is None:
+            return getattr(self, "fence", None)
+        lock_ns = getattr(fence, "ns", None)
+        if lock_ns is not None and self.ns is not None and lock_ns != self.ns:
+            raise ValueError(
+                f"agent {self.agent_id!r} writes in namespace {self.ns!r} but its fence is "
+                f"lock {getattr(fence, 'name', fence)!r} of namespace {lock_ns!r}: take the "
+                "lock in the agent's namespace (a fence is checked in the write's namespace)"
+            )
+        return fence
 
     # -- what this writer saw ---------------------------------------------------------------
 
@@ -198,37 +207,6 @@ class AgentCore:
                 last_seq=view.last_seq, ns=self.ns, ckpt=view.manifest.get("ckpt"),
             )
 
-    def _ensure_view(self) -> AgentPlan[None]:
-        """Read the head and the stream's last seq if this writer has not (one batch).
-
-        A writer that has not read the agent may only checkpoint what it knows all of:
-        nothing (no head, no stream: position 0) or a stream it started itself (its first
-        log() got seq 1). A head it has not loaded, or events it never saw, need a
-        hydrate() first (CheckpointConflict), else the new checkpoint would claim them."""
-        if self._head_seen and self._last_seq is not None:
-            return
-        view = yield from view_plan(self.ctx, tail=1, need_tail=False)
-        self._check_position(view)
-        if not self._head_seen:
-            if view.manifest is not None:
-                raise CheckpointConflict(
-                    f"agent {self.agent_id!r} already has checkpoint #{view.manifest['ckpt']} "
-                    f"(step {view.manifest['step']}) that this Agent has not loaded: call "
-                    "hydrate() or latest() first",
-                    current=checkpoint_from(view.manifest, view.head_kv.mod_revision),
-                )
-            if view.last_seq > 0 and self._origin != 1:
-                raise CheckpointConflict(
-                    f"agent {self.agent_id!r} has no checkpoint but its stream {self.stream!r} "
-                    f"holds {view.last_seq} events this Agent has not folded: call hydrate() "
-                    "first (a checkpoint now would claim them and every later hydrate would "
-                    "skip them)",
-                    details={"last_seq": view.last_seq},
-                )
-            self._saw_head(None, None)
-        if self._last_seq is None:
-            self._last_seq = view.last_seq
-
     # -- writing -----------------------------------------------------------------------------
 
     @planned
@@ -242,68 +220,24 @@ class AgentCore:
         expect: Any = None,
         step: int | None = None,
         idempotency_key: str | None = None,
+        fence: Any = None,
     ) -> AgentPlan[Any]:
         """Append one event to the agent's stream; returns the client's AppendResult.
 
         ``data``: bytes as they are, anything else (msgpack-able or a registered class) as
         an envelope. ``meta`` gets ``{"step": step or agent.step}``. ``id`` makes the
-        event idempotent (a retry returns the first seq); ``expect``: see client.append.
+        event idempotent (a retry returns the first seq); ``expect``: see client.append;
+        ``fence``: see AgentCore (FenceMismatch: nothing appended).
         """
         ev = self.ctx.codec.wire_event(type, data, id, meta, self.step if step is None else step)
         r = yield call(
-            "append", self.stream, [ev], expect=expect, ns=self.ns, idempotency_key=idempotency_key
+            "append", self.stream, [ev], expect=expect, ns=self.ns,
+            idempotency_key=idempotency_key, fence=self._fence(fence),
         )
         if self._last_seq is None and not self._head_seen and r.seqs:
             self._origin = min(r.seqs)  # 1: this writer started the stream
         self._last_seq = max(self._last_seq or 0, r.last_seq)
         return r
-
-    def _checkpoint_plan(
-        self,
-        state: Any,
-        step: int,
-        metadata: Mapping[str, Any] | None,
-        events: Iterable[Any],
-        idempotency_key: str | None,
-    ) -> AgentPlan[Checkpoint]:
-        wire = [self.ctx.codec.wire_event(*unpack_event(e), step) for e in events]
-        yield from self._ensure_view()
-        env = self.ctx.codec.encode(state)
-        sha = sha256_hex(env)
-        inline = len(env) <= self.ctx.inline_limit
-        size = self.ctx.chunk_size
-        for attempt in range(3):
-            if not inline:
-                size = yield from upload_chunks_plan(self.ctx, env, sha)
-            assert self._last_seq is not None
-            manifest = make_manifest(
-                agent=self.agent_id, n=(self.head.n if self.head else 0) + 1, step=step,
-                position=self._last_seq + len(wire), time_ms=self._time_for(idempotency_key),
-                parent=self.head.n if self.head else None, metadata=dict(metadata or {}),
-                header=self.ctx.codec.header(env), envelope=env, inline=inline,
-                chunk_size=size, sha256=sha,
-            )
-            key = idempotency_key and (f"{idempotency_key}.{attempt}" if attempt else idempotency_key)
-            done: Committed = yield from commit_plan(
-                self.ctx, manifest, self._head_rev, wire, self._last_seq, key
-            )
-            if done.ok:
-                return self._committed(manifest, done, state)
-            if done.head_moved and done.current is not None and done.is_own(manifest):
-                return self._committed(done.current, Committed(True, done.current_rev), state)
-            if done.head_moved:
-                raise conflict(self.ctx, done.current, self._head_rev)
-            # The head did not move: chunks were collected under us; send them again.
-        raise conflict(self.ctx, None, self._head_rev)
-
-    def _time_for(self, idempotency_key: str | None) -> int:
-        """The manifest's time: the first attempt's for a retry with the same key (the
-        server binds a key to the op's exact bytes)."""
-        if idempotency_key is None:
-            return _now_ms()
-        if self._key_time[0] != idempotency_key:
-            self._key_time = (idempotency_key, _now_ms())
-        return self._key_time[1]
 
     def _committed(self, manifest: dict[str, Any], done: Committed, state: Any) -> Checkpoint:
         self._head_rev = done.revision
@@ -323,6 +257,7 @@ class AgentCore:
         metadata: Mapping[str, Any] | None = None,
         events: Iterable[Any] = (),
         idempotency_key: str | None = None,
+        fence: Any = None,
     ) -> AgentPlan[Checkpoint]:
         """Store ``state`` as the agent's new current checkpoint; returns it.
 
@@ -335,9 +270,13 @@ class AgentCore:
             CheckpointConflict: another writer moved the head or appended to the stream
                 since this Agent last saw it (nothing written). A new Agent over an agent
                 that has checkpoints must hydrate() or latest() first.
+            FenceMismatch: ``fence`` (or the agent's) is not the lock's holder any more;
+                nothing written (its chunks neither).
         """
         s = self.step if step is None else step
-        return (yield from self._checkpoint_plan(state, s, metadata, events, idempotency_key))
+        return (
+            yield from self._checkpoint_plan(state, s, metadata, events, idempotency_key, fence)
+        )
 
     @planned
     def maybe_checkpoint(
@@ -347,6 +286,7 @@ class AgentCore:
         step: int | None = None,
         event: Any = None,
         metadata: Mapping[str, Any] | None = None,
+        fence: Any = None,
     ) -> AgentPlan[Checkpoint | None]:
         """Checkpoint if the policy says it is due (``step`` becomes the agent's step;
         ``event`` is what OnEvent predicates look at); returns the Checkpoint or None."""
@@ -354,17 +294,24 @@ class AgentCore:
             self.step = step
         if not self.policy.due(self.step, event, self.clock()):
             return None
-        return (yield from self._checkpoint_plan(state, self.step, metadata, (), None))
+        return (yield from self._checkpoint_plan(state, self.step, metadata, (), None, fence))
 
     @planned
-    def rollback(self, to: int | None = None, *, ckpt: int | None = None) -> AgentPlan[Checkpoint]:
+    def rollback(
+        self, to: int | None = None, *, ckpt: int | None = None, fence: Any = None,
+        archived: str = "error",
+    ) -> AgentPlan[Checkpoint]:
         """Make an earlier checkpoint current again: the newest one whose step is <= ``to``
         (or checkpoint number ``ckpt``). Writes a NEW checkpoint (kind "rollback", parent =
         the one restored, metadata {"rollback_from": the old head's number}) and a
         "statekeeper.rollback" event in one txn; nothing is deleted, so history() and
-        state_at() still see what came after. Returns it with its state loaded."""
+        state_at() still see what came after. Returns it with its state loaded.
+        ``fence``: see AgentCore. A target that was archived raises CheckpointArchived
+        naming its segment; ``archived="fetch"`` reads it from the archive (archived.py)."""
         if (to is None) == (ckpt is None):
             raise ValueError("rollback needs exactly one of to=STEP or ckpt=N")
+        check_archived(archived)
+        fence = self._fence(fence)
         view = yield from view_plan(self.ctx, tail=1, need_tail=False)
         if view.manifest is None:
             raise CheckpointNotFound(f"agent {self.agent_id!r} has no checkpoints to roll back to")
@@ -372,6 +319,15 @@ class AgentCore:
         match = (lambda m: m["step"] <= to) if to is not None else (lambda m: m["ckpt"] == ckpt)
         below = (ckpt + 1) if ckpt is not None else None
         found = yield from newest_plan(self.ctx, top, match, 1, revision=view.revision, below=below)
+        if not found and ckpt is not None:  # archived, deleted, or never written
+            m, kv = yield from manifest_plan(self.ctx, ckpt, archived)
+            found = [(m, checkpoint_from(m, kv.mod_revision))]
+        elif not found:
+            gone = yield from archived_newest_plan(
+                self.ctx, top, match, archived, revision=view.revision,
+                what=f", which may have step <= {to}",
+            )
+            found = [gone] if gone else []
         if not found:
             what = f"with step <= {to}" if to is not None else f"#{ckpt}"
             raise CheckpointNotFound(f"agent {self.agent_id!r} has no checkpoint {what}")
@@ -383,10 +339,10 @@ class AgentCore:
         manifest = {
             **target, "ckpt": top + 1, "kind": "rollback", "parent": tck.n,
             "metadata": {"rollback_from": old.n}, "position": view.last_seq + 1,
-            "time_ms": _now_ms(),
+            "time_ms": now_ms(),
         }
         done = yield from commit_plan(
-            self.ctx, manifest, view.head_kv.mod_revision, [ev], view.last_seq
+            self.ctx, manifest, view.head_kv.mod_revision, [ev], view.last_seq, fence=fence
         )
         if not done.ok:
             raise conflict(self.ctx, done.current, view.head_kv.mod_revision)
@@ -437,11 +393,14 @@ class AgentCore:
         return view_h
 
     @planned
-    def state_at(self, *, step: int | None = None, revision: int | None = None) -> AgentPlan[Any]:
+    def state_at(
+        self, *, step: int | None = None, revision: int | None = None, archived: str = "error"
+    ) -> AgentPlan[Any]:
         """The state as it was: at ``step`` (the newest checkpoint with step <= it, then the
         events after its position up to that step, stopping at a rollback), or at store
         ``revision`` (the head and the stream as of it). Without a reducer, the
-        checkpoint's state alone.
+        checkpoint's state alone. ``archived="fetch"``: when no live checkpoint has step
+        <= ``step``, look among the archived ones too (archived.py).
 
         Raises:
             EventsMissing: events the state needs were truncated or archived.
@@ -450,6 +409,7 @@ class AgentCore:
         """
         if (step is None) == (revision is None):
             raise ValueError("state_at needs exactly one of step= or revision=")
+        check_archived(archived)
         if revision is not None:
             return (yield from self._load_plan(revision)).state
         rr = yield head_call(self.ctx)
@@ -458,6 +418,11 @@ class AgentCore:
             self.ctx, head["ckpt"] if head else 0, lambda m: m["step"] <= step, 1,
             revision=rr.revision,
         )
+        if not found and head and archived == "fetch":
+            gone = yield from archived_newest_plan(
+                self.ctx, head["ckpt"], lambda m: m["step"] <= step, archived, revision=rr.revision
+            )
+            found = [gone] if gone else []
         state, start, from_step = initial_state(self.initial), 1, 0
         if found:
             m, ck = found[0]
@@ -470,37 +435,6 @@ class AgentCore:
         )
         events = [agent_event(self.ctx.codec, e) for e in raw]
         return fold(self.reducer, state, events, from_step)[0]
-
-    @planned
-    def checkpoints(self, *, limit: int | None = 20, before: int | None = None,
-                    **metadata: Any) -> AgentPlan[list[Checkpoint]]:
-        """Checkpoints newest first (states not loaded), those whose metadata has every
-        given ``key=value``; at most ``limit`` (None: all), numbered below ``before``."""
-        rr = yield head_call(self.ctx)
-        head, _ = head_of(self.ctx, rr)
-        if head is None:
-            return []
-
-        def match(m: dict[str, Any]) -> bool:
-            md = m.get("metadata") or {}
-            return all(k in md and md[k] == v for k, v in metadata.items())
-
-        found = yield from newest_plan(
-            self.ctx, head["ckpt"], match if metadata else None, limit,
-            revision=rr.revision, below=before,
-        )
-        return [ck for _, ck in found]
-
-    @planned
-    def get_checkpoint(self, n: int) -> AgentPlan[Checkpoint]:
-        """Checkpoint ``n`` with its state (CheckpointNotFound if there is none)."""
-        try:
-            kv = yield call("get", self.layout.ckpt(n), ns=self.ns)
-        except NotFound:
-            raise CheckpointNotFound(f"agent {self.agent_id!r} has no checkpoint #{n}") from None
-        m = unpack_manifest(kv.value, kv.key)
-        state = yield from load_state_plan(self.ctx, m)
-        return with_state(checkpoint_from(m, kv.mod_revision), state)
 
     @planned
     def latest(self) -> AgentPlan[Checkpoint | None]:
@@ -516,19 +450,6 @@ class AgentCore:
             return None
         state = yield from load_state_plan(self.ctx, view.manifest)
         return with_state(ck, state)
-
-    @planned
-    def history(self, limit: int | None = None) -> AgentPlan[list[TimelineRow]]:
-        """Events, checkpoints and rollbacks oldest first, with revisions and times (the
-        last ``limit`` rows)."""
-        return (yield from history_plan(self.ctx, limit))
-
-    @planned
-    def gc(self) -> AgentPlan[int]:
-        """Delete chunks no checkpoint references (left by a crash between chunks and
-        manifest); returns the number of chunk keys deleted."""
-        return (yield from gc_plan(self.ctx))
-
 
 @driven(AgentCore, run, is_async=False)
 class Agent(AgentCore):

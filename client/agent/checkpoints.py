@@ -13,6 +13,10 @@ Write order (a crash anywhere leaves the previous checkpoint current):
    the checkpoint's events with ``expect`` = the stream's last seq. The manifest, the head,
    the position and those events commit in one raft entry, or none of them does.
 
+A writer given a ``fence`` (a lock, docs/agent-state.md "Fencing") sends it with every
+write of 1, 2 and gc: once the lock has moved on, the first of them fails FenceMismatch
+and nothing is written (the server checks the fence in the same apply as the write).
+
 A crash between 1 and 2 leaves chunks no manifest references; :func:`gc_plan` deletes
 them in one txn guarded by the head's mod_revision, so it never deletes chunks a manifest
 committed meanwhile refers to (and a writer whose chunks were collected under it sees its
@@ -26,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, FenceMismatch, NotFound
 from ..ops import compare, ops
 from ..plan import AgentPlan, batch, call, raise_errors
 from .codec import Codec
@@ -114,7 +118,7 @@ def chunk_groups(count: int, ctx: Ctx) -> list[range]:
     return [range(i, min(count, i + per)) for i in range(0, count, per)]
 
 
-def upload_chunks_plan(ctx: Ctx, envelope: bytes, sha: str) -> AgentPlan[int]:
+def upload_chunks_plan(ctx: Ctx, envelope: bytes, sha: str, fence: Any = None) -> AgentPlan[int]:
     """Store ``envelope``'s chunks under chunk/{sha}/ and return the chunk size they use.
 
     Chunks already there are not sent again when they are a complete set (of this
@@ -137,7 +141,7 @@ def upload_chunks_plan(ctx: Ctx, envelope: bytes, sha: str) -> AgentPlan[int]:
     per = max(1, ctx.batch_bytes // size)
     for start in range(0, len(missing), per):
         puts = [
-            call("put", ctx.layout.chunk(sha, i), envelope[i * size : (i + 1) * size])
+            call("put", ctx.layout.chunk(sha, i), envelope[i * size : (i + 1) * size], fence=fence)
             for i in missing[start : start + per]
         ]
         raise_errors((yield batch(*puts, ns=ctx.ns)))
@@ -188,8 +192,9 @@ def commit_plan(
     events: list[dict[str, Any]],
     expect_seq: int,
     idempotency_key: str | None = None,
+    fence: Any = None,
 ) -> AgentPlan[Committed]:
-    """The checkpoint txn (module docstring, step 2)."""
+    """The checkpoint txn (module docstring, step 2), fenced by ``fence`` when given."""
     lay = ctx.layout
     raw = pack_manifest(manifest)
     if len(raw) > ctx.value_limit:
@@ -208,8 +213,11 @@ def commit_plan(
         success.append(ops.append(lay.stream, events, expect=expect_seq))
     try:
         r = yield call(
-            "txn", cmp, success, [ops.get(lay.head)], ns=ctx.ns, idempotency_key=idempotency_key
+            "txn", cmp, success, [ops.get(lay.head)], ns=ctx.ns,
+            idempotency_key=idempotency_key, fence=fence,
         )
+    except FenceMismatch:
+        raise  # this writer's lock moved on: not another writer's append
     except Conflict as exc:  # the append's expectation (another writer appended)
         raise CheckpointConflict(
             f"agent {lay.agent_id!r}: its stream moved past seq {expect_seq} "
@@ -288,9 +296,9 @@ def scan_plan(
         cont, revision = rr.continuation, rr.revision
 
 
-def gc_plan(ctx: Ctx, attempts: int = 5) -> AgentPlan[int]:
+def gc_plan(ctx: Ctx, attempts: int = 5, fence: Any = None) -> AgentPlan[int]:
     """Delete chunk sets neither the head nor any checkpoint manifest references; returns
-    the chunk keys deleted."""
+    the chunk keys deleted (the txn fenced by ``fence`` when given)."""
     lay = ctx.layout
     for _ in range(attempts):
         rr = yield head_call(ctx)
@@ -305,7 +313,9 @@ def gc_plan(ctx: Ctx, attempts: int = 5) -> AgentPlan[int]:
         if not orphans:
             return 0
         deletes = [ops.delete(lay.chunk_dir(sha), prefix=True) for sha in orphans]
-        r = yield call("txn", [compare.mod_revision(lay.head) == head_rev], deletes, ns=ctx.ns)
+        r = yield call(
+            "txn", [compare.mod_revision(lay.head) == head_rev], deletes, ns=ctx.ns, fence=fence
+        )
         if r.succeeded:
             return sum(field_of(d, "deleted", 0) for d in r.results)
     return 0

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import Conflict, InvalidRequest, NotFound, StatekeeperError
+from ..errors import Archived, Conflict, InvalidRequest, NotFound, StatekeeperError
 
 __all__ = [
     "AgentError",
+    "CheckpointArchived",
     "CheckpointConflict",
     "CheckpointCorrupt",
     "CheckpointNotFound",
@@ -42,6 +43,29 @@ class CheckpointNotFound(NotFound):
         kw.setdefault("code", "checkpoint_not_found")
         kw.setdefault("status", 404)
         super().__init__(message, **kw)
+
+
+class CheckpointArchived(Archived):
+    """A checkpoint this call needs was moved to the archive (``statekeeper archive run
+    --within ckpt``): code ``archived``, 410, like the client's :class:`client.Archived`
+    it is (so also a NotFound), naming the checkpoint and the segment that holds it. Pass
+    ``archived="fetch"`` to read it from the archive (the client's ``archive_roots``), or
+    restore the segment (``statekeeper archive restore SEGMENT``).
+
+    Attributes: agent, ckpt (the checkpoint's number), and Archived's segment, url,
+    sha256, key."""
+
+    def __init__(self, *, agent: str, ckpt: int, cause: Archived, what: str = "") -> None:
+        segment = cause.segment
+        message = (
+            f"agent {agent!r}: checkpoint #{ckpt}{what} was archived"
+            f"{f' to segment {segment!r}' if segment else ''}; pass archived=\"fetch\" to "
+            "read it from the archive, or restore it (statekeeper archive restore "
+            f"{segment or 'SEGMENT'})"
+        )
+        details = {**cause.details, "agent": agent, "ckpt": ckpt}
+        super().__init__(message, code="archived", status=410, details=details)
+        self.agent, self.ckpt = agent, ckpt
 
 
 class CheckpointCorrupt(AgentError):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from statekeeper.client import (
     LockTimeout,
 )
 from statekeeper.cluster.supervisor import LocalCluster
+from tests.integration.line_child import LineChild
 
 pytestmark = pytest.mark.integration
 
@@ -199,39 +199,9 @@ async def test_async_timeout_and_cancel_leave_the_queue(shared_cluster: LocalClu
 # -- Kleppmann's scenario --------------------------------------------------------------------
 
 
-class _Child:
-    """A lock_child.py process with a thread reading its lines."""
-
-    def __init__(self, urls: list[str], ns: str, value: str, ttl: float = 2.0) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), ",".join(urls), ns, "kleppmann", str(ttl), value],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.strip())
-
-    def expect(self, word: str, timeout: float) -> str:
-        line = self.lines.get(timeout=timeout)
-        assert line.split()[0] == word, line
-        return line.split()[1] if " " in line else ""
-
-    def send(self, command: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
+def _child(urls: list[str], ns: str, value: str, ttl: float = 2.0) -> LineChild:
+    argv = [sys.executable, str(CHILD), ",".join(urls), ns, "kleppmann", str(ttl), value]
+    return LineChild(argv, ROOT)
 
 
 def test_kleppmann_a_paused_holders_stale_write_is_refused(shared_cluster: LocalCluster) -> None:
@@ -240,9 +210,9 @@ def test_kleppmann_a_paused_holders_stale_write_is_refused(shared_cluster: Local
     ns, urls, ttl = _ns(), _urls(shared_cluster), 2.0
     a = b = None
     try:
-        a = _Child(urls, ns, "A", ttl)
+        a = _child(urls, ns, "A", ttl)
         fence_a = int(a.expect("ACQUIRED", 30))
-        b = _Child(urls, ns, "B", ttl)
+        b = _child(urls, ns, "B", ttl)
         with Client(urls, ns=ns) as c:
             _until(lambda: len(_queued(c, "kleppmann")) == 2, 30, "B queued behind A")
             os.kill(a.proc.pid, signal.SIGSTOP)  # A, keepalive thread included, freezes

@@ -34,7 +34,7 @@ PAIRS = [(Agent, AsyncAgent, AgentCore), (Projection, AsyncProjection, Projectio
 def test_same_public_methods_with_the_same_parameters(sync, async_, core) -> None:
     s, a = public_methods(sync), public_methods(async_)
     assert sorted(s) == sorted(a)
-    ops = [n for n, v in vars(core).items() if isinstance(v, planned)]
+    ops = [n for base in core.__mro__ for n, v in vars(base).items() if isinstance(v, planned)]
     assert ops and set(ops) <= set(s)
     for name in ops:
         assert not inspect.iscoroutinefunction(s[name]), name

@@ -8,8 +8,15 @@ import copy
 
 import pytest
 
-from statekeeper.client.errors import Conflict, ExpectationFailed, InvalidRequest, NotFound
-from statekeeper.client.ops import stream_events
+from statekeeper.client.errors import (
+    Archived,
+    Conflict,
+    ExpectationFailed,
+    FenceMismatch,
+    InvalidRequest,
+    NotFound,
+)
+from statekeeper.client.ops import fence_field, stream_events
 from statekeeper.client.results import (
     AppendedEvent,
     AppendResult,
@@ -39,7 +46,9 @@ FakeStreamList = StreamList
 
 class MemoryClient:
     """Client-shaped, in memory. ``calls`` records (method, args, kwargs) per request;
-    ``fail`` maps a method name to an exception raised instead of running it."""
+    ``fail`` maps a method name to an exception raised instead of running it; ``holders``
+    maps (ns, lock name) to the holder's fence: a write with a ``fence`` of another token
+    fails FenceMismatch before anything is applied, as on the server."""
 
     def __init__(self, ns: str = "default") -> None:
         self.ns = ns
@@ -51,6 +60,8 @@ class MemoryClient:
         self.first: dict[tuple[str, str], int] = {}  # first stored seq after a truncation
         self.calls: list[tuple[str, tuple, dict]] = []
         self.fail: dict[str, BaseException] = {}
+        self.holders: dict[tuple[str, str], int] = {}
+        self.archived: dict[tuple[str, str], tuple[str, KeyValue]] = {}  # -> (segment, kv)
         self.requests = 0
 
     # -- plumbing
@@ -62,6 +73,18 @@ class MemoryClient:
 
     def _ns(self, ns: str | None) -> str:
         return self.ns if ns is None else ns
+
+    def _check_fence(self, ns: str | None, fence) -> None:
+        if fence is None:
+            return
+        f = fence_field(fence)
+        holder = self.holders.get((self._ns(ns), f["name"]))
+        if holder != f["token"]:
+            raise FenceMismatch(
+                f"lock {f['name']!r} is held with fence {holder}, not {f['token']}",
+                code="fence_mismatch", status=409,
+                details={**f, "holder_fence": holder},
+            )
 
     def _at(self, ns: str, key: str, revision: int | None) -> KeyValue | None:
         hist = self.kv.get((ns, key), [])
@@ -87,8 +110,9 @@ class MemoryClient:
         return sorted(k for k in found if self._at(ns, k, revision) is not None)
 
     # -- kv
-    def put(self, key, value, *, ns=None, idempotency_key=None, prev_kv=False):
-        self._record("put", (key,), {"ns": ns})
+    def put(self, key, value, *, ns=None, idempotency_key=None, prev_kv=False, fence=None):
+        self._record("put", (key,), {"ns": ns, "fence": fence})
+        self._check_fence(ns, fence)
         return self._put(self._ns(ns), key, value)
 
     def _put(self, ns, key, value):
@@ -96,17 +120,39 @@ class MemoryClient:
         self._write(ns, key, bytes(value.encode() if isinstance(value, str) else value), self.rev)
         return WriteResult(self.rev)
 
-    def get(self, key, *, ns=None, revision=None, consistency=None, min_revision=None, default=_MISSING):
-        self._record("get", (key,), {"ns": ns, "revision": revision})
+    def archive(self, keys, segment: str, ns: str | None = None) -> None:
+        """Like a seal of ``archive run``: the keys are deleted and leave a tombstone;
+        a get of one raises Archived naming ``segment`` (or, with archived="fetch",
+        answers the archived KeyValue); a range does not list them."""
+        ns = self._ns(ns)
+        for key in keys:
+            self.archived[(ns, key)] = (segment, self._at(ns, key, None))
+            self._delete(ns, key, False, self.rev + 1)
+        self.rev += 1
+
+    def get(self, key, *, ns=None, revision=None, consistency=None, min_revision=None,
+            default=_MISSING, archived="error"):
+        self._record("get", (key,), {"ns": ns, "revision": revision, "archived": archived})
         kv = self._at(self._ns(ns), key, revision)
+        gone = self.archived.get((self._ns(ns), key))
+        if kv is None and gone is not None and revision is None:
+            if archived == "fetch":
+                return gone[1]
+            raise Archived(
+                f"key {key!r} was archived to segment {gone[0]!r}", code="archived", status=410,
+                details={"key": key, "segment": gone[0], "url": f"memory://{gone[0]}",
+                         "sha256": "0" * 64},
+            )
         if kv is None:
             if default is not _MISSING:
                 return default
             raise NotFound(f"key {key!r} not found", code="key_not_found", status=404)
         return kv
 
-    def delete(self, key, *, ns=None, prefix=False, idempotency_key=None, prev_kv=False):
-        self._record("delete", (key,), {"ns": ns, "prefix": prefix})
+    def delete(self, key, *, ns=None, prefix=False, idempotency_key=None, prev_kv=False,
+               fence=None):
+        self._record("delete", (key,), {"ns": ns, "prefix": prefix, "fence": fence})
+        self._check_fence(ns, fence)
         self.rev += 1
         return DeleteResult(self.rev, self._delete(self._ns(ns), key, prefix, self.rev))
 
@@ -154,8 +200,9 @@ class MemoryClient:
         return {"==": actual == want, "!=": actual != want}.get(c["op"], False) if c["op"] in (
             "==", "!=") else (actual < want if c["op"] == "<" else actual > want)
 
-    def txn(self, compare, success, failure=(), *, ns=None, idempotency_key=None):
-        self._record("txn", (), {"ns": ns, "success": [o["op"] for o in success]})
+    def txn(self, compare, success, failure=(), *, ns=None, idempotency_key=None, fence=None):
+        self._record("txn", (), {"ns": ns, "success": [o["op"] for o in success], "fence": fence})
+        self._check_fence(ns, fence)
         return self._txn(self._ns(ns), list(compare), list(success), list(failure))
 
     def _txn(self, ns, compare, success, failure):
@@ -218,8 +265,9 @@ class MemoryClient:
         self.time_ms += 1
         return FakeAppended(rev, stream, first, len(evs), out)
 
-    def append(self, stream, events, *, expect="any", ns=None, idempotency_key=None):
-        self._record("append", (stream,), {"expect": expect})
+    def append(self, stream, events, *, expect="any", ns=None, idempotency_key=None, fence=None):
+        self._record("append", (stream,), {"expect": expect, "fence": fence})
+        self._check_fence(ns, fence)
         r = self._append(self._ns(ns), stream, stream_events(events), expect, self.rev + 1)
         if r.first_seq is not None:
             self.rev += 1
