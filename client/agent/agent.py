@@ -5,8 +5,14 @@ a sans-IO plan, plan.py) run by a blocking or an asyncio driver.
     agent = Agent(client, "agent-7", reducer=apply_event, initial={})
     h = agent.hydrate()                      # latest checkpoint + the events after it
     agent.log("tool.ok", {"tool": "search"}) # one event of stream agent/agent-7
+    state = agent.apply("tool.ok", {"tool": "fetch"})  # log + fold with the reducer
     agent.checkpoint(state, step=12, metadata={"run_id": "r1"})
     agent.rollback(to=10); agent.state_at(step=11); agent.history()
+
+Steps (steps.py has the picture): an event belongs to the step it is stamped with; the
+state at step N is the state at the END of step N; a checkpoint at step N holds it;
+``Hydrated.step`` and ``agent.step`` are the step to continue from; rollback(to=N) makes
+exactly state_at(step=N) current.
 
 The five things (docs/agent-state.md, "The five things"):
 
@@ -31,10 +37,10 @@ The five things (docs/agent-state.md, "The five things"):
 5. Chaos: the kv/txn and stream workloads cover the primitives; the agent layer itself
    (the checkpoint txn mixing puts and an append) has no chaos workload yet.
 
-Why one module of ~540 lines: AgentCore is one object whose view of the agent (head,
-position, step, the last seq it accounts for) every plan reads and updates; the plans'
-building blocks already live in checkpoints.py and timeline.py, and splitting the methods
-across modules would split that state.
+Why one module of ~500 lines: AgentCore is one object whose view of the agent (head,
+position, step, state, the last seq it accounts for) every plan reads and updates; the
+plans' building blocks live in checkpoints.py, timeline.py and steps.py, and splitting the
+methods across modules would split that state.
 """
 
 from __future__ import annotations
@@ -61,11 +67,13 @@ from .checkpoints import (
 )
 from .codec import Codec, unpack_event
 from .envelope import SchemaRegistry
-from .errors import CheckpointConflict, CheckpointNotFound, PositionNotFound
+from .errors import CheckpointNotFound
 from .layout import Layout
 from .policies import Never, Policy
 from .records import (
+    MANIFEST_VERSION,
     ROLLBACK_EVENT,
+    AgentEvent,
     Checkpoint,
     Hydrated,
     TimelineRow,
@@ -74,26 +82,16 @@ from .records import (
     unpack_manifest,
     with_state,
 )
-from .timeline import (
-    agent_event,
-    fold,
-    history_plan,
-    initial_state,
-    read_forward_plan,
-    stops_after,
-    view_plan,
-)
+from .steps import AtStep, at_step_plan, restore_plan, state_at_step_plan
+from .timeline import history_plan, initial_state, view_plan
+from .writer import WriterView, now_ms
 
 __all__ = ["Agent", "AgentCore", "AsyncAgent"]
 
 Reducer = Callable[[Any, Any], Any]
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class AgentCore:
+class AgentCore(WriterView):
     """What Agent and AsyncAgent share: configuration, what this writer last saw, and
     every operation as a plan. Use :class:`Agent` or :class:`AsyncAgent`.
 
@@ -151,83 +149,7 @@ class AgentCore:
             self.layout, self.ns, Codec(registry, state_type, format),
             value_limit, request_limit, inline_limit, chunk_size, batch_bytes,
         )
-        self.step = 0
-        """The agent's current step (set by checkpoint/maybe_checkpoint/hydrate; log()
-        stamps it on events as meta.step)."""
-        self.position = 0
-        """The last seq of the stream folded into the state this writer holds."""
-        self.head: Checkpoint | None = None
-        """The current checkpoint as this writer last saw it."""
-        self._head_rev = 0  # the head's mod_revision as last seen (0: missing)
-        self._head_seen = False  # head read (or written) by this writer
-        self._last_seq: int | None = None  # the seq the next checkpoint builds on
-        self._origin: int | None = None  # first seq this writer logged before reading
-        self._key_time: tuple[str | None, int] = (None, 0)
-
-    @property
-    def agent_id(self) -> str:
-        return self.layout.agent_id
-
-    @property
-    def stream(self) -> str:
-        return self.layout.stream
-
-    @property
-    def last_seq(self) -> int | None:
-        """The last seq of the stream this writer accounts for, which its next checkpoint's
-        position builds on: the stream's last seq as hydrate(), log() or a checkpoint saw
-        it, the head's position after latest() (None: not read yet)."""
-        return self._last_seq
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.agent_id!r}, ns={self.ns!r}, step={self.step})"
-
-    # -- what this writer saw ---------------------------------------------------------------
-
-    def _saw_head(self, manifest: dict[str, Any] | None, kv: Any) -> Checkpoint | None:
-        self._head_seen = True
-        self._head_rev = kv.mod_revision if kv is not None else 0
-        self.head = checkpoint_from(manifest, self._head_rev) if manifest else None
-        return self.head
-
-    def _check_position(self, view: Any) -> None:
-        """Refuse a head whose position names events its stream lacks (never build on it)."""
-        if view.manifest is not None and view.position > view.last_seq:
-            raise PositionNotFound(
-                agent=self.agent_id, stream=self.stream, position=view.position,
-                last_seq=view.last_seq, ns=self.ns, ckpt=view.manifest.get("ckpt"),
-            )
-
-    def _ensure_view(self) -> AgentPlan[None]:
-        """Read the head and the stream's last seq if this writer has not (one batch).
-
-        A writer that has not read the agent may only checkpoint what it knows all of:
-        nothing (no head, no stream: position 0) or a stream it started itself (its first
-        log() got seq 1). A head it has not loaded, or events it never saw, need a
-        hydrate() first (CheckpointConflict), else the new checkpoint would claim them."""
-        if self._head_seen and self._last_seq is not None:
-            return
-        view = yield from view_plan(self.ctx, tail=1, need_tail=False)
-        self._check_position(view)
-        if not self._head_seen:
-            if view.manifest is not None:
-                raise CheckpointConflict(
-                    f"agent {self.agent_id!r} already has checkpoint #{view.manifest['ckpt']} "
-                    f"(step {view.manifest['step']}) that this Agent has not loaded: call "
-                    "hydrate() or latest() first",
-                    current=checkpoint_from(view.manifest, view.head_kv.mod_revision),
-                )
-            if view.last_seq > 0 and self._origin != 1:
-                raise CheckpointConflict(
-                    f"agent {self.agent_id!r} has no checkpoint but its stream {self.stream!r} "
-                    f"holds {view.last_seq} events this Agent has not folded: call hydrate() "
-                    "first (a checkpoint now would claim them and every later hydrate would "
-                    "skip them)",
-                    details={"last_seq": view.last_seq},
-                )
-            self._saw_head(None, None)
-        if self._last_seq is None:
-            self._last_seq = view.last_seq
+        self._init_view()
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -246,17 +168,70 @@ class AgentCore:
         """Append one event to the agent's stream; returns the client's AppendResult.
 
         ``data``: bytes as they are, anything else (msgpack-able or a registered class) as
-        an envelope. ``meta`` gets ``{"step": step or agent.step}``. ``id`` makes the
-        event idempotent (a retry returns the first seq); ``expect``: see client.append.
+        an envelope. ``meta`` gets ``{"step": step}``, by default ``agent.step``; a later
+        ``step`` becomes the agent's step (an earlier one is an event replayed with its
+        id: it must carry its first step). ``id`` makes the event idempotent (a retry
+        returns the first seq);
+        ``expect``: see client.append. The event is not folded into ``agent.state``
+        (``apply`` does that).
         """
-        ev = self.ctx.codec.wire_event(type, data, id, meta, self.step if step is None else step)
+        return (yield from self._log_plan(type, data, id, meta, expect, step, idempotency_key))[0]
+
+    def _log_plan(
+        self, type: str, data: Any, id: str | None, meta: Mapping[str, Any] | None, expect: Any,
+        step: int | None, idempotency_key: str | None,
+    ) -> AgentPlan[tuple[Any, dict[str, Any]]]:
+        s = self.step if step is None else step
+        ev = self.ctx.codec.wire_event(type, data, id, meta, s)
         r = yield call(
             "append", self.stream, [ev], expect=expect, ns=self.ns, idempotency_key=idempotency_key
         )
         if self._last_seq is None and not self._head_seen and r.seqs:
             self._origin = min(r.seqs)  # 1: this writer started the stream
         self._last_seq = max(self._last_seq or 0, r.last_seq)
-        return r
+        if s >= self.step:  # an earlier step: an event replayed with its id and step
+            self.step, self._step_logged = s, True
+        return r, ev
+
+    @planned
+    def apply(
+        self,
+        type: str,
+        data: Any = b"",
+        *,
+        id: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        step: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> AgentPlan[Any]:
+        """``log()`` the event, then fold it into ``agent.state`` with the reducer, as
+        hydrate would fold it (its data decoded from the bytes sent; ``time_ms`` is this
+        writer's clock); returns the new state. The append expects the stream to end at
+        the state's position, so another writer's event in between is a 409
+        (ExpectationFailed) with nothing written; an ``id`` already in the stream is
+        folded only if the state does not include it yet (a retry after a lost answer).
+
+        Raises:
+            ValueError: no reducer; no state held yet (call hydrate() first); events were
+                logged with log() since the state was loaded (hydrate() folds them).
+        """
+        if self.reducer is None:
+            raise ValueError("apply() folds with the reducer: this Agent has none (reducer=...)")
+        if not self._holds_state:
+            raise ValueError("apply() folds into the state the agent holds: call hydrate() first")
+        if self._last_seq is not None and self._last_seq != self.position:
+            raise ValueError(
+                f"the stream holds events up to seq {self._last_seq} that agent.state (position "
+                f"{self.position}) does not include (logged with log()): hydrate() to fold them"
+            )
+        r, ev = yield from self._log_plan(type, data, id, meta, self.position, step, idempotency_key)
+        seq = r.seqs[0]
+        if seq <= self.position:
+            return self.state  # a duplicate id: the state already includes its event
+        event = AgentEvent(seq, type, self.ctx.codec.decode_event(ev["data"]), ev["meta"]["step"],
+                           now_ms(), r.revision, id, ev["meta"])
+        self.state, self.position = self.reducer(self.state, event), seq
+        return self.state
 
     def _checkpoint_plan(
         self,
@@ -296,24 +271,6 @@ class AgentCore:
             # The head did not move: chunks were collected under us; send them again.
         raise conflict(self.ctx, None, self._head_rev)
 
-    def _time_for(self, idempotency_key: str | None) -> int:
-        """The manifest's time: the first attempt's for a retry with the same key (the
-        server binds a key to the op's exact bytes)."""
-        if idempotency_key is None:
-            return _now_ms()
-        if self._key_time[0] != idempotency_key:
-            self._key_time = (idempotency_key, _now_ms())
-        return self._key_time[1]
-
-    def _committed(self, manifest: dict[str, Any], done: Committed, state: Any) -> Checkpoint:
-        self._head_rev = done.revision
-        self._head_seen = True
-        self._last_seq = self.position = manifest["position"]
-        self.step = manifest["step"]
-        self.head = checkpoint_from(manifest, done.revision)
-        self.policy.reset(self.step, self.clock())
-        return with_state(self.head, state)
-
     @planned
     def checkpoint(
         self,
@@ -324,7 +281,9 @@ class AgentCore:
         events: Iterable[Any] = (),
         idempotency_key: str | None = None,
     ) -> AgentPlan[Checkpoint]:
-        """Store ``state`` as the agent's new current checkpoint; returns it.
+        """Store ``state`` as the agent's new current checkpoint, the end of ``step`` (by
+        default the step of the last event logged or folded); returns it. The agent goes
+        on with step + 1.
 
         Chunks first when the state's envelope is large, then ONE txn: the manifest, the
         head and ``events`` (dicts with type/data/meta, or (type, data) tuples) appended
@@ -336,7 +295,7 @@ class AgentCore:
                 since this Agent last saw it (nothing written). A new Agent over an agent
                 that has checkpoints must hydrate() or latest() first.
         """
-        s = self.step if step is None else step
+        s = self._ending(step)
         return (yield from self._checkpoint_plan(state, s, metadata, events, idempotency_key))
 
     @planned
@@ -348,61 +307,59 @@ class AgentCore:
         event: Any = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> AgentPlan[Checkpoint | None]:
-        """Checkpoint if the policy says it is due (``step`` becomes the agent's step;
-        ``event`` is what OnEvent predicates look at); returns the Checkpoint or None."""
-        if step is not None:
-            self.step = step
-        if not self.policy.due(self.step, event, self.clock()):
+        """Step ``step`` (by default the step of the last event logged) is done:
+        checkpoint it if the policy says it is due (``event`` is what OnEvent predicates
+        look at); returns the Checkpoint or None. Either way the agent goes on with the
+        next step."""
+        s = self._ending(step)
+        if not self.policy.due(s, event, self.clock()):
+            self.step, self._step_logged = s + 1, False
             return None
-        return (yield from self._checkpoint_plan(state, self.step, metadata, (), None))
+        return (yield from self._checkpoint_plan(state, s, metadata, (), None))
 
     @planned
     def rollback(self, to: int | None = None, *, ckpt: int | None = None) -> AgentPlan[Checkpoint]:
-        """Make an earlier checkpoint current again: the newest one whose step is <= ``to``
-        (or checkpoint number ``ckpt``). Writes a NEW checkpoint (kind "rollback", parent =
-        the one restored, metadata {"rollback_from": the old head's number}) and a
-        "statekeeper.rollback" event in one txn; nothing is deleted, so history() and
-        state_at() still see what came after. Returns it with its state loaded."""
+        """Make the state at the end of step ``to`` current again, exactly
+        state_at(step=to) (steps.py: the newest checkpoint with step <= to, copied as
+        stored, or folded with the later events of steps <= to); or checkpoint number
+        ``ckpt`` as it is. Writes a NEW checkpoint (kind "rollback", step ``to``, parent =
+        the checkpoint it starts from, metadata {"rollback_from": the old head's number})
+        and a "statekeeper.rollback" event in one txn; nothing is deleted, so history()
+        and state_at() still see what came after. The agent goes on with step ``to`` + 1.
+        Returns it with its state loaded (``loaded`` False when a copied state's schema is
+        unknown to this Agent's registry: copying needs no decoding)."""
         if (to is None) == (ckpt is None):
             raise ValueError("rollback needs exactly one of to=STEP or ckpt=N")
         view = yield from view_plan(self.ctx, tail=1, need_tail=False)
         if view.manifest is None:
             raise CheckpointNotFound(f"agent {self.agent_id!r} has no checkpoints to roll back to")
         top = view.manifest["ckpt"]
-        match = (lambda m: m["step"] <= to) if to is not None else (lambda m: m["ckpt"] == ckpt)
-        below = (ckpt + 1) if ckpt is not None else None
-        found = yield from newest_plan(self.ctx, top, match, 1, revision=view.revision, below=below)
-        if not found:
-            what = f"with step <= {to}" if to is not None else f"#{ckpt}"
-            raise CheckpointNotFound(f"agent {self.agent_id!r} has no checkpoint {what}")
-        target, tck = found[0]
-        state = yield from load_state_plan(self.ctx, target)
+        if ckpt is not None:
+            found = yield from newest_plan(
+                self.ctx, top, lambda m: m["ckpt"] == ckpt, 1, revision=view.revision, below=ckpt + 1
+            )
+            if not found:
+                raise CheckpointNotFound(f"agent {self.agent_id!r} has no checkpoint #{ckpt}")
+            at = AtStep(found[0][1].step, *found[0], [], view.revision)
+        else:
+            at = yield from at_step_plan(self.ctx, to, top, view.revision)
+        back = yield from restore_plan(self.ctx, at, self.reducer, self.initial)
         old = checkpoint_from(view.manifest, view.head_kv.mod_revision)
-        data = {"from_ckpt": old.n, "from_step": old.step, "to_ckpt": tck.n, "to_step": tck.step}
-        ev = self.ctx.codec.wire_event(ROLLBACK_EVENT, data, None, {"ckpt": top + 1}, tck.step)
+        data = {"from_ckpt": old.n, "from_step": old.step, "to_ckpt": back.parent, "to_step": at.step}
+        ev = self.ctx.codec.wire_event(ROLLBACK_EVENT, data, None, {"ckpt": top + 1}, at.step)
         manifest = {
-            **target, "ckpt": top + 1, "kind": "rollback", "parent": tck.n,
-            "metadata": {"rollback_from": old.n}, "position": view.last_seq + 1,
-            "time_ms": _now_ms(),
+            "v": MANIFEST_VERSION, "agent": self.agent_id, "ckpt": top + 1, "kind": "rollback",
+            "step": at.step, "position": view.last_seq + 1, "time_ms": now_ms(),
+            "parent": back.parent, "metadata": {"rollback_from": old.n}, **back.fields,
         }
         done = yield from commit_plan(
             self.ctx, manifest, view.head_kv.mod_revision, [ev], view.last_seq
         )
         if not done.ok:
             raise conflict(self.ctx, done.current, view.head_kv.mod_revision)
-        return self._committed(manifest, done, state)
+        return self._committed(manifest, done, back.state, back.loaded)
 
     # -- reading -----------------------------------------------------------------------------
-
-    def _folded(self, view: Any, state: Any, ckpt: Checkpoint | None, reqs: int) -> Hydrated:
-        events = [agent_event(self.ctx.codec, e) for e in view.tail]
-        step = ckpt.step if ckpt else 0
-        if self.reducer is None:
-            return Hydrated(state, step, view.position, ckpt, 0, events, view.revision,
-                            view.last_seq, reqs)
-        state, step, seq, n = fold(self.reducer, state, events, step)
-        position = seq if n else view.position
-        return Hydrated(state, step, position, ckpt, n, [], view.revision, view.last_seq, reqs)
 
     def _load_plan(self, revision: int | None) -> AgentPlan[Hydrated]:
         view = yield from view_plan(self.ctx, revision=revision, tail=self.tail)
@@ -421,7 +378,9 @@ class AgentCore:
     def hydrate(self) -> AgentPlan[Hydrated]:
         """Cold start: the latest checkpoint plus the events after it folded through the
         reducer (one batch request when the state is inline and the tail short). This
-        writer then continues from there (its step, position and head).
+        writer then continues from there (its state, position and head); ``step`` is the
+        step to continue from: the one after the checkpoint's and the events' (1 for a
+        new agent).
 
         Raises:
             EventsMissing: events after the checkpoint's position are gone (the stream's
@@ -433,15 +392,16 @@ class AgentCore:
         self.head = view_h.checkpoint
         self._head_rev = view_h.checkpoint.revision if view_h.checkpoint else 0
         self._last_seq = view_h.last_seq
-        self.position, self.step = view_h.position, view_h.step
+        self.position = view_h.position
+        self._continue_after(view_h.step - 1, view_h.state)
         return view_h
 
     @planned
     def state_at(self, *, step: int | None = None, revision: int | None = None) -> AgentPlan[Any]:
-        """The state as it was: at ``step`` (the newest checkpoint with step <= it, then the
-        events after its position up to that step, stopping at a rollback), or at store
-        ``revision`` (the head and the stream as of it). Without a reducer, the
-        checkpoint's state alone.
+        """The state as it was: at the end of ``step`` (the newest checkpoint with step <=
+        it, then the events after its position up to that step, stopping at a rollback:
+        steps.py), or at store ``revision`` (the head and the stream as of it). Without a
+        reducer, the checkpoint's state alone.
 
         Raises:
             EventsMissing: events the state needs were truncated or archived.
@@ -454,22 +414,10 @@ class AgentCore:
             return (yield from self._load_plan(revision)).state
         rr = yield head_call(self.ctx)
         head, _ = head_of(self.ctx, rr)
-        found = yield from newest_plan(
-            self.ctx, head["ckpt"] if head else 0, lambda m: m["step"] <= step, 1,
-            revision=rr.revision,
+        at = yield from at_step_plan(
+            self.ctx, step, head["ckpt"] if head else 0, rr.revision, events=self.reducer is not None
         )
-        state, start, from_step = initial_state(self.initial), 1, 0
-        if found:
-            m, ck = found[0]
-            state = yield from load_state_plan(self.ctx, m)
-            start, from_step = ck.position + 1, ck.step
-        if self.reducer is None:
-            return state
-        raw, _, _ = yield from read_forward_plan(
-            self.ctx, start, rr.revision, stops_after(step), whole=True
-        )
-        events = [agent_event(self.ctx.codec, e) for e in raw]
-        return fold(self.reducer, state, events, from_step)[0]
+        return (yield from state_at_step_plan(self.ctx, at, self.reducer, self.initial))
 
     @planned
     def checkpoints(self, *, limit: int | None = 20, before: int | None = None,
@@ -515,6 +463,8 @@ class AgentCore:
         if view.manifest is None or ck is None:
             return None
         state = yield from load_state_plan(self.ctx, view.manifest)
+        self.position = view.position
+        self._continue_after(ck.step, state)
         return with_state(ck, state)
 
     @planned

@@ -28,6 +28,7 @@ __all__ = [
     "checkpoint_from",
     "make_manifest",
     "pack_manifest",
+    "state_fields",
     "unpack_manifest",
 ]
 
@@ -157,15 +158,29 @@ def make_manifest(
         "time_ms": time_ms,
         "parent": parent,
         "metadata": metadata,
+        **state_fields(header, envelope, inline, chunk_size, sha256),
+    }
+    return m
+
+
+# The fields of a manifest that store its state (what a rollback copies).
+STATE_FIELDS = ("header", "size", "sha256", "inline", "chunks")
+
+
+def state_fields(
+    header: dict[str, Any], envelope: bytes, inline: bool, chunk_size: int, sha256: str | None = None
+) -> dict[str, Any]:
+    """The manifest fields that store ``envelope``: inline, or as chunks of ``chunk_size``."""
+    f: dict[str, Any] = {
         "header": header,
         "size": len(envelope),
         "sha256": sha256 or hashlib.sha256(envelope).hexdigest(),
     }
     if inline:
-        m["inline"] = envelope
+        f["inline"] = envelope
     else:
-        m["chunks"] = {"count": -(-len(envelope) // chunk_size), "size": chunk_size}
-    return m
+        f["chunks"] = {"count": -(-len(envelope) // chunk_size), "size": chunk_size}
+    return f
 
 
 def pack_manifest(m: dict[str, Any]) -> bytes:
