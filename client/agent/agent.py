@@ -4,8 +4,7 @@ a sans-IO plan, plan.py) run by a blocking or an asyncio driver.
 
     agent = Agent(client, "agent-7", reducer=apply_event, initial={})
     h = agent.hydrate()                      # latest checkpoint + the events after it
-    agent.log("tool.ok", {"tool": "search"}) # one event of stream agent/agent-7
-    state = agent.apply("tool.ok", {"tool": "fetch"})  # log + fold with the reducer
+    state = agent.apply("tool.ok", {"tool": "search"})  # log + fold with the reducer
     agent.checkpoint(state, step=12, metadata={"run_id": "r1"})
     agent.rollback(to=10); agent.state_at(step=11); agent.history()
 
@@ -100,7 +99,8 @@ class AgentCore(WriterView):
         agent_id: the agent's id (no '/'); its keys are agent/{id}/..., its stream agent/{id}.
         ns: namespace (the client's by default).
         reducer: ``reducer(state, event) -> state`` folding an AgentEvent into the state
-            (hydrate, state_at); without one, events are returned, not folded.
+            (hydrate, state_at, apply, rollback between checkpoints); without one,
+            events are returned, not folded.
         initial: the state before any checkpoint (copied), or a factory for it.
         policy: when ``maybe_checkpoint`` writes (EveryNSteps, EveryTSeconds, OnEvent,
             combined with | and &); default Never.

@@ -43,7 +43,7 @@ class Checkpoint:
     Attributes:
         agent: the agent id.
         n: the checkpoint's number (1, 2, ...; the head is the current one).
-        step: the agent's step the state belongs to.
+        step: the step whose end the state is (client/agent/steps.py).
         position: the last seq of the agent's stream folded into the state.
         revision: the store revision that committed it (0 if unknown).
         time_ms: the writer's wall clock when it was written (informational; the
@@ -97,7 +97,8 @@ class Hydrated:
 
     Attributes:
         state: the checkpoint's state with the later events folded through the reducer.
-        step: the step reached (the checkpoint's, or a folded event's ``meta.step``).
+        step: the step to continue from: one more than the checkpoint's step and every
+            later event's ``meta.step`` (1 for a new agent; client/agent/steps.py).
         position: the last seq folded in (the checkpoint's position without a reducer).
         checkpoint: the checkpoint started from (None: started from ``initial``).
         events_folded: how many events were folded.

@@ -1,10 +1,12 @@
 # ruff: noqa: F811
-"""Issue 30 item 6 on a real cluster: an agent process killed (SIGKILL) at points of its
-loop and started again loses and repeats no step, with checkpoints in between; rollback
-to a step between checkpoints is state_at of that step (Agent and AsyncAgent)."""
+"""Issue 30 items 6 and 1 on a real cluster: an agent process killed (SIGKILL) at points of
+its loop and started again loses and repeats no step, with checkpoints in between;
+rollback to a step between checkpoints is state_at of that step (Agent and AsyncAgent);
+`statekeeper agent rollback` copies a dataclass state its process cannot decode."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from statekeeper.client import AsyncClient, Client
-from statekeeper.client.agent import Agent, AsyncAgent, EveryNSteps
+from statekeeper.client.agent import Agent, AsyncAgent, EveryNSteps, SchemaRegistry
 from statekeeper.cluster.supervisor import LocalCluster
 
 # The fixtures `client` and `ns` come from agent_helpers (tests take them as arguments).
@@ -107,3 +109,45 @@ async def test_async_resume_and_rollback(shared_cluster: LocalCluster, ns: str) 
         assert (await b.rollback(to=3)).state == want == {"total": 6}
         h = await AsyncAgent(c, "rb-async", reducer=reducer, initial={}).hydrate()
         assert (h.state, h.step) == (want, 4)
+
+
+@dataclasses.dataclass
+class TripPlan:
+    todo: list[str]
+
+
+def test_cli_rolls_back_a_dataclass_state_it_cannot_decode(
+    shared_cluster: LocalCluster, client: Client, ns: str
+) -> None:
+    """Issue 30 item 1: the CLI process has no registry holding TripPlan; it copies."""
+    reg = SchemaRegistry()
+    reg.register(TripPlan, "TripPlan", 1)
+    a = Agent(client, "typed", registry=reg)
+    a.hydrate()
+    a.log("tool.ok", {"tool": "search"}, step=1)
+    a.checkpoint(TripPlan(["a", "b"]), step=1)
+    a.log("tool.ok", {"tool": "fetch"}, step=2)
+    a.checkpoint(TripPlan(["a"]), step=2)
+    urls = ",".join(shared_cluster.url(n) for n in shared_cluster.node_ids)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "statekeeper.cluster.cli",
+            "agent",
+            "rollback",
+            "typed",
+            "--to",
+            "1",
+            "--ns",
+            ns,
+            "--endpoints",
+            urls,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "current again as checkpoint #3" in out.stdout, out.stderr
+    assert Agent(client, "typed", registry=reg).latest().state == TripPlan(["a", "b"])
