@@ -54,7 +54,8 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
     command("agent", "rollback", help="make an earlier checkpoint current (nothing is deleted)",
             epilog="  statekeeper agent rollback agent-7 --to 12",
             args=[*common, agent_id,
-                  arg("--to", type=int, metavar="STEP", help="the newest checkpoint with step <= STEP"),
+                  arg("--to", type=int, metavar="STEP",
+                      help="the state at the end of STEP (a checkpoint, as stored)"),
                   arg("--ckpt", type=int, metavar="N", help="checkpoint number N")],
             )(cmd_rollback)
     command("agent", "checkpoints", help="list an agent's checkpoints, newest first",
@@ -228,9 +229,12 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 @guarded
 def cmd_rollback(args: argparse.Namespace) -> int:
-    """Make an earlier checkpoint current: the newest with step <= --to, or --ckpt N. A
-    new checkpoint and a statekeeper.rollback event are written together; nothing is
-    deleted (history still shows what came after)."""
+    """Make an earlier state current: the state at the end of step --to (the newest
+    checkpoint with step <= --to, when no event of those steps follows it: the CLI has no
+    reducer to fold them), or --ckpt N. The checkpoint's stored bytes are copied, never
+    decoded, so any state rolls back (a registered class needs no registry here). A new
+    checkpoint and a statekeeper.rollback event are written together; nothing is deleted
+    (history still shows what came after)."""
     from statekeeper.client.agent import Agent
 
     if (args.to is None) == (args.ckpt is None):
@@ -241,9 +245,9 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     if args.json:
         dump(_describe(ck))
     else:
-        print(f"agent {args.agent_id}: checkpoint #{ck.parent} (step {ck.step}) is current again "
-              f"as checkpoint #{ck.n} (revision {ck.revision}, rolled back from "
-              f"#{ck.metadata.get('rollback_from')})")
+        print(f"agent {args.agent_id}: the state at step {ck.step} (checkpoint #{ck.parent}, "
+              f"copied as stored) is current again as checkpoint #{ck.n} (revision "
+              f"{ck.revision}, rolled back from #{ck.metadata.get('rollback_from')})")
     return EXIT_OK
 
 

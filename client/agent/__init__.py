@@ -10,8 +10,8 @@ streams (both clients; one implementation, sans-IO plans in client/plan.py).
         agent = Agent(c, "agent-7", reducer=apply_event, initial={},
                       policy=EveryNSteps(10) | OnEvent(lambda e: e.type == "tool.ok"))
         h = agent.hydrate()                    # latest checkpoint + events after it
-        agent.log("tool.ok", {"tool": "search"})
-        agent.maybe_checkpoint(h.state, step=h.step + 1)
+        state = agent.apply("tool.ok", {"tool": "search"}, step=h.step)  # log + fold
+        agent.maybe_checkpoint(state, step=h.step)   # step h.step is done
 
 - :class:`Agent` / :class:`AsyncAgent`: checkpoints (chunked when large), events,
   rollback, ``state_at``, ``history``, ``hydrate``, ``gc`` (client/agent/agent.py);

@@ -4,9 +4,14 @@ a sans-IO plan, plan.py) run by a blocking or an asyncio driver.
 
     agent = Agent(client, "agent-7", reducer=apply_event, initial={})
     h = agent.hydrate()                      # latest checkpoint + the events after it
-    agent.log("tool.ok", {"tool": "search"}) # one event of stream agent/agent-7
+    state = agent.apply("tool.ok", {"tool": "search"})  # log + fold with the reducer
     agent.checkpoint(state, step=12, metadata={"run_id": "r1"})
     agent.rollback(to=10); agent.state_at(step=11); agent.history()
+
+Steps (steps.py has the picture): an event belongs to the step it is stamped with; the
+state at step N is the state at the END of step N; a checkpoint at step N holds it;
+``Hydrated.step`` and ``agent.step`` are the step to continue from; rollback(to=N) makes
+exactly state_at(step=N) current.
 
 The five things (docs/agent-state.md, "The five things"):
 
@@ -32,13 +37,15 @@ The five things (docs/agent-state.md, "The five things"):
    (the checkpoint txn mixing puts and an append) has no chaos workload yet.
 
 6. Fencing: ``Agent(..., fence=lock)`` (or ``fence=`` on a write) sends the lock's fence
-   with every write (log, checkpoint with its chunks, rollback, gc): once the lock moved
-   on (this instance was paused past its TTL, or cut off) each fails FenceMismatch and
-   writes nothing (docs/agent-state.md, "Fencing").
+   with every write (log, apply, checkpoint with its chunks, rollback, gc): once the lock
+   moved on (this instance was paused past its TTL, or cut off) each fails FenceMismatch
+   and writes nothing (docs/agent-state.md, "Fencing").
 
-AgentCore is one object whose view of the agent (head, position, step, the last seq it
-accounts for) every plan reads and updates; two mixins keep this module under 500 lines:
-commit.py (the checkpoint step) and catalog.py (reads that leave the view alone, gc).
+AgentCore is one object whose view of the agent (head, position, step, state, the last
+seq it accounts for) every plan reads and updates: writer.py (WriterView) holds that view
+and its rules; two mixins keep this module under 500 lines: commit.py (the checkpoint
+step) and catalog.py (reads that leave the view alone, gc); the plans' building blocks
+live in checkpoints.py, timeline.py and steps.py.
 """
 
 from __future__ import annotations
@@ -48,10 +55,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..plan import AgentPlan, arun, call, driven, planned, run
-from .archived import archived_newest_plan, check_archived, manifest_plan
+from .archived import check_archived, manifest_plan
 from .catalog import Catalog
 from .checkpoints import (
-    Committed,
     Ctx,
     chunk_groups,
     commit_plan,
@@ -62,26 +68,23 @@ from .checkpoints import (
     newest_plan,
 )
 from .codec import Codec
-from .commit import CheckpointWriter, now_ms
+from .commit import CheckpointWriter
 from .envelope import SchemaRegistry
-from .errors import CheckpointNotFound, PositionNotFound
+from .errors import CheckpointNotFound
 from .layout import Layout
 from .policies import Never, Policy
 from .records import (
+    MANIFEST_VERSION,
     ROLLBACK_EVENT,
+    AgentEvent,
     Checkpoint,
     Hydrated,
     checkpoint_from,
     with_state,
 )
-from .timeline import (
-    agent_event,
-    fold,
-    initial_state,
-    read_forward_plan,
-    stops_after,
-    view_plan,
-)
+from .steps import AtStep, at_step_plan, restore_plan, state_at_step_plan
+from .timeline import initial_state, view_plan
+from .writer import now_ms
 
 __all__ = ["Agent", "AgentCore", "AsyncAgent"]
 
@@ -98,7 +101,8 @@ class AgentCore(Catalog, CheckpointWriter):
         agent_id: the agent's id (no '/'); its keys are agent/{id}/..., its stream agent/{id}.
         ns: namespace (the client's by default).
         reducer: ``reducer(state, event) -> state`` folding an AgentEvent into the state
-            (hydrate, state_at); without one, events are returned, not folded.
+            (hydrate, state_at, apply, rollback between checkpoints); without one,
+            events are returned, not folded.
         initial: the state before any checkpoint (copied), or a factory for it.
         policy: when ``maybe_checkpoint`` writes (EveryNSteps, EveryTSeconds, OnEvent,
             combined with | and &); default Never.
@@ -154,58 +158,7 @@ class AgentCore(Catalog, CheckpointWriter):
             self.layout, self.ns, Codec(registry, state_type, format),
             value_limit, request_limit, inline_limit, chunk_size, batch_bytes,
         )
-        self.step = 0
-        """The agent's current step (set by checkpoint/maybe_checkpoint/hydrate; log()
-        stamps it on events as meta.step)."""
-        self.position = 0
-        """The last seq of the stream folded into the state this writer holds."""
-        self.head: Checkpoint | None = None
-        """The current checkpoint as this writer last saw it."""
-        self._head_rev = 0  # the head's mod_revision as last seen (0: missing)
-        self._head_seen = False  # head read (or written) by this writer
-        self._last_seq: int | None = None  # the seq the next checkpoint builds on
-        self._origin: int | None = None  # first seq this writer logged before reading
-        self._key_time: tuple[str | None, int] = (None, 0)
-
-    @property
-    def last_seq(self) -> int | None:
-        """The last seq of the stream this writer accounts for, which its next checkpoint's
-        position builds on: the stream's last seq as hydrate(), log() or a checkpoint saw
-        it, the head's position after latest() (None: not read yet)."""
-        return self._last_seq
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.agent_id!r}, ns={self.ns!r}, step={self.step})"
-
-    def _fence(self, fence: Any) -> Any:
-        """``fence`` (else the agent's), refused if it is a lock of another namespace: the
-        server checks a fence in the write's own, where it would never match."""
-        if fence is None:
-            return getattr(self, "fence", None)
-        lock_ns = getattr(fence, "ns", None)
-        if lock_ns is not None and self.ns is not None and lock_ns != self.ns:
-            raise ValueError(
-                f"agent {self.agent_id!r} writes in namespace {self.ns!r} but its fence is "
-                f"lock {getattr(fence, 'name', fence)!r} of namespace {lock_ns!r}: take the "
-                "lock in the agent's namespace (a fence is checked in the write's namespace)"
-            )
-        return fence
-
-    # -- what this writer saw ---------------------------------------------------------------
-
-    def _saw_head(self, manifest: dict[str, Any] | None, kv: Any) -> Checkpoint | None:
-        self._head_seen = True
-        self._head_rev = kv.mod_revision if kv is not None else 0
-        self.head = checkpoint_from(manifest, self._head_rev) if manifest else None
-        return self.head
-
-    def _check_position(self, view: Any) -> None:
-        """Refuse a head whose position names events its stream lacks (never build on it)."""
-        if view.manifest is not None and view.position > view.last_seq:
-            raise PositionNotFound(
-                agent=self.agent_id, stream=self.stream, position=view.position,
-                last_seq=view.last_seq, ns=self.ns, ckpt=view.manifest.get("ckpt"),
-            )
+        self._init_view()
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -225,11 +178,22 @@ class AgentCore(Catalog, CheckpointWriter):
         """Append one event to the agent's stream; returns the client's AppendResult.
 
         ``data``: bytes as they are, anything else (msgpack-able or a registered class) as
-        an envelope. ``meta`` gets ``{"step": step or agent.step}``. ``id`` makes the
-        event idempotent (a retry returns the first seq); ``expect``: see client.append;
-        ``fence``: see AgentCore (FenceMismatch: nothing appended).
+        an envelope. ``meta`` gets ``{"step": step}``, by default ``agent.step``; a later
+        ``step`` becomes the agent's step (an earlier one is an event replayed with its
+        id: it must carry its first step). ``id`` makes the event idempotent (a retry
+        returns the first seq);
+        ``expect``: see client.append; ``fence``: see AgentCore (FenceMismatch: nothing
+        appended). The event is not folded into ``agent.state`` (``apply`` does that).
         """
-        ev = self.ctx.codec.wire_event(type, data, id, meta, self.step if step is None else step)
+        plan = self._log_plan(type, data, id, meta, expect, step, idempotency_key, fence)
+        return (yield from plan)[0]
+
+    def _log_plan(
+        self, type: str, data: Any, id: str | None, meta: Mapping[str, Any] | None, expect: Any,
+        step: int | None, idempotency_key: str | None, fence: Any,
+    ) -> AgentPlan[tuple[Any, dict[str, Any]]]:
+        s = self.step if step is None else step
+        ev = self.ctx.codec.wire_event(type, data, id, meta, s)
         r = yield call(
             "append", self.stream, [ev], expect=expect, ns=self.ns,
             idempotency_key=idempotency_key, fence=self._fence(fence),
@@ -237,16 +201,54 @@ class AgentCore(Catalog, CheckpointWriter):
         if self._last_seq is None and not self._head_seen and r.seqs:
             self._origin = min(r.seqs)  # 1: this writer started the stream
         self._last_seq = max(self._last_seq or 0, r.last_seq)
-        return r
+        if s >= self.step:  # an earlier step: an event replayed with its id and step
+            self.step, self._step_logged = s, True
+        return r, ev
 
-    def _committed(self, manifest: dict[str, Any], done: Committed, state: Any) -> Checkpoint:
-        self._head_rev = done.revision
-        self._head_seen = True
-        self._last_seq = self.position = manifest["position"]
-        self.step = manifest["step"]
-        self.head = checkpoint_from(manifest, done.revision)
-        self.policy.reset(self.step, self.clock())
-        return with_state(self.head, state)
+    @planned
+    def apply(
+        self,
+        type: str,
+        data: Any = b"",
+        *,
+        id: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        step: int | None = None,
+        idempotency_key: str | None = None,
+        fence: Any = None,
+    ) -> AgentPlan[Any]:
+        """``log()`` the event, then fold it into ``agent.state`` with the reducer, as
+        hydrate would fold it (its data decoded from the bytes sent; ``time_ms`` is this
+        writer's clock); returns the new state. The append expects the stream to end at
+        the state's position, so another writer's event in between is a 409
+        (ExpectationFailed) with nothing written; an ``id`` already in the stream is
+        folded only if the state does not include it yet (a retry after a lost answer).
+        ``fence``: see AgentCore (FenceMismatch: nothing appended, the state unchanged).
+
+        Raises:
+            ValueError: no reducer; no state held yet (call hydrate() first); events were
+                logged with log() since the state was loaded (hydrate() folds them).
+        """
+        if self.reducer is None:
+            raise ValueError("apply() folds with the reducer: this Agent has none (reducer=...)")
+        if not self._holds_state:
+            raise ValueError("apply() folds into the state the agent holds: call hydrate() first")
+        if self._last_seq is not None and self._last_seq != self.position:
+            raise ValueError(
+                f"the stream holds events up to seq {self._last_seq} that agent.state (position "
+                f"{self.position}) does not include (logged with log()): hydrate() to fold them"
+            )
+        r, ev = yield from self._log_plan(
+            type, data, id, meta, self.position, step, idempotency_key, fence
+        )
+        seq = r.seqs[0]
+        if seq <= self.position:
+            return self.state  # a duplicate id: the state already includes its event
+        event = AgentEvent(seq, type, self.ctx.codec.decode_event(ev["data"]), ev["meta"]["step"],
+                           now_ms(), r.revision, id, ev["meta"])
+        self.state, self.position = self.reducer(self.state, event), seq
+        return self.state
+
 
     @planned
     def checkpoint(
@@ -259,7 +261,9 @@ class AgentCore(Catalog, CheckpointWriter):
         idempotency_key: str | None = None,
         fence: Any = None,
     ) -> AgentPlan[Checkpoint]:
-        """Store ``state`` as the agent's new current checkpoint; returns it.
+        """Store ``state`` as the agent's new current checkpoint, the end of ``step`` (by
+        default the step of the last event logged or folded); returns it. The agent goes
+        on with step + 1.
 
         Chunks first when the state's envelope is large, then ONE txn: the manifest, the
         head and ``events`` (dicts with type/data/meta, or (type, data) tuples) appended
@@ -273,7 +277,7 @@ class AgentCore(Catalog, CheckpointWriter):
             FenceMismatch: ``fence`` (or the agent's) is not the lock's holder any more;
                 nothing written (its chunks neither).
         """
-        s = self.step if step is None else step
+        s = self._ending(step)
         return (
             yield from self._checkpoint_plan(state, s, metadata, events, idempotency_key, fence)
         )
@@ -288,26 +292,32 @@ class AgentCore(Catalog, CheckpointWriter):
         metadata: Mapping[str, Any] | None = None,
         fence: Any = None,
     ) -> AgentPlan[Checkpoint | None]:
-        """Checkpoint if the policy says it is due (``step`` becomes the agent's step;
-        ``event`` is what OnEvent predicates look at); returns the Checkpoint or None."""
-        if step is not None:
-            self.step = step
-        if not self.policy.due(self.step, event, self.clock()):
+        """Step ``step`` (by default the step of the last event logged) is done:
+        checkpoint it if the policy says it is due (``event`` is what OnEvent predicates
+        look at); returns the Checkpoint or None. Either way the agent goes on with the
+        next step."""
+        s = self._ending(step)
+        if not self.policy.due(s, event, self.clock()):
+            self.step, self._step_logged = s + 1, False
             return None
-        return (yield from self._checkpoint_plan(state, self.step, metadata, (), None, fence))
+        return (yield from self._checkpoint_plan(state, s, metadata, (), None, fence))
 
     @planned
     def rollback(
         self, to: int | None = None, *, ckpt: int | None = None, fence: Any = None,
         archived: str = "error",
     ) -> AgentPlan[Checkpoint]:
-        """Make an earlier checkpoint current again: the newest one whose step is <= ``to``
-        (or checkpoint number ``ckpt``). Writes a NEW checkpoint (kind "rollback", parent =
-        the one restored, metadata {"rollback_from": the old head's number}) and a
-        "statekeeper.rollback" event in one txn; nothing is deleted, so history() and
-        state_at() still see what came after. Returns it with its state loaded.
-        ``fence``: see AgentCore. A target that was archived raises CheckpointArchived
-        naming its segment; ``archived="fetch"`` reads it from the archive (archived.py)."""
+        """Make the state at the end of step ``to`` current again, exactly
+        state_at(step=to) (steps.py: the newest checkpoint with step <= to, copied as
+        stored, or folded with the later events of steps <= to); or checkpoint number
+        ``ckpt`` as it is. Writes a NEW checkpoint (kind "rollback", step ``to``, parent =
+        the checkpoint it starts from, metadata {"rollback_from": the old head's number})
+        and a "statekeeper.rollback" event in one txn; nothing is deleted, so history()
+        and state_at() still see what came after. The agent goes on with step ``to`` + 1.
+        Returns it with its state loaded (``loaded`` False when a copied state's schema is
+        unknown to this Agent's registry: copying needs no decoding). ``fence``: see
+        AgentCore. A base checkpoint that was archived raises CheckpointArchived naming its
+        segment; ``archived="fetch"`` reads it from the archive (archived.py)."""
         if (to is None) == (ckpt is None):
             raise ValueError("rollback needs exactly one of to=STEP or ckpt=N")
         check_archived(archived)
@@ -316,49 +326,33 @@ class AgentCore(Catalog, CheckpointWriter):
         if view.manifest is None:
             raise CheckpointNotFound(f"agent {self.agent_id!r} has no checkpoints to roll back to")
         top = view.manifest["ckpt"]
-        match = (lambda m: m["step"] <= to) if to is not None else (lambda m: m["ckpt"] == ckpt)
-        below = (ckpt + 1) if ckpt is not None else None
-        found = yield from newest_plan(self.ctx, top, match, 1, revision=view.revision, below=below)
-        if not found and ckpt is not None:  # archived, deleted, or never written
-            m, kv = yield from manifest_plan(self.ctx, ckpt, archived)
-            found = [(m, checkpoint_from(m, kv.mod_revision))]
-        elif not found:
-            gone = yield from archived_newest_plan(
-                self.ctx, top, match, archived, revision=view.revision,
-                what=f", which may have step <= {to}",
+        if ckpt is not None:
+            found = yield from newest_plan(
+                self.ctx, top, lambda m: m["ckpt"] == ckpt, 1, revision=view.revision, below=ckpt + 1
             )
-            found = [gone] if gone else []
-        if not found:
-            what = f"with step <= {to}" if to is not None else f"#{ckpt}"
-            raise CheckpointNotFound(f"agent {self.agent_id!r} has no checkpoint {what}")
-        target, tck = found[0]
-        state = yield from load_state_plan(self.ctx, target)
+            if not found:  # archived, deleted, or never written
+                m, kv = yield from manifest_plan(self.ctx, ckpt, archived)
+                found = [(m, checkpoint_from(m, kv.mod_revision))]
+            at = AtStep(found[0][1].step, *found[0], [], view.revision)
+        else:
+            at = yield from at_step_plan(self.ctx, to, top, view.revision, archived=archived)
+        back = yield from restore_plan(self.ctx, at, self.reducer, self.initial)
         old = checkpoint_from(view.manifest, view.head_kv.mod_revision)
-        data = {"from_ckpt": old.n, "from_step": old.step, "to_ckpt": tck.n, "to_step": tck.step}
-        ev = self.ctx.codec.wire_event(ROLLBACK_EVENT, data, None, {"ckpt": top + 1}, tck.step)
+        data = {"from_ckpt": old.n, "from_step": old.step, "to_ckpt": back.parent, "to_step": at.step}
+        ev = self.ctx.codec.wire_event(ROLLBACK_EVENT, data, None, {"ckpt": top + 1}, at.step)
         manifest = {
-            **target, "ckpt": top + 1, "kind": "rollback", "parent": tck.n,
-            "metadata": {"rollback_from": old.n}, "position": view.last_seq + 1,
-            "time_ms": now_ms(),
+            "v": MANIFEST_VERSION, "agent": self.agent_id, "ckpt": top + 1, "kind": "rollback",
+            "step": at.step, "position": view.last_seq + 1, "time_ms": now_ms(),
+            "parent": back.parent, "metadata": {"rollback_from": old.n}, **back.fields,
         }
         done = yield from commit_plan(
             self.ctx, manifest, view.head_kv.mod_revision, [ev], view.last_seq, fence=fence
         )
         if not done.ok:
             raise conflict(self.ctx, done.current, view.head_kv.mod_revision)
-        return self._committed(manifest, done, state)
+        return self._committed(manifest, done, back.state, back.loaded)
 
     # -- reading -----------------------------------------------------------------------------
-
-    def _folded(self, view: Any, state: Any, ckpt: Checkpoint | None, reqs: int) -> Hydrated:
-        events = [agent_event(self.ctx.codec, e) for e in view.tail]
-        step = ckpt.step if ckpt else 0
-        if self.reducer is None:
-            return Hydrated(state, step, view.position, ckpt, 0, events, view.revision,
-                            view.last_seq, reqs)
-        state, step, seq, n = fold(self.reducer, state, events, step)
-        position = seq if n else view.position
-        return Hydrated(state, step, position, ckpt, n, [], view.revision, view.last_seq, reqs)
 
     def _load_plan(self, revision: int | None) -> AgentPlan[Hydrated]:
         view = yield from view_plan(self.ctx, revision=revision, tail=self.tail)
@@ -377,7 +371,9 @@ class AgentCore(Catalog, CheckpointWriter):
     def hydrate(self) -> AgentPlan[Hydrated]:
         """Cold start: the latest checkpoint plus the events after it folded through the
         reducer (one batch request when the state is inline and the tail short). This
-        writer then continues from there (its step, position and head).
+        writer then continues from there (its state, position and head); ``step`` is the
+        step to continue from: the one after the checkpoint's and the events' (1 for a
+        new agent).
 
         Raises:
             EventsMissing: events after the checkpoint's position are gone (the stream's
@@ -389,18 +385,19 @@ class AgentCore(Catalog, CheckpointWriter):
         self.head = view_h.checkpoint
         self._head_rev = view_h.checkpoint.revision if view_h.checkpoint else 0
         self._last_seq = view_h.last_seq
-        self.position, self.step = view_h.position, view_h.step
+        self.position = view_h.position
+        self._continue_after(view_h.step - 1, view_h.state)
         return view_h
 
     @planned
     def state_at(
         self, *, step: int | None = None, revision: int | None = None, archived: str = "error"
     ) -> AgentPlan[Any]:
-        """The state as it was: at ``step`` (the newest checkpoint with step <= it, then the
-        events after its position up to that step, stopping at a rollback), or at store
-        ``revision`` (the head and the stream as of it). Without a reducer, the
-        checkpoint's state alone. ``archived="fetch"``: when no live checkpoint has step
-        <= ``step``, look among the archived ones too (archived.py).
+        """The state as it was: at the end of ``step`` (the newest checkpoint with step <=
+        it, then the events after its position up to that step, stopping at a rollback:
+        steps.py), or at store ``revision`` (the head and the stream as of it). Without a
+        reducer, the checkpoint's state alone. ``archived="fetch"``: when no live
+        checkpoint has step <= ``step``, look among the archived ones too (archived.py).
 
         Raises:
             EventsMissing: events the state needs were truncated or archived.
@@ -414,27 +411,11 @@ class AgentCore(Catalog, CheckpointWriter):
             return (yield from self._load_plan(revision)).state
         rr = yield head_call(self.ctx)
         head, _ = head_of(self.ctx, rr)
-        found = yield from newest_plan(
-            self.ctx, head["ckpt"] if head else 0, lambda m: m["step"] <= step, 1,
-            revision=rr.revision,
+        at = yield from at_step_plan(
+            self.ctx, step, head["ckpt"] if head else 0, rr.revision,
+            events=self.reducer is not None, archived="fetch" if archived == "fetch" else None,
         )
-        if not found and head and archived == "fetch":
-            gone = yield from archived_newest_plan(
-                self.ctx, head["ckpt"], lambda m: m["step"] <= step, archived, revision=rr.revision
-            )
-            found = [gone] if gone else []
-        state, start, from_step = initial_state(self.initial), 1, 0
-        if found:
-            m, ck = found[0]
-            state = yield from load_state_plan(self.ctx, m)
-            start, from_step = ck.position + 1, ck.step
-        if self.reducer is None:
-            return state
-        raw, _, _ = yield from read_forward_plan(
-            self.ctx, start, rr.revision, stops_after(step), whole=True
-        )
-        events = [agent_event(self.ctx.codec, e) for e in raw]
-        return fold(self.reducer, state, events, from_step)[0]
+        return (yield from state_at_step_plan(self.ctx, at, self.reducer, self.initial))
 
     @planned
     def latest(self) -> AgentPlan[Checkpoint | None]:
@@ -449,6 +430,8 @@ class AgentCore(Catalog, CheckpointWriter):
         if view.manifest is None or ck is None:
             return None
         state = yield from load_state_plan(self.ctx, view.manifest)
+        self.position = view.position
+        self._continue_after(ck.step, state)
         return with_state(ck, state)
 
 @driven(AgentCore, run, is_async=False)

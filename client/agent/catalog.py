@@ -16,19 +16,17 @@ from .checkpoints import Ctx, gc_plan, head_call, head_of, load_state_plan, newe
 from .layout import Layout
 from .records import Checkpoint, TimelineRow, checkpoint_from, with_state
 from .timeline import history_plan
+from .writer import WriterView
 
 __all__ = ["Catalog"]
 
 
-class Catalog:
+class Catalog(WriterView):
     """What AgentCore reads without its writer's view (see the module docstring)."""
 
     ctx: Ctx
     layout: Layout
     ns: str | None
-
-    def _fence(self, fence: Any) -> Any:
-        raise NotImplementedError  # AgentCore's: the call's fence, else the agent's
 
     @planned
     def checkpoints(

@@ -8,88 +8,20 @@ collected the chunks under it. A mixin of AgentCore (agent.py), whose view of th
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..plan import AgentPlan
-from .checkpoints import Committed, Ctx, commit_plan, conflict, sha256_hex, upload_chunks_plan
+from .checkpoints import Committed, commit_plan, conflict, sha256_hex, upload_chunks_plan
 from .codec import unpack_event
-from .errors import CheckpointConflict
-from .layout import Layout
-from .records import Checkpoint, checkpoint_from, make_manifest
-from .timeline import view_plan
+from .records import Checkpoint, make_manifest
+from .writer import WriterView
 
-__all__ = ["CheckpointWriter", "now_ms"]
+__all__ = ["CheckpointWriter"]
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class CheckpointWriter:
+class CheckpointWriter(WriterView):
     """The checkpoint step of AgentCore (see the module docstring)."""
-
-    ctx: Ctx
-    layout: Layout
-    ns: str | None
-    head: Checkpoint | None
-    _head_rev: int
-    _head_seen: bool
-    _last_seq: int | None
-    _origin: int | None
-    _key_time: tuple[str | None, int]
-
-    @property
-    def agent_id(self) -> str:
-        return self.layout.agent_id
-
-    @property
-    def stream(self) -> str:
-        return self.layout.stream
-
-    def _fence(self, fence: Any) -> Any:
-        raise NotImplementedError  # AgentCore's
-
-    def _check_position(self, view: Any) -> None:
-        raise NotImplementedError  # AgentCore's
-
-    def _saw_head(self, manifest: dict[str, Any] | None, kv: Any) -> Checkpoint | None:
-        raise NotImplementedError  # AgentCore's
-
-    def _committed(self, manifest: dict[str, Any], done: Committed, state: Any) -> Checkpoint:
-        raise NotImplementedError  # AgentCore's
-
-    def _ensure_view(self) -> AgentPlan[None]:
-        """Read the head and the stream's last seq if this writer has not (one batch).
-
-        A writer that has not read the agent may only checkpoint what it knows all of:
-        nothing (no head, no stream: position 0) or a stream it started itself (its first
-        log() got seq 1). A head it has not loaded, or events it never saw, need a
-        hydrate() first (CheckpointConflict), else the new checkpoint would claim them."""
-        if self._head_seen and self._last_seq is not None:
-            return
-        view = yield from view_plan(self.ctx, tail=1, need_tail=False)
-        self._check_position(view)
-        if not self._head_seen:
-            if view.manifest is not None:
-                raise CheckpointConflict(
-                    f"agent {self.agent_id!r} already has checkpoint #{view.manifest['ckpt']} "
-                    f"(step {view.manifest['step']}) that this Agent has not loaded: call "
-                    "hydrate() or latest() first",
-                    current=checkpoint_from(view.manifest, view.head_kv.mod_revision),
-                )
-            if view.last_seq > 0 and self._origin != 1:
-                raise CheckpointConflict(
-                    f"agent {self.agent_id!r} has no checkpoint but its stream {self.stream!r} "
-                    f"holds {view.last_seq} events this Agent has not folded: call hydrate() "
-                    "first (a checkpoint now would claim them and every later hydrate would "
-                    "skip them)",
-                    details={"last_seq": view.last_seq},
-                )
-            self._saw_head(None, None)
-        if self._last_seq is None:
-            self._last_seq = view.last_seq
 
     def _checkpoint_plan(
         self,
@@ -139,12 +71,3 @@ class CheckpointWriter:
                 raise conflict(self.ctx, done.current, self._head_rev)
             # The head did not move: chunks were collected under us; send them again.
         raise conflict(self.ctx, None, self._head_rev)
-
-    def _time_for(self, idempotency_key: str | None) -> int:
-        """The manifest's time: the first attempt's for a retry with the same key (the
-        server binds a key to the op's exact bytes)."""
-        if idempotency_key is None:
-            return now_ms()
-        if self._key_time[0] != idempotency_key:
-            self._key_time = (idempotency_key, now_ms())
-        return self._key_time[1]

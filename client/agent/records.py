@@ -28,6 +28,7 @@ __all__ = [
     "checkpoint_from",
     "make_manifest",
     "pack_manifest",
+    "state_fields",
     "unpack_manifest",
 ]
 
@@ -42,7 +43,7 @@ class Checkpoint:
     Attributes:
         agent: the agent id.
         n: the checkpoint's number (1, 2, ...; the head is the current one).
-        step: the agent's step the state belongs to.
+        step: the step whose end the state is (client/agent/steps.py).
         position: the last seq of the agent's stream folded into the state.
         revision: the store revision that committed it (0 if unknown).
         time_ms: the writer's wall clock when it was written (informational; the
@@ -96,7 +97,8 @@ class Hydrated:
 
     Attributes:
         state: the checkpoint's state with the later events folded through the reducer.
-        step: the step reached (the checkpoint's, or a folded event's ``meta.step``).
+        step: the step to continue from: one more than the checkpoint's step and every
+            later event's ``meta.step`` (1 for a new agent; client/agent/steps.py).
         position: the last seq folded in (the checkpoint's position without a reducer).
         checkpoint: the checkpoint started from (None: started from ``initial``).
         events_folded: how many events were folded.
@@ -157,15 +159,29 @@ def make_manifest(
         "time_ms": time_ms,
         "parent": parent,
         "metadata": metadata,
+        **state_fields(header, envelope, inline, chunk_size, sha256),
+    }
+    return m
+
+
+# The fields of a manifest that store its state (what a rollback copies).
+STATE_FIELDS = ("header", "size", "sha256", "inline", "chunks")
+
+
+def state_fields(
+    header: dict[str, Any], envelope: bytes, inline: bool, chunk_size: int, sha256: str | None = None
+) -> dict[str, Any]:
+    """The manifest fields that store ``envelope``: inline, or as chunks of ``chunk_size``."""
+    f: dict[str, Any] = {
         "header": header,
         "size": len(envelope),
         "sha256": sha256 or hashlib.sha256(envelope).hexdigest(),
     }
     if inline:
-        m["inline"] = envelope
+        f["inline"] = envelope
     else:
-        m["chunks"] = {"count": -(-len(envelope) // chunk_size), "size": chunk_size}
-    return m
+        f["chunks"] = {"count": -(-len(envelope) // chunk_size), "size": chunk_size}
+    return f
 
 
 def pack_manifest(m: dict[str, Any]) -> bytes:

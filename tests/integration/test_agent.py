@@ -82,7 +82,7 @@ def test_hydrate_folds_the_events_after_the_checkpoint_in_one_request(client: Cl
     h = make(client).hydrate()
     assert (h.state, h.step, h.position, h.events_folded, h.checkpoint.n) == (
         {"total": 28},
-        7,
+        8,  # the step to continue from
         7,
         1,
         2,

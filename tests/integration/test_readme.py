@@ -40,6 +40,9 @@ def test_the_readme_agent_example_works(shared_cluster: LocalCluster) -> None:
 
 def test_the_readme_crash_and_resume_example_works(shared_cluster: LocalCluster) -> None:
     code = readme_example("An agent that crashes and picks up where it left off", shared_cluster)
+    # Issue 30 items 6 and 7: the loop continues from hydrate()'s step and folds with
+    # agent.apply, not by repeating the reducer by hand.
+    assert "agent.apply(" in code and "hydrate().step" in code
     # Before the crash two tools ran; after the restart only the third one did.
     assert run_example(code) == (
         "calling search_flights\ncalling book_flight\ncalling email_receipt\n"

@@ -64,7 +64,7 @@ def test_show_prints_state_as_json(store, capsys) -> None:
 
 def test_history_and_rollback(store, capsys) -> None:
     code, out, _ = run(["agent", "rollback", "agent-7", "--to", "1"], capsys)
-    assert code == 0 and "checkpoint #1 (step 1) is current again as checkpoint #3" in out
+    assert code == 0 and "the state at step 1 (checkpoint #1, copied as stored) is current again as checkpoint #3" in out
     code, out, _ = run(["agent", "history", "agent-7"], capsys)
     lines = out.splitlines()
     assert lines[0].split() == ["REV", "TIME", "KIND", "STEP", "SEQ", "CKPT", "TYPE", "SUMMARY"]

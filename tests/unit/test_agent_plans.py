@@ -77,7 +77,7 @@ def test_checkpoint_events_commit_with_it_and_set_position() -> None:
     ck = a.checkpoint({"total": 3}, step=1, events=[("add", 2), {"type": "note", "data": "x"}])
     assert ck.position == 3
     evs = a.client.read_stream("agent/a1").events
-    assert [(e.seq, e.type, e.meta["step"]) for e in evs] == [(1, "add", 0), (2, "add", 1), (3, "note", 1)]
+    assert [(e.seq, e.type, e.meta["step"]) for e in evs] == [(1, "add", 1), (2, "add", 1), (3, "note", 1)]
     assert [name for name, *_ in a.client.calls].count("txn") == 1
     with pytest.raises(ValueError):
         a.checkpoint({}, events=[{"type": "x", "id": "dup"}])
@@ -252,10 +252,11 @@ def test_hydrate_is_one_request_for_inline_state_and_short_tail() -> None:
     c.requests = 0
     h = b.hydrate()
     assert c.requests == 1 and h.requests == 1
-    assert (h.state, h.step, h.position, h.events_folded, h.checkpoint.n) == ({"total": 6}, 3, 3, 2, 1)
-    assert (b.step, b.position, b.last_seq) == (3, 3, 3)
+    # h.step is the step to continue from: the one after the last event's (3).
+    assert (h.state, h.step, h.position, h.events_folded, h.checkpoint.n) == ({"total": 6}, 4, 3, 2, 1)
+    assert (b.step, b.position, b.last_seq) == (4, 3, 3)
     ck = b.checkpoint(h.state)
-    assert ck.position == 3 and ck.parent == 1
+    assert ck.position == 3 and ck.parent == 1 and ck.step == 3
 
 
 def test_hydrate_long_tail_and_no_checkpoint() -> None:
@@ -293,9 +294,10 @@ def test_rollback_keeps_history_and_logs_an_event() -> None:
     assert evs[-1].type == "statekeeper.rollback" and rb.position == evs[-1].seq == 5
     assert len(a.checkpoints(limit=None)) == 4  # nothing deleted
     h = make(c).hydrate()
-    assert h.state == {"total": 3} and h.step == 2 and h.checkpoint.n == 4
+    assert h.state == {"total": 3} and h.step == 3 and h.checkpoint.n == 4
     with pytest.raises(CheckpointNotFound):
-        a.rollback(to=0)
+        Agent(c, "a1").rollback(to=0)  # no checkpoint at or below, no reducer to fold
+    assert a.rollback(to=0).state == {} == a.state_at(step=0)  # the initial state
     assert a.rollback(ckpt=3).state == {"total": 6}
 
 
