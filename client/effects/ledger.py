@@ -247,6 +247,26 @@ class _EffectsBase:
             owner=owner,
         )
 
+    def tool(
+        self,
+        tool: Any = None,
+        *,
+        key_prefix: str = "tool/",
+        ttl: float = 30.0,
+        timeout: float | None = None,
+        runner: str | None = None,
+    ) -> Any:
+        """A LangChain / LangGraph tool run through this ledger, once per tool call (keyed
+        ``{key_prefix}{thread_id}/{tool_call_id}``; client/effects/tool.py): ``tool`` is a
+        BaseTool or a function; without it, a decorator. Needs langchain_core and
+        langgraph (``pip install 'statekeeper[langgraph]'``)."""
+        from .tool import effect_tool  # the LangChain dependency only for those who use it
+
+        options = {"key_prefix": key_prefix, "ttl": ttl, "timeout": timeout, "runner": runner}
+        if tool is None:
+            return lambda t: effect_tool(self, t, **options)
+        return effect_tool(self, tool, **options)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(ns={self.client.ns!r})"
 
