@@ -385,3 +385,43 @@ def test_sync_client_close_stops_keepalives() -> None:
     assert len(fake.keepalives) == sent, "keepalives went on after close()"
     assert not thread.is_alive()
     assert fake.revoked == []
+
+
+def test_on_lost_fires_once_outside_the_keeper_lock_and_a_raising_callback_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    c = SyncFake()
+    c.keeper = ThreadKeeper(c)
+    lease, kept = Lease(c, 0.6, "ns"), Lease(c, 0.6, "ns")
+    fired: list[Any] = []
+
+    def boom(x: Any) -> None:
+        raise RuntimeError("callback bug")
+
+    lease.on_lost(boom)
+    lease.on_lost(lambda x: fired.append(Lease(c, 3.0, "ns")))  # may take a lease: no deadlock
+    kept.on_lost(fired.append)
+    kept.revoke()  # revoked by its owner: not lost
+    c.gone.add(lease.id)
+    _wait_for(lambda: fired)
+    time.sleep(0.3)
+    assert len(fired) == 1 and isinstance(fired[0], Lease) and fired[0].alive
+    assert "callback bug" in caplog.text
+    c.keeper.stop()
+
+
+async def test_async_on_lost_may_be_a_coroutine_function() -> None:
+    c = AsyncFake()
+    c.keeper = TaskKeeper(c)
+    lease = await AsyncLease(c, 0.3, "ns")
+    lost = asyncio.Event()
+
+    async def on_lost(x: Any) -> None:
+        await asyncio.sleep(0)
+        lost.set()
+
+    lease.on_lost(on_lost)
+    c.fail_next = 100  # keepalives fail past the TTL
+    await asyncio.wait_for(lost.wait(), 2.0)
+    assert not lease.alive
+    await c.keeper.stop()
