@@ -4,12 +4,17 @@ an e-mail, a booking). A client layer over kv, txn, leases and fenced locks; no 
     receipt = client.effects.run("run-17/charge", lambda ctx: bank.charge(
         40_00, idempotency_key=ctx.idempotency_key))          # await ... on an AsyncClient
 
-``client.effects.run(key, fn, *, ttl=30, wait=True, timeout=None, ns=None)``:
+``client.effects.run(key, fn, *, ttl=30, wait=True, timeout=None, ns=None, runner=None)``:
 
 1. read the record ``__effects/{key}``: DONE -> return its stored result; fn is not called;
 2. take the lock ``effect:{key}`` on a lease of ``ttl`` seconds (kept alive by the client
-   while fn runs): held by a live runner -> wait in line (``wait=True``, at most
-   ``timeout`` s) or raise EffectInProgress (``wait=False``; also on the timeout);
+   while fn runs): held by another runner -> log who holds it and how long its lease has
+   left (a WARNING), then wait in line (``wait=True``, at most ``timeout`` s) or raise
+   EffectInProgress (``wait=False``; also on the timeout). Held by an earlier process of
+   this run's ``runner`` (a stable id, e.g. the pod's name: the lock's owner is
+   ``"{runner}#{incarnation}"``, the incarnation random per ledger object, so per client)
+   -> that process is dead (a runner id names one live process), so release its waiter
+   key at once instead of waiting out its TTL (a WARNING says so);
 3. read the record again: DONE (the runner waited for finished it) -> release, return its
    result; CLAIMED by an earlier attempt (which died, was cut off, or whose fn raised: the
    lock came to us, so that attempt is over) -> this attempt gets ``maybe_happened=True``;
@@ -52,9 +57,10 @@ The five things (docs/agent-state.md, "The five things"):
    ``effects.forget(key)`` or a prefix delete of ``__effects/``.
 4. Key layout (a plain ``range`` of ``__effects/`` reads it): ``__effects/{key}`` =
    msgpack ``{state: "claimed" | "done", attempt, fence, idempotency_key, started_ms,
-   done_ms?, result?, error?, result_lost?}`` (times: the claiming client's clock,
+   done_ms?, result?, error?, result_lost?, runner?}`` (times: the claiming client's clock,
    informational); the claim is lock ``effect:{key}``, i.e. waiter keys
-   ``__lock/effect:{key}/{fence:020d}`` attached to the run's lease.
+   ``__lock/effect:{key}/{fence:020d}`` attached to the run's lease, owner
+   ``"{runner}#{incarnation}"`` when the run has a runner id.
 5. Chaos: tests/integration/test_effects.py SIGKILLs a runner process before fn's call,
    during it and after it before DONE, SIGSTOPs one past its TTL, and races two runners;
    an external "bank" applying a charge once per idempotency key checks exactly once. No
@@ -67,6 +73,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -109,9 +116,7 @@ def drive(client: Any, plan: EffectPlan, fn: Callable[[EffectContext], Any] | No
                 if isinstance(step, Call):
                     result = getattr(client, step.method)(*step.args, **step.kwargs)
                 elif isinstance(step, Acquire):
-                    result = lock = client.lock(
-                        step.name, step.ttl, wait=step.wait, timeout=step.timeout, ns=step.ns
-                    )
+                    result = lock = client.lock(step.name, step.ttl, **_lock_options(step))
                 elif isinstance(step, Invoke):
                     assert fn is not None
                     result = _called(fn, step.ctx)
@@ -126,6 +131,10 @@ def drive(client: Any, plan: EffectPlan, fn: Callable[[EffectContext], Any] | No
     finally:
         plan.close()
         _release(lock)
+
+
+def _lock_options(step: Acquire) -> dict[str, Any]:
+    return {"wait": step.wait, "timeout": step.timeout, "ns": step.ns, "owner": step.owner}
 
 
 def _called(fn: Callable[[EffectContext], Any], ctx: EffectContext) -> Any:
@@ -158,9 +167,7 @@ async def adrive(client: Any, plan: EffectPlan, fn: Callable[[EffectContext], An
                 if isinstance(step, Call):
                     result = await getattr(client, step.method)(*step.args, **step.kwargs)
                 elif isinstance(step, Acquire):
-                    result = lock = await client.lock(
-                        step.name, step.ttl, wait=step.wait, timeout=step.timeout, ns=step.ns
-                    )
+                    result = lock = await client.lock(step.name, step.ttl, **_lock_options(step))
                 elif isinstance(step, Invoke):
                     assert fn is not None
                     result = fn(step.ctx)
@@ -192,9 +199,11 @@ async def _arelease(lock: Any) -> bool:
 class _EffectsBase:
     """What both share: the client, the clock, argument checks and the plans."""
 
-    def __init__(self, client: Any, *, clock: Clock = time.time) -> None:
+    def __init__(self, client: Any, *, clock: Clock = time.time, runner: str | None = None) -> None:
         self.client = client
         self._clock = clock
+        self.runner = runner  # the default of run(runner=)
+        self._incarnation = uuid.uuid4().hex[:12]
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -202,8 +211,24 @@ class _EffectsBase:
     def _ns(self, ns: str | None) -> str:
         return self.client.ns if ns is None else ns
 
+    def _owner(self, runner: str | None) -> str | None:
+        """The claim's lock owner: ``"{runner}#{incarnation}"`` (None without a runner)."""
+        runner = self.runner if runner is None else runner
+        if runner is None:
+            return None
+        if not isinstance(runner, str) or not runner:
+            raise TypeError(f"runner must be a non-empty str, not {runner!r}")
+        return f"{runner}#{self._incarnation}"
+
     def _run_plan(
-        self, key: str, fn: Any, ttl: float, wait: bool, timeout: float | None, ns: str | None
+        self,
+        key: str,
+        fn: Any,
+        ttl: float,
+        wait: bool,
+        timeout: float | None,
+        ns: str | None,
+        runner: str | None,
     ) -> EffectPlan:
         check_effect_key(key)
         if not callable(fn):
@@ -211,9 +236,36 @@ class _EffectsBase:
         ttl_ms(ttl)
         if timeout is not None and not timeout >= 0:
             raise ValueError(f"timeout must be >= 0 seconds, not {timeout!r}")
+        owner = self._owner(runner)
         return run_plan(
-            key, ns=self._ns(ns), ttl=ttl, wait=wait, timeout=timeout, now_ms=self._now_ms
+            key,
+            ns=self._ns(ns),
+            ttl=ttl,
+            wait=wait,
+            timeout=timeout,
+            now_ms=self._now_ms,
+            owner=owner,
         )
+
+    def tool(
+        self,
+        tool: Any = None,
+        *,
+        key_prefix: str = "tool/",
+        ttl: float = 30.0,
+        timeout: float | None = None,
+        runner: str | None = None,
+    ) -> Any:
+        """A LangChain / LangGraph tool run through this ledger, once per tool call (keyed
+        ``{key_prefix}{thread_id}/{tool_call_id}``; client/effects/tool.py): ``tool`` is a
+        BaseTool or a function; without it, a decorator. Needs langchain_core and
+        langgraph (``pip install 'statekeeper[langgraph]'``)."""
+        from .tool import effect_tool  # the LangChain dependency only for those who use it
+
+        options = {"key_prefix": key_prefix, "ttl": ttl, "timeout": timeout, "runner": runner}
+        if tool is None:
+            return lambda t: effect_tool(self, t, **options)
+        return effect_tool(self, tool, **options)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(ns={self.client.ns!r})"
@@ -232,6 +284,7 @@ class Effects(_EffectsBase):
         wait: bool = True,
         timeout: float | None = None,
         ns: str | None = None,
+        runner: str | None = None,
     ) -> Any:
         """Run effect ``effect_key`` once: its stored result if it is DONE, else claim it,
         call ``fn(ctx)`` and record the result (see the module docstring).
@@ -245,6 +298,11 @@ class Effects(_EffectsBase):
                 this run's turn) or raise EffectInProgress at once (False).
             timeout: seconds to wait at most (then EffectInProgress); None: no limit.
             ns: namespace; defaults to the client's.
+            runner: a stable id of this runner (a pod's name, a host + service): a claim
+                left by an earlier process with the same id is taken over at once
+                (``maybe_happened=True``) instead of after its ``ttl``. One live process
+                per id: a second live one would take the claim away (its DONE is then
+                refused, EffectClaimLost). Defaults to ``effects.runner`` (None).
 
         Returns:
             fn's result as stored (msgpack round trip: tuples come back as lists).
@@ -255,7 +313,8 @@ class Effects(_EffectsBase):
         """
         if inspect.iscoroutinefunction(fn):
             raise TypeError("fn is a coroutine function: run it with an AsyncClient")
-        return drive(self.client, self._run_plan(effect_key, fn, ttl, wait, timeout, ns), fn)
+        plan = self._run_plan(effect_key, fn, ttl, wait, timeout, ns, runner)
+        return drive(self.client, plan, fn)
 
     def get(self, effect_key: str, *, ns: str | None = None) -> EffectRecord | None:
         """The record of ``effect_key`` (linearizable by default), or None."""
@@ -288,9 +347,10 @@ class AsyncEffects(_EffectsBase):
         wait: bool = True,
         timeout: float | None = None,
         ns: str | None = None,
+        runner: str | None = None,
     ) -> Any:
         """See :meth:`Effects.run`; ``fn(ctx)`` is awaited if it returns an awaitable."""
-        plan = self._run_plan(effect_key, fn, ttl, wait, timeout, ns)
+        plan = self._run_plan(effect_key, fn, ttl, wait, timeout, ns, runner)
         return await adrive(self.client, plan, fn)
 
     async def get(self, effect_key: str, *, ns: str | None = None) -> EffectRecord | None:
@@ -319,7 +379,7 @@ class EffectCommands(BaseClient):
     @property
     def effects(self) -> Any:
         """The effect ledger (client/effects/ledger.py): ``run(key, fn, *, ttl=30, wait=True,
-        timeout=None, ns=None)`` runs an irreversible call once and records its result
+        timeout=None, ns=None, runner=None)`` runs an irreversible call once and records its result
         (awaited on an AsyncClient, where fn may be async); ``get(key)``, ``list(prefix)``,
         ``forget(key)`` inspect and delete records (``__effects/{key}``)."""
         if self._effects is None:

@@ -3,31 +3,23 @@ records, the context fn gets, and every operation as a *plan*, a generator that 
 steps it needs and is sent their results (client/plan.py's model), so the blocking
 and the asyncio client run one definition and a test drives it by hand.
 
-A plan yields
-
-- :class:`Call`: ``client.<method>(*args, **kwargs)``; the result is sent back, or the
-  exception it raised is thrown into the plan;
-- :class:`Acquire`: take lock ``name`` (``client.lock(...)``, awaited on an AsyncClient);
-  the Lock is sent back (LockHeld / LockTimeout thrown in);
-- :class:`Invoke`: call ``fn(ctx)`` (and await it, if it returns an awaitable);
-- :class:`Release`: release the lock the driver holds (errors are the driver's to log:
-  the lock's lease ends the claim anyway).
-
-A driver releases the lock itself when a plan stops without releasing it (an error, a
-KeyboardInterrupt, a cancelled task), so no claim outlives its run by more than the lease.
+A plan yields the steps of client/effects/steps.py (Call, Acquire, Invoke, Release); the
+claim (taking the effect's lock, a restarted runner taking over its own claim) is
+client/effects/claim.py. A driver releases the lock itself when a plan stops without
+releasing it (an error, a KeyboardInterrupt, a cancelled task), so no claim outlives its
+run by more than the lease.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import msgpack
 
 from ..errors import (
     EffectClaimLost,
-    EffectInProgress,
     EffectResultLost,
     FenceMismatch,
     InvalidRequest,
@@ -35,6 +27,8 @@ from ..errors import (
     StatekeeperError,
 )
 from ..ops import Ops
+from .claim import NowMs, claim_plan, in_progress, lock_name, runner_of
+from .steps import Acquire, Call, EffectPlan, Invoke, Release
 
 __all__ = [
     "EFFECTS_PREFIX",
@@ -52,55 +46,14 @@ __all__ = [
     "lock_name",
     "record_key",
     "run_plan",
+    "runner_of",
 ]
 
 EFFECTS_PREFIX = "__effects/"
-LOCK_PREFIX = "effect:"
 MAX_EFFECT_KEY_BYTES = 4000  # "__effects/" + key and "__lock/effect:" + key + 21 fit 4 KiB
 MAX_ERROR_CHARS = 1000
 TOO_LARGE = ("value_too_large", "request_too_large")
 PAGE = 1000
-NowMs = Callable[[], int]
-
-
-# -- steps -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One client call: ``client.<method>(*args, **kwargs)``."""
-
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Acquire:
-    """Take lock ``name`` on a lease of ``ttl`` seconds: ``client.lock(name, ttl, wait=,
-    timeout=, ns=)``."""
-
-    name: str
-    ttl: float
-    wait: bool
-    timeout: float | None
-    ns: str
-
-
-@dataclass(frozen=True, slots=True)
-class Invoke:
-    """Call the effect's function with ``ctx``."""
-
-    ctx: EffectContext
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """Release the lock taken by the last Acquire (no-op if it is gone already)."""
-
-
-Step: TypeAlias = Call | Acquire | Invoke | Release
-EffectPlan: TypeAlias = Generator[Step, Any, Any]
 
 
 # -- records ---------------------------------------------------------------------------------
@@ -147,6 +100,7 @@ class EffectRecord:
         error: the exception fn raised in the last attempt (claimed), else None.
         result_lost: done, but the result could not be stored: why (else None).
         mod_revision: the revision of the record's last write; revision: of the read.
+        runner: the runner id of the claim (``run(..., runner=)``), else None.
     """
 
     key: str
@@ -162,6 +116,7 @@ class EffectRecord:
     result_lost: str | None = None
     mod_revision: int = 0
     revision: int = 0
+    runner: str | None = None
 
     @property
     def done(self) -> bool:
@@ -176,10 +131,6 @@ class EffectRecord:
 
 def record_key(key: str) -> str:
     return EFFECTS_PREFIX + key
-
-
-def lock_name(key: str) -> str:
-    return LOCK_PREFIX + key
 
 
 def check_effect_key(key: Any) -> str:
@@ -222,6 +173,7 @@ def decode(kv: Any, key: str, ns: str) -> EffectRecord | None:
             d.get("result_lost"),
             kv.mod_revision,
             kv.revision,
+            d.get("runner"),
         )
     except (ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
         raise StatekeeperError(
@@ -232,14 +184,17 @@ def decode(kv: Any, key: str, ns: str) -> EffectRecord | None:
         ) from None
 
 
-def _fields(ctx: EffectContext, started_ms: int) -> dict[str, Any]:
-    return {
+def _fields(ctx: EffectContext, started_ms: int, owner: str | None) -> dict[str, Any]:
+    fields = {
         "state": "claimed",
         "attempt": ctx.attempt,
         "fence": ctx.fence,
         "idempotency_key": ctx.idempotency_key,
         "started_ms": started_ms,
     }
+    if owner is not None:
+        fields["runner"] = runner_of(owner)
+    return fields
 
 
 def context(key: str, ns: str, earlier: EffectRecord | None, fence: int) -> EffectContext:
@@ -252,15 +207,6 @@ def context(key: str, ns: str, earlier: EffectRecord | None, fence: int) -> Effe
 
 
 # -- errors ----------------------------------------------------------------------------------
-
-
-def in_progress(key: str, e: LockHeld) -> EffectInProgress:
-    return EffectInProgress(
-        f"effect {key!r} is being run by another claimant (fence {e.holder_fence}); "
-        f"fn was not called",
-        code="effect_in_progress",
-        details={"key": key, "holder_fence": e.holder_fence},
-    )
 
 
 def claim_lost(key: str, fence: int, e: BaseException | None, fn_called: bool) -> EffectClaimLost:
@@ -296,23 +242,28 @@ def _read(key: str, ns: str) -> Call:
 
 
 def run_plan(
-    key: str, *, ns: str, ttl: float, wait: bool, timeout: float | None, now_ms: NowMs
+    key: str,
+    *,
+    ns: str,
+    ttl: float,
+    wait: bool,
+    timeout: float | None,
+    now_ms: NowMs,
+    owner: str | None = None,
 ) -> EffectPlan:
     """Run effect ``key`` (see client/effects/ledger.py): the stored result if DONE; else claim
-    it (lock + fenced CLAIMED), Invoke fn, record DONE and release in one fenced txn."""
+    it (lock + fenced CLAIMED), Invoke fn, record DONE and release in one fenced txn.
+    ``owner``: ``"{runner}#{incarnation}"``, the lock's owner when the run has a runner id."""
     first = decode((yield _read(key, ns)), key, ns)
     if first is not None and first.done:
         return first.outcome()
-    try:
-        lock = yield Acquire(lock_name(key), ttl, wait, timeout, ns)
-    except LockHeld as e:  # wait=False, or the timeout (LockTimeout)
-        raise in_progress(key, e) from e
+    lock = yield from claim_plan(key, ns, ttl, wait, timeout, owner, now_ms)
     earlier = decode((yield _read(key, ns)), key, ns)
     if earlier is not None and earlier.done:  # the holder we waited for finished it
         yield Release()
         return earlier.outcome()
     ctx = context(key, ns, earlier, lock.fence)
-    claimed = _fields(ctx, now_ms())
+    claimed = _fields(ctx, now_ms(), owner)
     try:
         yield Call("put", (record_key(key), pack(claimed)), {"ns": ns, "fence": lock})
     except FenceMismatch as e:

@@ -138,7 +138,9 @@ class LeaseCommands(BaseClient):
                 await client.put("agent-7/alive", "yes", lease=lease)
 
         ``lease.id``, ``lease.alive`` (False once revoked, reported gone, or not renewed
-        within its TTL), ``lease.revoke()`` (awaited on an AsyncClient).
+        within its TTL), ``lease.revoke()`` (awaited on an AsyncClient),
+        ``lease.on_lost(fn)``: ``fn(lease)`` once when the lease is lost (reported gone, or
+        not renewed within its TTL; see client/leases/keeper.py).
         """
         ttl_ms(ttl)  # refuse a bad TTL now, on both clients
         return self._lease_type(self, ttl, self._ns(ns))

@@ -13,16 +13,26 @@ leases then expire after their TTL.
 ``alive`` is what the client can vouch for: granted, not revoked, not reported gone, and
 renewed within its TTL (measured from when the last successful keepalive was SENT, so it
 never outlives the server's own expiry). The clock is injected (tests).
+
+A lease is *lost* (etcd's ``Session.Done()``) when a keepalive answers that it is gone
+(revoked by anyone, or expired on the server) or when no keepalive succeeded within its
+TTL (the cluster unreachable, or this process paused): the keeper then stops renewing it
+for good, ``alive`` stays False, and the callbacks given to ``lease.on_lost(fn)`` are
+called once each, ``fn(lease)``, from the keeper (its thread on a Client, its task on an
+AsyncClient, where fn may be a coroutine function: its coroutine runs as a task). A
+revoke by its owner, or closing the client, loses nothing. A lease renewed late is not
+taken back: the server may have expired it already, and its keys with it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import LeaseNotFound, StatekeeperError
@@ -35,6 +45,32 @@ log = logging.getLogger("statekeeper.client.leases")
 
 RETRY_DELAY = 0.5  # after a failed keepalive call, at most this long until the next try
 Clock = Callable[[], float]
+OnLost = Callable[[Any], Any]
+_callback_tasks: set[asyncio.Task[Any]] = set()  # coroutines of on_lost callbacks, kept alive
+
+
+async def _awaited(result: Any) -> Any:
+    return await result
+
+
+def _spawn(awaitable: Any) -> None:
+    """Run an async on_lost callback's awaitable as a task of the running loop."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()
+        raise TypeError("an async on_lost callback needs an AsyncClient's lease") from None
+    task = loop.create_task(_awaited(awaitable))
+    _callback_tasks.add(task)
+    task.add_done_callback(_callback_tasks.discard)
+
+
+def notify_lost(leases: Iterable[_Tracked]) -> None:
+    """Call the on_lost callbacks of ``leases`` (outside the keeper's lock: a callback may
+    take a new lease or lock)."""
+    for lease in leases:
+        lease._notify_lost()
 
 
 class _Tracked:
@@ -48,6 +84,8 @@ class _Tracked:
         self._clock = clock
         self._deadline = 0.0
         self._state = "new"  # new -> alive -> lost (server: gone) | revoked
+        self._on_lost: list[OnLost] = []
+        self._callbacks_lock = threading.Lock()  # on_lost vs the keeper's notify_lost
 
     @property
     def alive(self) -> bool:
@@ -61,9 +99,43 @@ class _Tracked:
     def _renewed(self, sent: float) -> None:
         self._deadline = max(self._deadline, sent + self.ttl)
 
+    def on_lost(self, fn: OnLost) -> OnLost:
+        """Call ``fn(lease)`` once when this lease is lost (see the module docstring): at
+        once if it is lost already. Returns fn (usable as a decorator). fn runs in the
+        keeper, so it should be quick: set an event, cancel a task, stop a loop."""
+        with self._callbacks_lock:
+            if self._state != "lost":
+                self._on_lost.append(fn)
+                return fn
+        self._call_on_lost(fn)
+        return fn
+
+    def discard_on_lost(self, fn: OnLost) -> None:
+        """Forget a callback given to :meth:`on_lost` (not called if it was not there)."""
+        with self._callbacks_lock:
+            if fn in self._on_lost:
+                self._on_lost.remove(fn)
+
     def _lost(self) -> None:
-        if self._state == "alive":
-            self._state = "lost"
+        with self._callbacks_lock:
+            if self._state == "alive":
+                self._state = "lost"
+
+    def _notify_lost(self) -> None:
+        with self._callbacks_lock:
+            if self._state != "lost":
+                return
+            callbacks, self._on_lost = self._on_lost, []
+        for fn in callbacks:
+            self._call_on_lost(fn)
+
+    def _call_on_lost(self, fn: OnLost) -> None:
+        try:
+            result = fn(self)
+            if inspect.isawaitable(result):
+                _spawn(result)
+        except Exception:
+            log.exception("the on_lost callback %r of lease %s raised", fn, self.id)
 
     def _start_revoke(self) -> bool:
         """Stop keeping it alive; True if the server still needs a revoke."""
@@ -190,11 +262,13 @@ class KeepaliveSchedule:
             del self._leases[lease.id]
 
     def wait_time(self) -> float | None:
-        """Seconds until the next tick (None: no leases, wait until one is added)."""
+        """Seconds until the next tick or the first lease's deadline (None: no leases,
+        wait until one is added)."""
         if not self._leases:
             self._next = math.inf
             return None
-        return max(0.0, self._next - self._clock())
+        first_deadline = min(x._deadline for x in self._leases.values())
+        return max(0.0, min(self._next, first_deadline) - self._clock())
 
     def take_due(self) -> list[list[int]]:
         """If the tick is due: the lease ids to renew, in ops of at most 1000 (and the
@@ -206,17 +280,37 @@ class KeepaliveSchedule:
         ids = list(self._leases)
         return [ids[i : i + MAX_KEEPALIVE_LEASES] for i in range(0, len(ids), MAX_KEEPALIVE_LEASES)]
 
-    def settle(self, result: KeepaliveResult, sent: float) -> None:
-        """The answer to a keepalive sent at `sent` (monotonic)."""
+    def settle(self, result: KeepaliveResult, sent: float) -> list[_Tracked]:
+        """The answer to a keepalive sent at `sent` (monotonic); returns the leases it
+        reports gone (lost: their callbacks are the caller's to call, see notify_lost)."""
         for state in result.leases:
             lease = self._leases.get(state.lease)
             if lease is not None:
                 lease._renewed(sent)
+        lost = []
         for gone in result.missing:
             lease = self._leases.pop(gone, None)
             if lease is not None:
                 lease._lost()
+                lost.append(lease)
                 log.warning("lease %d is gone (revoked or expired); its keys are deleted", gone)
+        return lost
+
+    def expire(self) -> list[_Tracked]:
+        """The leases no keepalive renewed within their TTL, dropped and marked lost
+        (their callbacks are the caller's to call)."""
+        now = self._clock()
+        lost = [x for x in self._leases.values() if now >= x._deadline]
+        for lease in lost:
+            self.discard(lease)
+            lease._lost()
+            log.warning(
+                "lease %s was not renewed within its TTL (%g s): lost; it expires on the "
+                "server if it has not already",
+                lease.id,
+                lease.ttl,
+            )
+        return lost
 
     def failed(self) -> None:
         """A keepalive call failed: try again soon."""
@@ -265,6 +359,9 @@ class ThreadKeeper:
                 batches = self._schedule.take_due()
             for ids in batches:
                 self._renew(ids)
+            with self._lock:
+                expired = self._schedule.expire()
+            notify_lost(expired)
 
     def _renew(self, ids: list[int]) -> None:
         sent = self._clock()
@@ -276,7 +373,8 @@ class ThreadKeeper:
                 self._schedule.failed()
             return
         with self._lock:
-            self._schedule.settle(result, sent)
+            lost = self._schedule.settle(result, sent)
+        notify_lost(lost)
 
     def stop(self, timeout: float = 2.0) -> None:
         """Stop renewing (the client is closing); waits briefly for a call in flight."""
@@ -324,6 +422,7 @@ class TaskKeeper:
             self._wake.clear()
             for ids in self._schedule.take_due():
                 await self._renew(ids)
+            notify_lost(self._schedule.expire())
 
     async def _renew(self, ids: list[int]) -> None:
         sent = self._clock()
@@ -333,7 +432,7 @@ class TaskKeeper:
             log.warning("keepalive of %d leases failed: %s", len(ids), e)
             self._schedule.failed()
             return
-        self._schedule.settle(result, sent)
+        notify_lost(self._schedule.settle(result, sent))
 
     async def stop(self) -> None:
         """Stop renewing (the client is closing)."""

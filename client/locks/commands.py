@@ -121,7 +121,8 @@ class LockCommands(BaseClient):
         plus fenced writes is safe. ``lock.fence`` is the fencing token (it only grows
         from one holder to the next), ``lock.key`` its waiter key (delete it in a txn to
         release atomically with a write), ``lock.lease``, ``lock.held``,
-        ``lock.release()`` (awaited on an AsyncClient).
+        ``lock.release()`` (awaited on an AsyncClient), ``lock.lost`` (an Event set when
+        the lock's lease is lost: ``lock.lost.wait(t)``, ``await lock.lost.wait()``).
 
         Args:
             name: the lock (1..max_key_bytes - 28 UTF-8 bytes, "/" allowed).

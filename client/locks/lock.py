@@ -20,6 +20,13 @@ the same op. With ``lease=`` the lock rides on that lease and is released with
 ``lock_release``. Whatever stops an acquisition (LockHeld with ``wait=False``, the
 timeout, an error, cancellation) takes the waiter out of the queue again.
 
+``lock.lost`` (a ``threading.Event`` on Lock, an ``asyncio.Event`` on AsyncLock: ``if
+lock.lost.is_set()``, ``lock.lost.wait(timeout)``, ``await lock.lost.wait()``) is set when
+the held lock's lease is lost (client/leases/keeper.py: a keepalive answered that it is gone,
+or none succeeded within its TTL), the moment the client stops vouching for it; a release
+by its holder does not set it. On a lease given as a bare id nothing tells, so it is never
+set; ``lock.lease.on_lost(fn)`` is the callback form.
+
 ``lock.fence`` is what makes the lock safe: a write with ``fence=lock`` is applied only
 while this waiter still holds the lock (the server checks it in the same apply), so a
 holder that was paused past its TTL cannot overwrite its successor's work.
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -125,6 +133,8 @@ class Waiting:
 class _LockBase:
     """What both lock classes share: identity, state, and the failure messages."""
 
+    _event_type: Callable[[], Any]  # what ``lost`` is
+
     def __init__(
         self,
         client: Any,
@@ -150,6 +160,26 @@ class _LockBase:
         self.fence: int | None = None
         self.revision: int | None = None  # of the acquire
         self._state = "new"  # new -> acquiring -> held -> released | failed
+        self.lost: Any = self._event_type()
+
+    def _watch_lease(self) -> None:
+        """The lock is held: set ``lost`` when its lease is lost."""
+        if hasattr(self.lease, "on_lost"):
+            self.lease.on_lost(self._lease_lost)
+
+    def _unwatch_lease(self) -> None:
+        if hasattr(self.lease, "discard_on_lost"):
+            self.lease.discard_on_lost(self._lease_lost)
+
+    def _lease_lost(self, lease: Any) -> None:
+        if self._state == "held":
+            log.warning(
+                "lock %r (fence %s) is lost: its lease %s is gone or was not renewed in time",
+                self.name,
+                self.fence,
+                lease.id,
+            )
+            self.lost.set()
 
     @property
     def held(self) -> bool:
@@ -193,6 +223,8 @@ class Lock(_LockBase):
     (blocking until it is this waiter's turn), released by :meth:`release` or at the end
     of its ``with`` block."""
 
+    _event_type = threading.Event
+
     def __init__(self, client: Any, name: str, ttl: float, **kw: Any) -> None:
         super().__init__(client, name, ttl, **kw)
         deadline = self._deadline()
@@ -210,6 +242,7 @@ class Lock(_LockBase):
             self._abandon()
             raise
         self._state = "held"
+        self._watch_lease()
 
     def _turn(self, w: Waiting, deadline: float | None) -> bool:
         """Wait until the waiter ahead is gone, then look: True if this one holds it."""
@@ -253,6 +286,7 @@ class Lock(_LockBase):
         if self._state != "held":
             return False
         self._state = "released"
+        self._unwatch_lease()
         if self._own_lease:
             r = self.lease.revoke()
             return r is not None and r.deleted > 0
@@ -280,6 +314,8 @@ class AsyncLock(_LockBase):
     awaited (``lock = await client.lock("x")``) or entered (``async with``, which
     releases it on exit). Cancelling the acquisition takes the waiter out of the queue."""
 
+    _event_type = asyncio.Event
+
     def __await__(self) -> Any:
         return self._acquire().__await__()
 
@@ -304,6 +340,7 @@ class AsyncLock(_LockBase):
             await self._abandon()
             raise
         self._state = "held"
+        self._watch_lease()
         return self
 
     async def _turn(self, w: Waiting, deadline: float | None) -> bool:
@@ -347,6 +384,7 @@ class AsyncLock(_LockBase):
         if self._state != "held":
             return False
         self._state = "released"
+        self._unwatch_lease()
         if self._own_lease:
             r = await self.lease.revoke()
             return r is not None and r.deleted > 0

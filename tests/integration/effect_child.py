@@ -1,7 +1,7 @@
 """Child process of test_effects.py: one runner of an effect that charges a "bank".
 
 Usage: python effect_child.py ENDPOINTS NS KEY DIR [--ttl S] [--stop-at before|during|after]
-       [--sleep S] [--no-wait] [--async]
+       [--sleep S] [--no-wait] [--async] [--runner ID] [--timeout S]
 
 fn appends "call <key> <attempt> <maybe_happened>" to DIR/calls.log, then charges DIR's bank
 with ``ctx.idempotency_key`` (a charge is applied once per idempotency key: a file per key,
@@ -93,7 +93,16 @@ def run_sync(args: argparse.Namespace, seen: list[Any]) -> Any:
             time.sleep(args.sleep)
             return receipt
 
-        return c.effects.run(args.key, fn, ttl=args.ttl, wait=not args.no_wait)
+        return c.effects.run(args.key, fn, **run_options(args))
+
+
+def run_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "ttl": args.ttl,
+        "wait": not args.no_wait,
+        "runner": args.runner,
+        "timeout": args.timeout,
+    }
 
 
 async def run_async(args: argparse.Namespace, seen: list[Any]) -> Any:
@@ -115,7 +124,7 @@ async def run_async(args: argparse.Namespace, seen: list[Any]) -> Any:
             await asyncio.sleep(args.sleep)
             return receipt
 
-        return await c.effects.run(args.key, fn, ttl=args.ttl, wait=not args.no_wait)
+        return await c.effects.run(args.key, fn, **run_options(args))
 
 
 def main() -> None:
@@ -129,6 +138,8 @@ def main() -> None:
     p.add_argument("--sleep", type=float, default=0.0)
     p.add_argument("--no-wait", action="store_true")
     p.add_argument("--async", dest="use_async", action="store_true")
+    p.add_argument("--runner")
+    p.add_argument("--timeout", type=float)
     args = p.parse_args()
     seen: list[Any] = []
     try:

@@ -4,11 +4,14 @@ charge) and after it but before DONE, through both clients; another process then
 same effect. An external log of fn's calls and a "bank" that applies a charge once per
 idempotency key check that the effect happened exactly once and DONE holds its receipt.
 Also: two concurrent runners call fn once; wait=False while a live runner holds it; a
-runner SIGSTOPped past its TTL inside fn cannot record over its successor (fenced)."""
+runner SIGSTOPped past its TTL inside fn cannot record over its successor (fenced); a
+runner restarted with the same runner id takes over its dead claim at once while another
+runner id waits, and says so in the log (issue 30 item 8)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -198,3 +201,48 @@ def test_a_runner_paused_past_its_ttl_inside_fn_cannot_record_over_its_successor
         done = c.effects.get("wire")
         assert done is not None and done.done and done.result == successor["result"]
     assert len(_charges(tmp_path)) == 1 and len(_lines(tmp_path / "calls.log")) == 2
+
+
+@pytest.mark.parametrize("client_kind", ["sync", "async"])
+def test_a_restarted_runner_takes_over_its_own_claim_at_once_and_another_runner_waits(
+    shared_cluster: LocalCluster,
+    ns: str,
+    tmp_path: Path,
+    client_kind: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    long_ttl, extra = "30", ["--async"] if client_kind == "async" else []
+    key = "trip-9/charge"
+    dead = Runner(
+        shared_cluster, ns, key, tmp_path, "--ttl", long_ttl, "--runner", "pod-a",
+        "--stop-at", "during", *extra,
+    )  # fmt: skip
+    assert dead.line() == "AT during"
+    dead.kill()  # a pod killed mid-call: its claim's lease lives on for 30 s
+
+    with Client(_urls(shared_cluster), ns=ns) as c:
+        claimed = c.effects.get(key)
+        assert claimed is not None and claimed.state == "claimed"
+        assert claimed.runner == "pod-a"
+        calls: list[Any] = []
+        with caplog.at_level(logging.INFO, logger="statekeeper.client.effects"):
+            with pytest.raises(EffectInProgress):  # another runner id waits for the claim
+                c.effects.run(key, calls.append, ttl=2, runner="pod-b", timeout=1.0)
+        assert calls == []
+        waiting = [r for r in caplog.records if "waiting for it" in r.getMessage()]
+        assert waiting and waiting[0].levelno == logging.WARNING, caplog.text
+        assert "runner 'pod-a'" in waiting[0].getMessage()
+        assert "its lease ends in" in waiting[0].getMessage()
+
+        started = time.monotonic()
+        out = Runner(
+            shared_cluster, ns, key, tmp_path, "--ttl", long_ttl, "--runner", "pod-a", *extra
+        ).outcome()
+        assert time.monotonic() - started < 10  # at once, not after the dead claim's 30 s
+        ctx = out["ctx"]
+        assert ctx is not None and ctx["attempt"] == 2 and ctx["maybe_happened"] is True
+        assert ctx["idempotency_key"] == claimed.idempotency_key
+        assert len(_charges(tmp_path)) == 1 and out["result"] == _charges(tmp_path)[0][2]
+        done = c.effects.get(key)
+        assert done is not None and done.done and done.runner == "pod-a"
+        assert c.lock_list("effect:").locks == []  # the dead claim's waiter key is gone too

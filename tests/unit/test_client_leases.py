@@ -167,13 +167,15 @@ def test_a_lease_must_be_granted_before_it_is_used() -> None:
 
 
 class FakeLease:
-    def __init__(self, lease_id: int, ttl: float) -> None:
+    def __init__(self, lease_id: int, ttl: float, deadline: float = float("inf")) -> None:
         self.id, self.ttl = lease_id, ttl
+        self._deadline = deadline
         self.renewed: list[float] = []
         self.lost = False
 
     def _renewed(self, sent: float) -> None:
         self.renewed.append(sent)
+        self._deadline = sent + self.ttl
 
     def _lost(self) -> None:
         self.lost = True
@@ -196,6 +198,20 @@ def test_schedule_renews_all_leases_every_shortest_ttl_over_three() -> None:
     assert s.interval() == pytest.approx(3.0)
     s.failed()  # a failed call: retry within 0.5 s
     assert s.wait_time() == pytest.approx(0.5)
+
+
+def test_schedule_wakes_at_a_deadline_and_expires_leases_not_renewed_within_their_ttl() -> None:
+    now = [100.0]
+    s = KeepaliveSchedule(lambda: now[0])
+    a, b = FakeLease(1, 9.0, deadline=109.0), FakeLease(2, 9.0, deadline=102.0)
+    s.add(a)
+    s.add(b)
+    assert s.wait_time() == pytest.approx(2.0)  # b's deadline comes before the tick (3 s)
+    assert s.expire() == []
+    now[0] = 102.0
+    assert s.expire() == [b] and b.lost and not a.lost and len(s) == 1
+    assert s.expire() == []  # lost once; the keeper no longer renews it
+    assert s.take_due() == [] and s.wait_time() == pytest.approx(1.0)
 
 
 def test_schedule_splits_large_sets() -> None:
@@ -369,3 +385,43 @@ def test_sync_client_close_stops_keepalives() -> None:
     assert len(fake.keepalives) == sent, "keepalives went on after close()"
     assert not thread.is_alive()
     assert fake.revoked == []
+
+
+def test_on_lost_fires_once_outside_the_keeper_lock_and_a_raising_callback_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    c = SyncFake()
+    c.keeper = ThreadKeeper(c)
+    lease, kept = Lease(c, 0.6, "ns"), Lease(c, 0.6, "ns")
+    fired: list[Any] = []
+
+    def boom(x: Any) -> None:
+        raise RuntimeError("callback bug")
+
+    lease.on_lost(boom)
+    lease.on_lost(lambda x: fired.append(Lease(c, 3.0, "ns")))  # may take a lease: no deadlock
+    kept.on_lost(fired.append)
+    kept.revoke()  # revoked by its owner: not lost
+    c.gone.add(lease.id)
+    _wait_for(lambda: fired)
+    time.sleep(0.3)
+    assert len(fired) == 1 and isinstance(fired[0], Lease) and fired[0].alive
+    assert "callback bug" in caplog.text
+    c.keeper.stop()
+
+
+async def test_async_on_lost_may_be_a_coroutine_function() -> None:
+    c = AsyncFake()
+    c.keeper = TaskKeeper(c)
+    lease = await AsyncLease(c, 0.3, "ns")
+    lost = asyncio.Event()
+
+    async def on_lost(x: Any) -> None:
+        await asyncio.sleep(0)
+        lost.set()
+
+    lease.on_lost(on_lost)
+    c.fail_next = 100  # keepalives fail past the TTL
+    await asyncio.wait_for(lost.wait(), 2.0)
+    assert not lease.alive
+    await c.keeper.stop()

@@ -5,6 +5,7 @@ tested in test_effects_drivers.py."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Generator
 from typing import Any
 
@@ -17,7 +18,9 @@ from statekeeper.client import (
     EffectResultLost,
     FenceMismatch,
     InvalidRequest,
+    LeaseNotFound,
     LockHeld,
+    LockNotHeld,
     LockTimeout,
     StatekeeperError,
 )
@@ -32,6 +35,8 @@ from statekeeper.client.effects.plan import (
     list_plan,
     run_plan,
 )
+from statekeeper.client.leases.results import LeaseInfo
+from statekeeper.client.locks.results import LockInfo, LockList, LockWaiter
 from statekeeper.client.results import DeleteResult, KeyValue, RangeResult, TxnResult, WriteResult
 
 NS = "agents"
@@ -98,7 +103,7 @@ def test_free_claims_calls_fn_and_records_done_with_the_release_in_one_fenced_tx
     plan = start()
     next(plan)
     acquire = plan.send(None)
-    assert acquire == Acquire("effect:pay/1", 5.0, True, None, NS)
+    assert acquire == Acquire("effect:pay/1", 5.0, False, None, NS)  # free: taken at once
     lock = FakeLock(None, "effect:pay/1", 7, NS)
     assert plan.send(lock) == Call(
         "get", (RKEY,), {"ns": NS, "default": None, "consistency": "linearizable"}
@@ -133,10 +138,31 @@ def test_free_claims_calls_fn_and_records_done_with_the_release_in_one_fenced_tx
     assert finish(plan, True) == ["r-1", 40]  # as stored: the same on every run
 
 
-def test_held_and_wait_waits_in_line_then_returns_the_holders_result():
+HELD = LockHeld("held", code="lock_held", details={"holder_fence": 7, "name": "effect:pay/1"})
+
+
+def queue(*waiters: tuple[int, int | None, str | None]) -> LockList:
+    """lock_list's answer for effect:pay/1 with (fence, lease, owner) waiters, holder first."""
+    ws = [LockWaiter(f"__lock/effect:pay/1/{f:020d}", f, lease, o) for f, lease, o in waiters]
+    return LockList([LockInfo("effect:pay/1", ws[0].fence, ws[0].lease, len(ws), ws)], 20, False)
+
+
+LIST = Call("lock_list", ("effect:pay/1",), {"ns": NS, "limit": 1, "consistency": "linearizable"})
+
+
+def test_held_and_wait_logs_the_holder_waits_in_line_then_returns_the_holders_result(caplog):
     plan = start(wait=True, timeout=3.0)
     next(plan)
-    assert plan.send(kv(rec("claimed"))) == Acquire("effect:pay/1", 5.0, True, 3.0, NS)
+    assert plan.send(kv(rec("claimed"))) == Acquire("effect:pay/1", 5.0, False, None, NS)
+    assert plan.throw(HELD) == LIST
+    assert plan.send(queue((7, 3, "pod-b#1a2b"))) == Call("lease_info", (3,), {})
+    with caplog.at_level(logging.WARNING, logger="statekeeper.client.effects"):
+        step = plan.send(LeaseInfo(3, NS, 30_000, 0, remaining_ms=27_400))
+    assert step == Acquire("effect:pay/1", 5.0, True, 3.0, NS)
+    assert caplog.messages == [
+        "effect 'pay/1' is claimed by runner 'pod-b' (fence 7; its lease ends in 27.4 s unless "
+        "renewed): waiting for it (at most 3 s)"
+    ]
     plan.send(FakeLock(None, "effect:pay/1", 9, NS))  # our turn came: the holder finished
     assert plan.send(kv(rec("done", result=42))) == Release()
     assert finish(plan, True) == 42
@@ -157,6 +183,9 @@ def test_a_wait_timeout_is_in_progress_too():
     plan = start(timeout=0.5)
     next(plan)
     plan.send(None)
+    assert plan.throw(HELD) == LIST
+    assert plan.send(queue((7, 3, None))) == Call("lease_info", (3,), {})
+    assert plan.throw(LeaseNotFound("gone", code="lease_not_found")).wait is True
     with pytest.raises(EffectInProgress):
         plan.throw(LockTimeout("t", code="lock_timeout", details={"holder_fence": 3}))
 
@@ -180,9 +209,44 @@ def test_died_mid_call_the_next_claimant_is_told_maybe_happened():
     assert ctx.previous is not None and ctx.previous.fence == 7
 
 
-def _claimed(plan: Generator[Any, Any, Any], lock: FakeLock) -> Invoke:
+def test_a_runner_takes_over_the_claim_its_earlier_process_left_at_once(caplog):
+    plan = start(owner="pod-a#new")
+    next(plan)
+    assert plan.send(kv(rec("claimed", runner="pod-a"))).owner == "pod-a#new"
+    assert plan.throw(HELD) == LIST
+    with caplog.at_level(logging.WARNING, logger="statekeeper.client.effects"):
+        release = plan.send(queue((7, 3, "pod-a#old"), (8, 4, "pod-ab#x")))
+    assert release == Call("lock_release", ("effect:pay/1", 7), {"ns": NS})
+    assert "earlier process of runner 'pod-a'" in caplog.text
+    assert plan.throw(LockNotHeld("gone", code="lock_not_held")) == Call("lease_info", (4,), {})
+    assert plan.send(LeaseInfo(4, NS, 5000, 0, remaining_ms=5000)).owner == "pod-a#new"
+    plan.send(FakeLock(None, "effect:pay/1", 12, NS))
+    claim = unpack_put(plan.send(kv(rec("claimed", runner="pod-a"))))
+    assert claim["runner"] == "pod-a" and claim["attempt"] == 2
+    assert plan.send(WriteResult(13)).ctx.maybe_happened
+
+
+def test_with_only_its_own_earlier_claim_a_runner_does_not_wait_even_with_wait_false():
+    plan = start(owner="pod-a#new", wait=False)
     next(plan)
     plan.send(None)
+    assert plan.throw(HELD) == LIST
+    assert plan.send(queue((7, 3, "pod-a#old"))).method == "lock_release"
+    assert plan.send(None) == Acquire("effect:pay/1", 5.0, False, None, NS, "pod-a#new")
+
+
+def test_wait_false_with_a_runner_id_and_another_runners_claim_is_in_progress():
+    plan = start(owner="pod-a#new", wait=False)
+    next(plan)
+    plan.send(None)
+    assert plan.throw(HELD) == LIST
+    with pytest.raises(EffectInProgress):
+        plan.send(queue((7, 3, "pod-b#1"), (9, 4, "pod-a")))  # no incarnation: not ours
+
+
+def _claimed(plan: Generator[Any, Any, Any], lock: FakeLock) -> Invoke:
+    next(plan)
+    plan.send(None)  # free: the first Acquire takes it
     plan.send(lock)
     plan.send(None)
     return plan.send(WriteResult(8))

@@ -47,7 +47,9 @@ class FakeClient:
                 return lk
         return None
 
-    def lock(self, name: str, ttl: float, *, wait: bool, timeout: Any, ns: str) -> FakeLock:
+    def lock(
+        self, name: str, ttl: float, *, wait: bool, timeout: Any, ns: str, owner: Any = None
+    ) -> FakeLock:
         self.calls.append("lock")
         holder = self._holder(name)
         if holder is not None:
