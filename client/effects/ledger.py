@@ -199,6 +199,10 @@ async def _arelease(lock: Any) -> bool:
 class _EffectsBase:
     """What both share: the client, the clock, argument checks and the plans."""
 
+    blocking: bool
+    """True for Effects (run() blocks), False for AsyncEffects (run() is a coroutine):
+    what tool.py asks, so that it need not import this module back."""
+
     def __init__(self, client: Any, *, clock: Clock = time.time, runner: str | None = None) -> None:
         self.client = client
         self._clock = clock
@@ -275,6 +279,8 @@ class Effects(_EffectsBase):
     """The effect ledger of a :class:`client.Client` (``client.effects``); see the module
     docstring for what it guarantees."""
 
+    blocking = True
+
     def run(
         self,
         effect_key: str,
@@ -337,6 +343,8 @@ class Effects(_EffectsBase):
 class AsyncEffects(_EffectsBase):
     """The effect ledger of an :class:`client.AsyncClient` (``client.effects``): the
     methods of :class:`Effects`, as coroutines; ``fn`` may be a coroutine function."""
+
+    blocking = False
 
     async def run(
         self,

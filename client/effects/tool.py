@@ -40,7 +40,6 @@ from langchain_core.tools import tool as as_tool
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pydantic import ConfigDict
 
-from .ledger import AsyncEffects
 from .plan import EffectContext
 
 __all__ = ["CONTEXT_KEY", "EffectTool", "effect_tool"]
@@ -90,7 +89,7 @@ class EffectTool(BaseTool):
         return {"ttl": self.ttl, "timeout": self.timeout, "runner": self.runner}
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        if isinstance(self.ledger, AsyncEffects):
+        if not self.ledger.blocking:
             raise TypeError(
                 f"tool {self.name!r} is on an AsyncClient's effect ledger: call ainvoke "
                 f"(an async graph: graph.ainvoke / astream)"
@@ -103,7 +102,7 @@ class EffectTool(BaseTool):
         return _load(self.ledger.run(key, call, **self._options()))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        if not isinstance(self.ledger, AsyncEffects):  # a Client: its blocking ledger
+        if self.ledger.blocking:  # a Client: its blocking ledger
             return await run_in_executor(config, self.invoke, input, config, **kwargs)
         key = self.effect_key(input, config)
 
