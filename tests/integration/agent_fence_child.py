@@ -37,7 +37,7 @@ def main() -> None:
                     print("OK", agent.log("add", 1).last_seq, flush=True)
                     state = {**state, "total": state.get("total", 0) + 1}
                 elif command == "checkpoint":
-                    print("OK", agent.checkpoint(state, step=agent.step + 1).n, flush=True)
+                    print("OK", agent.checkpoint(state).n, flush=True)
                 elif command == "exit":
                     return
             except FenceMismatch as e:

@@ -59,7 +59,7 @@ def test_a_paused_agent_instance_can_neither_log_nor_checkpoint(
                 b = Agent(c, "a1", reducer=reducer, initial={}, fence=lock_b)
                 assert b.hydrate().state == {"total": 1}
                 b.log("add", 10)
-                assert b.checkpoint({"total": 11}, step=2).n == 2
+                assert b.checkpoint({"total": 11}).n == 2  # ends the step B logged in
                 os.kill(a.proc.pid, signal.SIGCONT)
                 a.send("log")  # A still believes it holds the lock
                 assert int(a.expect("FENCE_MISMATCH", 10)) == lock_b.fence
