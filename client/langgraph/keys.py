@@ -47,6 +47,7 @@ __all__ = [
     "last_key",
     "last_prefix",
     "main_key",
+    "namespace_of",
     "parse_ckpt_key",
     "parse_run_key",
     "part",
@@ -83,6 +84,21 @@ def unpart(segment: str) -> str:
     if "%" not in segment:
         return segment
     return _UNESCAPE.sub(lambda m: _UNESCAPES[m.group(1)], segment)
+
+
+def namespace_of(ns: str | None, clients: tuple[Any, ...], default: str, what: str) -> str:
+    """The statekeeper namespace of a saver or store: ``ns`` when given, else that of the
+    clients it was given (issue 30 item 11: ``Client(urls, ns="tenant-a")`` means tenant-a),
+    else ``default``. Clients of two namespaces and no ``ns``: ValueError."""
+    if ns is not None:
+        return ns
+    found = {c.ns for c in clients if c is not None}
+    if len(found) > 1:
+        raise ValueError(
+            f"{what}'s client and aclient use different namespaces ({', '.join(sorted(found))}): "
+            "pass ns= to say which one holds its keys"
+        )
+    return found.pop() if found else default
 
 
 # -- checkpoint id <-> descending key order ------------------------------------------------

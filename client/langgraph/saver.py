@@ -44,7 +44,8 @@ Serializer. ``self.serde`` is LangGraph's JsonPlusSerializer (msgpack) unless on
 given; a serde with ``pickle_fallback`` is refused, a stored value typed "pickle" is never
 loaded, and a value only pickle could encode raises TypeError instead of being stored.
 
-Key layout (namespace ``ns``, default "langgraph"; read them with ``statekeeper range``):
+Key layout (namespace ``ns``: by default the given client's, "langgraph" for
+:meth:`StatekeeperSaver.from_endpoints`; read them with ``statekeeper range``):
 client/langgraph/keys.py. In short: ``ckpt/{thread}/{cns}/{inv(checkpoint_id)}`` records
 (newest first), ``blob/{thread}/{cns}/{channel}/{version}`` values,
 ``writes/{thread}/{cns}/{checkpoint_id}/{task_id}/{idx:08d}`` pending writes,
@@ -89,6 +90,7 @@ from langgraph.checkpoint.base import (
 )
 
 from ..plan import AgentPlan, arun, run
+from .keys import namespace_of
 from .saver_admin import copy_thread_plan, delete_for_runs_plan, delete_threads_plan, prune_plan
 from .saver_codec import Limits, check_serde
 from .saver_combine import CombinedClient, TxnCombiner
@@ -112,7 +114,8 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         client: a blocking :class:`client.Client`, for the sync methods (get_tuple, put,
             list, ...).
         aclient: an :class:`client.AsyncClient`, for the async ones (aget_tuple, aput, ...).
-        ns: the statekeeper namespace of every key.
+        ns: the statekeeper namespace of every key; by default the namespace of the
+            client (or aclient) given, else ``"langgraph"``.
         serde: LangGraph serializer (default JsonPlusSerializer; never one that pickles).
 
     A method whose client is missing raises RuntimeError saying which to pass. The clients
@@ -130,14 +133,14 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         client: Any = None,
         *,
         aclient: Any = None,
-        ns: str = "langgraph",
+        ns: str | None = None,
         serde: Any = None,
     ) -> None:
         super().__init__(serde=serde)
         check_serde(self.serde)
         self.client = client
         self.aclient = aclient
-        self.ns = ns
+        self.ns = namespace_of(ns, (client, aclient), "langgraph", "StatekeeperSaver")
         self._endpoints: Any = None
         self._client_kwargs: dict[str, Any] = {}
         self._owns_client = False

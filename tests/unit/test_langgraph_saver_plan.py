@@ -322,7 +322,7 @@ async def test_async_methods_over_the_async_client() -> None:
     assert [t.metadata["step"] async for t in saver.alist(None)] == [4, 4]
     await saver.adelete_thread(thread)
     await saver.aprune(["copy"], strategy="delete")
-    assert inner.range(ns="langgraph").kvs == []
+    assert inner.range(ns=saver.ns).kvs == []
     with pytest.raises(RuntimeError, match="client=Client"):
         saver.get_tuple(generate_config(thread))
 
