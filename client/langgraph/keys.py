@@ -14,8 +14,9 @@ The saver's keys, inside its statekeeper namespace (``"langgraph"`` by default):
     last/{thread}/{cns}                             id of the checkpoint put last (a change
                                                     marker that prune/delete_for_runs compare on)
 
-A value too large for one key continues in ``{key}/c0``, ``{key}/c1``, ... (blobs and
-writes only; see saver_codec.py). ``idx`` is ``%08d``, so the special writes of
+A blob or write too large for the txn has its chunks in
+``chunk/{key}/{sha256}/{i:06d}`` (saver_chunks.py; earlier versions wrote ``{key}/c0``,
+``{key}/c1``, ..., still read). ``idx`` is ``%08d``, so the special writes of
 ``WRITES_IDX_MAP`` (negative indexes) read ``-0000001`` .. ``-0000004``.
 
 ``inv`` makes ascending key order DESCENDING checkpoint id order, so "newest first",
@@ -33,6 +34,7 @@ from typing import Any
 
 __all__ = [
     "BLOB",
+    "CHUNK",
     "CKPT",
     "LAST",
     "RUN",
@@ -40,7 +42,9 @@ __all__ = [
     "WRITES",
     "blob_key",
     "blob_prefix",
-    "chunk_key",
+    "chunk_owner",
+    "chunk_prefix",
+    "chunk_root",
     "ckpt_key",
     "ckpt_prefix",
     "inv",
@@ -65,6 +69,7 @@ __all__ = [
 ]
 
 CKPT, BLOB, WRITES, RUN, TRUN, LAST = "ckpt/", "blob/", "writes/", "run/", "trun/", "last/"
+CHUNK = "chunk/"
 
 _ESCAPES = {"%": "%25", "/": "%2F", "\x00": "%00"}
 _UNESCAPE = re.compile(r"%(25|2F|00)")
@@ -215,9 +220,20 @@ def last_key(thread_id: str, checkpoint_ns: str) -> str:
     return last_prefix(thread_id) + part(checkpoint_ns)
 
 
-def chunk_key(key: str, i: int) -> str:
-    """Where chunk ``i`` of the value of ``key`` lives."""
-    return f"{key}/c{i}"
+def chunk_root(key: str) -> str:
+    """The prefix of the chunks of the value at ``key`` (``key`` may also be a prefix of
+    keys: ``chunk_root(blob_prefix(t))[:-1]`` is every chunk of thread t's blobs)."""
+    return f"{CHUNK}{key}/"
+
+
+def chunk_prefix(prefix: str) -> str:
+    """The prefix of the chunks of every value whose key starts with ``prefix``."""
+    return CHUNK + prefix
+
+
+def chunk_owner(key: str) -> str:
+    """The key whose value a chunk key (``chunk/{key}/{sha256}/{i}``) belongs to."""
+    return key[len(CHUNK) :].rsplit("/", 2)[0]
 
 
 def main_key(key: str, slashes: int) -> tuple[str, int | None]:
@@ -230,6 +246,9 @@ def main_key(key: str, slashes: int) -> tuple[str, int | None]:
 
 
 def retarget(key: str, thread_id: str) -> str:
-    """``key`` (ckpt/, blob/, writes/, trun/ or last/: thread second) moved to ``thread_id``."""
+    """``key`` (ckpt/, blob/, writes/, trun/ or last/: thread second; or chunk/ + one of
+    them) moved to ``thread_id``."""
+    if key.startswith(CHUNK):
+        return CHUNK + retarget(key[len(CHUNK) :], thread_id)
     top, _, rest = key.split("/", 2)
     return f"{top}/{part(thread_id)}/{rest}"
