@@ -12,8 +12,10 @@ bytes in saver_codec.py, the keys in keys.py) run by a blocking
 driver over :class:`client.Client` or an asyncio driver over :class:`client.AsyncClient`.
 
 Consistency. A put is ONE txn: the checkpoint record, the blobs of its new channel
-versions, its run index entries and its namespace's ``last/`` marker share one raft entry
-and one revision, so no reader ever sees a checkpoint without its values. put_writes is one
+versions (or, for large ones, the manifests of their chunks, uploaded just before and
+checked by the txn's compares), its run index entries and its namespace's ``last/`` marker
+share one raft entry and one revision, so no reader ever sees a checkpoint without its
+values. put_writes is one
 txn too (special writes overwrite; regular ones are written where their (task_id, idx) has
 none, by compare). Reads are linearizable by default (the client's ``consistency``), and
 every read of one get_tuple or list sees one revision (later reads are pinned to the
@@ -33,9 +35,11 @@ idempotency key across the client's retries, so a retried txn applies once; the 
 put_writes may also be repeated by the caller (same keys, same values; regular writes that
 exist are left alone).
 
-Limits and their errors. A channel value or pending write larger than 900 KiB is chunked
-inside its txn (``{key}/c{i}``); a whole put or put_writes must fit in one txn: at most
-1000 ops and ~4 MiB (InvalidRequest code ``too_large``, naming the largest keys). A
+Limits and their errors. No ceiling on a channel value or pending write short of ~990 MiB
+per put: values over 256 KiB (and the largest others until the txn fits ~4 MiB) are
+stored as content-addressed chunks written before the txn, which then carries only their
+manifests and a compare per chunk (saver_chunks.py; a put needs one of its 1000 ops per
+MiB of chunks: beyond that InvalidRequest code ``too_large``, naming the checkpoint). A
 checkpoint record (the checkpoint without channel values, plus metadata) must fit in one
 1 MiB value (``too_large``). Keys are at most 4 KiB (thread ids, namespaces, channels and
 task ids go into keys: the server answers ``key_too_large``).
