@@ -25,20 +25,29 @@ txn's chunk compares fail, uploads again and retries).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import Conflict, FenceMismatch, NotFound
+from .. import chunks
+from ..chunks import sha256_hex
+from ..errors import Conflict, FenceMismatch
 from ..ops import compare, ops
-from ..plan import AgentPlan, batch, call, raise_errors
+from ..plan import AgentPlan, call
 from .codec import Codec
 from .errors import CheckpointConflict, CheckpointCorrupt
 from .layout import Layout
 from .records import Checkpoint, checkpoint_from, pack_manifest, unpack_manifest
 
-__all__ = ["Ctx", "Committed", "commit_plan", "gc_plan", "load_state_plan", "newest_plan"]
+__all__ = [
+    "Committed",
+    "Ctx",
+    "commit_plan",
+    "gc_plan",
+    "load_state_plan",
+    "newest_plan",
+    "sha256_hex",
+]
 
 MIB = 1024 * 1024
 
@@ -49,9 +58,8 @@ class Ctx:
     the sizes: the server's value and request limits (1 MiB, 4 MiB by default), the
     largest envelope kept inline in a manifest, the chunk size and the payload of one
     batch of chunk puts or gets. Chunks and batches stay well under the limits on
-    purpose: every request becomes one raft entry, and entries of 2 MiB and more made a
-    3-node test cluster (election timeout 0.4-0.7 s) lose its leader (measured: batches of
-    three 1 MiB puts -> repeated elections; 512 KiB chunks, two per batch -> none)."""
+    purpose (client/chunks.py: entries of 2 MiB and more made a test cluster lose its
+    leader)."""
 
     layout: Layout
     ns: str | None
@@ -61,6 +69,13 @@ class Ctx:
     inline_limit: int = 256 * 1024
     chunk_size: int = 512 * 1024
     batch_bytes: int = MIB
+
+    @property
+    def chunks(self) -> chunks.ChunkSpace:
+        """Where this agent's chunks live (``chunk/{sha256}/{i}`` under its root)."""
+        return chunks.ChunkSpace(
+            self.layout.chunk_prefix, self.ns, self.value_limit, self.chunk_size, self.batch_bytes
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +106,6 @@ def field_of(obj: Any, name: str, default: Any = None) -> Any:
     return getattr(obj, name, default)
 
 
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def head_call(ctx: Ctx, revision: int | None = None) -> Any:
     """The read of the head as a range (a RangeResult carries the revision it was served
     at even when the head is missing; a get answers None then)."""
@@ -109,58 +120,30 @@ def head_of(ctx: Ctx, rr: Any) -> tuple[dict[str, Any] | None, Any]:
     return None, None
 
 
-# -- chunks ------------------------------------------------------------------------------
+# -- chunks (the shared content-addressed chunk code: client/chunks.py) -------------------
 
 
 def chunk_groups(count: int, ctx: Ctx) -> list[range]:
     """The chunk indexes of each batch (as many chunks as fit in one request)."""
-    per = max(1, ctx.batch_bytes // ctx.chunk_size)
-    return [range(i, min(count, i + per)) for i in range(0, count, per)]
+    return chunks.chunk_groups(count, ctx.chunks)
 
 
 def upload_chunks_plan(ctx: Ctx, envelope: bytes, sha: str, fence: Any = None) -> AgentPlan[int]:
-    """Store ``envelope``'s chunks under chunk/{sha}/ and return the chunk size they use.
-
-    Chunks already there are not sent again when they are a complete set (of this
-    writer's size, or of another size, which is then adopted); any other leftover (a
-    partial upload of another size) is overwritten with this writer's chunks."""
-    size = ctx.chunk_size
-    have = {kv.key for kv in (yield from scan_plan(ctx, ctx.layout.chunk_dir(sha), None, True))}
-    if have:
-        try:
-            first = len((yield call("get", ctx.layout.chunk(sha, 0), ns=ctx.ns)).value)
-        except NotFound:
-            first = 0
-        complete = 0 < first <= ctx.value_limit and len(have) == -(-len(envelope) // first)
-        if complete and (first == size or len(have) > 1):
-            size = first  # a complete set: keep it (another writer's chunk size, maybe)
-        elif first != min(size, len(envelope)):
-            have = set()  # a partial set of another size: send every chunk again
-    count = -(-len(envelope) // size)
-    missing = [i for i in range(count) if ctx.layout.chunk(sha, i) not in have]
-    per = max(1, ctx.batch_bytes // size)
-    for start in range(0, len(missing), per):
-        puts = [
-            call("put", ctx.layout.chunk(sha, i), envelope[i * size : (i + 1) * size], fence=fence)
-            for i in missing[start : start + per]
-        ]
-        raise_errors((yield batch(*puts, ns=ctx.ns)))
-    return size
+    """Store ``envelope``'s chunks under chunk/{sha}/ and return the chunk size they use
+    (client/chunks.py upload_plan; each put fenced by ``fence`` when given)."""
+    return (yield from chunks.upload_plan(ctx.chunks, envelope, sha, fence))
 
 
 def fetch_chunks_plan(ctx: Ctx, m: dict[str, Any]) -> AgentPlan[bytes]:
     sha, count = m["sha256"], int(m["chunks"]["count"])
-    parts: list[bytes] = []
-    for group in chunk_groups(count, ctx):
-        results = yield batch(*(call("get", ctx.layout.chunk(sha, i)) for i in group), ns=ctx.ns)
-        for i, kv in zip(group, raise_errors(results), strict=True):
-            if kv is None:
-                raise CheckpointCorrupt(
-                    f"checkpoint #{m['ckpt']} of agent {ctx.layout.agent_id!r}: chunk {i} of "
-                    f"{count} ({ctx.layout.chunk(sha, i)}) is missing"
-                )
-            parts.append(kv.value)
-    return b"".join(parts)
+
+    def missing(i: int, key: str) -> CheckpointCorrupt:
+        return CheckpointCorrupt(
+            f"checkpoint #{m['ckpt']} of agent {ctx.layout.agent_id!r}: chunk {i} of "
+            f"{count} ({key}) is missing"
+        )
+
+    return (yield from chunks.fetch_plan(ctx.chunks, sha, count, missing))
 
 
 def load_state_plan(ctx: Ctx, m: dict[str, Any]) -> AgentPlan[Any]:
@@ -204,10 +187,7 @@ def commit_plan(
         )
     cmp = [compare.mod_revision(lay.head) == head_rev]
     if "chunks" in manifest:
-        cmp += [
-            compare.exists(lay.chunk(manifest["sha256"], i))
-            for i in range(manifest["chunks"]["count"])
-        ]
+        cmp += chunks.exists_compares(ctx.chunks, manifest["sha256"], manifest["chunks"]["count"])
     success = [ops.put(lay.ckpt(manifest["ckpt"]), raw), ops.put(lay.head, raw)]
     if events:
         success.append(ops.append(lay.stream, events, expect=expect_seq))
@@ -283,17 +263,7 @@ def scan_plan(
     ctx: Ctx, prefix: str, revision: int | None, keys_only: bool = False
 ) -> AgentPlan[list[Any]]:
     """Every KeyValue under ``prefix`` at ``revision``, page by page."""
-    kvs: list[Any] = []
-    cont = None
-    while True:
-        rr = yield call(
-            "range", prefix, revision=revision, keys_only=keys_only or None,
-            continuation=cont, ns=ctx.ns,
-        )
-        kvs.extend(rr.kvs)
-        if not rr.more:
-            return kvs
-        cont, revision = rr.continuation, rr.revision
+    return (yield from chunks.scan_plan(ctx.ns, prefix, revision, keys_only))
 
 
 def gc_plan(ctx: Ctx, attempts: int = 5, fence: Any = None) -> AgentPlan[int]:
@@ -308,11 +278,11 @@ def gc_plan(ctx: Ctx, attempts: int = 5, fence: Any = None) -> AgentPlan[int]:
         used = {unpack_manifest(kv.value, kv.key).get("sha256") for kv in manifests}
         # The head's own: its ckpt/ manifest may be gone (a retention policy, rollback).
         used.add(head.get("sha256") if head is not None else None)
-        chunks = yield from scan_plan(ctx, lay.chunk_prefix, rr.revision, keys_only=True)
-        orphans = sorted({lay.chunk_sha(kv.key) for kv in chunks} - used)
+        chunk_kvs = yield from scan_plan(ctx, lay.chunk_prefix, rr.revision, keys_only=True)
+        orphans = sorted({ctx.chunks.sha_of(kv.key) for kv in chunk_kvs} - used)
         if not orphans:
             return 0
-        deletes = [ops.delete(lay.chunk_dir(sha), prefix=True) for sha in orphans]
+        deletes = [ops.delete(ctx.chunks.dir(sha), prefix=True) for sha in orphans]
         r = yield call(
             "txn", [compare.mod_revision(lay.head) == head_rev], deletes, ns=ctx.ns, fence=fence
         )

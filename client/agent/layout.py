@@ -4,6 +4,7 @@ person can read an agent with ``statekeeper``'s range or the HTTP API.
     agent/{agent_id}/head                  the current checkpoint's manifest (+ "ckpt": n)
     agent/{agent_id}/ckpt/{n:012d}         checkpoint n's manifest (msgpack, see records.py)
     agent/{agent_id}/chunk/{sha256}/{i:06d}  chunk i of a state envelope too large to inline
+                                           (client/chunks.py)
     stream agent/{agent_id}                the agent's events (``meta.step`` on each)
     proj/{name}                            a projection's saved {position, model}
 
@@ -46,16 +47,6 @@ class Layout:
 
     def ckpt(self, n: int) -> str:
         return f"{self.ckpt_prefix}{n:012d}"
-
-    def chunk_dir(self, sha256: str) -> str:
-        return f"{self.chunk_prefix}{sha256}/"
-
-    def chunk(self, sha256: str, i: int) -> str:
-        return f"{self.chunk_prefix}{sha256}/{i:06d}"
-
-    def chunk_sha(self, key: str) -> str:
-        """The sha256 segment of a chunk key."""
-        return key[len(self.chunk_prefix) :].partition("/")[0]
 
 
 def projection_key(name: str) -> str:

@@ -16,8 +16,9 @@ The saver's keys, inside its statekeeper namespace (``"langgraph"`` by default):
     ttl/{thread}                                    the thread's lease id, with ttl= only
                                                     (saver_ttl.py)
 
-A value too large for one key continues in ``{key}/c0``, ``{key}/c1``, ... (blobs and
-writes only; see saver_codec.py). ``idx`` is ``%08d``, so the special writes of
+A blob or write too large for the txn has its chunks in
+``chunk/{key}/{sha256}/{i:06d}`` (saver_chunks.py; earlier versions wrote ``{key}/c0``,
+``{key}/c1``, ..., still read). ``idx`` is ``%08d``, so the special writes of
 ``WRITES_IDX_MAP`` (negative indexes) read ``-0000001`` .. ``-0000004``.
 
 ``inv`` makes ascending key order DESCENDING checkpoint id order, so "newest first",
@@ -35,6 +36,7 @@ from typing import Any
 
 __all__ = [
     "BLOB",
+    "CHUNK",
     "CKPT",
     "LAST",
     "RUN",
@@ -43,13 +45,16 @@ __all__ = [
     "WRITES",
     "blob_key",
     "blob_prefix",
-    "chunk_key",
+    "chunk_owner",
+    "chunk_prefix",
+    "chunk_root",
     "ckpt_key",
     "ckpt_prefix",
     "inv",
     "last_key",
     "last_prefix",
     "main_key",
+    "namespace_of",
     "parse_ckpt_key",
     "parse_run_key",
     "part",
@@ -70,6 +75,7 @@ __all__ = [
 
 CKPT, BLOB, WRITES, RUN, TRUN, LAST = "ckpt/", "blob/", "writes/", "run/", "trun/", "last/"
 TTL = "ttl/"
+CHUNK = "chunk/"
 
 _ESCAPES = {"%": "%25", "/": "%2F", "\x00": "%00"}
 _UNESCAPE = re.compile(r"%(25|2F|00)")
@@ -89,6 +95,21 @@ def unpart(segment: str) -> str:
     if "%" not in segment:
         return segment
     return _UNESCAPE.sub(lambda m: _UNESCAPES[m.group(1)], segment)
+
+
+def namespace_of(ns: str | None, clients: tuple[Any, ...], default: str, what: str) -> str:
+    """The statekeeper namespace of a saver or store: ``ns`` when given, else that of the
+    clients it was given (issue 30 item 11: ``Client(urls, ns="tenant-a")`` means tenant-a),
+    else ``default``. Clients of two namespaces and no ``ns``: ValueError."""
+    if ns is not None:
+        return ns
+    found = {c.ns for c in clients if c is not None}
+    if len(found) > 1:
+        raise ValueError(
+            f"{what}'s client and aclient use different namespaces ({', '.join(sorted(found))}): "
+            "pass ns= to say which one holds its keys"
+        )
+    return found.pop() if found else default
 
 
 # -- checkpoint id <-> descending key order ------------------------------------------------
@@ -210,14 +231,28 @@ def ttl_key(thread_id: str) -> str:
 
 
 def thread_of(key: str) -> str:
-    """The thread id a saver key belongs to (second segment; third for ``run/``)."""
+    """The thread id a saver key belongs to (second segment; third for ``run/``); a chunk
+    key's (``chunk/{key}/...``) is its owner's."""
+    if key.startswith(CHUNK):
+        key = key[len(CHUNK) :]
     segments = key.split("/", 3)
     return unpart(segments[2] if segments[0] + "/" == RUN else segments[1])
 
 
-def chunk_key(key: str, i: int) -> str:
-    """Where chunk ``i`` of the value of ``key`` lives."""
-    return f"{key}/c{i}"
+def chunk_root(key: str) -> str:
+    """The prefix of the chunks of the value at ``key`` (``key`` may also be a prefix of
+    keys: ``chunk_root(blob_prefix(t))[:-1]`` is every chunk of thread t's blobs)."""
+    return f"{CHUNK}{key}/"
+
+
+def chunk_prefix(prefix: str) -> str:
+    """The prefix of the chunks of every value whose key starts with ``prefix``."""
+    return CHUNK + prefix
+
+
+def chunk_owner(key: str) -> str:
+    """The key whose value a chunk key (``chunk/{key}/{sha256}/{i}``) belongs to."""
+    return key[len(CHUNK) :].rsplit("/", 2)[0]
 
 
 def main_key(key: str, slashes: int) -> tuple[str, int | None]:
@@ -230,6 +265,9 @@ def main_key(key: str, slashes: int) -> tuple[str, int | None]:
 
 
 def retarget(key: str, thread_id: str) -> str:
-    """``key`` (ckpt/, blob/, writes/, trun/ or last/: thread second) moved to ``thread_id``."""
+    """``key`` (ckpt/, blob/, writes/, trun/ or last/: thread second; or chunk/ + one of
+    them) moved to ``thread_id``."""
+    if key.startswith(CHUNK):
+        return CHUNK + retarget(key[len(CHUNK) :], thread_id)
     top, _, rest = key.split("/", 2)
     return f"{top}/{part(thread_id)}/{rest}"

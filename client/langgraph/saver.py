@@ -12,8 +12,10 @@ bytes in saver_codec.py, the keys in keys.py) run by a blocking
 driver over :class:`client.Client` or an asyncio driver over :class:`client.AsyncClient`.
 
 Consistency. A put is ONE txn: the checkpoint record, the blobs of its new channel
-versions, its run index entries and its namespace's ``last/`` marker share one raft entry
-and one revision, so no reader ever sees a checkpoint without its values. put_writes is one
+versions (or, for large ones, the manifests of their chunks, uploaded just before and
+checked by the txn's compares), its run index entries and its namespace's ``last/`` marker
+share one raft entry and one revision, so no reader ever sees a checkpoint without its
+values. put_writes is one
 txn too (special writes overwrite; regular ones are written where their (task_id, idx) has
 none, by compare). Reads are linearizable by default (the client's ``consistency``), and
 every read of one get_tuple or list sees one revision (later reads are pinned to the
@@ -33,9 +35,11 @@ idempotency key across the client's retries, so a retried txn applies once; the 
 put_writes may also be repeated by the caller (same keys, same values; regular writes that
 exist are left alone).
 
-Limits and their errors. A channel value or pending write larger than 900 KiB is chunked
-inside its txn (``{key}/c{i}``); a whole put or put_writes must fit in one txn: at most
-1000 ops and ~4 MiB (InvalidRequest code ``too_large``, naming the largest keys). A
+Limits and their errors. No ceiling on a channel value or pending write short of ~990 MiB
+per put: values over 256 KiB (and the largest others until the txn fits ~4 MiB) are
+stored as content-addressed chunks written before the txn, which then carries only their
+manifests and a compare per chunk (saver_chunks.py; a put needs one of its 1000 ops per
+MiB of chunks: beyond that InvalidRequest code ``too_large``, naming the checkpoint). A
 checkpoint record (the checkpoint without channel values, plus metadata) must fit in one
 1 MiB value (``too_large``). Keys are at most 4 KiB (thread ids, namespaces, channels and
 task ids go into keys: the server answers ``key_too_large``).
@@ -49,7 +53,8 @@ one lease per thread, every key of the thread attached to it, so the cluster del
 thread nobody wrote for ``ttl`` all at one revision, with no client alive (saver_ttl.py
 has the choice against retention policies, the renewal rule and the costs).
 
-Key layout (namespace ``ns``, default "langgraph"; read threads decoded with
+Key layout (namespace ``ns``: by default the given client's, "langgraph" for
+:meth:`StatekeeperSaver.from_endpoints`; read threads decoded with
 ``statekeeper langgraph threads|history|show``):
 client/langgraph/keys.py. In short: ``ckpt/{thread}/{cns}/{inv(checkpoint_id)}`` records
 (newest first), ``blob/{thread}/{cns}/{channel}/{version}`` values,
@@ -95,6 +100,7 @@ from langgraph.checkpoint.base import (
 )
 
 from ..plan import AgentPlan, arun, run
+from .keys import namespace_of
 from .saver_admin import copy_thread_plan, delete_for_runs_plan, delete_threads_plan, prune_plan
 from .saver_codec import Limits, check_serde
 from .saver_combine import CombinedClient, TxnCombiner
@@ -122,7 +128,8 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         client: a blocking :class:`client.Client`, for the sync methods (get_tuple, put,
             list, ...).
         aclient: an :class:`client.AsyncClient`, for the async ones (aget_tuple, aput, ...).
-        ns: the statekeeper namespace of every key.
+        ns: the statekeeper namespace of every key; by default the namespace of the
+            client (or aclient) given, else ``"langgraph"``.
         serde: LangGraph serializer (default JsonPlusSerializer; never one that pickles).
         ttl: thread TTL, seconds after a thread's last write or LangGraph's TTL config
             ``{"default_ttl": minutes, "refresh_on_read": bool}`` (saver_ttl.py); None:
@@ -143,7 +150,7 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         client: Any = None,
         *,
         aclient: Any = None,
-        ns: str = "langgraph",
+        ns: str | None = None,
         serde: Any = None,
         ttl: Any = None,
     ) -> None:
@@ -151,7 +158,7 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         check_serde(self.serde)
         self.client = client
         self.aclient = aclient
-        self.ns = ns
+        self.ns = namespace_of(ns, (client, aclient), "langgraph", "StatekeeperSaver")
         self.ttl = ThreadTTL.of(ttl)
         self._leases = ThreadLeases()
         self._endpoints: Any = None

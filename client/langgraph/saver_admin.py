@@ -2,15 +2,16 @@
 delete_for_runs, prune and copy_thread.
 
 - Deleting threads is prefix deletes (``ckpt/{t}/``, ``blob/{t}/``, ``writes/{t}/``,
-  ``trun/{t}/``, ``last/{t}/`` and ``run/{run}/{t}/`` per run of the thread) and the
-  ``ttl/{t}`` marker, one txn (several only past 1000 prefixes); a thread's lease (ttl=)
-  is left to expire with no keys.
+  their chunks ``chunk/blob/{t}/`` and ``chunk/writes/{t}/``, ``trun/{t}/``, ``last/{t}/``
+  and ``run/{run}/{t}/`` per run of the thread) and the ``ttl/{t}`` marker, one txn
+  (several only past 1000 prefixes); a thread's lease (ttl=) is left to expire with no
+  keys.
 - delete_for_runs and prune "keep_latest" *sweep* one (thread, checkpoint_ns) at a time:
   read its records, its blob keys and its ``last/`` marker at one revision, then one txn
   deletes the doomed checkpoints, their pending writes and run index entries, un-parents a
   survivor whose parent went (as PostgresSaver's prune does) and deletes every blob no
-  survivor references (mark and sweep: also collects blobs an earlier interrupted sweep
-  left). The txn compares the ``last/`` marker's mod_revision, which every put of that
+  survivor references, and their chunk dirs (mark and sweep: also collects blobs an
+  earlier interrupted sweep left and the chunks of puts that crashed before their txn). The txn compares the ``last/`` marker's mod_revision, which every put of that
   namespace rewrites: a checkpoint put meanwhile (which may reference a blob the sweep
   would free) fails the compare, and the namespace is read and swept again.
 - copy_thread reads the source at one revision and writes blobs and writes, then records
@@ -22,7 +23,7 @@ delete_for_runs, prune and copy_thread.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import Conflict
@@ -69,6 +70,7 @@ def delete_threads_plan(ctx: Ctx, thread_ids: Sequence[str]) -> AgentPlan[None]:
     prefixes = []
     for t, kvs in zip(threads, runs, strict=True):
         prefixes += [K.ckpt_prefix(t), K.blob_prefix(t), K.writes_prefix(t)]
+        prefixes += [K.chunk_prefix(K.blob_prefix(t)), K.chunk_prefix(K.writes_prefix(t))]
         prefixes += [K.last_prefix(t), K.trun_prefix(t)]
         prefixes += [K.run_prefix(_last_segment(kv.key), t) for kv in kvs]
     deletes = [ops.delete(p, prefix=True) for p in prefixes]
@@ -86,7 +88,12 @@ class Swept:
 
 
 def _sweep_ops(
-    thread: str, cns: str, records: list[Record], dead: set[str], blob_keys: list[str]
+    thread: str,
+    cns: str,
+    records: list[Record],
+    dead: set[str],
+    blob_keys: list[str],
+    chunk_keys: list[str],
 ) -> list[dict]:
     survivors = [r for r in records if r.id not in dead]
     out = []
@@ -100,9 +107,15 @@ def _sweep_ops(
             if r.run is not None:
                 out.append(ops.delete(K.run_key(r.run, thread, cns, r.id)))
             out.append(ops.delete(K.writes_prefix(thread, cns, r.id), prefix=True))
+            writes_chunks = K.chunk_prefix(K.writes_prefix(thread, cns, r.id))
+            out.append(ops.delete(writes_chunks, prefix=True))
     used = {K.blob_key(thread, cns, ch, v) for r in survivors for ch, v in r.blobs.items()}
     slashes = K.blob_prefix(thread, cns).count("/") + 1  # {channel}/{version}
     out += [ops.delete(k) for k in blob_keys if K.main_key(k, slashes)[0] not in used]
+    # chunk dirs of blobs no survivor references: also those of puts that crashed (or are
+    # in flight: their txn's chunk compares fail and they upload again)
+    owners = dict.fromkeys(K.chunk_owner(k) for k in chunk_keys)
+    out += [ops.delete(K.chunk_root(o), prefix=True) for o in owners if o not in used]
     return out
 
 
@@ -118,13 +131,15 @@ def sweep_plan(
         (rkvs,), rev = yield from ranges_at(ctx, _bounds([prefix]), None)
         records = [unpack_record(kv.value) for kv in rkvs]
         dead = doomed(records)
-        (bkvs, lkvs), _ = yield from ranges_at(
+        blobs = K.blob_prefix(thread, cns)
+        (bkvs, lkvs, ckvs), _ = yield from ranges_at(
             ctx,
-            [*_bounds([K.blob_prefix(thread, cns)]), (last, last + "\x01")],
+            [*_bounds([blobs]), (last, last + "\x01"), *_bounds([K.chunk_prefix(blobs)])],
             rev,
             keys_only=True,
         )
-        txn_ops = _sweep_ops(thread, cns, records, dead, [kv.key for kv in bkvs])
+        blob_keys, chunk_keys = [kv.key for kv in bkvs], [kv.key for kv in ckvs]
+        txn_ops = _sweep_ops(thread, cns, records, dead, blob_keys, chunk_keys)
         guard = compare.mod_revision(last) == (lkvs[0].mod_revision if lkvs else 0)
         for txn in pack_txns(txn_ops, ctx.limits, reserve=1):
             r = yield Call("txn", ([guard], txn), {"ns": ctx.ns})
@@ -209,6 +224,14 @@ def copy_thread_plan(ctx: Ctx, source: str, target: str) -> AgentPlan[None]:
     prefixes = [K.blob_prefix(source), K.writes_prefix(source), K.last_prefix(source)]
     (bkvs, wkvs, lkvs), _ = yield from ranges_at(ctx, _bounds(prefixes), rev, limit=_VALUE_PAGE)
     data = [ops.put(K.retarget(kv.key, target), kv.value) for kv in (*bkvs, *wkvs)]
+    # Chunks first (two 1 MiB chunks per range page, one per txn: no huge response or
+    # raft entry), so every manifest copied afterwards finds its chunks.
+    chunk_dirs = [K.chunk_prefix(K.blob_prefix(source)), K.chunk_prefix(K.writes_prefix(source))]
+    found, _ = yield from ranges_at(ctx, _bounds(chunk_dirs), rev, limit=2)
+    one_chunk = replace(ctx.limits, request_bytes=ctx.limits.chunk_bytes + 64 * 1024)
+    chunk_puts = [ops.put(K.retarget(kv.key, target), kv.value) for kvs in found for kv in kvs]
+    for txn in pack_txns(chunk_puts, one_chunk):
+        yield Call("txn", ([], txn), {"ns": ctx.ns})
     index, truns = [], {}
     for kv in rkvs:
         rec = unpack_record(kv.value)

@@ -10,11 +10,14 @@ Values (all msgpack; ``typed`` is the serde's ``(type, bytes)`` pair as a 2-list
 - blob (``blob/...``): ``typed``.
 - pending write (``writes/...``): ``{"task", "ch", "idx", "path", "val": typed}``.
 
-A blob or write whose encoding is larger than ``chunk_size`` (900 KiB) is stored as a
-manifest ``b"\\xc1" + msgpack([chunks, size])`` (0xc1 is never a msgpack first byte) at its
-key and the bytes in ``{key}/c0``, ``{key}/c1``, ... in the same txn. A record must fit in
-one value (1 MiB): it holds no channel values, so only a huge ``versions_seen`` or metadata
-can hit that; it is refused with ``InvalidRequest(code="too_large")``.
+A blob or write stored as chunks (saver_chunks.py: over 256 KiB, or to fit the txn) has
+at its key the manifest ``b"\\xc1" + msgpack({"sha256", "size", "count", "chunk"})`` (0xc1
+is never a msgpack first byte) and its bytes in ``chunk/{key}/{sha256}/{i:06d}``, written
+before the txn. Earlier versions wrote ``b"\\xc1" + msgpack([chunks, size])`` with the bytes
+in ``{key}/c0``, ``{key}/c1``, ... of the same txn; :func:`stored` still reads those. A
+record must fit in one value (1 MiB): it holds no channel values, so only a huge
+``versions_seen`` or metadata can hit that; it is refused with
+``InvalidRequest(code="too_large")``.
 """
 
 from __future__ import annotations
@@ -26,25 +29,25 @@ from typing import Any
 import msgpack
 
 from ..errors import InvalidRequest
-from .keys import chunk_key
 
 __all__ = [
     "CHUNK_MARK",
+    "ChunkRef",
     "Limits",
     "Record",
     "WriteRecord",
     "check_one_txn",
     "check_serde",
     "dumps",
-    "frame",
     "loads",
     "op_size",
     "pack_blob",
+    "pack_chunk_ref",
     "pack_record",
     "pack_txns",
     "pack_write",
+    "stored",
     "too_large",
-    "unframe",
     "unpack_blob",
     "unpack_record",
     "unpack_write",
@@ -57,10 +60,12 @@ _OP_OVERHEAD = 64  # msgpack framing of one put/delete op in a txn request, gene
 @dataclass(frozen=True, slots=True)
 class Limits:
     """The server's limits as the saver plans with them (node/config.py Limits), with
-    headroom: a txn's request must stay under ``request_bytes`` and ``ops`` ops."""
+    headroom: a txn's request must stay under ``request_bytes`` and ``ops`` ops. Values
+    over ``inline_bytes`` are stored as chunks of ``chunk_bytes`` (saver_chunks.py)."""
 
     value_bytes: int = 1024 * 1024
-    chunk_size: int = 900 * 1024
+    inline_bytes: int = 256 * 1024
+    chunk_bytes: int = 1024 * 1024
     request_bytes: int = 4 * 1024 * 1024 - 64 * 1024
     ops: int = 1000
     range_page: int = 10_000
@@ -120,21 +125,32 @@ def loads(serde: Any, typed: Sequence[Any]) -> Any:
 # -- chunking ------------------------------------------------------------------------------
 
 
-def frame(key: str, data: bytes, chunk_size: int) -> list[tuple[str, bytes]]:
-    """The (key, value) puts storing ``data`` at ``key``: itself, or a manifest and chunks."""
-    if len(data) <= chunk_size:
-        return [(key, data)]
-    n = -(-len(data) // chunk_size)
-    out = [(key, CHUNK_MARK + _pack([n, len(data)]))]
-    out.extend((chunk_key(key, i), data[i * chunk_size : (i + 1) * chunk_size]) for i in range(n))
-    return out
+@dataclass(frozen=True, slots=True)
+class ChunkRef:
+    """The manifest of a value stored as content-addressed chunks (saver_chunks.py)."""
+
+    sha256: str
+    size: int
+    count: int
+    chunk_size: int
 
 
-def unframe(key: str, main: bytes, chunks: Mapping[int, bytes]) -> bytes:
-    """The value stored at ``key`` (``main``, or the concatenated chunks it announces)."""
+def pack_chunk_ref(ref: ChunkRef) -> bytes:
+    return CHUNK_MARK + _pack(
+        {"sha256": ref.sha256, "size": ref.size, "count": ref.count, "chunk": ref.chunk_size}
+    )
+
+
+def stored(key: str, main: bytes, chunks: Mapping[int, bytes]) -> bytes | ChunkRef:
+    """What the value at ``key`` is: ``main`` itself, a ChunkRef (its chunks are fetched
+    apart), or (format of earlier versions) the concatenation of ``{key}/c{i}`` chunks
+    written in the same txn (``chunks``: i -> bytes)."""
     if not main.startswith(CHUNK_MARK):
         return main
-    n, size = _unpack(main[1:])
+    manifest = _unpack(main[1:])
+    if isinstance(manifest, dict):
+        return ChunkRef(manifest["sha256"], manifest["size"], manifest["count"], manifest["chunk"])
+    n, size = manifest
     try:
         data = b"".join(chunks[i] for i in range(n))
     except KeyError as e:

@@ -17,8 +17,9 @@ from typing import Any
 
 from ..plan import AgentPlan, Call
 from . import keys as K
+from .saver_chunks import blob_value_plan, pending_writes_plan
 from .saver_codec import Record, loads, unpack_blob, unpack_record
-from .saver_plan import Ctx, blob_value, pending_writes, pinned_read, ranges_at, target
+from .saver_plan import Ctx, pinned_read, ranges_at, target
 
 __all__ = ["delta_history_plan"]
 
@@ -86,12 +87,16 @@ def delta_history_plan(
         found, _ = yield from ranges_at(ctx, bounds, rev)
         blobs = dict(zip(bkeys, found[len(window) :], strict=True))
         for rec, prefix, wkvs in zip(window, wprefix, found[: len(window)], strict=True):
-            for w in reversed(pending_writes(prefix, wkvs)):
+            for w in reversed((yield from pending_writes_plan(ctx.ns, ctx.limits, prefix, wkvs))):
                 if w.channel in remaining:
                     collected[w.channel].append((w.task_id, w.channel, loads(ctx.serde, w.value)))
             for ch in list(remaining):
                 key = bkeys.get((rec.id, ch))
-                raw = blob_value(key, blobs[(rec.id, ch)]) if key else None
+                raw = (
+                    (yield from blob_value_plan(ctx.ns, ctx.limits, key, blobs[(rec.id, ch)]))
+                    if key
+                    else None
+                )
                 if raw is not None:
                     seeds[ch] = loads(ctx.serde, unpack_blob(raw))
                     remaining.discard(ch)

@@ -11,7 +11,7 @@ node that has not answers future_revision and the batch is re-read linearizable)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,6 @@ from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     CheckpointTuple,
     get_serializable_checkpoint_metadata,
-    writes_sort_key,
 )
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
@@ -27,22 +26,27 @@ from ..errors import Compacted, Conflict
 from ..ops import compare, ops
 from ..plan import AgentPlan, Call, batch, is_error, raise_errors
 from . import keys as K
+from .saver_chunks import (
+    Spill,
+    blob_value_plan,
+    pending_writes_plan,
+    split_inline,
+    upload_spills_plan,
+)
 from .saver_codec import (
     Limits,
     Record,
     WriteRecord,
     check_one_txn,
     dumps,
-    frame,
     loads,
+    op_size,
     pack_blob,
     pack_record,
     pack_write,
     too_large,
-    unframe,
     unpack_blob,
     unpack_record,
-    unpack_write,
 )
 
 __all__ = [
@@ -171,32 +175,6 @@ def ranges_at(
     return found, revision if revision is not None else 0
 
 
-def blob_value(key: str, kvs: Iterable[Any]) -> bytes | None:
-    main: bytes | None = None
-    chunks: dict[int, bytes] = {}
-    for kv in kvs:
-        if kv.key == key:
-            main = kv.value
-        elif kv.key.startswith(key + "/c"):
-            chunks[int(kv.key[len(key) + 2 :])] = kv.value
-    return None if main is None else unframe(key, main, chunks)
-
-
-def pending_writes(prefix: str, kvs: Iterable[Any]) -> list[WriteRecord]:
-    """The pending writes in the kvs under ``prefix`` (``{task}/{idx}`` and their chunks)."""
-    mains: dict[str, bytes] = {}
-    chunks: dict[str, dict[int, bytes]] = {}
-    for kv in kvs:
-        key, i = K.main_key(kv.key, prefix.count("/") + 1)  # {task}/{idx}: one more "/"
-        if i is None:
-            mains[key] = kv.value
-        else:
-            chunks.setdefault(key, {})[i] = kv.value
-    out = [unpack_write(unframe(k, v, chunks.get(k, {}))) for k, v in mains.items()]
-    out.sort(key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
-    return out
-
-
 Item = tuple[str, str, Record, Any]  # thread, checkpoint_ns, record, decoded metadata or None
 
 
@@ -212,7 +190,7 @@ def load_tuples(ctx: Ctx, items: Sequence[Item], revision: int) -> AgentPlan[lis
     found, _ = yield from ranges_at(ctx, bounds, revision)
     blobs = {}
     for bkey, kvs in zip(blob_keys, found[len(items) :], strict=True):
-        raw = blob_value(blob_keys[bkey], kvs)
+        raw = yield from blob_value_plan(ctx.ns, ctx.limits, blob_keys[bkey], kvs)
         if raw is not None:
             blobs[bkey] = raw
     out = []
@@ -222,9 +200,8 @@ def load_tuples(ctx: Ctx, items: Sequence[Item], revision: int) -> AgentPlan[lis
             raw = blobs.get((t, ns, ch, ver))
             if raw is not None:
                 values[ch] = loads(ctx.serde, unpack_blob(raw))
-        writes = [
-            (w.task_id, w.channel, loads(ctx.serde, w.value)) for w in pending_writes(prefix, wkvs)
-        ]
+        found_writes = yield from pending_writes_plan(ctx.ns, ctx.limits, prefix, wkvs)
+        writes = [(w.task_id, w.channel, loads(ctx.serde, w.value)) for w in found_writes]
         checkpoint = {**loads(ctx.serde, rec.ckpt), "channel_values": values}
         metadata = meta if meta is not None else loads(ctx.serde, rec.meta)
         parent = _config(t, ns, rec.parent) if rec.parent else None
@@ -356,26 +333,35 @@ def _uses_delta(metadata: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
     return any(isinstance(v, _DeltaSnapshot) for v in values.values())
 
 
+@dataclass(frozen=True, slots=True)
+class PutPlan:
+    """One put before its chunks are uploaded: the txn's ops (with its small values), the
+    values stored as chunks, the config to return."""
+
+    ops: list[dict[str, Any]]
+    spills: list[Spill]
+    config: dict[str, Any]
+
+
 def put_ops(
     ctx: Ctx,
     config: Mapping[str, Any],
     checkpoint: Mapping[str, Any],
     metadata: Mapping[str, Any],
     new_versions: Mapping[str, Any],
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The ops of one put (record, new blobs, run index, last marker) and the config to
-    return. InvalidRequest(code="too_large") if they do not fit in one txn."""
+) -> PutPlan:
+    """The ops of one put (record, new blobs, run index, last marker), the blobs stored as
+    chunks (saver_chunks.py) and the config to return."""
     thread, cns, parent = target(config)
     c = dict(checkpoint)
     values = c.pop("channel_values", None) or {}
     md = get_serializable_checkpoint_metadata(config, metadata)  # type: ignore[arg-type]
     cid = c["id"]
-    puts: list[tuple[str, bytes]] = []
+    blobs: list[tuple[str, bytes]] = []
     for ch, ver in new_versions.items():
         if ch in values:
             typed = dumps(ctx.serde, values[ch], f"channel {ch!r}")
-            key = K.blob_key(thread, cns, ch, K.version_part(ver))
-            puts.extend(frame(key, pack_blob(typed), ctx.limits.chunk_size))
+            blobs.append((K.blob_key(thread, cns, ch, K.version_part(ver)), pack_blob(typed)))
     run_id = md.get("run_id")
     run = str(run_id) if run_id is not None else None
     rec = Record(
@@ -393,14 +379,14 @@ def put_ops(
             f"checkpoint {cid} record is {len(data)} bytes without its channel values "
             f"(versions_seen, metadata); the limit is {ctx.limits.value_bytes}"
         )
-    puts.append((K.ckpt_key(thread, cns, cid), data))
+    puts = [(K.ckpt_key(thread, cns, cid), data)]
     if run is not None:
         puts.append((K.run_key(run, thread, cns, cid), b""))
         puts.append((K.trun_key(thread, run), b""))
     puts.append((K.last_key(thread, cns), cid.encode("utf-8")))
-    out = [ops.put(k, v) for k, v in puts]
-    check_one_txn(out, ctx.limits, f"checkpoint {cid} of thread {thread!r}")
-    return out, _config(thread, cns, cid)
+    other = sum(op_size({"key": k, "value": v}) for k, v in puts)
+    inline, spills = split_inline(blobs, other, ctx.limits)
+    return PutPlan([ops.put(k, v) for k, v in inline + puts], spills, _config(thread, cns, cid))
 
 
 def put_plan(
@@ -410,10 +396,18 @@ def put_plan(
     metadata: Mapping[str, Any],
     new_versions: Mapping[str, Any],
 ) -> AgentPlan[dict[str, Any]]:
-    """One txn: the checkpoint record, its new blobs, its run index entries."""
-    txn_ops, next_config = put_ops(ctx, config, checkpoint, metadata, new_versions)
-    yield Call("txn", ([], txn_ops), {"ns": ctx.ns})
-    return next_config
+    """The chunks of the large blobs (saver_chunks.py), then one txn: the checkpoint
+    record, its new blobs (or their chunk manifests), its run index entries. A chunk
+    deleted meanwhile fails the txn's compares: upload again, retry."""
+    p = put_ops(ctx, config, checkpoint, metadata, new_versions)
+    what = f"checkpoint {p.config['configurable']['checkpoint_id']} of thread {target(config)[0]!r}"
+    for _ in range(_ATTEMPTS):
+        cmps, manifests = yield from upload_spills_plan(ctx.ns, ctx.limits, p.spills)
+        check_one_txn(cmps + manifests + p.ops, ctx.limits, what)
+        r = yield Call("txn", (cmps, manifests + p.ops), {"ns": ctx.ns})
+        if r.succeeded:
+            return p.config
+    raise Conflict(f"the chunks of {what} kept being deleted while it was put")
 
 
 # -- put_writes ----------------------------------------------------------------------------
@@ -421,12 +415,14 @@ def put_plan(
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One pending write as puts: ``key``'s value (and chunks); ``special`` ones (negative
-    WRITES_IDX_MAP index) overwrite, the others are written only if absent."""
+    """One pending write: ``key``'s value, or (``spill``) its chunks and a manifest;
+    ``special`` ones (negative WRITES_IDX_MAP index) overwrite, the others are written only
+    if absent."""
 
     key: str
-    puts: tuple[tuple[str, bytes], ...]
+    value: bytes | None
     special: bool
+    spill: Spill | None = None
 
 
 def write_entries(
@@ -439,14 +435,18 @@ def write_entries(
     thread, cns, cid = target(config)
     if not cid:
         raise ValueError("put_writes needs a config with a checkpoint_id")
-    entries: dict[str, Entry] = {}
+    packed: dict[str, tuple[bytes, bool]] = {}
     for i, (channel, value) in enumerate(writes):
         idx = WRITES_IDX_MAP.get(channel, i)
         key = K.writes_key(thread, cns, cid, task_id, idx)
         typed = dumps(ctx.serde, value, f"write to channel {channel!r} of task {task_id!r}")
-        data = pack_write(WriteRecord(task_id, channel, idx, task_path, typed))
-        entries[key] = Entry(key, tuple(frame(key, data, ctx.limits.chunk_size)), idx < 0)
-    return list(entries.values())  # a special channel written twice here: the last wins
+        packed[key] = (pack_write(WriteRecord(task_id, channel, idx, task_path, typed)), idx < 0)
+    # a special channel written twice here: the last wins; 3 ops a regular write at most
+    other = 3 * sum(op_size({"key": k}) for k in packed)
+    inline, spills = split_inline([(k, v) for k, (v, _) in packed.items()], other, ctx.limits)
+    small = dict(inline)
+    big = {sp.key: sp for sp in spills}
+    return [Entry(k, small.get(k), special, big.get(k)) for k, (_, special) in packed.items()]
 
 
 def put_writes_plan(
@@ -456,19 +456,23 @@ def put_writes_plan(
     task_id: str,
     task_path: str = "",
 ) -> AgentPlan[None]:
-    """One txn: special writes overwrite, regular ones go in only where (task_id, idx) has
-    none (compare version == 0; the failure branch reads which exist, and the txn is sent
-    again without them)."""
+    """The chunks of the large writes, then one txn: special writes overwrite, regular ones
+    go in only where (task_id, idx) has none (compare version == 0; the failure branch
+    reads which exist, and the txn is sent again without them), every chunk must exist."""
     pending = write_entries(ctx, config, writes, task_id, task_path)
     for _ in range(_ATTEMPTS):
         if not pending:
             return
+        spills = [e.spill for e in pending if e.spill is not None]
+        chunk_cmps, manifests = yield from upload_spills_plan(ctx.ns, ctx.limits, spills)
         regular = [e for e in pending if not e.special]
-        success = [ops.put(k, v) for e in pending for k, v in e.puts]
+        success = [ops.put(e.key, e.value) for e in pending if e.value is not None]
+        success += manifests
         cmps = [compare.version(e.key) == 0 for e in regular]
         fails = [ops.get(e.key) for e in regular]
-        check_one_txn(success + cmps + fails, ctx.limits, f"the writes of task {task_id!r}")
-        r = yield Call("txn", (cmps, success, fails), {"ns": ctx.ns})
+        every = success + cmps + chunk_cmps + fails
+        check_one_txn(every, ctx.limits, f"the writes of task {task_id!r}")
+        r = yield Call("txn", (cmps + chunk_cmps, success, fails), {"ns": ctx.ns})
         if r.succeeded:
             return
         present = {e.key for e, kv in zip(regular, r.results, strict=True) if kv is not None}

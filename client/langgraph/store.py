@@ -40,7 +40,8 @@ blocking driver in a worker thread).
    several txns, see 1). Values must be JSON-serializable (TypeError naming the item).
    Scans read ``page_size`` (500) rows per page.
 4. Key layout (client/langgraph/store_keys.py, record: client/langgraph/store_records.py),
-   in the store's statekeeper namespace (default ``langgraph-store``), readable with
+   in the store's statekeeper namespace (by default the given client's;
+   ``langgraph-store`` for :meth:`StatekeeperStore.from_endpoints`), readable with
    ``statekeeper range item/``: ``item/{label_1}/.../{label_n}/{key}`` -> the item's
    JSON record, every component escaped ("%" -> %25, "/" -> %2F, NUL -> %00).
 5. Durability: a committed put is on a majority of the nodes (fsync per the cluster's
@@ -101,6 +102,7 @@ from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig, 
 
 from .. import AsyncClient, Client
 from ..plan import arun, run
+from .keys import namespace_of
 from .store_core import Limits, Prepared, StoreCore
 
 __all__ = ["StatekeeperStore"]
@@ -115,7 +117,8 @@ class StatekeeperStore(BaseStore):
         client: a :class:`client.Client` for the blocking methods (``batch``, get, put...).
         aclient: a :class:`client.AsyncClient` for the async ones (``abatch``, aget...);
             without it they run the blocking client in a worker thread.
-        ns: the statekeeper namespace holding every item.
+        ns: the statekeeper namespace holding every item; by default the namespace of the
+            client (or aclient) given.
         index: LangGraph's IndexConfig (``dims``, ``embed``, ``fields``) for semantic search.
         ttl: LangGraph's TTLConfig (``default_ttl`` minutes, ``refresh_on_read``).
         page_size: rows per range page of a scan.
@@ -130,7 +133,7 @@ class StatekeeperStore(BaseStore):
         client: Client | None = None,
         *,
         aclient: AsyncClient | None = None,
-        ns: str = DEFAULT_NS,
+        ns: str | None = None,
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
         page_size: int = 500,
@@ -141,7 +144,7 @@ class StatekeeperStore(BaseStore):
             raise ValueError("StatekeeperStore needs a Client (client=) or an AsyncClient (aclient=)")
         self.client = client
         self.aclient = aclient
-        self.ns = ns
+        self.ns = ns = namespace_of(ns, (client, aclient), DEFAULT_NS, "StatekeeperStore")
         self.ttl_config = ttl
         self.index_config = dict(index) if index else None
         self.embeddings = None

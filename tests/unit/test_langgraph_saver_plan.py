@@ -9,6 +9,7 @@ import random
 import uuid
 from typing import Annotated, TypedDict
 
+import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -33,9 +34,8 @@ from statekeeper.client.langgraph.saver_codec import (
     Limits,
     check_serde,
     dumps,
-    frame,
     pack_txns,
-    unframe,
+    stored,
     unpack_record,
 )
 from statekeeper.client.langgraph.saver_plan import Ctx, put_ops, put_writes_plan, write_entries
@@ -114,16 +114,14 @@ def test_version_part() -> None:
 # -- codec ---------------------------------------------------------------------------------
 
 
-def test_frame_chunks_large_values_and_unframes() -> None:
+def test_values_of_earlier_versions_chunked_in_the_txn_are_still_read() -> None:
     data = bytes(range(256)) * 40
-    parts = frame("blob/t//c/1", data, 1000)
-    assert parts[0][1].startswith(CHUNK_MARK) and len(parts) == 1 + 11
-    assert [k for k, _ in parts[1:3]] == ["blob/t//c/1/c0", "blob/t//c/1/c1"]
-    chunks = {int(k.rsplit("/c", 1)[1]): v for k, v in parts[1:]}
-    assert unframe("k", parts[0][1], chunks) == data
-    assert frame("k", b"small", 1000) == [("k", b"small")]
+    parts = {i: data[i * 1000 : (i + 1) * 1000] for i in range(11)}
+    main = CHUNK_MARK + msgpack.packb([11, len(data)])
+    assert stored("k", main, parts) == data
+    assert stored("k", b"small", {}) == b"small"
     with pytest.raises(ValueError, match="missing"):
-        unframe("k", parts[0][1], {0: chunks[0]})
+        stored("k", main, {0: parts[0]})
 
 
 def test_pack_txns_respects_op_and_byte_limits() -> None:
@@ -157,7 +155,9 @@ def test_pickle_is_refused() -> None:
 def test_put_is_one_txn_with_only_new_blobs() -> None:
     cfg = generate_config("t1", checkpoint_id="parent-id")
     cp = generate_checkpoint(channel_values={"a": 1, "b": [2]}, channel_versions={"a": 2, "b": 1})
-    txn_ops, out = put_ops(ctx(), cfg, cp, generate_metadata(run_id="r1"), {"a": 2})
+    planned = put_ops(ctx(), cfg, cp, generate_metadata(run_id="r1"), {"a": 2})
+    txn_ops, out = planned.ops, planned.config
+    assert planned.spills == []
     keys = [o["key"] for o in txn_ops]
     assert keys == [
         "blob/t1//a/2",
@@ -181,22 +181,6 @@ def test_put_is_one_txn_with_only_new_blobs() -> None:
     }
 
 
-def test_put_chunks_big_values_and_refuses_what_does_not_fit() -> None:
-    cfg = generate_config("t1")
-    cp = generate_checkpoint(channel_values={"big": b"x" * 2_000_000}, channel_versions={"big": 1})
-    txn_ops, _ = put_ops(ctx(), cfg, cp, generate_metadata(), {"big": 1})
-    assert [o["key"] for o in txn_ops[:4]] == [
-        "blob/t1//big/1",
-        "blob/t1//big/1/c0",
-        "blob/t1//big/1/c1",
-        "blob/t1//big/1/c2",
-    ]
-    cp = generate_checkpoint(channel_values={"big": b"x" * 5_000_000}, channel_versions={"big": 1})
-    with pytest.raises(InvalidRequest) as e:
-        put_ops(ctx(), cfg, cp, generate_metadata(), {"big": 1})
-    assert e.value.code == "too_large" and "blob/t1//big/1" in str(e.value)
-
-
 def test_special_writes_overwrite_regular_ones_are_insert_if_absent() -> None:
     cfg = generate_config("t1", checkpoint_id="c1")
     writes = [("a", 1), (ERROR, "e"), ("b", 2), (INTERRUPT, "i"), (RESUME, "r"), (SCHEDULED, "s")]
@@ -210,7 +194,7 @@ def test_special_writes_overwrite_regular_ones_are_insert_if_absent() -> None:
         ("-0000002", True),
     ]
     plan = put_writes_plan(ctx(), cfg, writes, "task")
-    call = next(plan)
+    call = next(plan)  # nothing to chunk: the txn comes first
     cmps, success, failure = call.args
     regular = [e.key for e in entries if not e.special]
     assert [c["key"] for c in cmps] == regular and all(c["value"] == 0 for c in cmps)
@@ -322,7 +306,7 @@ async def test_async_methods_over_the_async_client() -> None:
     assert [t.metadata["step"] async for t in saver.alist(None)] == [4, 4]
     await saver.adelete_thread(thread)
     await saver.aprune(["copy"], strategy="delete")
-    assert inner.range(ns="langgraph").kvs == []
+    assert inner.range(ns=saver.ns).kvs == []
     with pytest.raises(RuntimeError, match="client=Client"):
         saver.get_tuple(generate_config(thread))
 

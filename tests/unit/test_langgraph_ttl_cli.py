@@ -75,7 +75,7 @@ def test_first_put_grants_then_puts_attach_and_renew_only_when_due() -> None:
     leases = ThreadLeases(clock)
     ttl = ThreadTTL.of(100)
     args = _put_args("t1")
-    ops, _ = put_ops(CTX, *args)
+    ops = put_ops(CTX, *args).ops
 
     def answers(c: Call):
         if c.method == "get":
@@ -186,7 +186,7 @@ def test_thread_summaries_and_write_counts_from_keys() -> None:
     wkeys = [
         K.writes_key("a/b", "", old, "task/1", 0),
         K.writes_key("a/b", "", old, "task/1", 1),
-        K.chunk_key(K.writes_key("a/b", "", old, "task/1", 1), 0),
+        K.writes_key("a/b", "", old, "task/1", 1) + "/c0",  # a chunk of the earlier format
         K.writes_key("a/b", "sub:1", new, "t", -1),
     ]
     assert cli.write_counts(wkeys, "a/b") == {("", old): 2, ("sub:1", new): 1}
@@ -195,7 +195,8 @@ def test_thread_summaries_and_write_counts_from_keys() -> None:
 def test_history_row_and_table_and_show_json() -> None:
     cfg, cp, meta, versions = _put_args("t", 3)
     meta["source"] = "loop"
-    ops, stored = put_ops(CTX, cfg, cp, meta, versions)
+    planned = put_ops(CTX, cfg, cp, meta, versions)
+    ops, stored = planned.ops, planned.config
     rec = next(op for op in ops if op["key"].startswith("ckpt/"))
     row = cli.row_of(rec["key"], rec["value"], 2, SERDE)
     assert (row.checkpoint_id, row.step, row.source, row.writes, row.run) == (
