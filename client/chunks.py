@@ -103,9 +103,12 @@ def scan_plan(
         cont, revision = rr.continuation, rr.revision
 
 
-def upload_plan(space: ChunkSpace, data: bytes, sha: str, fence: Any = None) -> AgentPlan[int]:
+def upload_plan(
+    space: ChunkSpace, data: bytes, sha: str, fence: Any = None, lease: int | None = None
+) -> AgentPlan[int]:
     """Store ``data``'s chunks under ``space.dir(sha)`` and return the chunk size they use
-    (each put fenced by ``fence`` when given: a stale writer uploads nothing).
+    (each put fenced by ``fence`` when given: a stale writer uploads nothing; attached to
+    ``lease`` when given: they expire with it).
 
     Chunks already there are not sent again when they are a complete set (of this
     writer's size, or of another size, which is then adopted); any other leftover (a
@@ -127,7 +130,9 @@ def upload_plan(space: ChunkSpace, data: bytes, sha: str, fence: Any = None) -> 
     per = max(1, space.batch_bytes // size)
     for start in range(0, len(missing), per):
         puts = [
-            call("put", space.key(sha, i), data[i * size : (i + 1) * size], fence=fence)
+            call(
+                "put", space.key(sha, i), data[i * size : (i + 1) * size], fence=fence, lease=lease
+            )
             for i in missing[start : start + per]
         ]
         raise_errors((yield batch(*puts, ns=space.ns)))

@@ -21,6 +21,20 @@ of a thread grants the lease and creates the marker under a compare (version 0);
 later put compares the marker's value with the lease it attaches to, so two writers never
 split a thread across two leases (the loser of a race revokes its own, keyless, lease).
 
+Chunks (saver_chunks.py). A value too large for the txn is uploaded as chunks BEFORE the
+txn, in batches of plain puts, so attaching only the txn's puts left a thread's chunks on
+no lease: they outlived the thread forever. So a batch whose calls are all puts under
+``chunk/`` of one thread (keys.thread_of maps a chunk key to its owner's thread) is
+attached to the thread's lease as well, obtained before the upload: the known one, the
+marker's, or a grant. A lease granted for the upload is not yet named by a marker; the
+txn that follows then creates the marker for that SAME lease under the version-0 compare
+(it would otherwise compare the marker's value, fail, and grant a second lease, leaving
+the chunks on one nobody renews). If another writer's marker wins that compare, our lease
+is revoked, which deletes the chunks on it: the txn on the winner's lease fails its
+chunk compares, and the put plan uploads them again, now on the winner's lease. A crash
+between the upload and the txn leaves chunks on a lease no marker names: it expires
+after ttl * 1.1 with them (no orphan).
+
 When a thread expires. The lease is granted for ``ttl * (1 + SLACK)`` and a write renews
 it (``lease_keepalive``, before its txn) only once ``ttl * SLACK`` has passed since this
 saver last renewed it: renewed at r (sent), it expires no earlier than r + ttl * 1.1, and
@@ -61,12 +75,12 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import Conflict, LeaseNotFound
 from ..ops import compare, ops
-from ..plan import AgentPlan, Call
+from ..plan import AgentPlan, BatchCall, Call
 from . import keys as K
 
 __all__ = ["MAX_CACHED", "SLACK", "ThreadLeases", "ThreadTTL", "refresh_plan", "with_ttl"]
@@ -162,6 +176,9 @@ class _Scope:
     leases: ThreadLeases
     ns: str
     renew: bool  # a write of the thread: grant a lease if it has none, renew when due
+    # thread -> the lease granted for its chunk upload that no marker names yet: the txn
+    # that follows creates the marker for it (compare version 0)
+    unmarked: dict[str, int] = field(default_factory=dict)
 
 
 def _renewed(scope: _Scope, thread: str, lease: int) -> AgentPlan[bool]:
@@ -220,7 +237,10 @@ def _leased_txn(scope: _Scope, step: Call) -> AgentPlan[Any]:
         return (yield step)
     marker = K.ttl_key(thread)
     for _ in range(_ATTEMPTS):
-        lease, fresh = yield from _lease_of(scope, thread)
+        if thread in scope.unmarked:  # granted for this write's chunks: mark it now
+            lease, fresh = scope.unmarked[thread], True
+        else:
+            lease, fresh = yield from _lease_of(scope, thread)
         if lease is None:
             return (yield step)
         attached = [{**op, "lease": lease} if op.get("op") == "put" else op for op in success]
@@ -234,7 +254,9 @@ def _leased_txn(scope: _Scope, step: Call) -> AgentPlan[Any]:
             r = yield Call("txn", args, step.kwargs)
         except LeaseNotFound:  # it expired (the thread with it) since we renewed it
             scope.leases.forget(thread)
+            scope.unmarked.pop(thread, None)
             continue
+        scope.unmarked.pop(thread, None)  # marked now, or revoked below
         if r.succeeded:
             return replace(r, results=r.results[: len(success)])
         seen = r.results[-1]
@@ -249,11 +271,39 @@ def _leased_txn(scope: _Scope, step: Call) -> AgentPlan[Any]:
     raise Conflict(f"thread {thread!r}: its lease kept changing while it was written")
 
 
+def _thread_of_chunk_puts(step: BatchCall) -> str | None:
+    """The thread whose chunks a batch uploads (every call a put under ``chunk/`` of one
+    thread), else None: the batch is left as it is."""
+    if not step.calls or any(
+        c.method != "put" or not str(c.args[0]).startswith(K.CHUNK) for c in step.calls
+    ):
+        return None
+    threads = {K.thread_of(c.args[0]) for c in step.calls}
+    return threads.pop() if len(threads) == 1 else None
+
+
+def _leased_upload(scope: _Scope, step: BatchCall) -> AgentPlan[Any]:
+    """Send the chunk upload ``step`` with every put attached to its thread's lease (granted
+    now if the thread has none: the txn that follows marks it)."""
+    thread = _thread_of_chunk_puts(step)
+    if thread is None:
+        return (yield step)
+    lease = scope.unmarked.get(thread)
+    if lease is None:
+        lease, fresh = yield from _lease_of(scope, thread)
+        if lease is None:
+            return (yield step)
+        if fresh:
+            scope.unmarked[thread] = lease
+    attached = tuple(replace(c, kwargs={**c.kwargs, "lease": lease}) for c in step.calls)
+    return (yield replace(step, calls=attached))
+
+
 def with_ttl(
     plan: AgentPlan[Any], ttl: ThreadTTL, leases: ThreadLeases, ns: str, *, renew: bool
 ) -> AgentPlan[Any]:
-    """``plan`` with each of its txns that puts keys of a thread attached to the thread's
-    lease (``renew``: a write, which grants the lease and renews it when due; otherwise
+    """``plan`` with each of its txns that puts keys of a thread, and each of its chunk
+    uploads (batches of puts under ``chunk/``), attached to the thread's lease (``renew``: a write, which grants the lease and renews it when due; otherwise
     only an existing lease is used)."""
     scope = _Scope(ttl, leases, ns, renew)
     result: Any = None
@@ -268,6 +318,8 @@ def with_ttl(
             try:
                 if isinstance(step, Call) and step.method == "txn":
                     result = yield from _leased_txn(scope, step)
+                elif isinstance(step, BatchCall):
+                    result = yield from _leased_upload(scope, step)
                 else:
                     result = yield step
             except Exception as exc:  # handed to the plan, which may catch it

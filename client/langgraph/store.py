@@ -35,8 +35,9 @@ blocking driver in a worker thread).
    with new timestamps).
 3. Limits and their errors: an item key (``item/`` + escaped labels + escaped key) of at
    most 4 KiB (InvalidRequest ``key_too_large``); an item's stored record (value as JSON,
-   timestamps, vectors) of at most 1 MiB (InvalidRequest ``value_too_large``, before
-   anything is sent); one txn carries at most 1000 puts and ~3.5 MiB (more are split into
+   timestamps, vectors) over 1 MiB is stored as chunks then a manifest, in a txn of its
+   own (client/langgraph/store_chunks.py), up to ~990 MiB (``value_too_large`` above,
+   before anything is sent); one txn carries at most 1000 puts and ~3.5 MiB (more are split into
    several txns, see 1). Values must be JSON-serializable (TypeError naming the item).
    Scans read ``page_size`` (500) rows per page.
 4. Key layout (client/langgraph/store_keys.py, record: client/langgraph/store_records.py),

@@ -45,6 +45,7 @@ from langgraph.store.base import (
 from ..errors import InvalidRequest
 from ..ops import compare, ops
 from ..plan import AgentPlan, BatchCall, Call, batch, call, raise_errors
+from .store_chunks import BigPut, big_put, drop_chunks, fill_rows_plan, put_big_plan
 from .store_keys import after, item_key, literal_labels, namespace_prefix, prefix_end
 from .store_match import cosine, list_namespaces, value_matches
 from .store_records import Record, encode_vector
@@ -272,19 +273,34 @@ class StoreCore:
     ) -> AgentPlan[list[Result]]:
         """The batch's requests; returns one result per op (see the module docstring).
         ``vectors``: one per ``prep.texts``; ``queries``: query -> vector."""
-        writes = self._put_txns(prep, vectors, now)
+        writes, bigs = self._put_txns(prep, vectors, now)
         for q, vec in queries.items():
             self._check_dims(len(vec), f"the embedding of query {q!r}")
         reads = _Reads(prep, self.dims is not None)
         while calls := reads.next_calls(self.page_size):
             reads.absorb(raise_errors((yield batch(*calls, ns=self.ns))), now)
+        yield from self._fill_chunked(prep, reads, now)
         results, touched = self._answers(prep, reads, queries, now)
         writes += self._upkeep_txns(prep, reads, touched, now)
+        for row in touched.values():  # a chunked item refreshed keeps its chunks' lease
+            lease = (row.record.chunks or {}).get("lease")
+            if lease is not None and row.key not in prep.puts:
+                yield call("lease_keepalive", lease)
+        for big in bigs:  # each in a txn of its own, after its chunks (store_chunks.py)
+            yield from put_big_plan(self.ns, self.limits.max_value_bytes, big)
         for step in self._requests(writes):
             done = yield step
             if isinstance(step, BatchCall):
                 raise_errors(done)
         return results
+
+    def _fill_chunked(self, prep: Prepared, reads: _Reads, now: datetime) -> AgentPlan[None]:
+        """The chunks of every visible chunked item a get or search read (list_namespaces
+        needs only manifests)."""
+        searched = {namespace_prefix(o.namespace_prefix) for o in prep.ops
+                    if isinstance(o, SearchOp)}
+        tables = [reads.gets, *(s.rows for p, s in reads.scans.items() if p in searched)]
+        yield from fill_rows_plan(self.ns, tables, now)
 
     def _answers(
         self, prep: Prepared, reads: _Reads, queries: dict[str, list[float]], now: datetime
@@ -348,8 +364,11 @@ class StoreCore:
 
     # -- writes -------------------------------------------------------------------------
 
-    def _put_txns(self, prep: Prepared, vectors: list[list[float]], now: datetime) -> list[_Txn]:
-        """The batch's puts and deletes, in as few txns as the limits allow."""
+    def _put_txns(
+        self, prep: Prepared, vectors: list[list[float]], now: datetime
+    ) -> tuple[list[_Txn], list[BigPut]]:
+        """The batch's puts and deletes, in as few txns as the limits allow (each with a
+        delete of the item's chunks, store_chunks.py), and the items to store as chunks."""
         if len(vectors) != len(prep.texts):
             raise ValueError(f"the embedder returned {len(vectors)} vectors for "
                              f"{len(prep.texts)} texts")
@@ -358,6 +377,7 @@ class StoreCore:
         encoded = [encode_vector(v) for v in vectors]
         lim = self.limits
         txns: list[_Txn] = []
+        bigs: list[BigPut] = []
         chunk: list[dict[str, Any]] = []
         size = 0
         for key, op in prep.puts.items():
@@ -370,19 +390,23 @@ class StoreCore:
             else:
                 slots = prep.slots.get(key, [])
                 vecs = {path: encoded[at] for path, at in slots} or None
-                one, n = self._put_op(key, op, vecs, now)
-            if chunk and (len(chunk) >= lim.request_ops or size + n > lim.request_bytes):
+                put = self._put_op(key, op, vecs, now)
+                if isinstance(put, BigPut):
+                    bigs.append(put)
+                    continue
+                one, n = put
+            if chunk and (len(chunk) + 2 > lim.request_ops or size + n > lim.request_bytes):
                 txns.append(_Txn([], chunk, size))
                 chunk, size = [], 0
-            chunk.append(one)
-            size += n
+            chunk += [one, drop_chunks(key)]
+            size += n + len(key) + 64
         if chunk:
             txns.append(_Txn([], chunk, size))
-        return txns
+        return txns, bigs
 
     def _put_op(
         self, key: str, op: PutOp, vecs: dict[str, str] | None, now: datetime
-    ) -> tuple[dict[str, Any], int]:
+    ) -> tuple[dict[str, Any], int] | BigPut:
         ttl = op.ttl
         try:
             expires = None if ttl is None else now + timedelta(minutes=ttl)
@@ -394,19 +418,28 @@ class StoreCore:
             leased=ttl is not None and ttl * 60 <= MAX_LEASE_SECONDS,
             dims=self.dims if vecs else None, vectors=vecs,
         )
+        raw = rec.encode()
+        if len(raw) > self.limits.max_value_bytes:
+            lease = self._lease_seconds(rec)
+            return big_put(key, rec, raw, lease, self.limits.max_value_bytes,
+                           self.limits.request_ops)
         return self._write_record(key, rec)
+
+    def _lease_seconds(self, rec: Record) -> float | None:
+        if rec.leased and rec.ttl is not None:
+            return max(rec.ttl * 60, self.limits.min_lease_ttl)
+        return None
 
     def _write_record(self, key: str, rec: Record) -> tuple[dict[str, Any], int]:
         raw = rec.encode()
+        if rec.chunks is not None:  # a chunked item's manifest, on its chunks' lease
+            return ops.put(key, raw, lease=rec.chunks.get("lease")), len(key) + len(raw) + 64
         if len(raw) > self.limits.max_value_bytes:
             raise InvalidRequest(
                 f"item {rec.key!r} of {rec.namespace!r} is {len(raw)} bytes as stored "
                 f"(value, timestamps and vectors), over the {self.limits.max_value_bytes}-byte "
                 "value limit", code="value_too_large")
-        lease = None
-        if rec.leased and rec.ttl is not None:
-            lease = max(rec.ttl * 60, self.limits.min_lease_ttl)
-        return ops.put(key, raw, ttl=lease), len(key) + len(raw) + 64
+        return ops.put(key, raw, ttl=self._lease_seconds(rec)), len(key) + len(raw) + 64
 
     def _upkeep_txns(
         self, prep: Prepared, reads: _Reads, touched: dict[str, Row], now: datetime
@@ -422,7 +455,7 @@ class StoreCore:
         for key, row in stale.items():
             if key not in prep.puts:
                 guard = compare.mod_revision(key) == row.mod_revision
-                out.append(_Txn([guard], [ops.delete(key)], len(key) + 64))
+                out.append(_Txn([guard], [ops.delete(key), drop_chunks(key)], 2 * len(key) + 64))
         return out
 
     def _requests(self, txns: list[_Txn]) -> Iterator[Call | BatchCall]:
@@ -457,8 +490,8 @@ class StoreCore:
             page = raise_errors((yield batch(scan.call(self.page_size), ns=self.ns)))[0]
             scan.absorb(page, now)
             txns = [
-                _Txn([compare.mod_revision(r.key) == r.mod_revision], [ops.delete(r.key)],
-                     len(r.key) + 64)
+                _Txn([compare.mod_revision(r.key) == r.mod_revision],
+                     [ops.delete(r.key), drop_chunks(r.key)], 2 * len(r.key) + 64)
                 for r in scan.rows if r.record.expired(now)
             ]
             scan.rows.clear()

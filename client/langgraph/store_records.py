@@ -6,6 +6,11 @@ readable with a plain ``statekeeper range item/``::
      "ttl": 5.0, "expires_at": "...", "leased": true,         # only for an item with a TTL
      "dims": 1536, "vectors": {"text": "<base64>", ...}}        # only for an embedded item
 
+A record over the value limit is stored as content-addressed chunks (store_chunks.py): the
+key then holds the record without ``value``, ``dims`` and ``vectors`` but with
+``"chunks": {"sha256", "size", "count", "chunk_size", "lease"}``, and the chunks hold the
+whole record as written.
+
 - ``value`` is the item's value as JSON (so it must be JSON-serializable; tuples come back
   as lists, like any JSON store).
 - ``ttl`` is in minutes (LangGraph's unit); ``expires_at`` is when the item stops being
@@ -59,6 +64,7 @@ class Record:
     leased: bool = False
     dims: int | None = None
     vectors: dict[str, str] | None = None
+    chunks: dict[str, Any] | None = None  # the manifest of a chunked record (store_chunks.py)
 
     def encode(self) -> bytes:
         """The record as compact UTF-8 JSON.
@@ -73,11 +79,14 @@ class Record:
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
         }
+        if self.chunks is not None:  # value and vectors are in the chunks
+            del out["value"]
+            out["chunks"] = self.chunks
         if self.ttl is not None and self.expires_at is not None:
             out["ttl"] = self.ttl
             out["expires_at"] = self.expires_at.isoformat()
             out["leased"] = self.leased
-        if self.vectors:
+        if self.vectors and self.chunks is None:
             out["dims"] = self.dims
             out["vectors"] = self.vectors
         try:
@@ -100,7 +109,7 @@ class Record:
             return cls(
                 namespace=tuple(d["namespace"]),
                 key=d["key"],
-                value=d["value"],
+                value=d["value"] if "chunks" not in d else {},
                 created_at=datetime.fromisoformat(d["created_at"]),
                 updated_at=datetime.fromisoformat(d["updated_at"]),
                 ttl=d.get("ttl"),
@@ -108,6 +117,7 @@ class Record:
                 leased=bool(d.get("leased", False)),
                 dims=d.get("dims"),
                 vectors=d.get("vectors"),
+                chunks=d.get("chunks"),
             )
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"key {where!r} does not hold a StatekeeperStore item: {e}") from e

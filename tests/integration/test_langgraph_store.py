@@ -244,3 +244,42 @@ async def test_abatch_without_an_async_client_uses_a_thread(client: Client) -> N
     store = StatekeeperStore(client, ns=fresh_ns())
     await store.aput(("t",), "k", {"n": 1})
     assert (await store.aget(("t",), "k")).value == {"n": 1}
+
+
+# -- large items (issue 30 item 12) -------------------------------------------------------
+
+
+def _keys(client: Client, ns: str, prefix: str) -> list[str]:
+    return [kv.key for kv in client.range(prefix, ns=ns, keys_only=True)]
+
+
+def test_a_20_mib_item_is_stored_as_chunks_and_read_back(client: Client) -> None:
+    """An item far over the 1 MiB value limit: its record is stored as chunks then a
+    manifest; get and search read it back whole; an overwrite and a delete take the old
+    chunks along in their txn."""
+    ns = fresh_ns()
+    store = StatekeeperStore(client, ns=ns)
+    text = uuid.uuid4().hex * (20 * 1024 * 1024 // 32)  # 20 MiB of JSON string
+    store.put(("docs",), "big", {"text": text, "n": 1})
+    assert len(_keys(client, ns, "chunk/")) >= 20
+    got = store.get(("docs",), "big")
+    assert got is not None and got.value == {"text": text, "n": 1}
+    found = store.search(("docs",), filter={"n": 1})
+    assert [it.key for it in found] == ["big"] and found[0].value["text"] == text
+    store.put(("docs",), "big", {"text": text[::-1], "n": 2})  # another 20 MiB
+    assert store.get(("docs",), "big").value["n"] == 2
+    assert len({k.rsplit("/", 1)[0] for k in _keys(client, ns, "chunk/")}) == 1  # old set gone
+    store.put(("docs",), "big", {"n": 3})  # small again: the chunks go
+    assert _keys(client, ns, "chunk/") == []
+    assert store.get(("docs",), "big").value == {"n": 3}
+    store.put(("docs",), "big", {"text": text})
+    store.delete(("docs",), "big")
+    assert _keys(client, ns, "chunk/") == [] and store.get(("docs",), "big") is None
+
+
+def test_a_large_item_with_a_ttl_expires_with_its_chunks(client: Client) -> None:
+    ns = fresh_ns()
+    store = StatekeeperStore(client, ns=ns)
+    store.put(("t",), "big", {"text": "y" * (3 * 1024 * 1024)}, ttl=0.02)  # 1.2 s, lease 2 s
+    assert _keys(client, ns, "chunk/") and store.get(("t",), "big") is not None
+    wait_until(lambda: not _keys(client, ns, ""), 15, "the item and its chunks deleted")

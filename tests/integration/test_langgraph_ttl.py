@@ -128,3 +128,26 @@ def test_async_saver_with_langgraph_ttl_config(endpoints: list[str], raw: Client
 
     assert asyncio.run(scenario()) > 3
     assert _kinds(_keys_of(raw, ns, busy)) == {"ckpt", "blob", "run", "trun", "last", "ttl"}
+
+
+def test_a_thread_with_chunked_values_expires_with_its_chunks(
+    endpoints: list[str], raw: Client, ns: str
+) -> None:
+    """A channel value and a pending write over the inline limit are stored as chunks,
+    uploaded before the put's txn: they carry the thread's lease too, so the thread goes
+    entirely, chunks included (they used to stay forever)."""
+    thread = f"big-{uuid.uuid4().hex[:6]}"
+    big = "x" * (600 * 1024)  # over inline_bytes (256 KiB): chunked
+    with StatekeeperSaver.from_endpoints(endpoints, ns=ns, ttl=TTL) as saver:
+        cfg = generate_config(thread)
+        cp = generate_checkpoint(channel_values={"doc": big}, channel_versions={"doc": 1})
+        parent = saver.put(cfg, cp, generate_metadata(step=0, run_id="r"), {"doc": 1})
+        saver.put_writes(parent, [("doc", big + "w")], task_id="task-1")
+        kinds = _kinds(_keys_of(raw, ns, thread))
+        assert {"chunk", "blob", "writes", "ttl"} <= kinds
+        assert saver.get_tuple(parent).checkpoint["channel_values"]["doc"] == big
+        lease = int(raw.get(K.ttl_key(thread), ns=ns).value)
+        chunk_keys = [k for k in _keys_of(raw, ns, thread) if k.startswith(K.CHUNK)]
+        assert len(chunk_keys) >= 2
+        assert set(chunk_keys) <= set(raw.lease_info(lease).keys)
+        _wait_gone(raw, ns, thread)

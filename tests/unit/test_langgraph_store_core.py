@@ -264,14 +264,16 @@ def test_one_read_request_and_one_write_txn_per_batch() -> None:
     assert [i.value for i in out[2]] == [{"n": 2}]
     assert out[3] == [("a",), ("b",)]
     assert store.get(("a",), "k").value == {"n": 5}
-    assert [op["op"] for op in c.txn_ops[-2:]] == ["put", "put"]
+    # each put with a delete of the item's chunks (store_chunks.py), in the same txn
+    assert [op["op"] for op in c.txn_ops[-4:]] == ["put", "delete", "put", "delete"]
+    assert c.txn_ops[-1] == {"op": "delete", "key": "chunk/item/c/k%/", "prefix": True}
 
 
 def test_puts_over_the_request_limits_are_split_into_several_txns() -> None:
     store, c = fake_store(limits=Limits(request_ops=10, request_bytes=10**9))
     c.calls.clear()
     store.batch([PutOp(("a",), f"k{i:02d}", {"i": i}) for i in range(25)])
-    assert c.requests_by_kind() == ["txn", "txn", "txn"]  # 10 + 10 + 5 puts
+    assert c.requests_by_kind() == ["txn"] * 5  # 5 puts (and their chunk deletes) per txn
     assert len(store.search(("a",), limit=100)) == 25
     small, c2 = fake_store(limits=Limits(request_ops=1000, request_bytes=2000))
     c2.calls.clear()
@@ -287,13 +289,14 @@ def test_refreshes_are_packed_into_one_batch_request_after_the_reads() -> None:
     c.calls.clear()
     assert len(store.search(("a",))) == 4
     assert c.requests_by_kind() == ["batch", "batch"]  # the reads; four guarded rewrites
-    assert len(c.txn_ops) == 8
+    assert len(c.txn_ops) == 12  # 4 puts with their chunk deletes, 4 rewrites
 
 
 def test_a_value_over_the_limit_fails_before_anything_is_sent() -> None:
-    store, c = fake_store()
+    """Over what one txn's chunk compares allow (here 12 chunks of 1 KiB)."""
+    store, c = fake_store(limits=Limits(max_value_bytes=1024, request_ops=20))
     with pytest.raises(InvalidRequest) as e:
-        store.batch([PutOp(("a",), "ok", {"n": 1}), PutOp(("a",), "big", {"x": "y" * (1 << 20)})])
+        store.batch([PutOp(("a",), "ok", {"n": 1}), PutOp(("a",), "big", {"x": "y" * 20_000})])
     assert e.value.code == "value_too_large" and "big" in str(e.value)
     with pytest.raises(TypeError, match="JSON"):
         store.put(("a",), "bad", {"x": object()})
@@ -342,7 +345,7 @@ def test_ttl_hides_expired_items_and_puts_them_on_a_lease() -> None:
     store.put(("a",), "short", {"n": 1}, ttl=0.01)  # 0.6 s: the lease is the 2 s minimum
     store.put(("a",), "hour", {"n": 2}, ttl=60)
     store.put(("a",), "forever", {"n": 3})
-    ttl_ms = {json.loads(op["value"])["key"]: op.get("ttl_ms") for op in c.txn_ops}
+    ttl_ms = {json.loads(op["value"])["key"]: op.get("ttl_ms") for op in c.txn_ops if op["op"] == "put"}
     assert ttl_ms == {"short": 2000, "hour": 3_600_000, "forever": None}
     clock.t += 1
     assert store.get(("a",), "short") is None

@@ -15,15 +15,18 @@ from langgraph.checkpoint.conformance.test_utils import (
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from statekeeper.client.langgraph import keys as K
+from statekeeper.client.langgraph.saver_codec import Limits
 from statekeeper.client.langgraph.saver_plan import Ctx, put_ops, put_plan
 from statekeeper.client.langgraph.saver_ttl import ThreadLeases, ThreadTTL, with_ttl
 from statekeeper.client.leases.results import KeepaliveResult, LeaseGrant
-from statekeeper.client.plan import Call
-from statekeeper.client.results import KeyValue, TxnResult
+from statekeeper.client.plan import BatchCall, Call
+from statekeeper.client.results import KeyValue, RangeResult, TxnResult, WriteResult
 from statekeeper.cluster import langgraph_cli as cli
 
 SERDE = JsonPlusSerializer()
 CTX = Ctx("langgraph", SERDE)
+SMALL = Limits(value_bytes=1024, inline_bytes=2048, chunk_bytes=1024, request_bytes=64 * 1024)
+BIG = bytes(range(256)) * 40  # 11 chunks of 1 KiB once encoded
 
 
 def _put_args(thread: str, step: int = 0) -> tuple:
@@ -163,6 +166,83 @@ def test_maintenance_without_a_lease_leaves_the_txn_alone() -> None:
         lambda c: None if c.method == "get" else "done",
     )
     assert [c.method for c in calls] == ["get", "txn"] and calls[1] is txn
+
+
+def test_chunks_of_a_thread_are_attached_to_its_lease_granted_before_the_upload() -> None:
+    """A value over the inline limit is uploaded as chunks before the txn: the chunk puts
+    carry the thread's lease (granted first), and the txn then creates the marker for
+    that same lease (compare version 0), so the chunks expire with the thread."""
+    ctx = Ctx("langgraph", SERDE, SMALL)
+    cp = generate_checkpoint(channel_values={"big": BIG}, channel_versions={"big": 1})
+    args = generate_config("t"), cp, generate_metadata(step=0, run_id="r"), {"big": 1}
+    leases = ThreadLeases(Clock())
+
+    def answers(step):
+        if isinstance(step, BatchCall):
+            return [WriteResult(3) for _ in step.calls]
+        if step.method == "range":
+            return RangeResult([], 2, False)
+        if step.method == "get":
+            return None
+        if step.method == "lease_grant":
+            return LeaseGrant(7, 2200, 0, 1)
+        return TxnResult(True, 4, [None] * len(step.args[1]))
+
+    plan = with_ttl(put_plan(ctx, *args), ThreadTTL.of(2), leases, "langgraph", renew=True)
+    calls, _ = _drive(plan, answers)
+    uploads = [c for c in calls if isinstance(c, BatchCall)]
+    chunk_puts = [c for b in uploads for c in b.calls]
+    assert chunk_puts and all(c.args[0].startswith("chunk/blob/t/") for c in chunk_puts)
+    assert {c.kwargs.get("lease") for c in chunk_puts} == {7}
+    methods = [type(c).__name__ if isinstance(c, BatchCall) else c.method for c in calls]
+    assert methods.index("lease_grant") < methods.index("BatchCall")
+    assert methods.count("lease_grant") == 1
+    compares, success, _ = calls[-1].args
+    assert compares[-1]["target"] == "version" and compares[-1]["key"] == K.ttl_key("t")
+    assert {op["lease"] for op in success} == {7}
+    assert success[-1]["key"] == K.ttl_key("t")
+
+
+def test_chunks_lost_with_a_raced_lease_are_uploaded_again_on_the_winner() -> None:
+    """Our fresh lease 9 loses the marker to lease 5: ours is revoked (the chunks on it
+    go), the txn fails its chunk compares on lease 5, and the plan's retry uploads the
+    chunks again, now on lease 5."""
+    ctx = Ctx("langgraph", SERDE, SMALL)
+    cp = generate_checkpoint(channel_values={"big": BIG}, channel_versions={"big": 1})
+    args = generate_config("t"), cp, generate_metadata(step=0, run_id="r"), {"big": 1}
+    marker = {"value": None}
+    txns = []
+
+    def answers(step):
+        if isinstance(step, BatchCall):
+            return [WriteResult(3) for _ in step.calls]
+        if step.method == "range":
+            return RangeResult([], 2, False)
+        if step.method == "get":
+            if step.args[0] == K.ttl_key("t") and marker["value"] is not None:
+                return KeyValue(K.ttl_key("t"), marker["value"], 1, 2, 2)
+            return None
+        if step.method == "lease_grant":
+            marker["value"] = b"5"  # the other writer wins meanwhile
+            return LeaseGrant(9, 2200, 0, 1)
+        if step.method in ("lease_revoke", "lease_keepalive"):
+            return KeepaliveResult(3, [], [])
+        txns.append(step)
+        compares = step.args[0]
+        if compares[-1]["target"] == "version":
+            return TxnResult(False, 3, [KeyValue(K.ttl_key("t"), b"5", 1, 2, 2)])
+        if len(txns) == 2:  # the chunks went with lease 9: a chunk compare fails
+            return TxnResult(False, 4, [KeyValue(K.ttl_key("t"), b"5", 1, 2, 2)])
+        return TxnResult(True, 5, [None] * len(step.args[1]))
+
+    leases = ThreadLeases(Clock())
+    plan = with_ttl(put_plan(ctx, *args), ThreadTTL.of(2), leases, "langgraph", renew=True)
+    calls, _ = _drive(plan, answers)
+    uploads = [c for c in calls if isinstance(c, BatchCall)]
+    attached = [c.kwargs.get("lease") for b in uploads for c in b.calls]
+    half = len(attached) // 2  # one upload on our lease, one on the winner's
+    assert half > 1 and attached == [9] * half + [5] * half
+    assert len(txns) == 3 and {op["lease"] for op in txns[-1].args[1]} == {5}
 
 
 # -- the CLI's formatting ------------------------------------------------------------------
