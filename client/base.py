@@ -46,9 +46,10 @@ from urllib.parse import urlsplit
 
 from .errors import StatekeeperError
 from .kv_requests import scan_next, status_request
+from .locate import configured_endpoints
 from .retry import DEFAULT_RETRY, Backoff, Endpoints, Exchange, RetryPolicy, normalize_endpoint
 from .tls import client_tls_context
-from .wire import CONSISTENCY_LEVELS, DEFAULT_ENDPOINT, Request
+from .wire import CONSISTENCY_LEVELS, Request
 
 if TYPE_CHECKING:
     from .commands import AsyncCommands
@@ -121,7 +122,7 @@ class BaseClient:
 
     def __init__(
         self,
-        endpoints: str | Sequence[str] = DEFAULT_ENDPOINT,
+        endpoints: str | Sequence[str] | None = None,
         *,
         ns: str = "default",
         timeout: float = 10.0,
@@ -144,7 +145,9 @@ class BaseClient:
         self.timeout = float(timeout)
         self.retry = retry
         self.consistency = consistency
-        self._endpoints = Endpoints(endpoints)
+        # None: $STATEKEEPER_ENDPOINTS or ./cluster.toml, as the CLI reads them, never a
+        # guess (client/locate.py).
+        self._endpoints = Endpoints(configured_endpoints() if endpoints is None else endpoints)
         # Built only when an endpoint is https (reading files, and the env's paths).
         self._tls = (
             client_tls_context(ca, cert, key, tls)

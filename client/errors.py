@@ -12,6 +12,11 @@ code                   meaning
 ``connection_failed``  could not connect; the request was never sent
 ``connection_lost``    the connection broke after the request was sent
 ``client_timeout``     no answer within ``timeout``; the outcome is unknown
+``no_endpoints``       (NoEndpoints) no endpoints were given and none are configured
+                       ($STATEKEEPER_ENDPOINTS, ./cluster.toml): client/locate.py
+``no_leader``          (Unavailable) the call gave up with some nodes unreachable and
+                       the others answering that they know no leader; the message
+                       says how many of the endpoints answered and what each said
 ``outcome_unknown``    (Timeout) a write ended with a refusal (503, 507, 401, 403,
                        500, ...) after an earlier attempt timed out or lost its
                        connection: it may have been applied; ``__cause__`` is the
@@ -46,6 +51,7 @@ __all__ = [
     "LockHeld",
     "LockNotHeld",
     "LockTimeout",
+    "NoEndpoints",
     "NotFound",
     "StatekeeperError",
     "StreamNotFound",
@@ -62,6 +68,8 @@ CLIENT_CODES = (
     "connection_failed",
     "connection_lost",
     "client_timeout",
+    "no_endpoints",
+    "no_leader",
     "outcome_unknown",
     "tls_failed",
 )
@@ -424,6 +432,12 @@ class Unavailable(StatekeeperError):
     @property
     def retryable(self) -> bool:
         return True
+
+
+class NoEndpoints(StatekeeperError, ValueError):
+    """A client was made without endpoints and none are configured (``no_endpoints``):
+    neither $STATEKEEPER_ENDPOINTS nor a cluster.toml (client/locate.py). Also a
+    :class:`ValueError`: it is a missing argument, raised before any request."""
 
 
 class WatchOverflow(Unavailable):

@@ -40,6 +40,7 @@ from statekeeper.cluster.client_cli import (
     client_args,
     cluster_config,
     endpoints,
+    exit_code,
     size,
     tls_context,
     token,
@@ -124,7 +125,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         return _backup(args)
     except StatekeeperError as e:
         print(f"statekeeper: error: {e.message or e}", file=sys.stderr)
-        return EXIT_FAILURE
+        return exit_code(e)
 
 
 def _inspect(path: str, as_json: bool) -> int:

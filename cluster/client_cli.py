@@ -2,7 +2,8 @@
 where the nodes are, the common flags, one-line errors, tables and JSON.
 
 Endpoints: --endpoints, else $STATEKEEPER_ENDPOINTS, else the HTTP URLs of --config
-(cluster.toml) when it exists, else http://127.0.0.1:7000. TLS: $STATEKEEPER_CA_FILE (and
+(cluster.toml) when it exists, else an error saying that neither is there (exit 2): the
+same function as ``Client()`` without endpoints (client/locate.py). TLS: $STATEKEEPER_CA_FILE (and
 _CERT_FILE / _KEY_FILE, client/tls.py), else, with a cluster.toml that turns [tls] on, its
 CA (and a node certificate when the port asks for client certificates). The credential (a bearer token;
 docs/protocol.md, "Authentication and authorization"): the file named by --token-file, else
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
-DEFAULT_ENDPOINT = "http://127.0.0.1:7000"
+EXIT_NOT_FOUND = 3  # what was asked for does not exist (every command; see exit_code)
 
 
 def client_args(arg: Callable[..., Any], ns_default: str | None = "default") -> list[Any]:
@@ -54,13 +55,13 @@ def client_args(arg: Callable[..., Any], ns_default: str | None = "default") -> 
 
 
 def endpoints(args: argparse.Namespace) -> list[str]:
+    """--endpoints, else what a Client() would use (client/locate.py) with --config as the
+    config file: $STATEKEEPER_ENDPOINTS, else its nodes, else NoEndpoints (exit 2)."""
     if args.endpoints:
         return [u for u in args.endpoints.split(",") if u]
-    env = os.environ.get("STATEKEEPER_ENDPOINTS")
-    if env:
-        return [u for u in env.split(",") if u]
-    cfg = cluster_config(args)
-    return list(cfg.http_urls()) if cfg is not None else [DEFAULT_ENDPOINT]
+    from statekeeper.client.locate import CHECKOUT_CONFIG, configured_endpoints
+
+    return configured_endpoints(getattr(args, "config", None) or CHECKOUT_CONFIG)
 
 
 def cluster_config(args: argparse.Namespace) -> Any:
@@ -84,19 +85,30 @@ def connection_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Client errors as one line on stderr: 2 for what was asked wrong, 1 otherwise."""
+    """Client errors as one line on stderr, with the exit code of their kind (exit_code)."""
 
     def run(args: argparse.Namespace) -> int:
-        from statekeeper.client.errors import InvalidRequest, NotFound, StatekeeperError
+        from statekeeper.client.errors import StatekeeperError
 
         try:
             return fn(args)
         except StatekeeperError as e:
             print(f"statekeeper: error: {e.message or e}", file=sys.stderr)
-            return EXIT_USAGE if isinstance(e, NotFound | InvalidRequest) else EXIT_FAILURE
+            return exit_code(e)
 
     run.__name__, run.__doc__ = fn.__name__, fn.__doc__
     return run
+
+
+def exit_code(err: Exception) -> int:
+    """The exit code of a client error, the same in every command: 3 for something that
+    does not exist (a key, a stream, an agent, a lease: `get`'s documented code), 2 for
+    what was asked wrong (an invalid request, no endpoints configured), 1 otherwise."""
+    from statekeeper.client.errors import InvalidRequest, NoEndpoints, NotFound
+
+    if isinstance(err, NotFound):
+        return EXIT_NOT_FOUND
+    return EXIT_USAGE if isinstance(err, InvalidRequest | NoEndpoints) else EXIT_FAILURE
 
 
 def when(time_ms: int | None) -> str:
@@ -166,9 +178,10 @@ def _tls_setup(make: Callable[[], Any]) -> Any:
 def open_client(args: argparse.Namespace) -> Any:
     from statekeeper.client import Client
 
+    urls = endpoints(args)  # NoEndpoints is no TLS failure (both are ValueErrors)
     return _tls_setup(
         lambda: Client(
-            endpoints(args),
+            urls,
             ns=getattr(args, "ns", "default"),
             token=token(args),
             **connection_options(args),
