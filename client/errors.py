@@ -14,9 +14,6 @@ code                   meaning
 ``client_timeout``     no answer within ``timeout``; the outcome is unknown
 ``no_endpoints``       (NoEndpoints) no endpoints were given and none are configured
                        ($STATEKEEPER_ENDPOINTS, ./cluster.toml): client/locate.py
-``no_leader``          (Unavailable) the call gave up with some nodes unreachable and
-                       the others answering that they know no leader; the message
-                       says how many of the endpoints answered and what each said
 ``outcome_unknown``    (Timeout) a write ended with a refusal (503, 507, 401, 403,
                        500, ...) after an earlier attempt timed out or lost its
                        connection: it may have been applied; ``__cause__`` is the
@@ -69,7 +66,6 @@ CLIENT_CODES = (
     "connection_lost",
     "client_timeout",
     "no_endpoints",
-    "no_leader",
     "outcome_unknown",
     "tls_failed",
 )
@@ -427,7 +423,13 @@ class ArchiveUrlRefused(StatekeeperError):
 
 class Unavailable(StatekeeperError):
     """No node could serve the request: no leader, not ready, shutting down, or every
-    connection attempt failed (after retries)."""
+    connection attempt failed (after retries).
+
+    When a call with several endpoints gives up, the message says what each node it tried
+    came to, e.g. ``no leader: 1 of 3 nodes reachable (http://h:7000 answered: node-0
+    knows no raft leader ...; cannot connect to http://h:7001, http://h:7002)``, and
+    ``details["nodes"]`` maps each URL tried to its last error code (client/retry.py); the
+    code and status stay those of the last attempt."""
 
     @property
     def retryable(self) -> bool:
