@@ -162,6 +162,14 @@ class BaseClient:
         # Where archived="fetch" / archive_restore may read segment files from (only there:
         # client/archive/storage.py); kept as given, the env read when a segment is read.
         self.archive_roots = None if archive_roots is None else tuple(archive_roots)
+        # What with_options() starts from (the resolved endpoints, TLS and token, so a
+        # derived client never rereads the environment).
+        self._options: dict[str, Any] = {
+            "ns": ns, "timeout": self.timeout, "retry": retry, "consistency": consistency,
+            "prefer_leader": prefer_leader, "max_connections": max_connections,
+            "tls": self._tls, "token": self._authorization.removeprefix("Bearer "),
+            "archive_roots": self.archive_roots,
+        }  # fmt: skip
         self._init_transport(max_connections)
         # With one endpoint there is nothing to choose: no status round trip.
         self.prefer_leader = prefer_leader and len(self._endpoints.urls) > 1
@@ -170,6 +178,15 @@ class BaseClient:
 
     def _init_transport(self, max_connections: int) -> None:
         raise NotImplementedError
+
+    def with_options(self, **overrides: Any) -> Any:
+        """A new client of this class with this one's configuration (endpoints, namespace,
+        timeout, retry, consistency, TLS context, token, archive roots), changed by
+        ``overrides`` (any constructor keyword). It has connections of its own: close it
+        as well. The sync cache's watch runs on one (client/cache/sync.py), with the
+        user's TLS and token: built from the environment alone it failed TLS (or got 401)
+        forever when those were given as arguments."""
+        return type(self)(self.endpoints, **{**self._options, **overrides})
 
     def _drive(self, plan: Plan) -> Any:
         raise NotImplementedError

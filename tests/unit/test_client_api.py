@@ -21,7 +21,7 @@ OPERATIONS |= STREAM_OPERATIONS | LEASE_OPERATIONS | {"lease_list"} | {"watch"} 
 # Return a batch object in both clients (``with client.batch()`` / ``async with``), a
 # lease (granted now on a Client; awaited or entered on an AsyncClient) and a cache
 # (loaded now on a Client; awaited or entered on an AsyncClient).
-PLAIN_IN_BOTH = {"batch", "lease", "cache"}
+PLAIN_IN_BOTH = {"batch", "lease", "cache", "with_options"}
 # Locks: acquired now on a Client, awaited or entered on an AsyncClient.
 LOCK_OPERATIONS = {"lock", "lock_acquire", "lock_release", "lock_list"}
 OPERATIONS |= LOCK_OPERATIONS
