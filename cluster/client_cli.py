@@ -28,9 +28,48 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 EXIT_NOT_FOUND = 3  # what was asked for does not exist (every command; see exit_code)
 
 
-def client_args(arg: Callable[..., Any], ns_default: str | None = "default") -> list[Any]:
-    """The flags every client command takes: --ns, --endpoints, --config, --json,
-    --token-file. `ns_default` None: a command whose --ns is optional (every namespace)."""
+OUTPUT_FORMATS = ("table", "json", "simple")
+
+
+class WriteOut(argparse.Action):
+    """-w/--write-out FORMAT, and --json (its alias, ``const`` "json"): sets ``write_out``
+    to the format and ``json`` to whether it is JSON (what most commands ask)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        fmt = self.const or values
+        namespace.write_out, namespace.json = fmt, fmt == "json"
+
+
+def output_args(arg: Callable[..., Any], default: str = "table") -> list[Any]:
+    """The output flag, the same in every command that prints data (etcdctl's -w):
+    ``table`` aligned columns under a header, ``json`` one document, ``simple`` the rows
+    without a header, tab-separated (the key commands: etcdctl's key line, value line)."""
+    return [
+        arg(
+            "-w",
+            "--write-out",
+            action=WriteOut,
+            choices=OUTPUT_FORMATS,
+            default=default,
+            help=f"output format: {', '.join(OUTPUT_FORMATS)} (default: {default})",
+        ),
+        arg(
+            "--json",
+            action=WriteOut,
+            nargs=0,
+            const="json",
+            default=default == "json",
+            help="the same as -w json",
+        ),
+    ]
+
+
+def client_args(
+    arg: Callable[..., Any], ns_default: str | None = "default", output: str | None = "table"
+) -> list[Any]:
+    """The flags every client command takes: --ns, --endpoints, --config, -w/--json
+    (output_args; `output` its default, None: none), --token-file. `ns_default` None: a
+    command whose --ns is optional (every namespace)."""
     ns_help = (
         f"namespace (default: {ns_default})" if ns_default else "namespace (default: every one)"
     )
@@ -44,7 +83,7 @@ def client_args(arg: Callable[..., Any], ns_default: str | None = "default") -> 
             metavar="PATH",
             help="cluster config to take the endpoints from (default: cluster.toml)",
         ),
-        arg("--json", action="store_true", help="print JSON instead of a table"),
+        *(output_args(arg, output) if output else ()),
         arg(
             "--token-file",
             metavar="PATH",
@@ -127,7 +166,11 @@ def size(n: int) -> str:
     )
 
 
-def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "table") -> str:
+    """Rows under a header in aligned columns; ``fmt`` "simple": the rows alone, cells
+    separated by a tab (for cut and awk)."""
+    if fmt == "simple":
+        return "\n".join("\t".join("-" if c is None else str(c) for c in r) for r in rows)
     cells = [list(columns)] + [["-" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     return "\n".join(

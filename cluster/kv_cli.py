@@ -49,6 +49,7 @@ from statekeeper.cluster.client_cli import (
     endpoints,
     guarded,
     open_client,
+    output_args,
     size,
     table,
     tls_context,
@@ -93,14 +94,9 @@ class BadInput(Exception):
 def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[str, Any]) -> None:
     """Add the key-value, member and endpoint commands to cluster/cli.py's registry."""
     groups.update(GROUPS_HELP)
-    base = [a for a in client_args(arg) if a[0][0] != "--json"]
-
-    def write_out(default: str) -> Any:
-        return arg("-w", "--write-out", choices=("simple", "table", "json"), default=default,
-                   help=f"output format (default: {default})")
-
-    kv = [*base, write_out("simple")]
-    nodes = [*base, write_out("table")]
+    base = client_args(arg, output=None)
+    kv = [*base, *output_args(arg, "simple")]
+    nodes = [*base, *output_args(arg, "table")]
     key = arg("key", metavar="KEY")
     prefix = arg("--prefix", action="store_true", help="KEY is a prefix")
 
