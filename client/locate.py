@@ -48,14 +48,29 @@ def configured_endpoints(config: str | os.PathLike[str] = CHECKOUT_CONFIG) -> li
 
 
 def _config_urls(path: Path) -> list[str]:
-    # The node's own parser (with its checks and defaults), without reading the secret
-    # file load() needs: a client only wants the URLs.
-    from statekeeper.node import config as node_config
-
+    """The client URLs of a cluster config's [[nodes]]: ``http(s)://host:http_port``, https
+    when [tls] is enabled, host 127.0.0.1 when left out (node/config.py's
+    ClusterConfig.url). Read here with tomllib rather than by node/config.py's parser:
+    that one needs msgspec and tomli-w, which a client-only install (`pip install .`,
+    .ci/client_only.sh) does not have; the CLI still loads the whole file for its TLS
+    and token, so a bad config is reported there in full."""
     try:
-        raw = tomllib.loads(path.read_text())
-        return node_config.parse(raw, base_dir=str(path.resolve().parent)).http_urls()
-    except (OSError, tomllib.TOMLDecodeError, node_config.ConfigError) as e:
-        raise NoEndpoints(
-            f"no endpoints: cannot read the nodes of {path}: {e}", code="no_endpoints"
-        ) from None
+        doc = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise _unreadable(path, str(e)) from None
+    nodes, tls = doc.get("nodes"), doc.get("tls", {})
+    if not isinstance(nodes, list) or not nodes:
+        raise _unreadable(path, "it has no [[nodes]]")
+    scheme = "https" if isinstance(tls, dict) and tls.get("enabled") is True else "http"
+    urls = []
+    for i, node in enumerate(nodes):
+        host = node.get("host", "127.0.0.1") if isinstance(node, dict) else None
+        port = node.get("http_port") if isinstance(node, dict) else None
+        if not isinstance(host, str) or type(port) is not int:
+            raise _unreadable(path, f"nodes[{i}] needs a host (str) and an http_port (int)")
+        urls.append(f"{scheme}://{host}:{port}")
+    return urls
+
+
+def _unreadable(path: Path, why: str) -> NoEndpoints:
+    return NoEndpoints(f"no endpoints: cannot read the nodes of {path}: {why}", code="no_endpoints")

@@ -6,6 +6,9 @@ the CLI go through one function (client/locate.py), so the three cannot drift ap
 from __future__ import annotations
 
 import asyncio
+import ssl
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,6 +59,31 @@ def test_without_endpoints_anywhere_the_client_refuses_to_guess(make, elsewhere)
 def test_a_checkout_with_make_ups_cluster_toml_uses_its_nodes(make, elsewhere) -> None:
     create_config_if_missing(elsewhere / "cluster.toml", base_port=8400)
     assert _endpoints_of(make) == tuple(f"http://127.0.0.1:{p}" for p in (8400, 8401, 8402))
+
+
+def test_tls_and_hosts_of_cluster_toml(elsewhere) -> None:
+    (elsewhere / "cluster.toml").write_text(
+        '[tls]\nenabled = true\n[[nodes]]\nid = "a"\nhost = "10.2.0.1"\nhttp_port = 7000\n'
+        'raft_port = 7100\n[[nodes]]\nid = "b"\nhttp_port = 7001\nraft_port = 7101\n'
+    )
+    with Client(tls=ssl.create_default_context()) as c:
+        assert c.endpoints == ("https://10.2.0.1:7000", "https://127.0.0.1:7001")
+
+
+def test_reading_cluster_toml_needs_no_server_dependency(elsewhere) -> None:
+    """A client-only install has no msgspec or tomli-w (node/config.py's parser needs them)."""
+    create_config_if_missing(elsewhere / "cluster.toml", base_port=8400)
+    code = (
+        "import sys\n"
+        "sys.modules['msgspec'] = sys.modules['tomli_w'] = None  # as if not installed\n"
+        "from statekeeper import Client\n"
+        "print(','.join(Client().endpoints))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "http://127.0.0.1:8400,http://127.0.0.1:8401,http://127.0.0.1:8402"
 
 
 def test_the_environment_wins_over_cluster_toml(elsewhere, monkeypatch) -> None:
