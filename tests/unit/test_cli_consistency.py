@@ -16,6 +16,7 @@ from statekeeper.client.agent import Agent
 from statekeeper.cluster import agent_cli, cli, client_cli, stream_cli
 from statekeeper.cluster.client_cli import OUTPUT_FORMATS
 from statekeeper.node import config as node_config
+from tests.unit.test_agent_cli import run
 from tests.unit.test_agent_fake import MemoryClient
 
 # Commands that print no data of their own (they run or stop things, or hand the line on).
@@ -29,15 +30,6 @@ NO_OUTPUT = {
 
 def _flags(cmd: cli.Command) -> dict[str, dict]:
     return {flag: kwargs for flags, kwargs in cmd.args for flag in flags}
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = cli.main(argv)
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_every_command_that_prints_data_takes_the_one_output_flag() -> None:
@@ -78,19 +70,19 @@ def agent_store(monkeypatch: pytest.MonkeyPatch) -> MemoryClient:
 
 
 def test_simple_is_the_table_without_its_header_tab_separated(agent_store, capsys) -> None:
-    _, table, _ = _run(["agent", "list"], capsys)
-    code, simple, _ = _run(["agent", "list", "-w", "simple"], capsys)
+    _, table, _ = run(["agent", "list"], capsys)
+    code, simple, _ = run(["agent", "list", "-w", "simple"], capsys)
     assert code == 0 and table.splitlines()[0].startswith("AGENT")
     assert simple.splitlines()[0].split("\t")[:1] == ["agent-7"]
-    _, as_json, _ = _run(["agent", "list", "-w", "json"], capsys)
-    assert as_json == _run(["agent", "list", "--json"], capsys)[1]
+    _, as_json, _ = run(["agent", "list", "-w", "json"], capsys)
+    assert as_json == run(["agent", "list", "--json"], capsys)[1]
 
 
 def test_stream_read_decodes_envelopes_as_agent_history_does(agent_store, capsys) -> None:
-    code, out, _ = _run(["stream", "read", "agent/agent-7"], capsys)
+    code, out, _ = run(["stream", "read", "agent/agent-7"], capsys)
     assert code == 0 and '{"hits": 3, "tool": "search"}' in out, out
     assert "plain bytes" in out and "SKE" not in out and "b64:" not in out
-    code, out, _ = _run(["stream", "read", "agent/agent-7", "--json"], capsys)
+    code, out, _ = run(["stream", "read", "agent/agent-7", "--json"], capsys)
     first, second = (json.loads(line) for line in out.splitlines())
     assert first["data"] == {"tool": "search", "hits": 3}
     assert first["envelope"]["schema"] is None and first["envelope"]["format"] == "msgpack"
@@ -109,7 +101,7 @@ def test_restore_takes_base_port(tmp_path: Path, monkeypatch, capsys) -> None:
     backup.write_bytes(b"x")
     config = tmp_path / "new" / "cluster.toml"
     config.parent.mkdir()
-    code, out, err = _run(
+    code, out, err = run(
         ["restore", str(backup), "--config", str(config), "--base-port", "8600"], capsys
     )
     assert code == 0, err
