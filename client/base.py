@@ -219,9 +219,9 @@ class BaseClient:
         if endpoint is not None:
             url = normalize_endpoint(endpoint)
             return (yield from self._once(url, request, self.timeout + request.wait))
-        if self._leader_stale:
-            yield from self._discover_leader()
         ex = Exchange(request, self._endpoints, self.retry, self.timeout)
+        if self._leader_stale:
+            yield from self._discover_leader(ex)
         while True:
             url, timeout = ex.next_attempt()
             answer = yield url, request, timeout
@@ -234,7 +234,7 @@ class BaseClient:
                 backoff = out
             yield backoff
             if self.prefer_leader:
-                yield from self._discover_leader()
+                yield from self._discover_leader(ex)
 
     def _once(self, url: str, request: Request, timeout: float) -> Plan:
         """One attempt at ``url``, no retry."""
@@ -243,18 +243,25 @@ class BaseClient:
             raise answer
         return request.parse(*answer)
 
-    def _discover_leader(self) -> Plan:
-        """Ask the nodes, current one first, which node leads, and make it current."""
+    def _discover_leader(self, ex: Exchange) -> Plan:
+        """Ask the nodes, current one first, which node leads, and make it current. What
+        each node answered goes to the call's Exchange (its give-up message names them), and
+        a leader it could not connect to in this call is not chosen again: with two of
+        three nodes killed, node-0 still named the dead leader for seconds and every retry
+        went there ("cannot connect to :8752" while node-0 answered)."""
         self._leader_stale = False
         timeout = min(self.timeout, 1.0)
         for url in self._endpoints.rotation():
             try:
                 info = yield from self._once(url, status_request(), timeout)
-            except StatekeeperError:
+            except StatekeeperError as err:
+                ex.observed(url, err)
                 continue
             leader = url if info.get("role") == "leader" else info.get("leader_url")
-            if isinstance(leader, str) and self._endpoints.prefer(leader):
-                return
+            ex.observed(url, f"{info.get('role') or 'no role'}, leader {leader or 'unknown'}")
+            if isinstance(leader, str) and not ex.refused(leader):
+                if self._endpoints.prefer(leader):
+                    return
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self.endpoints)!r}, ns={self.ns!r})"

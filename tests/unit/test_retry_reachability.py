@@ -92,3 +92,51 @@ def test_one_endpoint_keeps_its_own_words() -> None:
 def test_a_timeout_stays_a_timeout() -> None:
     err = _give_up(lambda url: "timeout" if url == "http://c:3" else "connect", attempts=3)
     assert isinstance(err, Timeout) and err.code == "client_timeout"
+
+
+def _exchange(urls=URLS) -> Exchange:
+    return Exchange(get_request("k", "n"), Endpoints(urls), RetryPolicy(max_attempts=2), 1.0)
+
+
+def test_what_a_node_said_of_the_leader_counts_as_an_answer() -> None:
+    """Asked who leads (client/base.py's discovery), node a answered, and no attempt went
+    there: the summary counts it reachable, in its words."""
+    ex = _exchange(["http://b:2", "http://c:3", "http://a:1"])
+    ex.observed("http://A:1/", "follower, leader http://c:3")  # normalized like endpoints
+    for _ in range(2):
+        url, _ = ex.next_attempt()
+        try:
+            ex.failed(connection_error("connect", url))
+        except Unavailable as err:
+            message = err.message
+    assert message == (
+        'no leader: 1 of 3 nodes reachable (http://a:1 answered "follower, leader '
+        'http://c:3"; cannot connect to http://b:2, http://c:3)'
+    )
+
+
+def test_a_status_answer_does_not_hide_an_attempts_http_answer() -> None:
+    ex = _exchange()
+    url, _ = ex.next_attempt()
+    ex.received(*_packed(NO_LEADER))
+    ex.observed(url, "follower, leader unknown")
+    url, _ = ex.next_attempt()
+    with pytest.raises(Unavailable) as ei:
+        ex.failed(connection_error("connect", url))
+    assert 'http://a:1 answered "node-0 knows no raft leader"' in ei.value.message
+    assert ei.value.details["nodes"] == {
+        "http://a:1": "unavailable", "http://b:2": "connection_failed",
+    }  # fmt: skip
+
+
+def test_only_a_refused_connection_rules_a_leader_out() -> None:
+    ex = _exchange()
+    ex.observed("http://a:1", connection_error("connect", "http://a:1"))
+    ex.observed("http://b:2", connection_error("timeout", "http://b:2"))
+    ex.observed("http://c:3", "leader, leader http://c:3")
+    assert ex.refused("http://A:1/") and not ex.refused("http://b:2")
+    assert not ex.refused("http://c:3") and not ex.refused("http://elsewhere:9")
+
+
+def _packed(answer: tuple) -> tuple:
+    return answer[0], "application/msgpack", msgpack.packb(answer[1], use_bin_type=True)
