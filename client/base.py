@@ -186,7 +186,7 @@ class BaseClient:
         as well. The sync cache's watch runs on one (client/cache/sync.py), with the
         user's TLS and token: built from the environment alone it failed TLS (or got 401)
         forever when those were given as arguments."""
-        return type(self)(self.endpoints, **{**self._options, **overrides})
+        return type(self)(**{"endpoints": self.endpoints, **self._options, **overrides})
 
     def _drive(self, plan: Plan) -> Any:
         raise NotImplementedError
