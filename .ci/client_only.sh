@@ -20,6 +20,17 @@ for heavy in ("rocksdict", "pysyncobj", "cryptography", "aiohttp", "msgspec"):
     assert importlib.util.find_spec(heavy) is None, f"{heavy} came with the client-only install"
 with Client("http://127.0.0.1:9", timeout=1) as c:
     assert c.ns == "default"
+import os  # no endpoints anywhere (an empty directory): a clear error, not a guess
+
+from statekeeper.client.errors import NoEndpoints
+
+os.environ.pop("STATEKEEPER_ENDPOINTS", None)
+try:
+    Client()
+except NoEndpoints as e:
+    assert e.code == "no_endpoints", e
+else:
+    raise AssertionError("Client() without endpoints guessed some")
 AsyncClient("http://127.0.0.1:9")
 from statekeeper.client.agent import Agent, AsyncAgent, Projection  # the agent layer: no server parts
 from statekeeper.client.agent.envelope import decode, encode

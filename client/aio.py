@@ -55,7 +55,8 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
     Args:
         endpoints: one node URL, a list of them, or a comma-separated string. Any node
             serves any request; the client sticks to the node that last answered and
-            moves on to the next one when it fails.
+            moves on to the next one when it fails. None (the default): as for Client,
+            $STATEKEEPER_ENDPOINTS, else ./cluster.toml's nodes, else NoEndpoints.
         ns: default namespace of every call.
         timeout: seconds to wait for one HTTP answer.
         retry: the RetryPolicy (attempts, backoff, overall deadline).

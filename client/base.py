@@ -46,9 +46,10 @@ from urllib.parse import urlsplit
 
 from .errors import StatekeeperError
 from .kv_requests import scan_next, status_request
+from .locate import configured_endpoints
 from .retry import DEFAULT_RETRY, Backoff, Endpoints, Exchange, RetryPolicy, normalize_endpoint
 from .tls import client_tls_context
-from .wire import CONSISTENCY_LEVELS, DEFAULT_ENDPOINT, Request
+from .wire import CONSISTENCY_LEVELS, Request
 
 if TYPE_CHECKING:
     from .commands import AsyncCommands
@@ -121,7 +122,7 @@ class BaseClient:
 
     def __init__(
         self,
-        endpoints: str | Sequence[str] = DEFAULT_ENDPOINT,
+        endpoints: str | Sequence[str] | None = None,
         *,
         ns: str = "default",
         timeout: float = 10.0,
@@ -144,7 +145,9 @@ class BaseClient:
         self.timeout = float(timeout)
         self.retry = retry
         self.consistency = consistency
-        self._endpoints = Endpoints(endpoints)
+        # None: $STATEKEEPER_ENDPOINTS or ./cluster.toml, as the CLI reads them, never a
+        # guess (client/locate.py).
+        self._endpoints = Endpoints(configured_endpoints() if endpoints is None else endpoints)
         # Built only when an endpoint is https (reading files, and the env's paths).
         self._tls = (
             client_tls_context(ca, cert, key, tls)
@@ -159,6 +162,14 @@ class BaseClient:
         # Where archived="fetch" / archive_restore may read segment files from (only there:
         # client/archive/storage.py); kept as given, the env read when a segment is read.
         self.archive_roots = None if archive_roots is None else tuple(archive_roots)
+        # What with_options() starts from (the resolved endpoints, TLS and token, so a
+        # derived client never rereads the environment).
+        self._options: dict[str, Any] = {
+            "ns": ns, "timeout": self.timeout, "retry": retry, "consistency": consistency,
+            "prefer_leader": prefer_leader, "max_connections": max_connections,
+            "tls": self._tls, "token": self._authorization.removeprefix("Bearer "),
+            "archive_roots": self.archive_roots,
+        }  # fmt: skip
         self._init_transport(max_connections)
         # With one endpoint there is nothing to choose: no status round trip.
         self.prefer_leader = prefer_leader and len(self._endpoints.urls) > 1
@@ -167,6 +178,15 @@ class BaseClient:
 
     def _init_transport(self, max_connections: int) -> None:
         raise NotImplementedError
+
+    def with_options(self, **overrides: Any) -> Any:
+        """A new client of this class with this one's configuration (endpoints, namespace,
+        timeout, retry, consistency, TLS context, token, archive roots), changed by
+        ``overrides`` (any constructor keyword). It has connections of its own: close it
+        as well. The sync cache's watch runs on one (client/cache/sync.py), with the
+        user's TLS and token: built from the environment alone it failed TLS (or got 401)
+        forever when those were given as arguments."""
+        return type(self)(**{"endpoints": self.endpoints, **self._options, **overrides})
 
     def _drive(self, plan: Plan) -> Any:
         raise NotImplementedError
@@ -199,9 +219,9 @@ class BaseClient:
         if endpoint is not None:
             url = normalize_endpoint(endpoint)
             return (yield from self._once(url, request, self.timeout + request.wait))
-        if self._leader_stale:
-            yield from self._discover_leader()
         ex = Exchange(request, self._endpoints, self.retry, self.timeout)
+        if self._leader_stale:
+            yield from self._discover_leader(ex)
         while True:
             url, timeout = ex.next_attempt()
             answer = yield url, request, timeout
@@ -214,7 +234,7 @@ class BaseClient:
                 backoff = out
             yield backoff
             if self.prefer_leader:
-                yield from self._discover_leader()
+                yield from self._discover_leader(ex)
 
     def _once(self, url: str, request: Request, timeout: float) -> Plan:
         """One attempt at ``url``, no retry."""
@@ -223,18 +243,25 @@ class BaseClient:
             raise answer
         return request.parse(*answer)
 
-    def _discover_leader(self) -> Plan:
-        """Ask the nodes, current one first, which node leads, and make it current."""
+    def _discover_leader(self, ex: Exchange) -> Plan:
+        """Ask the nodes, current one first, which node leads, and make it current. What
+        each node answered goes to the call's Exchange (its give-up message names them), and
+        a leader it could not connect to in this call is not chosen again: with two of
+        three nodes killed, node-0 still named the dead leader for seconds and every retry
+        went there ("cannot connect to :8752" while node-0 answered)."""
         self._leader_stale = False
         timeout = min(self.timeout, 1.0)
         for url in self._endpoints.rotation():
             try:
                 info = yield from self._once(url, status_request(), timeout)
-            except StatekeeperError:
+            except StatekeeperError as err:
+                ex.observed(url, err)
                 continue
             leader = url if info.get("role") == "leader" else info.get("leader_url")
-            if isinstance(leader, str) and self._endpoints.prefer(leader):
-                return
+            ex.observed(url, f"{info.get('role') or 'no role'}, leader {leader or 'unknown'}")
+            if isinstance(leader, str) and not ex.refused(leader):
+                if self._endpoints.prefer(leader):
+                    return
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self.endpoints)!r}, ns={self.ns!r})"

@@ -12,6 +12,8 @@ code                   meaning
 ``connection_failed``  could not connect; the request was never sent
 ``connection_lost``    the connection broke after the request was sent
 ``client_timeout``     no answer within ``timeout``; the outcome is unknown
+``no_endpoints``       (NoEndpoints) no endpoints were given and none are configured
+                       ($STATEKEEPER_ENDPOINTS, ./cluster.toml): client/locate.py
 ``outcome_unknown``    (Timeout) a write ended with a refusal (503, 507, 401, 403,
                        500, ...) after an earlier attempt timed out or lost its
                        connection: it may have been applied; ``__cause__`` is the
@@ -46,6 +48,7 @@ __all__ = [
     "LockHeld",
     "LockNotHeld",
     "LockTimeout",
+    "NoEndpoints",
     "NotFound",
     "StatekeeperError",
     "StreamNotFound",
@@ -62,6 +65,7 @@ CLIENT_CODES = (
     "connection_failed",
     "connection_lost",
     "client_timeout",
+    "no_endpoints",
     "outcome_unknown",
     "tls_failed",
 )
@@ -419,11 +423,23 @@ class ArchiveUrlRefused(StatekeeperError):
 
 class Unavailable(StatekeeperError):
     """No node could serve the request: no leader, not ready, shutting down, or every
-    connection attempt failed (after retries)."""
+    connection attempt failed (after retries).
+
+    When a call with several endpoints gives up, the message says what each node it tried
+    came to, e.g. ``no leader: 1 of 3 nodes reachable (http://h:7000 answered: node-0
+    knows no raft leader ...; cannot connect to http://h:7001, http://h:7002)``, and
+    ``details["nodes"]`` maps each URL tried to its last error code (client/retry.py); the
+    code and status stay those of the last attempt."""
 
     @property
     def retryable(self) -> bool:
         return True
+
+
+class NoEndpoints(StatekeeperError, ValueError):
+    """A client was made without endpoints and none are configured (``no_endpoints``):
+    neither $STATEKEEPER_ENDPOINTS nor a cluster.toml (client/locate.py). Also a
+    :class:`ValueError`: it is a missing argument, raised before any request."""
 
 
 class WatchOverflow(Unavailable):

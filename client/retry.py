@@ -200,6 +200,7 @@ class Exchange:
         "_endpoints",
         "_policy",
         "_rand",
+        "_seen",
         "_timeout",
         "_unknown",
         "attempts",
@@ -231,6 +232,10 @@ class Exchange:
         self.endpoint = endpoints.current
         # The first attempt of a write whose outcome is unknown: (its number, its error).
         self._unknown: tuple[int, StatekeeperError] | None = None
+        # What each node came to in this call, last first: an attempt's failure, or what
+        # a node said when asked who leads (observed); a failed call names them all
+        # (_reachability).
+        self._seen: dict[str, StatekeeperError | str] = {}
 
     def next_attempt(self) -> tuple[str, float]:
         """The endpoint and the timeout (seconds) for the next attempt."""
@@ -258,6 +263,7 @@ class Exchange:
     def failed(self, err: StatekeeperError) -> Backoff:
         """Feed a failure: returns a :class:`Backoff` or raises the call's error (final)."""
         err.attempts = self.attempts
+        self._seen[self.endpoint] = err
         if self.request.idempotency_key is not None:
             err.idempotency_key = self.request.idempotency_key
             if self._unknown is None and _outcome_unknown(err):
@@ -268,11 +274,71 @@ class Exchange:
             raise self._giving_up(err)
         self._endpoints.failed(self.endpoint)
         if self.attempts >= self._policy.max_attempts:
-            raise self._giving_up(err)
+            raise self._giving_up(self._reachability(err))
         delay = self._policy.backoff(self.attempts, self._rand)
         if self._deadline is not None and self._clock() + delay >= self._deadline:
-            raise self._giving_up(err)
+            raise self._giving_up(self._reachability(err))
         return Backoff(delay)
+
+    def observed(self, url: str, outcome: StatekeeperError | str) -> None:
+        """What ``url`` came to outside the call's attempts (asked which node leads): its
+        failure, or a description of its answer. An attempt's HTTP answer is kept over a
+        description: it says why the node did not serve the call."""
+        url = _normalized(url)
+        known = self._seen.get(url)
+        if isinstance(outcome, str) and isinstance(known, StatekeeperError) and known.status:
+            return
+        self._seen[url] = outcome
+
+    def refused(self, url: str) -> bool:
+        """True if a connection to ``url`` was refused in this call: a node may still
+        name it the leader for an election timeout, but it is not the place to go."""
+        known = self._seen.get(_normalized(url))
+        return isinstance(known, StatekeeperError) and known.code == "connection_failed"
+
+    def _codes(self) -> dict[str, str]:
+        """Each node seen in this call: its last error code, or "answered"."""
+        return {u: _code(e) for u, e in self._seen.items()}
+
+    def _reachability(self, last: StatekeeperError) -> StatekeeperError:
+        """The error a call that ran out of retries over several nodes gives up with: what
+        every node it tried came to, not only the last one. With two of three nodes down
+        the last attempt named whichever node it happened to be ("cannot connect to
+        :8001", or node-0's "knows no raft leader") while the question was why no node
+        could serve; etcd answers it as "no leader: 1 of 3 nodes reachable" (issue 30 item
+        16). The class, code and status stay the last attempt's (callers and the chaos
+        classifier read them); a Timeout stays as it is (its outcome is unknown)."""
+        if not isinstance(last, Unavailable) or len(self._seen) < 2:
+            return last
+        silent = {
+            u: e for u, e in self._seen.items() if isinstance(e, StatekeeperError) and not e.status
+        }
+        answered = {u: e for u, e in self._seen.items() if u not in silent}
+        if not silent:
+            return last  # every node answered: its own words are the reason
+        parts = [f'{u} answered "{e if isinstance(e, str) else e.message or e.code}"'
+                 for u, e in answered.items()]  # fmt: skip
+        for code, what in _SILENCE.items():
+            urls = [u for u, e in silent.items() if e.code == code]
+            if urls:
+                parts.append(f"{what} {', '.join(urls)}")
+        parts += [f'{u}: "{e}"' for u, e in silent.items() if e.code not in _SILENCE]
+        total = len(self._endpoints)
+        untried = total - len(self._seen)
+        head = "no leader: " if answered else ""
+        summary = Unavailable(
+            f"{head}{len(answered)} of {total} nodes reachable ("
+            + "; ".join(parts)
+            + (f"; {untried} not tried" if untried else "")
+            + ")",
+            code=last.code,
+            status=last.status,
+            details={**last.details, "nodes": self._codes()},
+            endpoint=last.endpoint,
+        )
+        summary.attempts, summary.idempotency_key = last.attempts, last.idempotency_key
+        summary.__cause__ = last
+        return summary
 
     def _giving_up(self, last: StatekeeperError) -> StatekeeperError:
         """The error a write gives up with. A refusal (503 "no leader; nothing was
@@ -296,6 +362,25 @@ class Exchange:
         err.attempts, err.idempotency_key = last.attempts, last.idempotency_key
         err.__cause__ = last
         return err
+
+
+def _code(outcome: StatekeeperError | str) -> str:
+    return "answered" if isinstance(outcome, str) else outcome.code
+
+
+def _normalized(url: str) -> str:
+    try:
+        return normalize_endpoint(url)
+    except ValueError:
+        return url
+
+
+# How a node that gave no HTTP answer is named in a give-up summary, by its error code.
+_SILENCE = {
+    "connection_failed": "cannot connect to",
+    "connection_lost": "connection lost to",
+    "client_timeout": "no answer in time from",
+}
 
 
 def _verdict(err: StatekeeperError) -> bool:

@@ -74,7 +74,10 @@ class Client(Commands[Batch]):
         endpoints: one node URL, a list of them, or a comma-separated string
             (``"http://10.0.0.1:7000,http://10.0.0.2:7000"``). Any node serves any request
             (followers forward writes); the client sticks to the node that last answered
-            and moves on to the next one when it fails.
+            and moves on to the next one when it fails. None (the default): the URLs in
+            $STATEKEEPER_ENDPOINTS (comma-separated, what the CLI reads too), else the nodes
+            of ./cluster.toml (the file ``make up`` writes in a checkout), else
+            :class:`~client.errors.NoEndpoints` (``no_endpoints``): no guessed default.
         ns: default namespace of every call (each method takes ``ns=`` to override).
         timeout: seconds to wait for one HTTP answer.
         retry: the RetryPolicy (attempts, backoff, overall deadline).

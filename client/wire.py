@@ -28,7 +28,6 @@ from .errors import InvalidRequest
 __all__ = [
     "ARCHIVED_MODES",
     "CONSISTENCY_LEVELS",
-    "DEFAULT_ENDPOINT",
     "GET_HEADERS",
     "LINEARIZABLE",
     "MSGPACK",
@@ -45,7 +44,6 @@ __all__ = [
     "read_options",
 ]
 
-DEFAULT_ENDPOINT: Final = "http://127.0.0.1:7000"
 MSGPACK: Final = "application/msgpack"
 LINEARIZABLE: Final = "linearizable"
 SERIALIZABLE: Final = "serializable"

@@ -140,7 +140,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(table(("AGENT", "CKPT", "STEP", "POSITION", "EVENTS", "SIZE", "CHECKPOINTED"), [
         (a, m and m["ckpt"], m and m["step"], m and m["position"], last,
-         m and size(m["size"]), when(m and m["time_ms"])) for a, m, last in rows]))
+         m and size(m["size"]), when(m and m["time_ms"])) for a, m, last in rows],
+         fmt=args.write_out))
     return EXIT_OK
 
 
@@ -223,7 +224,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(table(("REV", "TIME", "KIND", "STEP", "SEQ", "CKPT", "TYPE", "SUMMARY"), [
         (r.revision, when(r.time_ms), r.kind, r.step, r.seq, r.ckpt and f"#{r.ckpt}", r.type,
-         r.summary) for r in rows]))
+         r.summary) for r in rows], fmt=args.write_out))
     return EXIT_OK
 
 
@@ -299,7 +300,7 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
         (f"#{ck.n}", ck.kind, ck.step, ck.position, ck.revision,
          size(ck.size) + ("" if not ck.chunks else f" ({ck.chunks} chunks)"), when(ck.time_ms),
          ck.parent and f"#{ck.parent}", json.dumps(ck.metadata, sort_keys=True, default=str))
-        for ck in cks]))
+        for ck in cks], fmt=args.write_out))
     return EXIT_OK
 
 

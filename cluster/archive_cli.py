@@ -3,7 +3,7 @@ jobs (docs/archive.md).
 
 Like cluster/gc_cli.py: cluster/cli.py calls :func:`register`, the client is imported only
 when a command runs, and the endpoints come from --endpoints, $STATEKEEPER_ENDPOINTS, the
---config file's nodes, or http://127.0.0.1:7000. The archive is a URL (file:///dir,
+--config file's nodes (no default: cluster/client_cli.py). The archive is a URL (file:///dir,
 s3://bucket/prefix, ...; a plain path means a local directory) read and written through
 fsspec (the ``archive`` extra).
 
@@ -265,6 +265,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "URL",
             ),
             rows,
+            fmt=args.write_out,
         )
         if rows
         else "no archive segments"
@@ -295,7 +296,13 @@ def _orphans(args: argparse.Namespace, records: list[dict[str, Any]]) -> int:
     if args.json:
         dump({"orphans": found, "segments": len(mine)})
     elif found:
-        print(table(("NS", "SEGMENT", "KIND"), [(o["ns"], o["segment"], o["kind"]) for o in found]))
+        print(
+            table(
+                ("NS", "SEGMENT", "KIND"),
+                [(o["ns"], o["segment"], o["kind"]) for o in found],
+                fmt=args.write_out,
+            )
+        )
     else:
         print(f"no orphans ({len(mine)} sealed segments in {store.url})")
     return EXIT_OK

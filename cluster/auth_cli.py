@@ -168,6 +168,7 @@ def cmd_token(args: argparse.Namespace) -> int:
                     )
                     for t in tokens
                 ],
+                fmt=args.write_out,
             )
         )
     return EXIT_OK

@@ -40,11 +40,17 @@ from statekeeper.cluster.client_cli import (
     client_args,
     cluster_config,
     endpoints,
+    exit_code,
+    output_args,
     size,
     tls_context,
     token,
 )
-from statekeeper.cluster.config_file import create_config_if_missing
+from statekeeper.cluster.config_file import (
+    DEFAULT_BASE_PORT,
+    base_port_arg,
+    create_config_if_missing,
+)
 
 EXIT_CODES = (
     "exit codes: 0 done; 1 cluster/transport failure (no endpoint answered, refused token,\n"
@@ -95,8 +101,9 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
                 help="seed only this node of the config (repeatable; default: every node), "
                 "e.g. each pod of a StatefulSet its own",
             ),
+            base_port_arg(arg),
             arg("--force", action="store_true", help="replace the state in non-empty data dirs"),
-            arg("--json", action="store_true", help="print the backup's metadata as JSON"),
+            *output_args(arg),
         ],
     )(cmd_restore)
 
@@ -124,7 +131,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         return _backup(args)
     except StatekeeperError as e:
         print(f"statekeeper: error: {e.message or e}", file=sys.stderr)
-        return EXIT_FAILURE
+        return exit_code(e)
 
 
 def _inspect(path: str, as_json: bool) -> int:
@@ -305,8 +312,11 @@ def _targets(args: argparse.Namespace) -> tuple[Any, list[str]]:
     """The new cluster's config (written if missing) and the nodes to seed."""
     cfg = cluster_config(args)
     if cfg is None:
-        cfg, _ = create_config_if_missing(args.config)
+        base_port = DEFAULT_BASE_PORT if args.base_port is None else args.base_port
+        cfg, _ = create_config_if_missing(args.config, base_port=base_port)
         print(f"wrote {args.config} ({len(cfg.nodes)} local nodes, data in {cfg.data_dir}/)")
+    elif args.base_port is not None:  # as `cluster up` says it
+        print(f"note: {args.config} exists; --base-port applies only when creating it")
     node_ids = args.node or [n.id for n in cfg.nodes]
     for nid in node_ids:
         cfg.node(nid)  # an unknown id is a ConfigError: usage, exit 2

@@ -11,6 +11,7 @@ import dataclasses
 import inspect
 import json
 import os
+import shlex
 import sys
 import time
 import tomllib
@@ -20,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.cluster import supervise_cli
+from statekeeper.cluster.client_cli import output_args, table
 from statekeeper.cluster.config_file import (
     DEFAULT_BASE_PORT,
     DEFAULT_DATA_DIR,
-    RAFT_PORT_OFFSET,
     UserError,
+    base_port_arg,
     create_config_if_missing,
     say,
 )
@@ -299,10 +301,6 @@ def collect_status(lc: LocalCluster) -> list[dict[str, Any]]:
     return rows
 
 
-def _cell(value: Any) -> str:
-    return "-" if value is None else str(value)
-
-
 STATUS_COLUMNS = (
     "NODE", "PID", "ROLE", "TERM", "LEADER", "COMMIT", "APPLIED", "REVISION", "ALARM", "URL",
 )  # fmt: skip
@@ -316,9 +314,10 @@ def status_role_and_vote(st: dict[str, Any]) -> str | None:
     return f"{role}, non-voter" if st.get("voter") is False else role
 
 
-def format_status_table(rows: Sequence[dict[str, Any]]) -> str:
-    """Render collect_status() rows as an aligned text table."""
-    table = [list(STATUS_COLUMNS)]
+def format_status_table(rows: Sequence[dict[str, Any]], fmt: str = "table") -> str:
+    """Render collect_status() rows as an aligned text table (``fmt`` "simple": no header,
+    tab-separated; client_cli.table)."""
+    cells_of_rows = []
     for row in rows:
         st = row.get("status")
         pid = row.get("pid")
@@ -336,14 +335,15 @@ def format_status_table(rows: Sequence[dict[str, Any]]) -> str:
                 status_field(st, "revision"),
                 status_alarm(st),
             ]
-        table.append([row["id"], _cell(pid), *map(_cell, cells), row.get("url", "")])
-    widths = [max(len(r[i]) for r in table) for i in range(len(STATUS_COLUMNS))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table
-    )
+        cells_of_rows.append([row["id"], pid, *cells, row.get("url", "")])
+    return table(STATUS_COLUMNS, cells_of_rows, fmt)
 
 
-def how_to_connect(cfg: ClusterConfig) -> str:
+def how_to_connect(cfg: ClusterConfig, config: str = DEFAULT_CONFIG) -> str:
+    """What `cluster up` prints last. The commands it suggests name ``config`` (--config)
+    when it is not the default: a plain `statekeeper cluster down` after `cluster up
+    --config other.toml` looked for ./cluster.toml."""
+    with_config = "" if config == DEFAULT_CONFIG else f" --config {shlex.quote(str(config))}"
     urls = cfg.http_urls()
     first = urls[0]
     url_list = ",".join(f'"{u}"' for u in urls)
@@ -356,8 +356,8 @@ def how_to_connect(cfg: ClusterConfig) -> str:
         client_args += ", token=os.environ['STATEKEEPER_TOKEN']"
         token_hint = (
             "Auth is on: mint a token first, e.g.\n"
-            "  export STATEKEEPER_TOKEN=$(statekeeper auth token create --ns default "
-            "--role writer --ttl 7d)\n"
+            f"  export STATEKEEPER_TOKEN=$(statekeeper auth token create{with_config} "
+            "--ns default --role writer --ttl 7d)\n"
         )
     return (
         token_hint + "Talk to the cluster:\n"
@@ -367,7 +367,7 @@ def how_to_connect(cfg: ClusterConfig) -> str:
         '       -d \'{"key":"greeting"}\'\n'
         "From Python:\n"
         f"  from statekeeper import Client; c = Client([{url_list}]{client_args})\n"
-        "Stop it with: statekeeper cluster down"
+        f"Stop it with: statekeeper cluster down{with_config}"
     )
 
 
@@ -444,13 +444,7 @@ def cmd_node(args: argparse.Namespace) -> int:
             help=f"where node data goes, relative to the config file (default: {DEFAULT_DATA_DIR}); "
             "only used when the config is created",
         ),
-        arg(
-            "--base-port",
-            type=int,
-            metavar="PORT",
-            help=f"first HTTP port; raft ports are {RAFT_PORT_OFFSET} higher "
-            f"(default: {DEFAULT_BASE_PORT}); only used when the config is created",
-        ),
+        base_port_arg(arg),
         arg(
             "--fsync",
             choices=FSYNC_MODES,
@@ -516,7 +510,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     say("")
     say(format_status_table(collect_status(lc)))
     say("")
-    say(how_to_connect(cfg))
+    say(how_to_connect(cfg, args.config))
     if args.supervise:
         return supervise_cli.supervise(lc, args)
     return EXIT_OK
@@ -530,7 +524,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     "  statekeeper cluster status --watch --interval 0.5",
     args=[
         CONFIG_ARG,
-        arg("--json", action="store_true", help="print JSON instead of a table"),
+        *output_args(arg),
         arg("--watch", action="store_true", help="refresh until Ctrl-C (which exits 0)"),
         arg(
             "--interval",
@@ -548,7 +542,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     after the other otherwise), until Ctrl-C."""
     lc = load_cluster(args)
     if not args.watch:
-        _print_status(lc, args.json)
+        _print_status(lc, args.write_out)
         return EXIT_OK
     if args.interval <= 0:
         raise UserError("--interval must be > 0")
@@ -560,7 +554,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             if not args.json:  # JSON: one document per refresh, nothing else
                 stamp = time.strftime("%H:%M:%S")
                 print(f"{stamp}  every {args.interval:g} s (Ctrl-C to stop)")
-            _print_status(lc, args.json)
+            _print_status(lc, args.write_out)
             if not clear:
                 print()
             sys.stdout.flush()
@@ -569,12 +563,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
 
 
-def _print_status(lc: LocalCluster, as_json: bool) -> None:
+def _print_status(lc: LocalCluster, fmt: str) -> None:
     rows = collect_status(lc)
-    if as_json:
+    if fmt == "json":
         print(json.dumps(rows, indent=2, sort_keys=True))
     else:
-        print(format_status_table(rows))
+        print(format_status_table(rows, fmt))
 
 
 @command(

@@ -2,7 +2,8 @@
 where the nodes are, the common flags, one-line errors, tables and JSON.
 
 Endpoints: --endpoints, else $STATEKEEPER_ENDPOINTS, else the HTTP URLs of --config
-(cluster.toml) when it exists, else http://127.0.0.1:7000. TLS: $STATEKEEPER_CA_FILE (and
+(cluster.toml) when it exists, else an error saying that neither is there (exit 2): the
+same function as ``Client()`` without endpoints (client/locate.py). TLS: $STATEKEEPER_CA_FILE (and
 _CERT_FILE / _KEY_FILE, client/tls.py), else, with a cluster.toml that turns [tls] on, its
 CA (and a node certificate when the port asks for client certificates). The credential (a bearer token;
 docs/protocol.md, "Authentication and authorization"): the file named by --token-file, else
@@ -24,12 +25,51 @@ from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
-DEFAULT_ENDPOINT = "http://127.0.0.1:7000"
+EXIT_NOT_FOUND = 3  # what was asked for does not exist (every command; see exit_code)
 
 
-def client_args(arg: Callable[..., Any], ns_default: str | None = "default") -> list[Any]:
-    """The flags every client command takes: --ns, --endpoints, --config, --json,
-    --token-file. `ns_default` None: a command whose --ns is optional (every namespace)."""
+OUTPUT_FORMATS = ("table", "json", "simple")
+
+
+class WriteOut(argparse.Action):
+    """-w/--write-out FORMAT, and --json (its alias, ``const`` "json"): sets ``write_out``
+    to the format and ``json`` to whether it is JSON (what most commands ask)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        fmt = self.const or values
+        namespace.write_out, namespace.json = fmt, fmt == "json"
+
+
+def output_args(arg: Callable[..., Any], default: str = "table") -> list[Any]:
+    """The output flag, the same in every command that prints data (etcdctl's -w):
+    ``table`` aligned columns under a header, ``json`` one document, ``simple`` the rows
+    without a header, tab-separated (the key commands: etcdctl's key line, value line)."""
+    return [
+        arg(
+            "-w",
+            "--write-out",
+            action=WriteOut,
+            choices=OUTPUT_FORMATS,
+            default=default,
+            help=f"output format: {', '.join(OUTPUT_FORMATS)} (default: {default})",
+        ),
+        arg(
+            "--json",
+            action=WriteOut,
+            nargs=0,
+            const="json",
+            default=default == "json",
+            help="the same as -w json",
+        ),
+    ]
+
+
+def client_args(
+    arg: Callable[..., Any], ns_default: str | None = "default", output: str | None = "table"
+) -> list[Any]:
+    """The flags every client command takes: --ns, --endpoints, --config, -w/--json
+    (output_args; `output` its default, None: none), --token-file. `ns_default` None: a
+    command whose --ns is optional (every namespace)."""
     ns_help = (
         f"namespace (default: {ns_default})" if ns_default else "namespace (default: every one)"
     )
@@ -43,7 +83,7 @@ def client_args(arg: Callable[..., Any], ns_default: str | None = "default") -> 
             metavar="PATH",
             help="cluster config to take the endpoints from (default: cluster.toml)",
         ),
-        arg("--json", action="store_true", help="print JSON instead of a table"),
+        *(output_args(arg, output) if output else ()),
         arg(
             "--token-file",
             metavar="PATH",
@@ -54,13 +94,13 @@ def client_args(arg: Callable[..., Any], ns_default: str | None = "default") -> 
 
 
 def endpoints(args: argparse.Namespace) -> list[str]:
+    """--endpoints, else what a Client() would use (client/locate.py) with --config as the
+    config file: $STATEKEEPER_ENDPOINTS, else its nodes, else NoEndpoints (exit 2)."""
     if args.endpoints:
         return [u for u in args.endpoints.split(",") if u]
-    env = os.environ.get("STATEKEEPER_ENDPOINTS")
-    if env:
-        return [u for u in env.split(",") if u]
-    cfg = cluster_config(args)
-    return list(cfg.http_urls()) if cfg is not None else [DEFAULT_ENDPOINT]
+    from statekeeper.client.locate import CHECKOUT_CONFIG, configured_endpoints
+
+    return configured_endpoints(getattr(args, "config", None) or CHECKOUT_CONFIG)
 
 
 def cluster_config(args: argparse.Namespace) -> Any:
@@ -84,19 +124,30 @@ def connection_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Client errors as one line on stderr: 2 for what was asked wrong, 1 otherwise."""
+    """Client errors as one line on stderr, with the exit code of their kind (exit_code)."""
 
     def run(args: argparse.Namespace) -> int:
-        from statekeeper.client.errors import InvalidRequest, NotFound, StatekeeperError
+        from statekeeper.client.errors import StatekeeperError
 
         try:
             return fn(args)
         except StatekeeperError as e:
             print(f"statekeeper: error: {e.message or e}", file=sys.stderr)
-            return EXIT_USAGE if isinstance(e, NotFound | InvalidRequest) else EXIT_FAILURE
+            return exit_code(e)
 
     run.__name__, run.__doc__ = fn.__name__, fn.__doc__
     return run
+
+
+def exit_code(err: Exception) -> int:
+    """The exit code of a client error, the same in every command: 3 for something that
+    does not exist (a key, a stream, an agent, a lease: `get`'s documented code), 2 for
+    what was asked wrong (an invalid request, no endpoints configured), 1 otherwise."""
+    from statekeeper.client.errors import InvalidRequest, NoEndpoints, NotFound
+
+    if isinstance(err, NotFound):
+        return EXIT_NOT_FOUND
+    return EXIT_USAGE if isinstance(err, InvalidRequest | NoEndpoints) else EXIT_FAILURE
 
 
 def when(time_ms: int | None) -> str:
@@ -115,7 +166,11 @@ def size(n: int) -> str:
     )
 
 
-def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "table") -> str:
+    """Rows under a header in aligned columns; ``fmt`` "simple": the rows alone, cells
+    separated by a tab (for cut and awk)."""
+    if fmt == "simple":
+        return "\n".join("\t".join("-" if c is None else str(c) for c in r) for r in rows)
     cells = [list(columns)] + [["-" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     return "\n".join(
@@ -166,9 +221,10 @@ def _tls_setup(make: Callable[[], Any]) -> Any:
 def open_client(args: argparse.Namespace) -> Any:
     from statekeeper.client import Client
 
+    urls = endpoints(args)  # NoEndpoints is no TLS failure (both are ValueErrors)
     return _tls_setup(
         lambda: Client(
-            endpoints(args),
+            urls,
             ns=getattr(args, "ns", "default"),
             token=token(args),
             **connection_options(args),

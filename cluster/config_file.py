@@ -10,7 +10,9 @@ and the commands imported them back from inside their functions.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from statekeeper.node import config as node_config
 from statekeeper.node.config import ClusterConfig
@@ -19,6 +21,17 @@ SECRET_FILE_NAME = "secret"  # `cluster up` writes the cluster secret here, next
 DEFAULT_DATA_DIR = "data"
 DEFAULT_BASE_PORT = 7000
 RAFT_PORT_OFFSET = 100  # raft ports sit 100 above the HTTP ports (7100-7102)
+
+
+def base_port_arg(arg: Callable[..., Any]) -> Any:
+    """--base-port, for the commands that may write a new config (`cluster up`, `restore`)."""
+    return arg(
+        "--base-port",
+        type=int,
+        metavar="PORT",
+        help=f"first HTTP port; raft ports are {RAFT_PORT_OFFSET} higher "
+        f"(default: {DEFAULT_BASE_PORT}); only used when the config is created",
+    )
 
 
 class UserError(Exception):

@@ -2,7 +2,7 @@
 
 Like cluster/stream_cli.py: cluster/cli.py calls :func:`register`, the client is imported
 only when a command runs, and the endpoints come from --endpoints,
-$STATEKEEPER_ENDPOINTS, the --config file's nodes, or http://127.0.0.1:7000.
+$STATEKEEPER_ENDPOINTS, else the --config file's nodes (no default: cluster/client_cli.py).
 
 Every update is one `crdt_merge` (docs/protocol.md, "CRDTs"), made by a replica of its own
 (client/crdt/replica.py) that first pulls the key's state (a remove removes what it has
@@ -78,7 +78,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     if args.json:
         dump(out)
     else:
-        print(table(("FIELD", "VALUE"), [(k, v) for k, v in out.items()]))
+        print(table(("FIELD", "VALUE"), [(k, v) for k, v in out.items()], fmt=args.write_out))
     return EXIT_OK
 
 

@@ -2,10 +2,9 @@
 
 Like cluster/lease_cli.py: cluster/cli.py calls :func:`register`, the client is imported
 only when a command runs, and the endpoints come from --endpoints, $STATEKEEPER_ENDPOINTS,
-the --config file's nodes, or http://127.0.0.1:7000. Policies are enforced by the cluster
-(the leader's GC task, docs/protocol.md "Retention"); these commands set and show them.
---json prints the node's answer as it is.
-"""
+else the --config file's nodes (no default: cluster/client_cli.py). Policies are enforced by
+the cluster (the leader's GC task, docs/protocol.md "Retention"); these commands set and
+show them. --json prints the node's answer as it is."""
 
 from __future__ import annotations
 
@@ -102,7 +101,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                      h[unit], size(h["bytes"]), f[unit], size(f["bytes"])))
     if rows:
         print(table(("NS", "TARGET", "PREFIX", "RULES", "GROUPS", "HOLDS", "BYTES", "FREES",
-                     "FREES_BYTES"), rows))
+                     "FREES_BYTES"), rows, fmt=args.write_out))
     else:
         print("no retention policies")
     for ns, gc in sorted(st["last_gc"].items()):
@@ -147,8 +146,8 @@ def cmd_policy(args: argparse.Namespace) -> int:
             if not args.json:
                 rows = [(p["ns"], p["target"], p["prefix"] or "(all)", rules_text(p),
                          p["mod_revision"]) for p in r["policies"]]
-                print(table(("NS", "TARGET", "PREFIX", "RULES", "REVISION"), rows)
-                      if rows else "no retention policies")
+                cols = ("NS", "TARGET", "PREFIX", "RULES", "REVISION")
+                print(table(cols, rows, fmt=args.write_out) if rows else "no retention policies")
     if args.json:
         dump(r)
     return EXIT_OK

@@ -2,7 +2,7 @@
 
 Like cluster/lock_cli.py: cluster/cli.py calls :func:`register`, the client is imported only
 when the command runs, the endpoints come from --endpoints, $STATEKEEPER_ENDPOINTS, the
---config file's nodes, or http://127.0.0.1:7000. Keys are scoped to the write's namespace
+--config file's nodes (no default: cluster/client_cli.py). Keys are scoped to the write's namespace
 (--ns); --json prints the answer as the node gives it (docs/protocol.md, "Idempotency
 status"). Exit 0 whatever the answer: the printed line says which.
 """

@@ -20,10 +20,12 @@ Exit codes a script can rely on (also in every command's --help):
   1  failure: the cluster or transport (unreachable, timeout, compacted revision, a
      missing or refused token, TLS setup such as an unreadable CA file, an unhealthy
      endpoint for `endpoint health`)
-  2  usage or invalid input (bad flags, a malformed txn, a key the server refuses, a lease
-     that does not exist)
-  3  `get` found no key (etcdctl prints nothing and exits 0; we exit 3 so a script can tell
-     "missing" from "empty"; stdout stays empty in simple and table, -w json prints count 0)
+  2  usage or invalid input (bad flags, a malformed txn, a key the server refuses, no
+     endpoints configured)
+  3  not found: `get` found no key (etcdctl prints nothing and exits 0; we exit 3 so a
+     script can tell "missing" from "empty"; stdout stays empty in simple and table, -w json
+     prints count 0), or a lease that does not exist; 3 means "not found" in every
+     command (cluster/client_cli.py's exit_code)
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 
 from statekeeper.cluster.client_cli import (
     EXIT_FAILURE,
+    EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_USAGE,
     client_args,
@@ -46,18 +49,18 @@ from statekeeper.cluster.client_cli import (
     endpoints,
     guarded,
     open_client,
+    output_args,
     size,
     table,
     tls_context,
 )
 
-EXIT_NOT_FOUND = 3
 BASE64_MARK = "base64:"
 
 EXIT_CODES = (
     "exit codes: 0 ok; 1 cluster/transport failure (unreachable, timeout, compacted\n"
     "revision, refused token, TLS setup, unhealthy endpoint); 2 usage or invalid input;\n"
-    "3 get found no key (etcdctl exits 0 there; we use 3 so scripts can tell).\n"
+    "3 not found (get found no key: etcdctl exits 0 there; we use 3 so scripts can tell).\n"
     "Values that are not UTF-8 print as base64:<b64> (simple, table) or value_base64 (json)."
 )
 
@@ -91,14 +94,9 @@ class BadInput(Exception):
 def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[str, Any]) -> None:
     """Add the key-value, member and endpoint commands to cluster/cli.py's registry."""
     groups.update(GROUPS_HELP)
-    base = [a for a in client_args(arg) if a[0][0] != "--json"]
-
-    def write_out(default: str) -> Any:
-        return arg("-w", "--write-out", choices=("simple", "table", "json"), default=default,
-                   help=f"output format (default: {default})")
-
-    kv = [*base, write_out("simple")]
-    nodes = [*base, write_out("table")]
+    base = client_args(arg, output=None)
+    kv = [*base, *output_args(arg, "simple")]
+    nodes = [*base, *output_args(arg, "table")]
     key = arg("key", metavar="KEY")
     prefix = arg("--prefix", action="store_true", help="KEY is a prefix")
 

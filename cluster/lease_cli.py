@@ -2,10 +2,9 @@
 
 Like cluster/stream_cli.py: cluster/cli.py calls :func:`register`, the client is imported
 only when a command runs, and the endpoints come from --endpoints, $STATEKEEPER_ENDPOINTS,
-the --config file's nodes, or http://127.0.0.1:7000. Leases are global (ids 1, 2, ...;
-each names its namespace), so --ns does not filter them. Times are shown local; --json
-prints the raw fields (ms since the epoch).
-"""
+else the --config file's nodes (no default: cluster/client_cli.py). Leases are global (ids
+1, 2, ...; each names its namespace), so --ns does not filter them. Times are shown local;
+--json prints the raw fields (ms since the epoch)."""
 
 from __future__ import annotations
 
@@ -68,7 +67,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("no leases")
     else:
         print(table(("LEASE", "NS", "TTL", "EXPIRES"),
-                    [(x.lease, x.ns, _ttl(x.ttl_ms), when(x.expires_ms)) for x in rows]))
+                    [(x.lease, x.ns, _ttl(x.ttl_ms), when(x.expires_ms)) for x in rows],
+                    fmt=args.write_out))
     return EXIT_OK
 
 
@@ -91,7 +91,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("expires", when(info.expires_ms)), ("remaining", _ttl(info.remaining_ms or 0)),
         ("keys", f"{len(info.keys)}{more}"),
         ("streams", f"{len(info.streams)}{more_streams}"),
-    ]))
+    ], fmt=args.write_out))
     for key in info.keys:
         print(f"  {key}")
     for stream in info.streams:

@@ -2,9 +2,9 @@
 
 Like cluster/lease_cli.py: cluster/cli.py calls :func:`register`, the client is imported
 only when a command runs, and the endpoints come from --endpoints, $STATEKEEPER_ENDPOINTS,
-the --config file's nodes, or http://127.0.0.1:7000. Locks live in a namespace (--ns);
---json prints every lock with its queue (docs/protocol.md, "Locks and fencing").
-"""
+else the --config file's nodes (no default: cluster/client_cli.py). Locks live in a
+namespace (--ns); --json prints every lock with its queue (docs/protocol.md, "Locks and
+fencing")."""
 
 from __future__ import annotations
 
@@ -58,5 +58,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     else:
         print(table(("LOCK", "FENCE", "LEASE", "OWNER", "WAITING"),
                     [(x.name, x.holder_fence, x.holder_lease,
-                      x.waiters[0].owner if x.waiters else None, x.count - 1) for x in rows]))
+                      x.waiters[0].owner if x.waiters else None, x.count - 1) for x in rows],
+                      fmt=args.write_out))
     return EXIT_OK

@@ -2,8 +2,11 @@
 
 Like cluster/agent_cli.py: cluster/cli.py calls :func:`register`, the client is imported
 only when a command runs, and the endpoints come from --endpoints, $STATEKEEPER_ENDPOINTS,
-the --config file's nodes, or http://127.0.0.1:7000. Event data is printed as text when it
-is UTF-8 and as base64 (prefixed ``b64:``) otherwise; --json prints one object per event.
+else the --config file's nodes (cluster/client_cli.py). Event data that is an agent envelope
+(what Agent.log writes) is decoded as `agent history` does and shown as its schema and its
+data in JSON; other data as text when it is UTF-8 and as base64 (prefixed ``b64:``)
+otherwise; -w json (--json) prints one object per event (an envelope's header under
+"envelope").
 """
 
 from __future__ import annotations
@@ -73,7 +76,23 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
                                help="only streams starting with this")])(cmd_list)
 
 
-def _data(data: bytes) -> str:
+def _envelope(data: bytes) -> dict[str, Any] | None:
+    """{"header", "data"} of an agent envelope (client/agent/envelope.py: what Agent.log
+    and checkpoints write), decoded without a registry as `agent show` does (so any schema
+    shows, registered here or not); None for data that is no envelope (or does not decode)."""
+    from statekeeper.client.agent.codec import show_envelope
+    from statekeeper.client.agent.envelope import MAGIC
+    from statekeeper.client.errors import StatekeeperError
+
+    if data[:3] != MAGIC:
+        return None
+    try:
+        return show_envelope(data)
+    except StatekeeperError:
+        return None
+
+
+def _raw(data: bytes) -> str:
     try:
         return data.decode()
     except UnicodeDecodeError:
@@ -81,18 +100,38 @@ def _data(data: bytes) -> str:
 
 
 def _event(ev: Any) -> dict[str, Any]:
-    return {"seq": ev.seq, "type": ev.type, "data": _data(ev.data), "id": ev.id,
-            "time_ms": ev.time_ms, "revision": ev.revision, "meta": ev.meta or {}}
+    """An event as JSON: an envelope's data decoded (and its header under "envelope"),
+    other data as text, or b64: when it is not UTF-8."""
+    shown = _envelope(ev.data)
+    out = {"seq": ev.seq, "type": ev.type, "data": _raw(ev.data) if shown is None else
+           shown["data"], "id": ev.id, "time_ms": ev.time_ms, "revision": ev.revision,
+           "meta": ev.meta or {}}
+    if shown is not None:
+        out["envelope"] = shown["header"]
+    return out
 
 
-def _print_events(events: list[Any], as_json: bool) -> None:
-    if as_json:
+def _data(data: bytes, width: int = 80) -> str:
+    """An event's data on one line: an envelope as its schema and its data in JSON."""
+    shown = _envelope(data)
+    if shown is None:
+        text = _raw(data)
+    else:
+        h = shown["header"]
+        schema = f"{h['schema']} v{h['version']} " if h.get("schema") else ""
+        text = schema + json.dumps(shown["data"], ensure_ascii=False, sort_keys=True)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _print_events(events: list[Any], fmt: str) -> None:
+    if fmt == "json":
         for ev in events:
             print(json.dumps(_event(ev), ensure_ascii=False), flush=True)
         return
     print(table(("SEQ", "TYPE", "TIME", "REV", "ID", "DATA"),
                 [(e.seq, e.type or "-", when(e.time_ms), e.revision, e.id,
-                  _data(e.data)[:80]) for e in events]), flush=True)
+                  _data(e.data)) for e in events], fmt), flush=True)
 
 
 def _expect(text: str) -> Any:
@@ -133,7 +172,7 @@ def cmd_read(args: argparse.Namespace) -> int:
         print(f"{args.stream}: no events there (last seq {page.last_seq}, revision "
               f"{page.revision})")
         return EXIT_OK
-    _print_events(page.events, args.json)
+    _print_events(page.events, args.write_out)
     if page.more and not args.json:
         print(f"... more (last seq {page.last_seq}); continue with --from "
               f"{page.events[-1].seq + (-1 if args.backward else 1)}")
@@ -149,9 +188,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
             start = c.read_stream(args.stream, direction="backward", limit=1).last_seq + 1
         try:
             for ev in c.subscribe(args.stream, start=start):
-                _print_events([ev], True) if args.json else print(
-                    f"{ev.seq:>6}  {when(ev.time_ms)}  {ev.type or '-'}  {_data(ev.data)}",
-                    flush=True)
+                _print_events([ev], "json") if args.json else print(
+                    f"{ev.seq:>6}  {when(ev.time_ms)}  {ev.type or '-'}  "
+                    f"{_data(ev.data, width=200)}", flush=True)
         except KeyboardInterrupt:
             return EXIT_OK
     return EXIT_OK
@@ -168,7 +207,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         dump(fields)
     else:
-        print(table(("FIELD", "VALUE"), list(fields.items())))
+        print(table(("FIELD", "VALUE"), list(fields.items()), fmt=args.write_out))
     return EXIT_OK
 
 
@@ -190,5 +229,6 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"no streams in namespace {args.ns!r}")
     else:
         print(table(("STREAM", "LAST SEQ", "COUNT", "BYTES", "MOD REV"),
-                    [(s.stream, s.last_seq, s.count, s.bytes, s.mod_revision) for s in rows]))
+                    [(s.stream, s.last_seq, s.count, s.bytes, s.mod_revision) for s in rows],
+                    fmt=args.write_out))
     return EXIT_OK

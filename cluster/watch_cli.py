@@ -1,11 +1,11 @@
 """`statekeeper watch PREFIX`: print every change of the keys under PREFIX as it happens.
 
 Like cluster/stream_cli.py: cluster/cli.py calls :func:`register`, the client is imported
-only when the command runs, and the endpoints come from --endpoints,
-$STATEKEEPER_ENDPOINTS, the --config file's nodes, or http://127.0.0.1:7000. Values are
-printed as text when they are UTF-8 and as base64 (prefixed ``b64:``) otherwise; --json
-prints one object per change. The watch resumes by itself on another node when the one it
-reads from fails (docs/protocol.md, "Watch").
+only when the command runs, and the endpoints come from --endpoints, $STATEKEEPER_ENDPOINTS,
+else the --config file's nodes (no default: cluster/client_cli.py). Values are printed as
+text when they are UTF-8 and as base64 (prefixed ``b64:``) otherwise; --json prints one
+object per change. The watch resumes by itself on another node when the one it reads from
+fails (docs/protocol.md, "Watch").
 """
 
 from __future__ import annotations

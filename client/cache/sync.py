@@ -74,12 +74,11 @@ class Cache(CacheBase):
     # ---- the view's upkeep (thread)
     def _open_watcher(self) -> Any:
         """The client the watch streams on: one of its own, so that closing it wakes the
-        watch thread out of its read (the user's client stays open). It is built by the
-        user's client's own class, so that this module does not import client/sync.py,
-        which imports it."""
-        c = self._client
-        return type(c)(c.endpoints, ns=self.ns, timeout=self.watch_timeout, retry=c.retry,
-                      prefer_leader=False, max_connections=2)  # fmt: skip
+        watch thread out of its read (the user's client stays open), with the user's
+        client's configuration (its TLS and token included: with_options)."""
+        return self._client.with_options(
+            ns=self.ns, timeout=self.watch_timeout, prefer_leader=False, max_connections=2
+        )
 
     def _load(self) -> None:
         steps = load_steps(self.prefix, self.ns, self._view.max_keys)

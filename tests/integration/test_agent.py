@@ -266,7 +266,7 @@ def test_cli_list_show_history_rollback(
     out = cli(shared_cluster, ns, "show", "agent-7", "--json")
     assert json.loads(out.stdout)["state"] == {"total": 1, "raw": {"$bytes": "AA=="}}
     out = cli(shared_cluster, ns, "show", "nobody")
-    assert out.returncode == 2 and "no checkpoint" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 3 and "no checkpoint" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_bad_input_gets_coded_errors_and_changes_nothing(client: Client) -> None:

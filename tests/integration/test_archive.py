@@ -214,7 +214,7 @@ def test_the_cli_runs_lists_and_restores(shared_cluster: LocalCluster, tmp_path:
         with pytest.raises(Archived):
             c.get(_ckpt(5))
         missing = _cli(shared_cluster, "restore", "no-such-segment", "--ns", ns)
-        assert missing.returncode == 2 and "no archive segment" in missing.stderr
+        assert missing.returncode == 3 and "no archive segment" in missing.stderr
         bad = _cli(shared_cluster, "run", "--ns", ns, "--prefix", "agent/", "--to", url)
         assert bad.returncode == 2
 

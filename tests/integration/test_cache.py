@@ -7,12 +7,14 @@ on its timer; and the cache keeps up through a leader kill (its watch resumes)."
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 
 import pytest
 
 from statekeeper.client import AsyncClient, CacheStale, Client, NotFound, RetryPolicy
+from statekeeper.client.tls import CA_ENV
 from statekeeper.cluster.supervisor import LocalCluster
 
 pytestmark = pytest.mark.integration
@@ -187,3 +189,29 @@ def test_the_cache_survives_a_leader_kill(cluster: LocalCluster) -> None:
             assert cache.get("L/own").text == "mine" and cache.revision >= w.revision
             assert cache.get("L/k", max_lag=1.0, timeout=10).text == "after"
             assert c.endpoint != cluster.url(leader)
+
+
+def test_a_cache_watches_with_the_clients_own_tls_and_token(
+    shared_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CA and the token given as arguments, not through the environment: the sync
+    cache's watch ran on a client of its own built from the environment only, so it
+    failed TLS (or got 401) forever and the view never moved past its first load."""
+    ca, token = os.environ.get(CA_ENV), os.environ.get("STATEKEEPER_TOKEN")
+    if ca is None or token is None:
+        pytest.skip("the shared cluster runs without TLS and auth (SHARED_SECURE off)")
+    monkeypatch.delenv(CA_ENV)
+    monkeypatch.delenv("STATEKEEPER_TOKEN")
+    ns, urls = _ns(), _urls(shared_cluster)
+    with Client(urls, ns=ns, ca=ca, token=token) as c, c.cache("a/") as cache:
+        rev = c.put("a/1", "one").revision  # through the client: the view sees it by watch
+        assert cache.wait(rev, timeout=10) >= rev
+        assert cache.get("a/1").text == "one" and cache.stats()["fetches"] == 0
+
+    async def main() -> None:
+        async with AsyncClient(urls, ns=ns, ca=ca, token=token) as c, c.cache("a/") as cache:
+            rev = (await c.put("a/2", "two")).revision
+            assert await cache.wait(rev, timeout=10) >= rev
+            assert (await cache.get("a/2")).text == "two"
+
+    asyncio.run(main())

@@ -102,7 +102,7 @@ def test_put_from_stdin_binary_values_and_options(shared_cluster: LocalCluster) 
         assert c.lease_info(int(lease)).keys == ["t", "t2"]
     # a lease that does not exist, and --lease with --ttl: invalid input
     assert "lease" in run(shared_cluster, "put", "x", "v", "--lease", "999999", ns=ns).stderr
-    ok(run(shared_cluster, "put", "x", "v", "--lease", "999999", ns=ns), 2)
+    ok(run(shared_cluster, "put", "x", "v", "--lease", "999999", ns=ns), 3)  # not found
     ok(run(shared_cluster, "put", "x", "v", "--lease", lease, "--ttl", "5", ns=ns), 2)
 
 

@@ -405,4 +405,4 @@ def test_the_lease_cli_lists_shows_and_revokes(shared_cluster: LocalCluster) -> 
         assert not _stream_exists(c, "cli/log")
         assert not _exists(c, "cli/a")
         missing = _lease_cli(shared_cluster, "info", str(g.lease))
-        assert missing.returncode == 2 and "does not exist" in missing.stderr
+        assert missing.returncode == 3 and "does not exist" in missing.stderr

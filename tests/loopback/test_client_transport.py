@@ -555,3 +555,30 @@ async def test_async_client_created_outside_loop_usable_inside(node: FakeNode) -
         await c.close()
     with pytest.raises(RuntimeError):
         await c.get("k0")
+
+
+# ------------------------------------------------ a dead leader still named by a follower
+
+
+def _dead_leader(node: FakeNode) -> list[str]:
+    """node 0 answers, two endpoints refuse connections, and node 0 still names the second
+    dead one the leader (as a follower does for an election timeout after a crash)."""
+    dead = [_free_port(), _free_port()]
+    node.leader_port = dead[1]
+    return [node.url(0), *(f"http://127.0.0.1:{p}" for p in dead)]
+
+
+def test_sync_a_refused_leader_is_not_chosen_again(node: FakeNode) -> None:
+    # Before: every retry went back to the named leader, and the put failed with
+    # "cannot connect to" it though node 0 serves (issue 30 item 16).
+    with Client(_dead_leader(node), retry=FAST) as c:
+        c.put("k", b"v")
+        assert c.endpoint == node.url(0)
+    assert [s.port for s in node.seen if s.path == "/v1/kv/put"] == [node.ports[0]]
+
+
+async def test_async_a_refused_leader_is_not_chosen_again(node: FakeNode) -> None:
+    async with AsyncClient(_dead_leader(node), retry=FAST) as c:
+        await c.put("k", b"v")
+        assert c.endpoint == node.url(0)
+    assert [s.port for s in node.seen if s.path == "/v1/kv/put"] == [node.ports[0]]

@@ -110,18 +110,18 @@ def test_gc_deletes_orphan_chunks(store, capsys) -> None:
 
 
 def test_errors_are_one_line(store, capsys) -> None:
+    # Not found is 3 in every command (as `get` documents), a usage mistake 2.
     code, _, err = run(["agent", "show", "nobody"], capsys)
-    assert code == 2 and "has no checkpoint" in err and "Traceback" not in err
+    assert code == 3 and "has no checkpoint" in err and "Traceback" not in err
     code, _, err = run(["agent", "rollback", "agent-7"], capsys)
     assert code == 2 and "exactly one" in err
     code, _, err = run(["agent", "rollback", "agent-7", "--to", "0"], capsys)
-    assert code == 2 and "no checkpoint with step <= 0" in err
+    assert code == 3 and "no checkpoint with step <= 0" in err
 
 
-def test_endpoints_come_from_flag_env_or_default(monkeypatch, tmp_path) -> None:
+def test_endpoints_come_from_flag_or_env(monkeypatch, tmp_path) -> None:
+    # Without either (and no config) it refuses: tests/unit/test_client_endpoints_config.py.
     args = cli.build_parser().parse_args(["agent", "list", "--config", str(tmp_path / "none.toml")])
-    monkeypatch.delenv("STATEKEEPER_ENDPOINTS", raising=False)
-    assert client_cli.endpoints(args) == ["http://127.0.0.1:7000"]
     monkeypatch.setenv("STATEKEEPER_ENDPOINTS", "http://a:1,http://b:2")
     assert client_cli.endpoints(args) == ["http://a:1", "http://b:2"]
     args.endpoints = "http://c:3"

@@ -21,7 +21,7 @@ OPERATIONS |= STREAM_OPERATIONS | LEASE_OPERATIONS | {"lease_list"} | {"watch"} 
 # Return a batch object in both clients (``with client.batch()`` / ``async with``), a
 # lease (granted now on a Client; awaited or entered on an AsyncClient) and a cache
 # (loaded now on a Client; awaited or entered on an AsyncClient).
-PLAIN_IN_BOTH = {"batch", "lease", "cache"}
+PLAIN_IN_BOTH = {"batch", "lease", "cache", "with_options"}
 # Locks: acquired now on a Client, awaited or entered on an AsyncClient.
 LOCK_OPERATIONS = {"lock", "lock_acquire", "lock_release", "lock_list"}
 OPERATIONS |= LOCK_OPERATIONS
@@ -133,3 +133,14 @@ def test_watch_is_an_iterator_in_both_clients() -> None:
         it = c.watch("p", start_revision=0)
         with pytest.raises(InvalidRequest):
             next(it)
+
+
+@pytest.mark.parametrize("cls", [Client, AsyncClient])
+def test_with_options_copies_the_configuration_and_changes_what_is_given(cls) -> None:
+    # The token and TLS it carries: tests/integration/test_cache.py (the sync cache's watch).
+    urls = ["http://10.0.0.1:7000", "http://10.0.0.2:7000"]
+    c = cls(urls, ns="a", timeout=3, consistency="serializable", archive_roots=["/r"])
+    d = c.with_options(ns="b")
+    assert type(d) is cls and d.endpoints == c.endpoints and d.retry is c.retry
+    assert (d.ns, d.timeout, d.consistency, d.archive_roots) == ("b", 3.0, "serializable", ("/r",))
+    assert c.with_options(endpoints="http://10.0.0.3:7000").endpoints == ("http://10.0.0.3:7000",)

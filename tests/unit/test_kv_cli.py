@@ -110,7 +110,7 @@ def test_values_print_as_text_or_marked_base64() -> None:
 )
 def test_every_command_documents_the_exit_codes(path: tuple[str, ...]) -> None:
     cmd = next(c for c in cli.COMMANDS if c.path == path)
-    assert "exit codes: 0 ok; 1" in cmd.epilog and "3 get found no key" in cmd.epilog
+    assert "exit codes: 0 ok; 1" in cmd.epilog and "3 not found (get found no key" in cmd.epilog
 
 
 def test_input_refused_before_any_request(capsys: pytest.CaptureFixture[str]) -> None:
