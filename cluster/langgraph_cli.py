@@ -1,6 +1,6 @@
 """`statekeeper langgraph threads | history THREAD | show THREAD [CHECKPOINT]`: the
 threads StatekeeperSaver stored (client/langgraph/), readable by people, as tables or
---json (issue 30 item 18).
+-w json|table|simple (--json: -w json) (issue 30 item 18).
 
 Read through the saver's own key layout (client/langgraph/keys.py) and codec
 (saver_codec.py, LangGraph's JsonPlusSerializer, never pickle): `threads` scans the
@@ -201,13 +201,14 @@ def _missing(message: str) -> int:
     return EXIT_NOT_FOUND
 
 
-def history_table(rows: Sequence[Row]) -> str:
+def history_table(rows: Sequence[Row], fmt: str = "table") -> str:
     return table(
         ("CHECKPOINT", "PARENT", "NS", "STEP", "SOURCE", "WRITES", "TS"),
         [
             (r.checkpoint_id, r.parent, r.checkpoint_ns or None, r.step, r.source, r.writes, r.ts)
             for r in rows
         ],
+        fmt,
     )
 
 
@@ -264,6 +265,7 @@ def cmd_threads(args: argparse.Namespace) -> int:
                 (r["thread_id"], r["checkpoints"], r["step"], r["source"], r["ts"], r["lease"])
                 for r in out
             ],
+            args.write_out,
         )
     )
     return EXIT_OK
@@ -294,7 +296,7 @@ def cmd_history(args: argparse.Namespace) -> int:
             ]
         )
         return EXIT_OK
-    print(history_table(rows))
+    print(history_table(rows, args.write_out))
     return EXIT_OK
 
 

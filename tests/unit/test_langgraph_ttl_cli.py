@@ -289,6 +289,7 @@ def test_history_row_and_table_and_show_json() -> None:
     lines = cli.history_table([row]).splitlines()
     assert lines[0].split() == ["CHECKPOINT", "PARENT", "NS", "STEP", "SOURCE", "WRITES", "TS"]
     assert lines[1].split()[:6] == [cp["id"], "-", "-", "3", "loop", "2"]
+    assert cli.history_table([row], "simple").split("\t")[:3] == [cp["id"], "-", "-"]  # no header
     tup = CheckpointTuple(
         stored,
         {**cp, "channel_values": {"x": b"\x00", "m": {1, 2}}},
