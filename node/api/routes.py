@@ -35,7 +35,8 @@ from statekeeper.node.config import ClusterConfig
 from statekeeper.node.entry import mark_validated
 from statekeeper.node.errors import OpError, status_for
 from statekeeper.node.metrics import NodeMetrics, StatusCollector, storage_gauges
-from statekeeper.node.ops.core import OPS, is_write, validate_op, validate_ops
+from statekeeper.node.ops.core import BATCH_FIELDS, OPS, is_write, validate_op, validate_ops
+from statekeeper.node.ops.known_fields import refuse_unknown
 from statekeeper.node.ops.watch import WATCH_PATH, validate_watch
 from statekeeper.node.proposer import Proposer
 from statekeeper.node.quota.alarm import StorageQuota
@@ -420,7 +421,8 @@ class Api:
 
     async def _handle_op(self, name: str, request: Request) -> Response:
         body, fmt = self._body(request, name)
-        body["op"] = name
+        if body.setdefault("op", name) != name:  # the path names the op
+            raise OpError("invalid_argument", f"op must be {name!r} on this route, or absent")
         if name == "auth_whoami":  # the caller's own token: nothing to read
             read_options(body)
             validate_op(body, self.limits)
@@ -466,6 +468,7 @@ class Api:
 
     async def handle_batch(self, request: Request) -> Response:
         body, fmt = self._body(request, "batch")
+        refuse_unknown(body, BATCH_FIELDS, "batch")
         consistency, min_rev = read_options(body)
         ops = validate_ops(body.get("ops"), self.limits)
         if self.authz is not None:  # a denied op fails the whole batch

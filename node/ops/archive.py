@@ -46,6 +46,7 @@ from statekeeper.node.ops.fields import (
     key_text,
     utf8,
 )
+from statekeeper.node.ops.known_fields import refuse_unknown
 from statekeeper.node.ops.retention import (
     MAX_AGE_S,
     MAX_TRUNCATE_EVENTS,
@@ -198,6 +199,10 @@ def _count_schema(what: str) -> Schema:
 
 class Segment(Field):
     """archive_seal's segment: {id, url, sha256, bytes}."""
+
+    def refuse_unknown(self, v):
+        if isinstance(v, dict):
+            refuse_unknown(v, ("id", "url", "sha256", "bytes"), self.name)
 
     def check(self, v, limits, in_txn, out):
         if not isinstance(v, dict):

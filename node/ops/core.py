@@ -91,6 +91,11 @@ from statekeeper.node.ops.fields import (
     encode_continuation,
     invalid,
 )
+from statekeeper.node.ops.known_fields import (
+    refuse_unknown,
+    refuse_unknown_fields,
+    unknown_field_error,
+)
 from statekeeper.node.ops.leases import PUT_LEASE, PUT_LEASE_EXCLUSIVE, PUT_TTL, put_post
 from statekeeper.node.ops.locks import fenced
 from statekeeper.node.ops.schemas import ref, wire_name
@@ -99,6 +104,7 @@ from statekeeper.node.ops.spec import Checks, OpSpec, bound_checks, plan_checks
 
 __all__ = [
     "ALL_OPS",
+    "BATCH_FIELDS",
     "CMP_OPS",
     "CMP_TARGETS",
     "COMPARE_FIELDS",
@@ -155,7 +161,9 @@ def validate_op(
         plan = _INTERNAL_PLANS.get(name) if internal and type(name) is str else None
         if plan is None:
             raise OpError("unknown_op", f"unknown op {name!r}")
-    allowed_in_txn, has_ns, pre, checks, post, admit = plan
+    allowed_in_txn, has_ns, pre, checks, post, admit, known, nested = plan
+    if not (internal or in_txn) and (nested or not known.issuperset(op)):
+        refuse_unknown_fields(op, OPS[name])  # a txn's branch ops: by the txn's Branch
     if in_txn and not allowed_in_txn:
         if name == "txn":
             raise invalid("txns cannot be nested")
@@ -179,6 +187,10 @@ def validate_op(
     if admit is not None and not internal:
         admit(out, limits)
     return out
+
+
+# The fields of a batch's body (POST /v1/batch): its ops and the read options.
+BATCH_FIELDS = ("ops", "consistency", "min_revision")
 
 
 def validate_ops(ops: Any, limits: Limits) -> list[dict]:
@@ -229,6 +241,15 @@ class OpList(Field):
     def check_all(self, items: list[dict]) -> None:
         """Rules across the items."""
 
+    def refuse_unknown(self, v):
+        if isinstance(v, list):
+            for i, raw in enumerate(v):
+                if isinstance(raw, dict):
+                    self.refuse_unknown_in(raw, f"{self.name}[{i}]")
+
+    def refuse_unknown_in(self, raw: dict, where: str) -> None:
+        raise NotImplementedError
+
     def schema(self, limits, wire):
         return {
             "type": "array",
@@ -250,6 +271,9 @@ class Compares(OpList):
     not_a_list = "txn {} must be a list"
     check_item = staticmethod(_compare)
 
+    def refuse_unknown_in(self, raw, where):
+        refuse_unknown(raw, _COMPARE_NAMES, where)
+
 
 class Branch(OpList):
     item = "TxnOp"
@@ -258,6 +282,19 @@ class Branch(OpList):
 
     def check_all(self, items):
         _check_disjoint_writes(items, self.name)
+
+    def refuse_unknown_in(self, raw, where):
+        spec = OPS.get(raw.get("op")) if type(raw.get("op")) is str else None
+        if spec is None:
+            return  # validate_op says unknown_op
+        if not spec.known.issuperset(raw):
+            unknown = [k for k in raw if k not in spec.known]
+            raise unknown_field_error(unknown, spec.field_names, f"{where} ({spec.name})")
+        for f in spec.nested:
+            try:
+                f.refuse_unknown(raw.get(f.name))
+            except OpError as e:
+                raise _prefixed(e, where) from None
 
 
 def _check_disjoint_writes(ops: list[dict], name: str) -> None:
@@ -473,6 +510,7 @@ _INTERNAL_SPECS = tuple(s for family in FAMILIES for s in getattr(family, "INTER
 INTERNAL_OPS: dict[str, OpSpec] = {s.name: s for s in _INTERNAL_SPECS}
 _RANGE_EXCLUSIVE = _check_exclusive(OPS["range"])
 _COMPARE_CHECKS = bound_checks(COMPARE_FIELDS)
+_COMPARE_NAMES = tuple(f.name for f in COMPARE_FIELDS)
 _TXN_LISTS = tuple(f.name for f in OPS["txn"].fields if isinstance(f, OpList))
 
 WRITE_OPS = frozenset(s.name for s in _SPECS if s.write)
@@ -486,7 +524,7 @@ CMP_OPS = frozenset(CMP_OPS_ORDER)
 # What validate_op runs per op name, unpacked in one go.
 def _plan(s: OpSpec) -> tuple:
     checks = plan_checks(s.fields[1:] if s.has_ns else s.fields)  # the fields of s.rest
-    return s.in_txn, s.has_ns, s.pre, checks, s.post, s.admit
+    return s.in_txn, s.has_ns, s.pre, checks, s.post, s.admit, s.known, bool(s.nested)
 
 
 _PLANS = {s.name: _plan(s) for s in _SPECS}
