@@ -48,6 +48,7 @@ from ..plan import AgentPlan, arun, call, driven, planned, run
 from .checkpoints import (
     Committed,
     Ctx,
+    check_events,
     chunk_groups,
     commit_plan,
     conflict,
@@ -250,6 +251,7 @@ class AgentCore:
         event idempotent (a retry returns the first seq); ``expect``: see client.append.
         """
         ev = self.ctx.codec.wire_event(type, data, id, meta, self.step if step is None else step)
+        check_events(self.ctx, [ev], f"event {type!r}")
         r = yield call(
             "append", self.stream, [ev], expect=expect, ns=self.ns, idempotency_key=idempotency_key
         )
@@ -267,6 +269,7 @@ class AgentCore:
         idempotency_key: str | None,
     ) -> AgentPlan[Checkpoint]:
         wire = [self.ctx.codec.wire_event(*unpack_event(e), step) for e in events]
+        check_events(self.ctx, wire)  # before any chunk is uploaded
         yield from self._ensure_view()
         env = self.ctx.codec.encode(state)
         sha = sha256_hex(env)

@@ -88,7 +88,9 @@ class OpSpec:
         names = tuple(f.name for f in self.fields if f.requested)
         object.__setattr__(self, "field_names", names)
         object.__setattr__(self, "known", frozenset(("op", *names)))
-        nested = tuple(f for f in self.fields if _defined_in(type(f), "refuse_unknown") is not Field)
+        nested = tuple(
+            f for f in self.fields if _defined_in(type(f), "refuse_unknown") is not Field
+        )
         object.__setattr__(self, "nested", nested)
         if not self.path:
             object.__setattr__(self, "path", f"/v1/kv/{self.name}")

@@ -381,8 +381,12 @@ def test_a_created_token_records_its_creator(w: World) -> None:
     # it; the authorizer binds the op to the caller (whatever the client sent).
     admin = w.principal(("alice", "", "admin"))
     _, tid, digest = new_token()
-    raw = {"op": "auth_token_create", "id": tid, "hash": digest,
-           "grants": [{"ns": "alice", "role": "admin"}]}
+    raw = {
+        "op": "auth_token_create",
+        "id": tid,
+        "hash": digest,
+        "grants": [{"ns": "alice", "role": "admin"}],
+    }
     with pytest.raises(OpError, match="unknown field 'parent'"):  # not a request's field
         validate_op({**raw, "parent": "0" * 16}, LIMITS)
     op = {**validate_op(raw, LIMITS), "parent": "0" * 16}

@@ -320,9 +320,7 @@ def _append(events, **kw):
 
 def test_append_normalized_shape():
     op = validate_op(
-        _append(
-            [{"data": bytearray(b"x"), "meta": {"b": 1, "a": None}}, {"data": b""}]
-        ),
+        _append([{"data": bytearray(b"x"), "meta": {"b": 1, "a": None}}, {"data": b""}]),
         SLIM,
     )
     assert op == {
