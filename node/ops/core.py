@@ -8,7 +8,9 @@ a field kind from node/ops/fields.py whose attributes are the constraints (requi
 into the request schemas of GET /v1/openapi.json, for the node's own `[limits]`.
 
 `validate_op` checks one op dict and returns a new dict holding only the known fields,
-with every default filled in; unknown fields are dropped. It is idempotent
+with every default filled in. A request's unknown field (in the op or in an object inside
+it) is 400 `unknown_field` (node/ops/known_fields.py); a committed entry's (internal=True,
+apply) is dropped, so an entry of another version applies alike everywhere. It is idempotent
 (`validate_op(validate_op(x)) == validate_op(x)`), so the HTTP layer can validate before
 submitting and the state machine can validate again inside apply (entries must never be
 trusted blindly: a failed check there becomes a deterministic error result instead of a
