@@ -55,6 +55,7 @@ OWN_ROUTES = {spec.path: name for name, spec in OPS.items() if name not in KV_OP
 # Bodies whose JSON may carry values as base64 (codec.decode): ops with byte fields, and a
 # batch (its ops). Any other body's `value_b64` is an unknown field, not a value to decode.
 _CARRY_VALUES = frozenset({"batch", *(name for name, spec in OPS.items() if spec.wired)})
+_BATCH_KNOWN = frozenset(BATCH_FIELDS)
 # Answered without a token even with [auth] enabled (docs/protocol.md).
 # /metrics too: see handle_metrics.
 OPEN_ROUTES = frozenset(
@@ -468,7 +469,7 @@ class Api:
 
     async def handle_batch(self, request: Request) -> Response:
         body, fmt = self._body(request, "batch")
-        refuse_unknown(body, BATCH_FIELDS, "batch")
+        refuse_unknown(body, _BATCH_KNOWN, BATCH_FIELDS, "batch")
         consistency, min_rev = read_options(body)
         ops = validate_ops(body.get("ops"), self.limits)
         if self.authz is not None:  # a denied op fails the whole batch

@@ -197,12 +197,16 @@ def _count_schema(what: str) -> Schema:
     return int_schema(what, maximum=MAX_REVISION)
 
 
+_SEGMENT_FIELDS = ("id", "url", "sha256", "bytes")
+_SEGMENT_KNOWN = frozenset(_SEGMENT_FIELDS)
+
+
 class Segment(Field):
     """archive_seal's segment: {id, url, sha256, bytes}."""
 
     def refuse_unknown(self, v):
         if isinstance(v, dict):
-            refuse_unknown(v, ("id", "url", "sha256", "bytes"), self.name)
+            refuse_unknown(v, _SEGMENT_KNOWN, _SEGMENT_FIELDS, self.name)
 
     def check(self, v, limits, in_txn, out):
         if not isinstance(v, dict):

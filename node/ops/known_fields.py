@@ -12,7 +12,7 @@ the same fields.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from statekeeper.node.errors import OpError
@@ -45,18 +45,16 @@ def unknown_field_error(unknown: list, known: Iterable[str], where: str) -> OpEr
     )
 
 
-def refuse_unknown(given: dict, known: Collection[str], where: str) -> None:
-    """Raise unknown_field when `given` holds a key that `known` does not list."""
-    unknown = [k for k in given if k not in known]
-    if unknown:
-        raise unknown_field_error(unknown, known, where)
+def refuse_unknown(given: dict, known: frozenset[str], names: Sequence[str], where: str) -> None:
+    """Raise unknown_field when `given` holds a key that `known` does not hold; `names`:
+    the known fields in the order the message lists them."""
+    if not known.issuperset(given):
+        raise unknown_field_error([k for k in given if k not in known], names, where)
 
 
 def refuse_unknown_fields(op: dict, spec: Any) -> None:
     """A request op (an OpSpec's `spec`) holds only the fields the op declares, and so do the
     objects inside them (Field.refuse_unknown: a txn's compares and ops, events...)."""
-    known = spec.known
-    if not known.issuperset(op):
-        raise unknown_field_error([k for k in op if k not in known], spec.field_names, spec.name)
+    refuse_unknown(op, spec.known, spec.field_names, spec.name)
     for f in spec.nested:
         f.refuse_unknown(op.get(f.name))

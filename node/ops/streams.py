@@ -185,6 +185,7 @@ def meta_schema() -> Schema:
 
 # The fields of one event (Events.event below).
 EVENT_FIELDS = ("data", "type", "id", "meta")
+_EVENT_KNOWN = frozenset(EVENT_FIELDS)
 
 
 class Events(Field):
@@ -218,7 +219,7 @@ class Events(Field):
         if type(v) is list:
             for i, raw in enumerate(v):
                 if isinstance(raw, dict):
-                    refuse_unknown(raw, EVENT_FIELDS, f"{self.name}[{i}]")
+                    refuse_unknown(raw, _EVENT_KNOWN, EVENT_FIELDS, f"{self.name}[{i}]")
 
     def event(self, raw: Any, limits: Limits, where: str) -> dict:
         if not isinstance(raw, dict):
