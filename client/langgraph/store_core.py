@@ -227,7 +227,7 @@ class StoreCore:
             InvalidNamespaceError: a namespace label is empty, not a str or holds ".".
             ValueError: an op that is not a GetOp/PutOp/SearchOp/ListNamespacesOp, or a
                 PutOp TTL that is not > 0.
-            TypeError: a PutOp whose key is not a str or whose value is not a dict (or None).
+            TypeError: a PutOp whose value is not a dict (or None).
         """
         op_list = list(ops)
         puts: dict[str, PutOp] = {}
@@ -236,8 +236,6 @@ class StoreCore:
                 raise ValueError(f"unknown store operation {op!r}")
             validate_op_namespace(op)
             if isinstance(op, PutOp):
-                if not isinstance(op.key, str):
-                    raise TypeError(f"an item's key must be a str, not {op.key!r}")
                 if op.value is not None and not isinstance(op.value, Mapping):
                     raise TypeError(
                         f"the value of item {tuple(op.namespace)}/{op.key!r} must be a dict "

@@ -65,6 +65,7 @@ _BODY_ERRORS = (
     "malformed_body",
     "unsupported_media_type",
     "invalid_argument",
+    "unknown_field",
     "request_too_large",
     "internal",
     "unauthenticated",

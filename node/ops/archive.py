@@ -243,7 +243,7 @@ class Segment(Field):
             "sha256": str_schema("sha256 of the file bytes.", pattern="^[0-9a-f]{64}$"),
             "bytes": _count_schema("Size of the file."),
         }
-        return obj(props, tuple(props), self.doc)
+        return {**obj(props, tuple(props), self.doc), "additionalProperties": False}
 
 
 class SegmentId(Field):

@@ -19,6 +19,7 @@ from statekeeper.node.errors import OpError
 
 UNKNOWN_FIELD = "unknown_field"
 _MAX_NAME_CHARS = 64  # of an unknown name quoted back (it is the caller's own text)
+_MAX_NAMES_SHOWN = 8  # unknown names listed (a body may hold thousands)
 
 
 def _quoted(name: Any) -> str:
@@ -30,7 +31,10 @@ def unknown_field_error(unknown: list, known: Iterable[str], where: str) -> OpEr
     """400 unknown_field: `where` (the op or object, "put", "events[0]") has fields
     `unknown`; the message names them, a close known name, and every known field."""
     known = list(known)
-    names = ", ".join(_quoted(k) for k in unknown)
+    shown = unknown[:_MAX_NAMES_SHOWN]
+    names = ", ".join(_quoted(k) for k in shown)
+    if len(unknown) > len(shown):
+        names += f" and {len(unknown) - len(shown)} more"
     hint = ""
     if len(unknown) == 1 and isinstance(unknown[0], str):
         close = difflib.get_close_matches(unknown[0], known, n=1, cutoff=0.6)
@@ -40,7 +44,7 @@ def unknown_field_error(unknown: list, known: Iterable[str], where: str) -> OpEr
     return OpError(
         UNKNOWN_FIELD,
         f"{where} has unknown field{plural} {names}{hint}; known fields: {', '.join(known)}",
-        unknown=[k if isinstance(k, str) else repr(k) for k in unknown],
+        unknown=[k if isinstance(k, str) else repr(k) for k in shown],
         known=known,
     )
 

@@ -116,3 +116,25 @@ def test_openapi_closed_objects():
     assert not batch.is_valid({"ops": [], "opts": 1})
     append = _validator("AppendRequest")
     assert not append.is_valid({"stream": "s", "events": [{"data": "x", "metadata": {}}]})
+    seal = _validator("ArchiveSealRequest")
+    segment = {"id": "s1", "url": "file:///a/b", "sha256": "0" * 64, "bytes": 1}
+    assert seal.is_valid({"segment": segment})
+    assert not seal.is_valid({"segment": {**segment, "size": 1}})
+    watch = _validator("WatchRequest")
+    assert watch.is_valid({"key": "k", "start_revision": 1})
+    assert not watch.is_valid({"key": "k", "start_revision": 1, "from_revision": 1})
+
+
+def test_many_unknown_fields_are_counted_not_all_listed():
+    e = _refused({"op": "get", "key": "k", **{f"x{i}": i for i in range(100)}})
+    assert "'x7' and 92 more" in e.message and "'x8'" not in e.message
+    assert len(e.extra["unknown"]) == 8
+
+
+def test_the_document_lists_unknown_field_for_every_op():
+    doc = openapi.document(LIM)
+    for path, item in doc["paths"].items():
+        post = item.get("post")
+        if post is None or "requestBody" not in post or path.startswith("/v1/cluster"):
+            continue
+        assert "unknown_field" in post["responses"]["400"]["description"], path
