@@ -206,9 +206,9 @@ def check_events(ctx: Ctx, events: list[dict[str, Any]], what: str = "events") -
                 "state or under a key of its own and log a reference to it",
                 code="value_too_large",
             )
-    if total > ctx.request_limit // 2:  # with the manifest (<= 1 MiB) in one request
+    if total > ctx.request_limit:  # the manifest too goes in that request: a lower bound
         raise InvalidRequest(
-            f"{what} hold {total} bytes together once encoded, over half the request limit "
+            f"{what} hold {total} bytes together once encoded, over the request limit "
             f"({ctx.request_limit} bytes, max_request_bytes): they commit in one request",
             code="request_too_large",
         )

@@ -111,3 +111,11 @@ def test_a_crdt_read_of_a_plain_key_says_it_once(client: Client) -> None:
         counter = client.crdt.counter("visits", "r1")
         counter.increment()
         counter.sync()
+
+
+def test_events_over_the_request_limit_together_upload_nothing(client: Client) -> None:
+    agent = Agent(client, "many-events", reducer=reducer, initial={})
+    events = [("part", b"z" * (900 * 1024)) for _ in range(5)]  # each fits, 4.5 MiB in all
+    with pytest.raises(InvalidRequest, match=r"^request_too_large: events hold 4608000 bytes"):
+        agent.checkpoint({"blob": "x" * (600 * 1024)}, events=events)
+    assert client.range("", keys_only=True).kvs == []
