@@ -547,6 +547,7 @@ _BY_CODE: dict[str, type[StatekeeperError]] = {
     "unsupported_media_type": InvalidRequest,
     "unknown_op": InvalidRequest,
     "invalid_argument": InvalidRequest,
+    "unknown_field": InvalidRequest,
     "invalid_request": InvalidRequest,
     "key_too_large": InvalidRequest,
     "value_too_large": InvalidRequest,

@@ -19,8 +19,8 @@ node/ops.validate_op from a request (node/api/routes.py marks it with `mark_vali
 right before proposing), so apply takes it as it is instead of validating it again
 (`validated_op`). Why that is safe:
 - Only nodes of this cluster append entries (peers are authenticated, docs/protocol.md
-  "Security": nodes trust each other); a request cannot set the field, validate_op drops
-  every field it does not know. Whoever can forge an entry can forge any write anyway.
+  "Security": nodes trust each other); a request cannot set the field: validate_op refuses
+  a request's unknown field (unknown_field) and never outputs one. Whoever can forge an entry can forge any write anyway.
 - validate_op is idempotent and its output for these ops holds only str, bytes, bool,
   int, None, the fence {name, token}, lists and str-keyed maps (a txn's compares and ops,
   an append's events and their flat meta, floats included), which msgpack gives back

@@ -73,6 +73,12 @@ CORE_ERRORS = declare(
         "wrong type, missing field, bad ns/key, bad compare, txn writes a key twice",
     ),
     ErrorCode(
+        "unknown_field",
+        400,
+        "a request (or an object in it: a txn's compare or op, a batch entry, an event) has a "
+        "field its op does not know; `unknown` and `known` list them, nothing is applied",
+    ),
+    ErrorCode(
         "invalid_request",
         400,
         "a raft entry could not be decoded (per-op result; not expected over HTTP)",

@@ -59,6 +59,7 @@ from .archived import check_archived, manifest_plan
 from .catalog import Catalog
 from .checkpoints import (
     Ctx,
+    check_events,
     chunk_groups,
     commit_plan,
     conflict,
@@ -194,6 +195,7 @@ class AgentCore(Catalog, CheckpointWriter):
     ) -> AgentPlan[tuple[Any, dict[str, Any]]]:
         s = self.step if step is None else step
         ev = self.ctx.codec.wire_event(type, data, id, meta, s)
+        check_events(self.ctx, [ev], f"event {type!r}")
         r = yield call(
             "append", self.stream, [ev], expect=expect, ns=self.ns,
             idempotency_key=idempotency_key, fence=self._fence(fence),

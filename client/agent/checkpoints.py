@@ -31,7 +31,7 @@ from typing import Any
 
 from .. import chunks
 from ..chunks import sha256_hex
-from ..errors import Conflict, FenceMismatch
+from ..errors import Conflict, FenceMismatch, InvalidRequest
 from ..ops import compare, ops
 from ..plan import AgentPlan, call
 from .codec import Codec
@@ -42,6 +42,7 @@ from .records import Checkpoint, checkpoint_from, pack_manifest, unpack_manifest
 __all__ = [
     "Committed",
     "Ctx",
+    "check_events",
     "commit_plan",
     "gc_plan",
     "load_state_plan",
@@ -166,6 +167,31 @@ def load_envelope_plan(ctx: Ctx, m: dict[str, Any]) -> AgentPlan[bytes]:
 
 
 # -- the commit txn ----------------------------------------------------------------------
+
+
+def check_events(ctx: Ctx, events: list[dict[str, Any]], what: str = "events") -> None:
+    """Refuse (InvalidRequest value_too_large / request_too_large) events the server would
+    refuse, before anything is uploaded: the server's own answer names the txn's internals
+    ("success[2]: events[0].data ...") and comes after the state's chunks were stored (left
+    for gc). ``what``: how the caller named them ("events", or "event" for one log())."""
+    total = 0
+    for i, ev in enumerate(events):
+        n = len(ev["data"])
+        total += n
+        if n > ctx.value_limit:
+            name = f"{what}[{i}] (type {ev['type']!r})" if what == "events" else what
+            raise InvalidRequest(
+                f"{name} is {n} bytes once encoded, over the value "
+                f"limit of {ctx.value_limit} bytes (max_value_bytes); store large data as "
+                "state or under a key of its own and log a reference to it",
+                code="value_too_large",
+            )
+    if total > ctx.request_limit:  # the manifest too goes in that request: a lower bound
+        raise InvalidRequest(
+            f"{what} hold {total} bytes together once encoded, over the request limit "
+            f"({ctx.request_limit} bytes, max_request_bytes): they commit in one request",
+            code="request_too_large",
+        )
 
 
 def commit_plan(

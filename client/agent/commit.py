@@ -12,7 +12,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..plan import AgentPlan
-from .checkpoints import Committed, commit_plan, conflict, sha256_hex, upload_chunks_plan
+from .checkpoints import (
+    Committed,
+    check_events,
+    commit_plan,
+    conflict,
+    sha256_hex,
+    upload_chunks_plan,
+)
 from .codec import unpack_event
 from .records import Checkpoint, make_manifest
 from .writer import WriterView
@@ -34,6 +41,7 @@ class CheckpointWriter(WriterView):
     ) -> AgentPlan[Checkpoint]:
         fence = self._fence(fence)
         wire = [self.ctx.codec.wire_event(*unpack_event(e), step) for e in events]
+        check_events(self.ctx, wire)  # before any chunk is uploaded
         yield from self._ensure_view()
         env = self.ctx.codec.encode(state)
         sha = sha256_hex(env)

@@ -34,6 +34,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..errors import InvalidRequest
+
 __all__ = [
     "BLOB",
     "CHUNK",
@@ -49,6 +51,7 @@ __all__ = [
     "chunk_prefix",
     "chunk_root",
     "ckpt_key",
+    "checked_id",
     "ckpt_prefix",
     "inv",
     "last_key",
@@ -271,3 +274,24 @@ def retarget(key: str, thread_id: str) -> str:
         return CHUNK + retarget(key[len(CHUNK) :], thread_id)
     top, _, rest = key.split("/", 2)
     return f"{top}/{part(thread_id)}/{rest}"
+
+
+# A thread id's or checkpoint_ns's bytes in a key (escaped by `part`): a thread's longest
+# key, writes/{thread}/{cns}/{checkpoint_id}/{task_id}/{idx}, then stays under the server's
+# 4096-byte keys with both at their longest.
+MAX_ID_BYTES = 1024
+
+
+def checked_id(value: Any, name: str = "thread_id") -> str:
+    """``str(value)`` for a key, or InvalidRequest (key_too_large) naming ``name`` and the
+    limit; the server would name the key's internal field ("start is longer than...")."""
+    text = str(value)
+    n = len(part(text).encode("utf-8", "surrogatepass"))
+    if n > MAX_ID_BYTES:
+        raise InvalidRequest(
+            f"{name} is {len(text)} characters ({n} bytes in a key); at most {MAX_ID_BYTES} "
+            f"bytes (statekeeper keys hold at most 4096, and the saver's keys hold the "
+            f"{name} with the checkpoint's ids)",
+            code="key_too_large",
+        )
+    return text

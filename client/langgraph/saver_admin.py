@@ -47,8 +47,8 @@ _ATTEMPTS = 5
 _VALUE_PAGE = 256  # kvs per range page when reading values (copy_thread)
 
 
-def _unique(items: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(str(i) for i in items))
+def _unique(items: Iterable[str], name: str = "thread_id") -> list[str]:
+    return list(dict.fromkeys(K.checked_id(i, name) for i in items))
 
 
 def _bounds(prefixes: Iterable[str]) -> list[tuple[str, str]]:
@@ -158,7 +158,7 @@ def _namespaces(kvs: Iterable[Any]) -> list[str]:
 def delete_for_runs_plan(ctx: Ctx, run_ids: Sequence[str]) -> AgentPlan[None]:
     """Every checkpoint whose metadata run_id is one of ``run_ids`` (found by the run
     index), with its writes, and the blobs nothing left references."""
-    runs = set(_unique(run_ids))
+    runs = set(_unique(run_ids, "run_id"))
     if not runs:
         return
     index, _ = yield from ranges_at(
@@ -215,7 +215,10 @@ def prune_plan(ctx: Ctx, thread_ids: Sequence[str], strategy: str) -> AgentPlan[
 def copy_thread_plan(ctx: Ctx, source: str, target: str) -> AgentPlan[None]:
     """Every checkpoint (all namespaces, the whole parent chain), pending write and blob of
     ``source`` put under ``target``; what ``target`` had stays (same keys are overwritten)."""
-    source, target = str(source), str(target)
+    source, target = (
+        K.checked_id(source, "source_thread_id"),
+        K.checked_id(target, "target_thread_id"),
+    )
     if source == target:
         return
     (rkvs,), rev = yield from ranges_at(ctx, _bounds([K.ckpt_prefix(source)]), None)

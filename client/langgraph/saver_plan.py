@@ -80,7 +80,10 @@ class Ctx:
 
 def target(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
     conf = config["configurable"]
-    return str(conf["thread_id"]), conf.get("checkpoint_ns") or "", conf.get("checkpoint_id")
+    if conf.get("thread_id") is None:
+        raise ValueError('the config has no thread_id: {"configurable": {"thread_id": ...}}')
+    cns = K.checked_id(conf.get("checkpoint_ns") or "", "checkpoint_ns")
+    return K.checked_id(conf["thread_id"]), cns, conf.get("checkpoint_id")
 
 
 def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> dict[str, Any]:
@@ -263,6 +266,8 @@ def list_cursor(
 ) -> ListCursor | None:
     """The first cursor of a list (None: nothing to list). Scope: every thread (config
     None), one thread (every checkpoint_ns when the config has none), or one namespace."""
+    if config is not None:
+        target(config)  # a thread_id / checkpoint_ns too long for a key: named
     if limit is not None and limit <= 0:
         return None
     conf = config["configurable"] if config is not None else {}

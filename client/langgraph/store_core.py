@@ -25,7 +25,7 @@ A batch takes, in this order:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -228,6 +228,7 @@ class StoreCore:
             InvalidNamespaceError: a namespace label is empty, not a str or holds ".".
             ValueError: an op that is not a GetOp/PutOp/SearchOp/ListNamespacesOp, or a
                 PutOp TTL that is not > 0.
+            TypeError: a PutOp whose value is not a dict (or None).
         """
         op_list = list(ops)
         puts: dict[str, PutOp] = {}
@@ -236,6 +237,11 @@ class StoreCore:
                 raise ValueError(f"unknown store operation {op!r}")
             validate_op_namespace(op)
             if isinstance(op, PutOp):
+                if op.value is not None and not isinstance(op.value, Mapping):
+                    raise TypeError(
+                        f"the value of item {tuple(op.namespace)}/{op.key!r} must be a dict "
+                        f"(None deletes the item), not {type(op.value).__name__}"
+                    )
                 if op.ttl is not None and not op.ttl > 0:
                     raise ValueError(f"ttl must be a positive number of minutes, not {op.ttl!r}")
                 puts[item_key(op.namespace, op.key)] = op

@@ -51,9 +51,9 @@ def decode(
     """The request body as a dict; in JSON, values sent as base64 (`value_b64`, ...) are
     bytes. With `ops_with_values` (the op names whose fields carry bytes, and "batch" for a
     batch's body), only those objects are translated: the body itself when it is `op`, and
-    the items of its ops / success / failure lists by their own "op". Elsewhere a `value_b64` is an unknown
-    field like any other (dropped), not a base64 string that must decode: a request the
-    schema allows is not refused for a field its op does not have."""
+    the items of its ops / success / failure lists by their own "op". Elsewhere a
+    `value_b64` is an unknown field like any other (400 unknown_field, naming it), not a
+    base64 string that must decode."""
     if not body:
         raise OpError("malformed_body", "the request body is empty; send a JSON or msgpack object")
     try:

@@ -35,7 +35,8 @@ from statekeeper.node.config import ClusterConfig
 from statekeeper.node.entry import mark_validated
 from statekeeper.node.errors import OpError, status_for
 from statekeeper.node.metrics import NodeMetrics, StatusCollector, storage_gauges
-from statekeeper.node.ops.core import OPS, is_write, validate_op, validate_ops
+from statekeeper.node.ops.core import BATCH_FIELDS, OPS, is_write, validate_op, validate_ops
+from statekeeper.node.ops.known_fields import refuse_unknown
 from statekeeper.node.ops.watch import WATCH_PATH, validate_watch
 from statekeeper.node.proposer import Proposer
 from statekeeper.node.quota.alarm import StorageQuota
@@ -54,6 +55,7 @@ OWN_ROUTES = {spec.path: name for name, spec in OPS.items() if name not in KV_OP
 # Bodies whose JSON may carry values as base64 (codec.decode): ops with byte fields, and a
 # batch (its ops). Any other body's `value_b64` is an unknown field, not a value to decode.
 _CARRY_VALUES = frozenset({"batch", *(name for name, spec in OPS.items() if spec.wired)})
+_BATCH_KNOWN = frozenset(BATCH_FIELDS)
 # Answered without a token even with [auth] enabled (docs/protocol.md).
 # /metrics too: see handle_metrics.
 OPEN_ROUTES = frozenset(
@@ -420,7 +422,8 @@ class Api:
 
     async def _handle_op(self, name: str, request: Request) -> Response:
         body, fmt = self._body(request, name)
-        body["op"] = name
+        if body.setdefault("op", name) != name:  # the path names the op
+            raise OpError("invalid_argument", f"op must be {name!r} on this route, or absent")
         if name == "auth_whoami":  # the caller's own token: nothing to read
             read_options(body)
             validate_op(body, self.limits)
@@ -466,6 +469,7 @@ class Api:
 
     async def handle_batch(self, request: Request) -> Response:
         body, fmt = self._body(request, "batch")
+        refuse_unknown(body, _BATCH_KNOWN, BATCH_FIELDS, "batch")
         consistency, min_rev = read_options(body)
         ops = validate_ops(body.get("ops"), self.limits)
         if self.authz is not None:  # a denied op fails the whole batch

@@ -141,8 +141,7 @@ def crdt_examples() -> dict[str, dict]:
     mismatch = {
         "error": {
             "code": "crdt_type_mismatch",
-            "message": "key 'visits' holds a plain value (not a CRDT), not a pncounter; "
-            "nothing was changed",
+            "message": "key 'visits' holds a plain value, not a pncounter; nothing was changed",
             "found": None,
         }
     }

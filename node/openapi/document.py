@@ -65,6 +65,7 @@ _BODY_ERRORS = (
     "malformed_body",
     "unsupported_media_type",
     "invalid_argument",
+    "unknown_field",
     "request_too_large",
     "internal",
     "unauthenticated",
@@ -499,7 +500,8 @@ def _info(limits: Limits) -> dict:
             "uses the request's encoding. In JSON, values are strings: send `value` as UTF-8 "
             "text or `value_b64` as base64 (`value_b64` wins if both are sent); answers carry "
             "`value` when the bytes are valid UTF-8, else `value_b64`. In msgpack, values are "
-            "bin. Unknown fields are ignored.\n\nEvery error is `{error: {code, message}}` with an HTTP status. An unknown "
+            "bin. A field an op does not declare (in the body or an object inside it) is 400 "
+            "`unknown_field`, naming it and the known ones; nothing is applied.\n\nEvery error is `{error: {code, message}}` with an HTTP status. An unknown "
             "path answers 404 `not_found`, an unknown op under /v1/kv/ 400 `unknown_op`, a "
             "known path with the wrong method 405 `method_not_allowed`. Any route answers 403 "
             "`origin_not_allowed` to a request with an Origin header not in [http] "

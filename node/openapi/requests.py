@@ -31,7 +31,8 @@ def request_name(spec: OpSpec, wire: str) -> str:
 def fields_object(
     fields: tuple[Field, ...], limits: Limits, wire: str, description: str | None = None
 ) -> Schema:
-    """An object schema for these fields: properties, required ones, conditions."""
+    """An object schema for these fields: properties, required ones, conditions; no other
+    property (a request carrying one is 400 unknown_field, node/ops/known_fields.py)."""
     props: dict[str, Schema] = {}
     required: list[str] = []
     clauses: list[Schema] = []
@@ -48,6 +49,7 @@ def fields_object(
                 clauses.append(clause)
         clauses += f.conditions(limits, wire)
     s = obj(props, tuple(required), description)
+    s["additionalProperties"] = False
     if clauses:
         s["allOf"] = clauses
     return s
@@ -68,6 +70,8 @@ def op_object(
     forbidden = [f.name for f in spec.fields if in_txn and f.txn_error]
     fields = tuple(f for f in spec.fields if f.name not in forbidden)
     s = fields_object(fields, limits, wire, description)
+    # `op` names the op: required in a txn or a batch (_tagged), optional on its own route.
+    s["properties"] = {"op": {"const": spec.name, "description": "Op name."}, **s["properties"]}
     s["properties"].update(extra or {})
     if in_batch:
         for f in spec.batch_refused:
@@ -126,7 +130,8 @@ _OP_RULES: dict[str, list[Schema]] = {
 
 
 def _tagged(name: str, base: Schema) -> Schema:
-    """`base` plus a required `op: <name>` field."""
+    """`base` (which lists `op`, so its additionalProperties: false allows it) with
+    `op: <name>` required."""
     tag = obj({"op": {"const": name, "description": "Op name."}}, ("op",))
     return {"allOf": [base, tag]}
 
@@ -161,12 +166,14 @@ def _batch_request(limits: Limits, wire: str) -> Schema:
         "description": f"At most max_ops_per_request ({n} on this node).",
         "maxItems": n,
     }
-    return obj(
+    s = obj(
         {"ops": ops, **READ_OPTIONS},
         ("ops",),
         "Many independent ops in one request: not atomic (use txn). Validated whole before "
         "anything is submitted. Reads are served after the batch's writes.",
     )
+    s["additionalProperties"] = False
+    return s
 
 
 def _shared_components(limits: Limits) -> dict[str, Schema]:

@@ -23,6 +23,7 @@ WATCH_ERRORS = (
     "malformed_body",
     "unsupported_media_type",
     "invalid_argument",
+    "unknown_field",
     "key_too_large",
     "request_too_large",
     "future_revision",

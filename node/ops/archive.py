@@ -46,6 +46,7 @@ from statekeeper.node.ops.fields import (
     key_text,
     utf8,
 )
+from statekeeper.node.ops.known_fields import refuse_unknown
 from statekeeper.node.ops.retention import (
     MAX_AGE_S,
     MAX_TRUNCATE_EVENTS,
@@ -196,8 +197,16 @@ def _count_schema(what: str) -> Schema:
     return int_schema(what, maximum=MAX_REVISION)
 
 
+_SEGMENT_FIELDS = ("id", "url", "sha256", "bytes")
+_SEGMENT_KNOWN = frozenset(_SEGMENT_FIELDS)
+
+
 class Segment(Field):
     """archive_seal's segment: {id, url, sha256, bytes}."""
+
+    def refuse_unknown(self, v):
+        if isinstance(v, dict):
+            refuse_unknown(v, _SEGMENT_KNOWN, _SEGMENT_FIELDS, self.name)
 
     def check(self, v, limits, in_txn, out):
         if not isinstance(v, dict):
@@ -234,7 +243,7 @@ class Segment(Field):
             "sha256": str_schema("sha256 of the file bytes.", pattern="^[0-9a-f]{64}$"),
             "bytes": _count_schema("Size of the file."),
         }
-        return obj(props, tuple(props), self.doc)
+        return {**obj(props, tuple(props), self.doc), "additionalProperties": False}
 
 
 class SegmentId(Field):

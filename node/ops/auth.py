@@ -195,6 +195,8 @@ class Creator(Field):
     """The creating token's id; never sent by a client (node/api/authz.py sets or removes it
     after authorizing), so it is left out of the request schema."""
 
+    requested = False
+
     def check(self, v, limits, in_txn, out):
         if v is None:
             return None

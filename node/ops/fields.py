@@ -148,6 +148,9 @@ class Field:
     # When not required: null reads as absent (check(None) returns the default), and the
     # schema says so (the property also allows null).
     nullable = True
+    # A request may carry it (False: the node sets it, as auth_token_create's parent; a
+    # request carrying it is refused as unknown_field, node/ops/known_fields.py).
+    requested = True
 
     def __init__(
         self,
@@ -178,6 +181,11 @@ class Field:
         validate_op, 43 % of validate_ops under batches of 64 puts). Declared next to the
         check it answers for: a subclass overriding check() alone is called as before."""
         return CHECK_ABSENT
+
+    def refuse_unknown(self, v: Any) -> None:
+        """A request's check of the objects inside the field (a txn's compares, an append's
+        events): 400 unknown_field for a key they do not know. Runs before check(), only
+        for requests; anything that is not the right shape is left to check()."""
 
     def schema(self, limits: Limits, wire: str) -> Schema:
         """The field's own schema (the component's, when `component` is set)."""

@@ -73,12 +73,25 @@ class OpSpec:
     rest: Checks = field(init=False)
     # Fields a batch refuses when set (Field.batch_error), e.g. a long poll's wait_ms.
     batch_refused: tuple[Field, ...] = field(init=False)
+    # What a request may carry (node/ops/known_fields.py): the fields a request sends, in
+    # order (for the message), those plus `op` (the check), and the fields holding objects
+    # of their own to check (Field.refuse_unknown).
+    field_names: tuple[str, ...] = field(init=False)
+    known: frozenset[str] = field(init=False)
+    nested: tuple[Field, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         has_ns = bool(self.fields) and isinstance(self.fields[0], Namespace)
         object.__setattr__(self, "has_ns", has_ns)
         object.__setattr__(self, "rest", bound_checks(self.fields[1:] if has_ns else self.fields))
         object.__setattr__(self, "batch_refused", tuple(f for f in self.fields if f.batch_error))
+        names = tuple(f.name for f in self.fields if f.requested)
+        object.__setattr__(self, "field_names", names)
+        object.__setattr__(self, "known", frozenset(("op", *names)))
+        nested = tuple(
+            f for f in self.fields if _defined_in(type(f), "refuse_unknown") is not Field
+        )
+        object.__setattr__(self, "nested", nested)
         if not self.path:
             object.__setattr__(self, "path", f"/v1/kv/{self.name}")
         if self.grows is None:

@@ -45,6 +45,7 @@ from statekeeper.node.ops.fields import (
     is_token,
     utf8,
 )
+from statekeeper.node.ops.known_fields import refuse_unknown
 from statekeeper.node.ops.leases import LeaseId
 from statekeeper.node.ops.schemas import int_schema, nullable, obj, str_schema, value_props
 from statekeeper.node.ops.shared import IDEMPOTENCY_KEY, NS
@@ -182,6 +183,11 @@ def meta_schema() -> Schema:
     }
 
 
+# The fields of one event (Events.event below).
+EVENT_FIELDS = ("data", "type", "id", "meta")
+_EVENT_KNOWN = frozenset(EVENT_FIELDS)
+
+
 class Events(Field):
     """An append's events: 1..limits.max_events_per_append event objects, ids unique."""
 
@@ -208,6 +214,12 @@ class Events(Field):
                 seen.add(ev["id"])
             events.append(ev)
         return events
+
+    def refuse_unknown(self, v):
+        if type(v) is list:
+            for i, raw in enumerate(v):
+                if isinstance(raw, dict):
+                    refuse_unknown(raw, _EVENT_KNOWN, EVENT_FIELDS, f"{self.name}[{i}]")
 
     def event(self, raw: Any, limits: Limits, where: str) -> dict:
         if not isinstance(raw, dict):
@@ -259,6 +271,7 @@ class Events(Field):
             "meta": meta_schema(),
         }
         event = obj(props, (), "One event (JSON: `data` as UTF-8 text or `data_b64`).")
+        event["additionalProperties"] = False
         if wire == "json":
             event["anyOf"] = [{"required": ["data"]}, {"required": ["data_b64"]}]
         else:

@@ -22,6 +22,7 @@ from typing import Any
 
 from statekeeper.node.config import Limits
 from statekeeper.node.ops.fields import DEFAULT_NS, MAX_REVISION, Field, Flag, Key, invalid
+from statekeeper.node.ops.known_fields import refuse_unknown_fields
 from statekeeper.node.ops.schemas import int_schema
 from statekeeper.node.ops.shared import NS
 from statekeeper.node.ops.spec import OpSpec
@@ -114,9 +115,10 @@ WATCH_SPEC = OpSpec(
 
 def validate_watch(body: Any, limits: Limits) -> dict:
     """The normalized watch request (module docstring), or raise OpError
-    (invalid_argument, key_too_large). Unknown fields are dropped."""
+    (invalid_argument, key_too_large; unknown_field for a field it does not know)."""
     if not isinstance(body, dict):
         raise invalid("a watch request must be an object")
+    refuse_unknown_fields(body, WATCH_SPEC)
     out: dict[str, Any] = {"op": "watch", "ns": DEFAULT_NS}
     out["ns"] = NS.check(body.get("ns"), limits, False, out)
     for name, check in WATCH_SPEC.rest:

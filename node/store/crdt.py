@@ -86,7 +86,9 @@ def split_envelope(value: bytes) -> tuple[Any, Any, bytes] | None:
 
 
 def _mismatch(key: str, found: str | None, wanted: str | None) -> OpError:
-    what = "a plain value (not a CRDT)" if found is None else f"a {found}"
+    # "holds a plain value, not a CRDT" / "..., not a pncounter" / "holds a gcounter, not a
+    # pncounter": each said once (it read "a plain value (not a CRDT), not a CRDT").
+    what = "a plain value" if found is None else f"a {found}"
     want = "a CRDT" if wanted is None else f"a {wanted}"
     return OpError(
         "crdt_type_mismatch",

@@ -148,7 +148,8 @@ def test_an_append_over_the_request_limit_is_413_and_stores_nothing(client: Clie
     assert (info.last_seq, info.count, info.mod_revision) == (1, 1, rev)
     with pytest.raises(InvalidRequest) as err:
         make(client, agent_id="big").log("blob", os.urandom(5 * MIB))
-    assert err.value.status == 413
+    # Refused before sending, naming the event (issue 30 item 19), with the server's code.
+    assert err.value.code == "value_too_large" and "event 'blob'" in str(err.value)
     assert client.read_stream("agent/big").last_seq == 0
 
 

@@ -102,6 +102,17 @@ CASES = [
     ("bad owner", "/v1/locks/acquire", _j({"name": "l", "lease": 1, "owner": ""}), "application/json", 400, "invalid_argument"),
     ("lock_acquire in a txn", "/v1/kv/txn", _j({"compare": [], "success": [{"op": "lock_acquire", "name": "l", "lease": 1}]}), "application/json", 400, "invalid_argument"),
     ("lock_list bad limit", "/v1/locks/list", _j({"limit": 0}), "application/json", 400, "invalid_argument"),
+    # Unknown fields (issue 30 item 4): refused, naming them, on both wires, nested ones too.
+    ("put with ttl (json)", "/v1/kv/put", _j({"key": "b1", "value": "x", "ttl": 30}), "application/json", 400, "unknown_field"),
+    ("put with ttl (msgpack)", "/v1/kv/put", msgpack.packb({"key": "b1", "value": b"x", "ttl": 30}), "application/msgpack", 400, "unknown_field"),
+    ("txn op with ttl", "/v1/kv/txn", _j({"success": [{"op": "put", "key": "b1", "value": "x", "ttl": 30}]}), "application/json", 400, "unknown_field"),
+    ("compare with typo", "/v1/kv/txn", msgpack.packb({"compare": [{"key": "b1", "target": "version", "op": "==", "vaule": 0}], "success": [{"op": "put", "key": "b1", "value": b"x"}]}), "application/msgpack", 400, "unknown_field"),
+    ("batch entry with ttl", "/v1/batch", _j({"ops": [{"op": "put", "key": "b1", "value": "x"}, {"op": "put", "key": "b2", "value": "x", "ttl": 30}]}), "application/json", 400, "unknown_field"),
+    ("batch body with typo", "/v1/batch", _j({"ops": [{"op": "put", "key": "b1", "value": "x"}], "consistncy": "serializable"}), "application/json", 400, "unknown_field"),
+    ("event with metadata", "/v1/streams/append", msgpack.packb({"stream": "b1", "events": [{"data": b"x", "metadata": {}}]}), "application/msgpack", 400, "unknown_field"),
+    ("write with read options", "/v1/kv/put", _j({"key": "b1", "value": "x", "consistency": "serializable"}), "application/json", 400, "unknown_field"),
+    ("value_b64 on a get", "/v1/kv/get", _j({"key": "b1", "value_b64": "eA=="}), "application/json", 400, "unknown_field"),
+    ("another op's name in the body", "/v1/kv/put", _j({"op": "delete", "key": "b1", "value": "x"}), "application/json", 400, "invalid_argument"),
 ]
 
 
@@ -118,6 +129,14 @@ def test_bad_input_gets_a_coded_4xx_and_changes_nothing(
     # Nothing partially applied: not even the valid first op of a rejected batch.
     assert _revision(shared_cluster) == before
     assert _post(shared_cluster, "/v1/kv/get", _j({"key": "b1"}))[0] == 404
+
+
+def test_an_unknown_field_is_named_with_the_known_ones(shared_cluster: LocalCluster) -> None:
+    status, answer = _post(shared_cluster, "/v1/kv/put", _j({"key": "b1", "value": "x", "ttl": 30}))
+    assert status == 400
+    err = answer["error"]
+    assert err["message"].startswith("put has unknown field 'ttl' (did you mean 'ttl_ms'?)")
+    assert err["unknown"] == ["ttl"] and "ttl_ms" in err["known"]
 
 
 def test_missing_key_and_failed_cas_have_their_own_codes(shared_cluster: LocalCluster) -> None:

@@ -70,6 +70,7 @@ WIRE = {
     "unauthenticated": (401, "Unauthenticated"),
     "unavailable": (503, "Unavailable"),
     "unknown_op": (400, "InvalidRequest"),
+    "unknown_field": (400, "InvalidRequest"),
     "unsupported_media_type": (415, "InvalidRequest"),
     "value_too_large": (413, "InvalidRequest"),
 }

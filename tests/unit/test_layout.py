@@ -26,7 +26,7 @@ from statekeeper.node.ops import core
 
 ROOT = Path(__file__).resolve().parents[2]
 # node/ops/ modules that are the registry's machinery, not a family.
-NOT_FAMILIES = {"__init__", "core", "spec", "fields", "schemas", "shared"}
+NOT_FAMILIES = {"__init__", "core", "spec", "fields", "schemas", "shared", "known_fields"}
 NOT_REGISTRY_OPS = {"watch"}  # see the module docstring
 
 

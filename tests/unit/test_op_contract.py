@@ -19,6 +19,7 @@ from statekeeper.node.errors import OpError
 from statekeeper.node.openapi import document as openapi
 from statekeeper.node.ops.core import OPS, validate_op, validate_ops
 from statekeeper.node.ops.fields import Bytes
+from statekeeper.node.reads import read_options
 
 SMALL = Limits(
     max_key_bytes=100,
@@ -119,14 +120,14 @@ def test_request_properties_are_the_declared_fields():
         json_props = set(s[f"{spec.title}Request"]["properties"])
         # JSON carries each bytes field (put's value, merge's state) also as base64.
         b64 = {f"{f.name}_b64" for f in spec.fields if isinstance(f, Bytes)}
-        extra = (set() if spec.write else read_options) | b64
+        extra = (set() if spec.write else read_options) | b64 | {"op"}  # op: the path's
         assert json_props == declared | extra, spec.name
     txn_ops = {
         v["allOf"][1]["properties"]["op"]["const"]: v["allOf"][0] for v in s["TxnOp"]["oneOf"]
     }
     assert set(txn_ops) == {name for name, spec in OPS.items() if spec.in_txn}
     for name, schema in txn_ops.items():
-        allowed = {f.name for f in OPS[name].fields if not f.txn_error}
+        allowed = {"op"} | {f.name for f in OPS[name].fields if not f.txn_error}
         props = {p for p in schema["properties"] if not p.endswith("_b64")}
         assert props == allowed, name
     batch_ops = {v["allOf"][1]["properties"]["op"]["const"] for v in s["BatchOp"]["oneOf"]}
@@ -317,14 +318,15 @@ def test_null_reads_as_absent_in_both(op: str, body: dict):
     """One rule for every optional field: null is the same as leaving it out, for the
     server (the same normalized op) and for the document (the property allows null)."""
     validator = _validator(Limits(), f"{OPS[op].title}Request")
-    expected = validate_op(
-        {**codec.decode(json.dumps(body).encode(), codec.JSON), "op": op}, Limits()
-    )
+    raw = codec.decode(json.dumps(body).encode(), codec.JSON)
+    read_options(raw)  # as the route does before validate_op
+    expected = validate_op({**raw, "op": op}, Limits())
     for f in OPS[op].fields:
-        if f.required or not f.nullable or f.name in body:
+        if f.required or not f.nullable or not f.requested or f.name in body:
             continue
         with_null = {**body, f.name: None}
         raw = codec.decode(json.dumps(with_null).encode(), codec.JSON)
+        read_options(raw)
         assert validate_op({**raw, "op": op}, Limits()) == expected, f.name
         assert validator.is_valid(with_null), f.name
 

@@ -24,7 +24,7 @@ def code_of(op, limits=LIM, **kw):
 
 
 def test_put_defaults_filled():
-    op = validate_op({"op": "put", "key": "k", "value": b"v", "extra": 1}, LIM)
+    op = validate_op({"op": "put", "key": "k", "value": b"v"}, LIM)
     assert op == {
         "op": "put",
         "ns": "default",
@@ -320,9 +320,7 @@ def _append(events, **kw):
 
 def test_append_normalized_shape():
     op = validate_op(
-        _append(
-            [{"data": bytearray(b"x"), "meta": {"b": 1, "a": None}, "extra": 1}, {"data": b""}]
-        ),
+        _append([{"data": bytearray(b"x"), "meta": {"b": 1, "a": None}}, {"data": b""}]),
         SLIM,
     )
     assert op == {

@@ -71,7 +71,7 @@ def test_bad_watch_requests_are_invalid_argument(body, message):
 
 
 def test_a_watch_request_is_normalized():
-    assert validate_watch({"prefix": "", "start_revision": 7, "extra": 1}, Limits()) == {
+    assert validate_watch({"prefix": "", "start_revision": 7}, Limits()) == {
         "op": "watch",
         "ns": "default",
         "key": None,
