@@ -347,9 +347,9 @@ def list_plan(
     first = EFFECTS_PREFIX + prefix
     args: tuple[str, ...] = (first,)
     kw: dict[str, Any] = {"ns": ns, "consistency": consistency}
-    if after is not None:  # [after's successor, the prefix's end)
+    if after is not None:  # [after + "\x01" (keys hold no NUL: its successor), prefix's end)
         args, end = (), first[:-1] + chr(ord(first[-1]) + 1)  # (a prefix ending U+10FFFF: no)
-        kw.update(start=max(first, EFFECTS_PREFIX + after + "\x00"), end=end)
+        kw.update(start=max(first, EFFECTS_PREFIX + after + "\x01"), end=end)
     while limit is None or len(out) < limit:
         page = PAGE if limit is None else min(PAGE, limit - len(out))
         r = yield Call("range", args, dict(kw, limit=page))

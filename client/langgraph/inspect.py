@@ -42,6 +42,8 @@ __all__ = [
 
 _KEY_PAGE = 1000  # keys per range page (keys only)
 _BATCH_THREADS = 100  # threads per batch request: two gets each
+# The key right after k is k + "\x01": keys hold no NUL (the server refuses it, also in a
+# range's start), so nothing sorts between them.
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +170,7 @@ def _counted_threads(
             found[thread] = (m + n, first)
         if not page.more or not page.kvs:
             return found, False, revision
-        start = page.kvs[-1].key + "\x00"
+        start = page.kvs[-1].key + "\x01"
 
 
 def threads_plan(
@@ -218,7 +220,7 @@ def history_plan(
     checkpoint's pending writes are counted from their keys (one batch request of
     keys-only ranges, at the records' revision)."""
     prefix = K.ckpt_prefix(thread, cns)
-    start, end = prefix if after is None else after + "\x00", K.prefix_end(prefix)
+    start, end = prefix if after is None else after + "\x01", K.prefix_end(prefix)
     kvs: list[Any] = []
     revision, more = None, True
     while more and (limit is None or len(kvs) < limit):
@@ -229,7 +231,7 @@ def history_plan(
         kvs += page.kvs
         more = bool(page.more and page.kvs)
         if more:
-            start = page.kvs[-1].key + "\x00"
+            start = page.kvs[-1].key + "\x01"
     ids = [K.parse_ckpt_key(kv.key)[1:] for kv in kvs]
     counts: dict[tuple[str, str], int] = {}
     for i in range(0, len(ids), _BATCH_THREADS):

@@ -329,7 +329,7 @@ async def crdts(
     """The CRDTs among a page of ``limit`` keys of ``ns`` starting with ``prefix``
     (``cursor``: the last key read by the previous page)."""
     ns = client.ns if ns is None else ns
-    start = prefix if cursor is None else max(prefix, cursor + "\x00")
+    start = prefix if cursor is None else max(prefix, cursor + "\x01")
     bounds = {"start": start or None, "end": prefix_end(prefix)}  # "" and None: open
     page = await client.range(**bounds, limit=page_limit(limit), ns=ns)
     rows = tuple(r for r in (_crdt_row(kv) for kv in page.kvs) if r is not None)

@@ -387,7 +387,7 @@ def test_list_after_a_key_reads_from_its_successor_within_the_prefix():
         {
             "ns": NS,
             "consistency": None,
-            "start": "__effects/pay/1\x00",
+            "start": "__effects/pay/1\x01",
             "end": "__effects/pay0",
             "limit": 2,
         },
