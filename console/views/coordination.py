@@ -75,9 +75,10 @@ class LocksPage:
 
 @dataclass(frozen=True, slots=True)
 class LeaseRow:
-    """A lease: its TTL, expiry (cluster time, ms) and the time left as the serving node
-    saw it when read (``remaining_ms``; the page counts down from it), its first 1000
-    keys and streams (``more_keys`` / ``more_streams``: there are more)."""
+    """A lease: its TTL, expiry (cluster time, ms) and the time left (``remaining_ms``,
+    lease_info's: expires_ms minus the replicated clock, which advances with raft entries,
+    so on an idle cluster it stands still until the next write; the page counts down from
+    it), its first 1000 keys and streams (``more_keys`` / ``more_streams``: more exist)."""
 
     lease_id: int
     ttl_ms: int

@@ -158,9 +158,8 @@ async def backup(client: Any) -> BackupLink:
     st = await client.status()
     me = await client.auth_whoami()
     allowed = me.id is None or _admin_everywhere(me.grants)
-    return BackupLink(
-        BACKUP_PATH, BACKUP_CONTENT_TYPE, allowed, st.get("storage_usage_bytes"), st.get("revision")
-    )
+    usage = (st.get("storage") or {}).get("usage_bytes")
+    return BackupLink(BACKUP_PATH, BACKUP_CONTENT_TYPE, allowed, usage, st.get("revision"))
 
 
 def _policy_key(p: dict[str, Any]) -> tuple[Any, Any, Any]:

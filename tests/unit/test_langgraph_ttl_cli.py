@@ -14,6 +14,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from statekeeper.client.langgraph import inspect
 from statekeeper.client.langgraph import keys as K
 from statekeeper.client.langgraph.saver_codec import Limits
 from statekeeper.client.langgraph.saver_plan import Ctx, put_ops, put_plan
@@ -21,7 +22,6 @@ from statekeeper.client.langgraph.saver_ttl import ThreadLeases, ThreadTTL, with
 from statekeeper.client.leases.results import KeepaliveResult, LeaseGrant
 from statekeeper.client.plan import BatchCall, Call
 from statekeeper.client.results import KeyValue, RangeResult, TxnResult, WriteResult
-from statekeeper.client.langgraph import inspect
 from statekeeper.cluster import langgraph_cli as cli
 
 SERDE = JsonPlusSerializer()
