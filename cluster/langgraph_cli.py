@@ -19,15 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from statekeeper.cluster.client_cli import EXIT_OK, client_args, dump, guarded, open_client, table
 
 EXIT_NOT_FOUND = 3  # as `statekeeper get` (cluster/kv_cli.py)
 SAVER_NS = "langgraph"  # StatekeeperSaver's default namespace
-_BATCH = 200  # records read per batch request (threads)
 
 GROUP_HELP = (
     "read LangGraph threads stored by StatekeeperSaver",
@@ -87,113 +85,18 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
     )(cmd_show)
 
 
-# -- reading -------------------------------------------------------------------------------
+# -- reading (client/langgraph/inspect.py, shared with the console) ------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One checkpoint as history shows it (its record decoded; no channel values)."""
-
-    checkpoint_ns: str
-    checkpoint_id: str
-    parent: str | None
-    step: Any
-    source: Any
-    ts: Any
-    run: str | None
-    writes: int
-
-
-def _serde() -> Any:
-    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-
-    return JsonPlusSerializer()
-
-
-def row_of(key: str, value: bytes, writes: int, serde: Any) -> Row:
-    """The history row of one ``ckpt/`` kv (metadata and ts decoded with ``serde``)."""
-    from statekeeper.client.langgraph import keys as K
-    from statekeeper.client.langgraph.saver_codec import loads, unpack_record
-
-    _, cns, cid = K.parse_ckpt_key(key)
-    rec = unpack_record(value)
-    meta, ckpt = loads(serde, rec.meta), loads(serde, rec.ckpt)
-    return Row(
-        cns, cid, rec.parent, meta.get("step"), meta.get("source"), ckpt.get("ts"), rec.run, writes
-    )
-
-
-def write_counts(keys: Iterable[str], thread: str) -> dict[tuple[str, str], int]:
-    """Pending writes per (checkpoint_ns, checkpoint_id), from ``writes/{thread}/`` keys
-    (chunk keys not counted)."""
-    from statekeeper.client.langgraph import keys as K
-
-    out: dict[tuple[str, str], int] = {}
-    depth = K.writes_prefix(thread).count("/") + 3  # {cns}/{cid}/{task}/{idx}
-    for key in keys:
-        if K.main_key(key, depth)[1] is not None:
-            continue
-        cns, cid = key.split("/")[2:4]
-        k = (K.unpart(cns), K.unpart(cid))
-        out[k] = out.get(k, 0) + 1
-    return out
-
-
-def thread_summaries(keys: Iterable[str]) -> dict[str, tuple[int, str]]:
-    """thread -> (checkpoints, the key of its newest root-graph checkpoint), from ``ckpt/``
-    keys in key order: a thread's first key is it (the root namespace "" sorts first and
-    each namespace is newest first), or its first subgraph's newest when it has no root."""
-    from statekeeper.client.langgraph import keys as K
-
-    out: dict[str, tuple[int, str]] = {}
-    for key in keys:
-        thread = K.parse_ckpt_key(key)[0]
-        n, newest = out.get(thread, (0, key))
-        out[thread] = (n + 1, newest)
-    return out
-
-
-def history_rows(client: Any, ns: str, thread: str, cns: str | None) -> list[Row]:
+def history_rows(client: Any, ns: str, thread: str, cns: str | None) -> list[Any]:
     """The thread's checkpoints (of ``cns``, or every namespace), oldest first."""
-    from statekeeper.client.langgraph import keys as K
+    from statekeeper.client.langgraph.inspect import default_serde, history_plan
+    from statekeeper.client.plan import run
 
-    serde = _serde()
-    wkeys = [kv.key for kv in client.scan(K.writes_prefix(thread, cns), ns=ns, keys_only=True)]
-    counts = write_counts(wkeys, thread)
-    rows = [
-        row_of(kv.key, kv.value, counts.get(K.parse_ckpt_key(kv.key)[1:], 0), serde)
-        for kv in client.scan(K.ckpt_prefix(thread, cns), ns=ns)
-    ]
+    rows = list(run(client, history_plan(ns, default_serde(), thread, cns)).rows)
     rows.reverse()  # keys are newest first within a namespace
     rows.sort(key=lambda r: r.checkpoint_ns)  # stable: namespaces in order, each oldest first
     return rows
-
-
-def jsonable(value: Any) -> Any:
-    from statekeeper.client.agent.codec import jsonable as plain
-
-    return plain(value)
-
-
-def shown(tup: Any) -> dict[str, Any]:
-    """A CheckpointTuple as JSON-ready data."""
-    conf = tup.config["configurable"]
-    parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
-    ckpt = tup.checkpoint
-    return {
-        "thread_id": conf["thread_id"],
-        "checkpoint_ns": conf["checkpoint_ns"],
-        "checkpoint_id": conf["checkpoint_id"],
-        "parent": parent,
-        "ts": ckpt.get("ts"),
-        "metadata": jsonable(tup.metadata),
-        "channel_values": jsonable(ckpt.get("channel_values", {})),
-        "channel_versions": jsonable(ckpt.get("channel_versions", {})),
-        "pending_writes": [
-            {"task_id": t, "channel": ch, "value": jsonable(v)}
-            for t, ch, v in tup.pending_writes or []
-        ],
-    }
 
 
 def _missing(message: str) -> int:
@@ -201,7 +104,7 @@ def _missing(message: str) -> int:
     return EXIT_NOT_FOUND
 
 
-def history_table(rows: Sequence[Row], fmt: str = "table") -> str:
+def history_table(rows: Sequence[Any], fmt: str = "table") -> str:
     return table(
         ("CHECKPOINT", "PARENT", "NS", "STEP", "SOURCE", "WRITES", "TS"),
         [
@@ -220,37 +123,21 @@ def cmd_threads(args: argparse.Namespace) -> int:
     """One row per thread of the namespace: its checkpoints (every checkpoint namespace),
     the step, source and time of its newest root-graph checkpoint, and its TTL marker's
     lease (StatekeeperSaver(ttl=...))."""
-    from statekeeper.client.langgraph import keys as K
+    from statekeeper.client.langgraph.inspect import default_serde, threads_plan
+    from statekeeper.client.plan import run
 
-    serde = _serde()
     with open_client(args) as c:
-        found = thread_summaries(kv.key for kv in c.scan(K.CKPT, ns=args.ns, keys_only=True))
-        threads = list(found)
-        newest: dict[str, Row] = {}
-        leases: dict[str, int] = {}
-        for i in range(0, len(threads), _BATCH):
-            group = threads[i : i + _BATCH]
-            b = c.batch(ns=args.ns)
-            for t in group:
-                b.get(found[t][1])
-                b.get(K.ttl_key(t))
-            res = b.execute()
-            for j, t in enumerate(group):
-                kv, lease = res[2 * j], res[2 * j + 1]
-                if kv is not None and not isinstance(kv, Exception):
-                    newest[t] = row_of(kv.key, kv.value, 0, serde)
-                if lease is not None and not isinstance(lease, Exception):
-                    leases[t] = int(lease.value)
+        page = run(c, threads_plan(args.ns, default_serde()))
     out = [
         {
-            "thread_id": t,
-            "checkpoints": found[t][0],
-            "step": getattr(newest.get(t), "step", None),
-            "source": getattr(newest.get(t), "source", None),
-            "ts": getattr(newest.get(t), "ts", None),
-            "lease": leases.get(t),
+            "thread_id": t.thread_id,
+            "checkpoints": t.checkpoints,
+            "step": t.step,
+            "source": t.source,
+            "ts": t.ts,
+            "lease": t.lease,
         }
-        for t in threads
+        for t in page.threads
     ]
     if args.json:
         dump(out)
@@ -317,6 +204,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             f"thread {args.thread!r} has {what} in checkpoint namespace "
             f"{args.checkpoint_ns!r} of namespace {args.ns!r}"
         )
+    from statekeeper.client.langgraph.inspect import shown
+
     doc = shown(tup)
     if args.json:
         dump(doc)

@@ -327,11 +327,18 @@ class Effects(_EffectsBase):
         return drive(self.client, get_plan(check_effect_key(effect_key), ns=self._ns(ns)), None)
 
     def list(
-        self, prefix: str = "", *, ns: str | None = None, limit: int | None = None
+        self,
+        prefix: str = "",
+        *,
+        ns: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> list[EffectRecord]:
         """The records whose effect key starts with ``prefix``, in key order, at one
-        revision (at most ``limit``)."""
-        return drive(self.client, list_plan(prefix, ns=self._ns(ns), limit=limit), None)
+        revision (at most ``limit``); ``after``: only effect keys after this one (the
+        last key of the previous page)."""
+        plan = list_plan(prefix, ns=self._ns(ns), limit=limit, after=after)
+        return drive(self.client, plan, None)
 
     def forget(self, effect_key: str, *, ns: str | None = None, ttl: float = 30.0) -> bool:
         """Delete the record (under the effect's lock: EffectInProgress while a run holds
@@ -367,10 +374,16 @@ class AsyncEffects(_EffectsBase):
         return await adrive(self.client, plan, None)
 
     async def list(
-        self, prefix: str = "", *, ns: str | None = None, limit: int | None = None
+        self,
+        prefix: str = "",
+        *,
+        ns: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> list[EffectRecord]:
         """See :meth:`Effects.list`."""
-        return await adrive(self.client, list_plan(prefix, ns=self._ns(ns), limit=limit), None)
+        plan = list_plan(prefix, ns=self._ns(ns), limit=limit, after=after)
+        return await adrive(self.client, plan, None)
 
     async def forget(self, effect_key: str, *, ns: str | None = None, ttl: float = 30.0) -> bool:
         """See :meth:`Effects.forget`."""

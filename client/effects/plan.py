@@ -333,15 +333,26 @@ def get_plan(key: str, *, ns: str, consistency: str | None = None) -> EffectPlan
 
 
 def list_plan(
-    prefix: str, *, ns: str, limit: int | None, consistency: str | None = None
+    prefix: str,
+    *,
+    ns: str,
+    limit: int | None,
+    consistency: str | None = None,
+    after: str | None = None,
 ) -> EffectPlan:
-    """The EffectRecords whose key starts with ``prefix``, in key order, read at one
+    """The EffectRecords whose key starts with ``prefix`` (and, given ``after``, sorts
+    after that effect key: the last of the previous page), in key order, read at one
     revision (at most ``limit``)."""
     out: list[EffectRecord] = []
+    first = EFFECTS_PREFIX + prefix
+    args: tuple[str, ...] = (first,)
     kw: dict[str, Any] = {"ns": ns, "consistency": consistency}
+    if after is not None:  # [after + "\x01" (keys hold no NUL: its successor), prefix's end)
+        args, end = (), first[:-1] + chr(ord(first[-1]) + 1)  # (a prefix ending U+10FFFF: no)
+        kw.update(start=max(first, EFFECTS_PREFIX + after + "\x01"), end=end)
     while limit is None or len(out) < limit:
         page = PAGE if limit is None else min(PAGE, limit - len(out))
-        r = yield Call("range", (EFFECTS_PREFIX + prefix,), dict(kw, limit=page))
+        r = yield Call("range", args, dict(kw, limit=page))
         out += [decode(kv, kv.key[len(EFFECTS_PREFIX) :], ns) for kv in r.kvs]  # type: ignore[misc]
         if not r.more:
             break

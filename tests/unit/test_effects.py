@@ -378,6 +378,26 @@ def test_list_pages_at_one_revision_and_strips_the_prefix():
     ]
 
 
+def test_list_after_a_key_reads_from_its_successor_within_the_prefix():
+    plan = list_plan("pay/", ns=NS, limit=2, after="pay/1")
+    first = next(plan)
+    assert first == Call(
+        "range",
+        (),
+        {
+            "ns": NS,
+            "consistency": None,
+            "start": "__effects/pay/1\x01",
+            "end": "__effects/pay0",
+            "limit": 2,
+        },
+    )
+    out = finish(plan, RangeResult([kv(rec(), key="__effects/pay/2")], 40))
+    assert [r.key for r in out] == ["pay/2"]
+    before = next(list_plan("pay/", ns=NS, limit=2, after="a"))  # before the prefix: all of it
+    assert before.kwargs["start"] == "__effects/pay/"
+
+
 def test_forget_deletes_the_record_under_the_lock():
     plan = forget_plan("pay/1", ns=NS, ttl=5.0)
     assert next(plan) == Acquire("effect:pay/1", 5.0, False, None, NS)

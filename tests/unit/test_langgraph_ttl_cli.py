@@ -14,6 +14,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from statekeeper.client.langgraph import inspect
 from statekeeper.client.langgraph import keys as K
 from statekeeper.client.langgraph.saver_codec import Limits
 from statekeeper.client.langgraph.saver_plan import Ctx, put_ops, put_plan
@@ -258,7 +259,7 @@ def test_thread_summaries_and_write_counts_from_keys() -> None:
             K.ckpt_key("c", "sub:1", old),
         ]
     )
-    found = cli.thread_summaries(keys)
+    found = inspect.thread_summaries(keys)
     assert found == {
         "a/b": (3, K.ckpt_key("a/b", "", new)),
         "c": (1, K.ckpt_key("c", "sub:1", old)),
@@ -269,7 +270,7 @@ def test_thread_summaries_and_write_counts_from_keys() -> None:
         K.writes_key("a/b", "", old, "task/1", 1) + "/c0",  # a chunk of the earlier format
         K.writes_key("a/b", "sub:1", new, "t", -1),
     ]
-    assert cli.write_counts(wkeys, "a/b") == {("", old): 2, ("sub:1", new): 1}
+    assert inspect.write_counts(wkeys, "a/b") == {("", old): 2, ("sub:1", new): 1}
 
 
 def test_history_row_and_table_and_show_json() -> None:
@@ -278,7 +279,7 @@ def test_history_row_and_table_and_show_json() -> None:
     planned = put_ops(CTX, cfg, cp, meta, versions)
     ops, stored = planned.ops, planned.config
     rec = next(op for op in ops if op["key"].startswith("ckpt/"))
-    row = cli.row_of(rec["key"], rec["value"], 2, SERDE)
+    row = inspect.row_of(rec["key"], rec["value"], 2, SERDE)
     assert (row.checkpoint_id, row.step, row.source, row.writes, row.run) == (
         cp["id"],
         3,
@@ -297,7 +298,7 @@ def test_history_row_and_table_and_show_json() -> None:
         None,
         [("task", "x", 5)],
     )
-    doc = cli.shown(tup)
+    doc = inspect.shown(tup)
     assert doc["channel_values"] == {"x": {"$bytes": "AA=="}, "m": [1, 2]}
     assert doc["pending_writes"] == [{"task_id": "task", "channel": "x", "value": 5}]
     assert doc["parent"] is None and doc["metadata"]["step"] == 3
