@@ -5,14 +5,17 @@ new subpackage (a folder with an __init__.py) is installed without editing a lis
 
     src/statekeeper/__init__.py  ->  statekeeper             (the client's names, lazily)
     node/, client/, cluster/,    ->  statekeeper.node, statekeeper.client, ...
-    chaos/, benchmarks/
+    chaos/, benchmarks/, console/
+
+console/'s templates and static files are package data (pyproject.toml's
+[tool.setuptools.package-data]).
 """
 
 from pathlib import Path
 
 from setuptools import setup
 
-LAYERS = ("node", "client", "cluster", "chaos", "benchmarks")
+LAYERS = ("node", "client", "cluster", "chaos", "benchmarks", "console")
 HERE = Path(__file__).parent
 
 
