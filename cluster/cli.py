@@ -712,6 +712,7 @@ from statekeeper.cluster import (  # noqa: E402 (their groups register here)
     archive_cli,
     auth_cli,
     backup_cli,
+    console_cli,
     crdt_cli,
     gc_cli,
     idempotency_cli,
@@ -741,6 +742,7 @@ members_cli.register(command, arg, GROUPS)
 supervise_cli.register(command, CONFIG_ARG)
 backup_cli.register(command, arg, GROUPS)
 idempotency_cli.register(command, arg, GROUPS)
+console_cli.register(command, arg, GROUPS)
 
 
 if __name__ == "__main__":
