@@ -158,16 +158,14 @@ class ConsoleApp:
         handler = self.routes.get(("GET" if method == "HEAD" else method, path))
         if handler is None:
             return self._plain(404, f"no console page at {path[:200]}")
-        ctx = PageContext(
-            request,
-            session,
-            dict(parse_qsl(request.query, keep_blank_values=True)),
-            form,
-            self.nodes,
-            self._render,
-            self.shared,
+        return await self._call(handler, self.context(request, session, form))
+
+    def context(self, request: Request, session: Session, form: dict | None = None) -> PageContext:
+        """The PageContext of `request` in `session` (also for a page's unit tests)."""
+        query = dict(parse_qsl(request.query, keep_blank_values=True))
+        return PageContext(
+            request, session, query, form or {}, self.nodes, self._render, self.shared
         )
-        return await self._call(handler, ctx)
 
     async def _call(self, handler: Handler, ctx: PageContext) -> Response:
         """The handler's answer; the API's refusals as pages that say so."""
