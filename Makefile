@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CONFIG ?= cluster.toml
 
-.PHONY: help venv up down status test lint clean cpu-per-put
+.PHONY: help venv up down status test lint clean cpu-per-put console-assets
 
 help:
 	@echo "make up      create .venv if needed and start a local 3-node cluster"
@@ -15,6 +15,7 @@ help:
 	@echo "make test    run the test suite"
 	@echo "make lint    ruff"
 	@echo "make cpu-per-put  leader/follower CPU, fsyncs, entries, syscalls per put at x1, x64"
+	@echo "make console-assets  rebuild console/static/htmx.min.js from console/assets (npm ci)"
 	@echo "make clean   stop the cluster, remove data/ and $(CONFIG)"
 
 $(BIN)/python:
@@ -48,6 +49,13 @@ lint: $(STAMP)
 # The write path's before/after check (benchmarks/README.md): a minute or two.
 cpu-per-put: $(STAMP)
 	$(BIN)/python -m statekeeper.benchmarks.cpu_per_op --quick --no-chart
+
+# The web console's vendored htmx: the version pinned in console/assets/package-lock.json,
+# installed by npm and copied next to the console's other static files. The built file is
+# committed, so a node never needs npm; run this after changing the pinned version.
+console-assets:
+	cd console/assets && npm ci --ignore-scripts --no-audit --no-fund
+	cp console/assets/node_modules/htmx.org/dist/htmx.min.js console/static/htmx.min.js
 
 clean:
 	@if [ -f $(CONFIG) ] && [ -x $(BIN)/statekeeper ]; then \

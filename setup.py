@@ -5,7 +5,10 @@ new subpackage (a folder with an __init__.py) is installed without editing a lis
 
     src/statekeeper/__init__.py  ->  statekeeper             (the client's names, lazily)
     node/, client/, cluster/,    ->  statekeeper.node, statekeeper.client, ...
-    chaos/, benchmarks/
+    chaos/, benchmarks/, console/
+
+console/'s templates and static files are package data (pyproject.toml's
+[tool.setuptools.package-data]).
 """
 
 from pathlib import Path

@@ -14,9 +14,9 @@ import importlib.util
 from statekeeper import AsyncClient, Client, Conflict
 
 # One package: nothing generic at the top level for a user's own client.py to collide with.
-for generic in ("client", "node", "cluster", "chaos", "benchmarks"):
+for generic in ("client", "node", "cluster", "chaos", "benchmarks", "console"):
     assert importlib.util.find_spec(generic) is None, f"the install put {generic!r} at the top level"
-for heavy in ("rocksdict", "pysyncobj", "cryptography", "aiohttp", "msgspec"):
+for heavy in ("rocksdict", "pysyncobj", "cryptography", "aiohttp", "msgspec", "jinja2"):
     assert importlib.util.find_spec(heavy) is None, f"{heavy} came with the client-only install"
 with Client("http://127.0.0.1:9", timeout=1) as c:
     assert c.ns == "default"
@@ -60,6 +60,6 @@ except ImportError as e:
     assert "statekeeper[archive]" in str(e), e
 else:
     raise AssertionError("archive_run ran without fsspec installed")
-print("client-only install: ok (no rocksdict, pysyncobj, cryptography, aiohttp, msgspec)")
+print("client-only install: ok (no rocksdict, pysyncobj, cryptography, aiohttp, msgspec, jinja2)")
 PY
 rm -rf "$(dirname "$venv")"

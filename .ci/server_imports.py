@@ -1,4 +1,4 @@
-"""The node loads no client transport: `import node.store`, then the imports of
+"""The node loads no client transport (nor, with the default config, the web console): `import node.store`, then the imports of
 `python -m statekeeper.node` (node.__main__, node.main), must leave the client's transports, caches,
 effects and agent layer unloaded.
 
@@ -26,6 +26,9 @@ NOT_IN_NODE = (
     "statekeeper.client.effects",
     "statekeeper.client.agent",
     "statekeeper.client.crdt.replica",
+    # The web console and its templates: loaded only by a node with [ui] enabled.
+    "statekeeper.console",
+    "jinja2",
 )
 # node/api/server.py parses HTTP with httptools; the store has no reason to.
 NOT_IN_STORE = (*NOT_IN_NODE, "httptools")

@@ -41,6 +41,7 @@ from .kv_requests import (
     MISSING,
     compact_request,
     get_request,
+    metrics_request,
     range_request,
     status_request,
     write_request,
@@ -449,6 +450,18 @@ class Commands(
                 endpoint, with retries.
         """
         return self._execute(status_request(), endpoint)
+
+    @command
+    def metrics(self, endpoint: str | None = None) -> str:
+        """The node's Prometheus metrics (GET /metrics, the text exposition;
+        docs/protocol.md#metrics), e.g. for a dashboard that has the client at hand
+        (the web console's Cluster page).
+
+        Args:
+            endpoint: ask this node (one attempt, no retry); by default the current
+                endpoint, with retries.
+        """
+        return self._execute(metrics_request(), endpoint)
 
 
 def _awaited(cls: type[AsyncCommands[Any]]) -> type[AsyncCommands[Any]]:

@@ -35,6 +35,7 @@ __all__ = [
     "get_request",
     "op_body",
     "range_request",
+    "metrics_request",
     "scan_next",
     "status_request",
     "write_request",
@@ -166,6 +167,22 @@ _STATUS_REQUEST: Final = Request(
 def status_request() -> Request:
     """GET /v1/status; ``parse`` returns the decoded dict."""
     return _STATUS_REQUEST
+
+
+def _parse_metrics(status: int, ctype: str | None, raw: bytes) -> str:
+    if status != 200:
+        raise error_from_response(status, ctype, raw, None)
+    return raw.decode("utf-8", "replace")
+
+
+_METRICS_REQUEST: Final = Request(
+    "GET", "/metrics", None, {"Accept": "text/plain"}, _parse_metrics, None, "metrics"
+)
+
+
+def metrics_request() -> Request:
+    """GET /metrics (Prometheus text); ``parse`` returns the text."""
+    return _METRICS_REQUEST
 
 
 def scan_next(page: Any) -> dict[str, Any] | None:

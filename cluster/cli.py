@@ -359,8 +359,9 @@ def how_to_connect(cfg: ClusterConfig, config: str = DEFAULT_CONFIG) -> str:
             f"  export STATEKEEPER_TOKEN=$(statekeeper auth token create{with_config} "
             "--ns default --role writer --ttl 7d)\n"
         )
+    console = f"The web console: {first}/ui (log in with a token)\n" if cfg.ui.enabled else ""
     return (
-        token_hint + "Talk to the cluster:\n"
+        token_hint + console + "Talk to the cluster:\n"
         f"  {curl} -X POST {first}/v1/kv/put -H 'Content-Type: application/json' \\\n"
         '       -d \'{"key":"greeting","value":"hello"}\'\n'
         f"  {curl} -X POST {first}/v1/kv/get -H 'Content-Type: application/json' \\\n"
@@ -711,6 +712,7 @@ from statekeeper.cluster import (  # noqa: E402 (their groups register here)
     archive_cli,
     auth_cli,
     backup_cli,
+    console_cli,
     crdt_cli,
     gc_cli,
     idempotency_cli,
@@ -740,6 +742,7 @@ members_cli.register(command, arg, GROUPS)
 supervise_cli.register(command, CONFIG_ARG)
 backup_cli.register(command, arg, GROUPS)
 idempotency_cli.register(command, arg, GROUPS)
+console_cli.register(command, arg, GROUPS)
 
 
 if __name__ == "__main__":

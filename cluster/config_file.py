@@ -70,6 +70,10 @@ def create_config_if_missing(
     secret_path = p.parent / SECRET_FILE_NAME
     if not secret_path.exists():
         node_config.write_secret_file(secret_path, cfg.secret)
-    cfg = dataclasses.replace(cfg, secret="", secret_file=SECRET_FILE_NAME)
+    # The web console at /ui on every node (docs/console.md): a local dev cluster is where
+    # one looks first; a hand-written config keeps the default (off).
+    cfg = dataclasses.replace(
+        cfg, secret="", secret_file=SECRET_FILE_NAME, ui=node_config.UiSettings(enabled=True)
+    )
     node_config.write(cfg, p)
     return node_config.load(p), True

@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 import tomli_w
 
-# The settings tables ([limits], [retention], [raft], [http], [tls], [auth]).
+# The settings tables ([limits], [retention], [raft], [http], [tls], [auth], [storage], [ui]).
 from statekeeper.node.config_tables import (
     CLIENT_AUTH_MODES,
     RAFT_ENTRY_LIMIT_BYTES,
@@ -38,6 +38,7 @@ from statekeeper.node.config_tables import (
     Retention,
     StorageSettings,
     TlsSettings,
+    UiSettings,
 )
 
 # The raft journal's fsync modes (node/raft/journal.py says what each means). Defined here, not
@@ -63,6 +64,7 @@ __all__ = [
     "RaftSettings",
     "Retention",
     "TlsSettings",
+    "UiSettings",
     "dumps",
     "load",
     "local_cluster",
@@ -147,6 +149,7 @@ class ClusterConfig:
     tls: TlsSettings = field(default_factory=TlsSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
+    ui: UiSettings = field(default_factory=UiSettings)
     # Directory the relative paths above are resolved against.
     base_dir: str = "."
     # Set by `load`: where the secret came from (never the secret itself), and warnings
@@ -193,6 +196,7 @@ class _ConfigFile:
     tls: TlsSettings = field(default_factory=TlsSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
+    ui: UiSettings = field(default_factory=UiSettings)
 
 
 _TYPE_WORDS = {
@@ -303,6 +307,7 @@ def parse(raw: dict, base_dir: str = ".") -> ClusterConfig:
         tls=f.tls,
         auth=f.auth,
         storage=f.storage,
+        ui=f.ui,
         base_dir=base_dir,
     )
     validate(cfg)
@@ -512,6 +517,7 @@ def dumps(cfg: ClusterConfig) -> str:
         "tls": dataclasses.asdict(cfg.tls),
         "auth": dataclasses.asdict(cfg.auth),
         "storage": dataclasses.asdict(cfg.storage),
+        "ui": dataclasses.asdict(cfg.ui),
         "nodes": [_node_table(n) for n in cfg.nodes],
     }
     return _HEADER + tomli_w.dumps(doc)

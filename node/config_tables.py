@@ -1,4 +1,5 @@
-"""The settings tables of cluster.toml: [limits], [retention], [raft], [http], [tls], [auth].
+"""The settings tables of cluster.toml: [limits], [retention], [raft], [http], [tls], [auth],
+[storage], [ui].
 
 Each dataclass is one table's schema (node/config.py parses the file into them and
 re-exports them); the comments say what each setting means and why its default, with the
@@ -152,3 +153,11 @@ class StorageSettings:
     # Seconds between measurements of the data dir (a walk of a few dozen files and a
     # statvfs on the HTTP loop: 0.2 ms for a 14-file dir, see node/quota/disk_watch.py).
     check_interval_seconds: float = 1.0
+
+
+@dataclass(frozen=True)
+class UiSettings:
+    """The [ui] table: the web console (console/, docs/console.md) served by this node at
+    /ui. Off by default: a node then never imports the console (nor jinja2)."""
+
+    enabled: bool = False

@@ -10,6 +10,7 @@ from tests.integration.cluster_fixture import (  # noqa: F401 (fixtures)
     plain_shared_cluster,
     shared_cluster,
 )
+from tests.integration.console_fixture import browser, console_cluster  # noqa: F401 (fixtures)
 from tests.integration.raft_harness import member_set  # noqa: F401 (fixture `nodes`)
 
 

@@ -61,6 +61,8 @@ _BATCH_KNOWN = frozenset(BATCH_FIELDS)
 OPEN_ROUTES = frozenset(
     {"/v1/health/live", "/v1/health/ready", "/v1/status", "/v1/openapi.json", "/metrics"}
 )
+# Where the web console answers when [ui] is enabled (console/app.py's PREFIX).
+CONSOLE_PREFIX = "/ui"
 # Read barriers per second that requests with an unknown token id may cost (the token may
 # only be newer than this node's state). Each barrier on a follower is a replicated, fsynced
 # raft entry: 547 unauthenticated requests/s made 2,759 entries in 10 s on every node, and
@@ -150,6 +152,9 @@ class Api:
             cluster.http.allowed_hosts,
             cluster.auth.enabled,
         )
+        # The web console at /ui ([ui] enabled = true): its requests skip the web guard and
+        # the bearer check, for it has its own (sessions, CSRF, CSP: console/app.py).
+        self.console = _mount_console(cluster) if cluster.ui.enabled else None
         # path template -> method -> handler
         self._methods: dict[str, dict[str, Any]] = {}
         # (method, path) -> handler and path -> metrics label, for paths that route:
@@ -238,6 +243,8 @@ class Api:
         label = self._labels.get(path)
         if label is not None:
             return label
+        if self.console is not None and (path + "/").startswith(CONSOLE_PREFIX + "/"):
+            return CONSOLE_PREFIX  # every console page under one label
         template = self._template(path)
         if template == "/v1/kv/{op}":
             if path[7:] not in KV_OPS:
@@ -263,6 +270,8 @@ class Api:
         return resp
 
     async def _dispatch(self, request: Request) -> Response | StreamedResponse:
+        if self.console is not None and (request.path + "/").startswith(CONSOLE_PREFIX + "/"):
+            return await self.console.handle(request)
         fmt = codec.JSON
         try:
             fmt = codec.pick_format(
@@ -639,6 +648,14 @@ class Api:
         from statekeeper.node.openapi.document import document
 
         return self._respond(document(self.limits, auth=self.authz is not None), codec.JSON)
+
+
+def _mount_console(cluster: ClusterConfig) -> Any:
+    """The console's app, imported only here: a node without [ui] never loads the console,
+    its templates or the client it calls the API with (.ci/server_imports.py)."""
+    from statekeeper.console.app import ConsoleApp
+
+    return ConsoleApp(cluster)
 
 
 def _raise_unless_partly_applied(outcomes: list) -> None:

@@ -48,6 +48,7 @@ _CONFIG_OPTIONS = {
     "client_auth",
     "auth",
     "storage",
+    "ui",
 } | {f.name for f in dataclasses.fields(node_config.RaftSettings)}
 _CLUSTER_OPTIONS = {"node_command", "env", "ready_timeout"}
 
@@ -67,6 +68,7 @@ def write_test_config(
     client_auth: str = "none",
     auth: bool = False,
     storage: dict[str, Any] | None = None,
+    ui: bool = False,
     **raft: Any,
 ) -> WrittenConfig:
     """Write `<directory>/cluster.toml` for `size` nodes on free loopback ports.
@@ -76,6 +78,7 @@ def write_test_config(
     certificate `client-test`), [tls] on with `client_auth`; clients then need
     `ca=` (tls_env() gives the variables).
     storage: [storage] settings (StorageSettings fields), e.g. {"reserve_bytes": 8 << 20}.
+    ui: [ui] enabled = true (every node serves the web console at /ui).
     Extra keyword arguments override RaftSettings fields.
     """
     ports = free_ports(2 * size)
@@ -96,6 +99,8 @@ def write_test_config(
         cfg = dataclasses.replace(cfg, storage=node_config.StorageSettings(**storage))
     if auth:  # [auth] enabled = true
         cfg = dataclasses.replace(cfg, auth=node_config.AuthSettings(enabled=True))
+    if ui:  # [ui] enabled = true: the web console at /ui
+        cfg = dataclasses.replace(cfg, ui=node_config.UiSettings(enabled=True))
     if link_addresses:  # one loopback address per raft link, for iptables partitions
         cfg = with_link_addresses(cfg)
     if tls:

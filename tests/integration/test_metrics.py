@@ -126,3 +126,18 @@ def test_metrics_after_traffic(cluster: LocalCluster) -> None:
     assert _one(fm["statekeeper_raft_term"], "statekeeper_raft_term") == after["term"]
     # The follower forwarded nothing and served no KV request.
     assert not any(s.labels.get("route") == "/v1/kv/put" for s in fm["statekeeper_http_requests"])
+
+
+async def test_both_clients_read_metrics(shared_cluster: LocalCluster) -> None:
+    """client.metrics(): GET /metrics through the client (its TLS, any node), as the web
+    console's Cluster page reads it."""
+    from statekeeper.client import AsyncClient
+
+    urls = shared_cluster.config.http_urls()
+    with Client(urls) as c:
+        text = c.metrics(endpoint=urls[1])
+    async with AsyncClient(urls) as ac:
+        atext = await ac.metrics()
+    for t in (text, atext):
+        names = {f.name for f in text_string_to_metric_families(t)}
+        assert "statekeeper_raft_term" in names

@@ -173,6 +173,13 @@ def test_first_up_creates_default_config(tmp_path: Path) -> None:
     assert node_config.load(path) == cfg
 
 
+def test_up_turns_the_console_on_and_prints_its_url(tmp_path: Path) -> None:
+    cfg, _ = cli.create_config_if_missing(tmp_path / "cluster.toml")
+    assert cfg.ui.enabled  # a hand-written config keeps the default: off
+    assert not node_config.local_cluster(secret="s").ui.enabled
+    assert "The web console: http://127.0.0.1:7000/ui" in cli.how_to_connect(cfg)
+
+
 def test_second_up_keeps_existing_config(tmp_path: Path) -> None:
     path = tmp_path / "cluster.toml"
     first, _ = cli.create_config_if_missing(path)
