@@ -26,7 +26,6 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
 from langgraph.graph import END, START, StateGraph
 
-from statekeeper.client.errors import InvalidRequest
 from statekeeper.client.langgraph import keys as K
 from statekeeper.client.langgraph.saver import StatekeeperSaver
 from statekeeper.client.langgraph.saver_codec import (
