@@ -12,7 +12,7 @@ from pathlib import Path
 
 from setuptools import setup
 
-LAYERS = ("node", "client", "cluster", "chaos", "benchmarks")
+LAYERS = ("node", "client", "cluster", "chaos", "benchmarks", "console")
 HERE = Path(__file__).parent
 
 
