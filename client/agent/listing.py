@@ -86,9 +86,11 @@ def summaries_plan(ns: str, ids: list[str]) -> AgentPlan[list[AgentSummary]]:
 # -- one page of agent ids (the console's Agents page) -------------------------------------
 
 KEY_PAGE = 1000
-"""Keys per keys-only range of :func:`agent_page_plan` (an agent's keys are its head, its
-checkpoint manifests and chunks: the rest of an agent's keys is skipped once one is seen)."""
+"""The most keys per keys-only range of :func:`agent_page_plan`; it asks for 4 per agent
+wanted (an agent's keys are its head, its checkpoint manifests and chunks; the rest of an
+agent's keys is skipped once one is seen)."""
 STREAM_PAGE = 500
+"""The most streams per list_streams of :func:`agent_page_plan` (it asks for limit + 1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +132,8 @@ def _key_ids_plan(
     ids: list[str] = []
     requests = 0
     while True:
-        rr = yield call("range", start=start, end=end, limit=KEY_PAGE, keys_only=True, ns=ns)
+        size = min(KEY_PAGE, 4 * (want + 1))
+        rr = yield call("range", start=start, end=end, limit=size, keys_only=True, ns=ns)
         requests += 1
         for kv in rr.kvs:
             aid, sep, _ = kv.key[6:].partition("/")
@@ -178,7 +181,8 @@ def agent_page_plan(
     while not done:
         if frontier is not None and (frontier >= fk if fk is not None else len(seen()) > limit):
             break
-        page = yield call("list_streams", base, limit=STREAM_PAGE, continuation=token, ns=ns)
+        size = min(STREAM_PAGE, limit + 1)
+        page = yield call("list_streams", base, limit=size, continuation=token, ns=ns)
         requests += 1
         named = {s.stream[6:]: s for s in page.streams if s.stream[6:] and "/" not in s.stream[6:]}
         pages.append((token, list(named)))

@@ -6,9 +6,9 @@ Everything goes through the user's own AsyncClient (its token's grants decide).
   listings are admin-wide or per-namespace), so :func:`visible_namespaces` names the
   namespaces of the token's grants (``auth_whoami``) and the client's own; a pattern
   grant (``team-*``, ``*``) is listed as a pattern: the page lets the user type a name.
-- Browser: one ``range(keys_only=True)`` per page; the cursor is the next page's start key
-  (the last key + NUL: keys hold no NUL), so a page needs no server state and survives
-  compaction.
+- Browser: one ``range(keys_only=True)`` per page; the cursor is the last key shown (the
+  next page starts there and drops it), so a page needs no server state and survives
+  compaction (the server's continuation token pins a revision).
 - Revisions: the API has no "list a key's versions" read. :func:`key_revisions` walks
   back: ``get(key, revision=mod_revision - 1)`` gives the version before, one sequential
   request per revision shown (``limit`` of them, default 20: about 20 round trips, 1-2 ms
@@ -129,8 +129,8 @@ class KeyRow:
 
 @dataclass(frozen=True, slots=True)
 class KeyPage:
-    """One page of keys under ``prefix`` (values not read); ``cursor`` starts the next page
-    (None: this is the last)."""
+    """One page of keys under ``prefix`` (values not read); ``cursor`` (the last key shown)
+    opens the next page (None: this is the last)."""
 
     ns: str
     prefix: str
@@ -145,9 +145,11 @@ async def browse_keys(
     """The keys starting with ``prefix`` from ``cursor`` on (one keys-only range)."""
     n = clamp_limit(limit)
     start = prefix if cursor is None or cursor < prefix else cursor
-    rr = await client.range(start=start, end=prefix_end(prefix), limit=n, keys_only=True, ns=ns)
-    rows = tuple(KeyRow(kv.key, kv.version, kv.create_revision, kv.mod_revision) for kv in rr.kvs)
-    nxt = rows[-1].key + "\x00" if rr.more and rows else None
+    # One more than the page: the cursor (the last key shown) is read again and dropped.
+    rr = await client.range(start=start, end=prefix_end(prefix), limit=n + 1, keys_only=True, ns=ns)
+    kvs = [kv for kv in rr.kvs if kv.key != cursor]
+    rows = tuple(KeyRow(kv.key, kv.version, kv.create_revision, kv.mod_revision) for kv in kvs[:n])
+    nxt = rows[-1].key if rows and (len(kvs) > n or rr.more) else None
     return KeyPage(ns, prefix, rows, rr.revision, nxt)
 
 
