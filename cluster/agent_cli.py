@@ -75,61 +75,16 @@ def register(command: Callable[..., Any], arg: Callable[..., Any], groups: dict[
 # -- list --------------------------------------------------------------------------------
 
 
-def agent_ids_plan(ns: str) -> Any:
-    """Agent ids of ``ns``: owners of agent/{id}/... keys (one key per agent read, the
-    rest skipped) and of agent/{id} streams."""
-    from statekeeper.client.plan import call
-
-    ids: set[str] = set()
-    start = "agent/"
-    while True:
-        rr = yield call("range", start=start, end="agent0", limit=1, keys_only=True, ns=ns)
-        if not rr.kvs:
-            break
-        aid = rr.kvs[0].key.split("/")[1]
-        ids.add(aid)
-        start = f"agent/{aid}0"  # past every agent/{aid}/... key ('0' follows '/')
-    cont = None
-    while True:
-        page = yield call("list_streams", "agent/", ns=ns, continuation=cont)
-        ids.update(s.stream[6:] for s in page.streams if "/" not in s.stream[6:])
-        if not page.more:
-            return sorted(i for i in ids if i)
-        cont = page.continuation
-
-
-def summaries_plan(ns: str, ids: list[str]) -> Any:
-    """(id, head manifest or None, last seq) per agent, 200 agents per batch."""
-    from statekeeper.client.agent.checkpoints import Ctx, head_call, head_of
-    from statekeeper.client.agent.codec import Codec
-    from statekeeper.client.agent.layout import Layout
-    from statekeeper.client.plan import batch, call
-
-    out = []
-    for i in range(0, len(ids), 200):
-        ctxs = [Ctx(Layout(a), ns, Codec()) for a in ids[i : i + 200]]
-        calls = []
-        for ctx in ctxs:
-            calls += [head_call(ctx), call("read_stream", ctx.layout.stream, direction="backward",
-                                           limit=1, ns=ns)]
-        results = yield batch(*calls, ns=ns)
-        for j, ctx in enumerate(ctxs):
-            rr, page = results[2 * j], results[2 * j + 1]
-            m = None if isinstance(rr, Exception) else head_of(ctx, rr)[0]
-            last = None if isinstance(page, Exception) else page.last_seq
-            out.append((ctx.layout.agent_id, m, last))
-    return out
-
-
 @guarded
 def cmd_list(args: argparse.Namespace) -> int:
     """One row per agent of the namespace: its current checkpoint, step, position, the
     events in its stream, its state's size and when it was last checkpointed."""
+    from statekeeper.client.agent.listing import agent_ids_plan, summaries_plan
     from statekeeper.client.plan import run
 
     with open_client(args) as c:
         ids = run(c, agent_ids_plan(args.ns))
-        rows = run(c, summaries_plan(args.ns, ids))
+        rows = [(s.agent, s.manifest, s.last_seq) for s in run(c, summaries_plan(args.ns, ids))]
     if args.json:
         dump([{"agent": a, "ckpt": m and m["ckpt"], "step": m and m["step"],
                "position": m and m["position"], "events": last, "size": m and m["size"],

@@ -28,3 +28,12 @@ def ns(request: pytest.FixtureRequest) -> str:
 def client(shared_cluster: LocalCluster, ns: str) -> Iterator[Client]:
     with Client([shared_cluster.url(n) for n in shared_cluster.node_ids], ns=ns) as c:
         yield c
+
+
+@pytest.fixture
+async def async_client(shared_cluster: LocalCluster, ns: str):
+    """An AsyncClient on the shared cluster in the test's own namespace."""
+    from statekeeper.client import AsyncClient
+
+    async with AsyncClient([shared_cluster.url(n) for n in shared_cluster.node_ids], ns=ns) as c:
+        yield c
