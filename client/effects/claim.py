@@ -119,7 +119,13 @@ def _log_waiting(key: str, holder: Any, timeout: float | None) -> EffectPlan:
             left = f"its lease ends in {(info.remaining_ms or 0) / 1000:.1f} s unless renewed"
         except LeaseNotFound:
             pass
-    who = f"runner {runner_of(holder.owner)!r}" if holder.owner else "a runner without a runner id"
+    who = (
+        f"runner {runner_of(holder.owner)!r}"
+        if holder.owner
+        # A new user's restarted process waits here for its own dead claim: say the cure.
+        else "a runner without a runner id (with one, run(..., runner=ID) or effects.runner, "
+        "a restarted runner takes its own claim over at once)"
+    )
     log.warning(
         "effect %r is claimed by %s (fence %d; %s): waiting for it (%s)",
         key,

@@ -168,6 +168,19 @@ def test_held_and_wait_logs_the_holder_waits_in_line_then_returns_the_holders_re
     assert finish(plan, True) == 42
 
 
+def test_a_holder_without_a_runner_id_is_named_with_the_cure(caplog):
+    """A restarted process that never set a runner id waits for its own dead claim: the
+    log line says how a runner id would have ended the wait at once."""
+    plan = start(wait=True, timeout=3.0)
+    next(plan)
+    plan.send(kv(rec("claimed")))
+    plan.throw(HELD)
+    plan.send(queue((7, 3, None)))
+    with caplog.at_level(logging.WARNING, logger="statekeeper.client.effects"):
+        plan.send(LeaseInfo(3, NS, 30_000, 0, remaining_ms=27_400))
+    assert "without a runner id (with one, run(..., runner=ID)" in caplog.messages[0]
+
+
 def test_held_and_no_wait_raises_in_progress_without_calling_fn():
     plan = start(wait=False)
     next(plan)
