@@ -158,7 +158,11 @@ def copy_plan(ctx: Ctx, manifest: dict[str, Any]) -> AgentPlan[Restored]:
 def _needs_reducer(ctx: Ctx, at: AtStep) -> str:
     agent = ctx.layout.agent_id
     if at.checkpoint is None:
-        return f"agent {agent!r} has no checkpoint with step <= {at.step}"
+        return (
+            f"agent {agent!r} has no checkpoint with step <= {at.step}: its state at step "
+            f"{at.step} is its initial state folded with {len(at.events)} event(s), which "
+            "needs the agent's reducer (Agent(reducer=...).rollback(to=...) in code)"
+        )
     ck = at.checkpoint
     return (
         f"agent {agent!r} has no checkpoint at step {at.step}: the newest at or below it is "

@@ -136,6 +136,10 @@ def test_rollback_between_checkpoints_without_a_reducer_is_refused_not_snapped()
     assert err.value.code == "checkpoint_not_found"
     assert make(c).latest().n == 2  # nothing written
     assert Agent(c, "a1").rollback(to=2).state == reducer_sum(2)  # a checkpoint: copied
+    # Before the first checkpoint: the initial state and step 1's event, folded (the CLI's
+    # "statekeeper agent rollback --to 1" said only "no checkpoint with step <= 1").
+    with pytest.raises(CheckpointNotFound, match="initial state folded with 1 event.*reducer"):
+        Agent(c, "a1").rollback(to=1)
 
 
 def test_a_large_folded_rollback_is_chunked() -> None:
