@@ -57,8 +57,7 @@ def layout(nodes: tuple[view.CheckpointNode, ...]) -> list[Row]:
         depth[n.checkpoint_id] = depth[parent.checkpoint_id] + (0 if continues else 1)
         branch_of[n.checkpoint_id] = None if continues else parent.checkpoint_id
     return [
-        Row(n, min(depth[n.checkpoint_id], MAX_DEPTH), branch_of[n.checkpoint_id])
-        for n in nodes
+        Row(n, min(depth[n.checkpoint_id], MAX_DEPTH), branch_of[n.checkpoint_id]) for n in nodes
     ]
 
 
@@ -75,9 +74,7 @@ async def threads_page(ctx: PageContext) -> Response:
     ns = _ns(ctx)
     limit, cursor = ctx.page_args()
     page = await view.threads(ctx.client, ns=ns, limit=limit, cursor=cursor)
-    return ctx.render(
-        "langgraph.html", model=page, limit=limit, cursor=cursor, thread_url=THREAD
-    )
+    return ctx.render("langgraph.html", model=page, limit=limit, cursor=cursor, thread_url=THREAD)
 
 
 def _missing(ctx: PageContext, what: str) -> Response:

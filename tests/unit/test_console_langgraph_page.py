@@ -113,7 +113,7 @@ async def test_thread_page_draws_the_fork_and_the_abandoned_branch(store) -> Non
         (False, False),
     ]
     assert "fork · 2 branches" in body and f"branch from {cid(c1)[-12:]}" in body
-    link = f'/ui/langgraph/checkpoint?ns=lg&amp;thread=t&amp;id={cid(c2)}'
+    link = f"/ui/langgraph/checkpoint?ns=lg&amp;thread=t&amp;id={cid(c2)}"
     assert link in body
     status, body = await get(inner, page.THREAD, "ns=lg&thread=t&limit=3")
     nxt = html.unescape(re.search(r'href="([^"]+)" id="next-page"', body).group(1))
@@ -126,12 +126,18 @@ async def test_checkpoint_page_shows_values_writes_and_metadata_as_json(store) -
     inner, (_, c1, c2, c3) = store
     status, body = await get(inner, page.CHECKPOINT, "ns=lg&thread=t")  # the newest
     assert status == 200 and f'id="checkpoint-id">{cid(c3)}<' in body
-    blocks = [json.loads(html.unescape(b)) for b in re.findall(r'<pre class="json">(.*?)</pre>', body, re.S)]
+    blocks = [
+        json.loads(html.unescape(b))
+        for b in re.findall(r'<pre class="json">(.*?)</pre>', body, re.S)
+    ]
     assert blocks[0] == 2 and blocks[1] == ["s2"]  # the channels n and notes
     assert blocks[2] == ["<b>late</b>"]  # the pending write, escaped in the page
     assert "&lt;b&gt;late" in body and "<b>late" not in body
     assert blocks[3]["step"] == 2 and blocks[3]["source"] == "loop"  # the metadata
-    assert f'id="parent-link" href="/ui/langgraph/checkpoint?ns=lg&amp;thread=t&amp;id={cid(c1)}"' in body
+    assert (
+        f'id="parent-link" href="/ui/langgraph/checkpoint?ns=lg&amp;thread=t&amp;id={cid(c1)}"'
+        in body
+    )
     status, body = await get(inner, page.CHECKPOINT, f"ns=lg&thread=t&id={cid(c2)}")
     assert status == 200 and 'id="no-writes"' in body
     status, body = await get(inner, page.CHECKPOINT, "ns=lg&thread=t&id=nope")
@@ -139,7 +145,9 @@ async def test_checkpoint_page_shows_values_writes_and_metadata_as_json(store) -
 
 
 def node(i: str, parent: str | None, children: tuple[str, ...], on_head: bool) -> CheckpointNode:
-    return CheckpointNode(i, "", parent, 0, "loop", None, None, 0, children, len(children) > 1, on_head)
+    return CheckpointNode(
+        i, "", parent, 0, "loop", None, None, 0, children, len(children) > 1, on_head
+    )
 
 
 def test_layout_indents_each_branch_once_and_keeps_a_run_flat() -> None:
