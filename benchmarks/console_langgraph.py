@@ -16,7 +16,7 @@ For each: the median and the spread (min, max) of the wall time of a GET, and th
 time the serving node spent per GET (utime+stime from /proc/<pid>/stat over the rounds;
 the write load's own CPU is in it, so it is an upper bound).
 
-    .venv/bin/python -m benchmarks.console_langgraph --threads 1000 --long 500
+    .venv/bin/python -m statekeeper.benchmarks.console_langgraph --threads 1000 --long 500
 """
 
 from __future__ import annotations
