@@ -24,9 +24,12 @@ from .effects.ledger import AsyncEffects
 from .errors import StatekeeperError
 from .leases.keeper import AsyncLease, TaskKeeper
 from .locks.lock import AsyncLock
-from .responses import connection_error
+from .responses import connection_error, error_from_response
 from .retry import Backoff
 from .watch.core import WatchSession
+from .wire import Request
+
+BACKUP_PATH = "/v1/admin/backup"  # node/api/backup.py PATH
 
 __all__ = ["AsyncBatch", "AsyncClient"]
 
@@ -156,6 +159,42 @@ class AsyncClient(AsyncCommands[AsyncBatch]):
             if self._closed:
                 return
             await asyncio.sleep(session.retry_after(err))
+
+    async def backup(self, *, read_timeout: float = 120.0) -> AsyncIterator[bytes]:
+        """GET /v1/admin/backup as it arrives: the pieces of the file `statekeeper backup`
+        writes (node/backup/file.py; restore it with `statekeeper restore`). The token must
+        hold admin on every namespace (else PermissionDenied, raised before any piece).
+
+        Memory stays bounded whatever the backup's size: the stream's connection stops
+        reading the socket above 1 MiB unread (client/aio_stream.py), so a slow consumer
+        slows the node's sender. The first endpoint that accepts the connection answers
+        (no retry once bytes have flowed: a backup cut short must be taken again).
+        ``read_timeout``: seconds without a byte before TimeoutError (the node packs the
+        backup while it sends it)."""
+        request = Request("GET", BACKUP_PATH, None, {"Accept": "*/*"}, lambda *a: None)
+        urls = self._endpoints.urls
+        start = urls.index(self.endpoint) if self.endpoint in urls else 0
+        conn: StreamConnection | None = None
+        failures = []
+        for url in urls[start:] + urls[:start]:
+            ep = self._eps.get(url) or Endpoint(url, self._authorization)
+            try:
+                conn = await open_stream(ep, request, self.timeout, self._tls)
+                break
+            except TRANSPORT_ERRORS as exc:
+                failures.append(connection_error(failure_kind(exc), url, exc))
+        if conn is None:
+            raise failures[-1]
+        self._streams.add(conn)
+        try:
+            status, ctype = conn.head.result()
+            if status != 200:
+                raise error_from_response(status, ctype, await conn.read_all(self.timeout))
+            while (data := await conn.read(read_timeout)) is not None:
+                yield data
+        finally:
+            self._streams.discard(conn)
+            conn.close()
 
     async def close(self) -> None:
         """Stop keeping leases alive (they expire after their TTL) and close the

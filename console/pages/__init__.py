@@ -3,6 +3,6 @@
 checks every page has its view and template). Adding a page = its three files + one
 entry here."""
 
-from statekeeper.console.pages import cluster, langgraph
+from statekeeper.console.pages import cluster, coordination, langgraph, operations
 
-PAGES = (cluster, langgraph)
+PAGES = (cluster, langgraph, coordination, operations)
