@@ -5,8 +5,8 @@ fetched with a logged-in session's cookie and the time to the whole answer is re
 (median and spread of --rounds GETs per path, wall time on loopback: the page's API calls
 are the cost being measured, so CPU time of one process would miss most of it).
 
-    python -m benchmarks.console_pages                        # the default paths
-    python -m benchmarks.console_pages --rounds 20 --path /ui/operations?ns=bench
+    python -m statekeeper.benchmarks.console_coordination                        # the default paths
+    python -m statekeeper.benchmarks.console_coordination --rounds 20 --path /ui/operations?ns=bench
 
 What it holds (ns "bench"): 50 locks (each on its own lease, kept alive), 50 more leases
 with 2 keys each, 50 effect records (25 done, 25 that maybe happened), 50 pncounters of 2
