@@ -3,6 +3,6 @@
 checks every page has its view and template). Adding a page = its three files + one
 entry here."""
 
-from statekeeper.console.pages import cluster
+from statekeeper.console.pages import cluster, keys
 
-PAGES = (cluster,)
+PAGES = (cluster, keys)
