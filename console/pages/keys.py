@@ -56,10 +56,16 @@ def _int(ctx: PageContext, name: str) -> int | None:
 
 
 async def _namespace(ctx: PageContext):
-    """(the namespaces the token sees, the one chosen): ?ns=, else the typed ?ns_other=,
-    else the client's own namespace."""
+    """(the namespaces the token sees, the one chosen): the typed ?ns_other=, else ?ns=,
+    else the client's own namespace if the token names it (or auth is off), else the first
+    one the token names; "" when it names none (only patterns: the user types one)."""
     spaces = await visible_namespaces(ctx.client)
-    ns = (ctx.query.get("ns_other") or ctx.query.get("ns") or "").strip() or spaces.default
+    ns = (ctx.query.get("ns_other") or ctx.query.get("ns") or "").strip()
+    if not ns:
+        if not spaces.auth or spaces.default in spaces.namespaces:
+            ns = spaces.default
+        elif spaces.namespaces:
+            ns = spaces.namespaces[0]
     return spaces, ns
 
 
@@ -67,9 +73,16 @@ async def browse(ctx: PageContext) -> Response:
     spaces, ns = await _namespace(ctx)
     prefix = ctx.query.get("prefix", "")
     limit, cursor = ctx.page_args()
-    page = await browse_keys(ctx.client, ns, prefix, limit=limit, cursor=cursor)
+    page = await browse_keys(ctx.client, ns, prefix, limit=limit, cursor=cursor) if ns else None
     return ctx.render(
-        "keys.html", spaces=spaces, ns=ns, page=page, limit=limit, cursor=cursor, links=LINKS
+        "keys.html",
+        spaces=spaces,
+        ns=ns,
+        key_prefix=prefix,
+        page=page,
+        limit=limit,
+        cursor=cursor,
+        links=LINKS,
     )
 
 

@@ -43,7 +43,7 @@ class WatchedClient(AsyncMemoryClient):
 
     async def put(self, key, value, **kw):
         result = self.inner.put(key, value, **kw)
-        kv = self.inner.get(key)
+        kv = self.inner.get(key, ns=kw.get("ns"))
         for q in self.queues:
             q.put_nowait(types.SimpleNamespace(type="put", kv=kv, revision=kv.mod_revision))
         return result
@@ -169,3 +169,28 @@ def test_page_limit_is_the_one_clamper() -> None:
     assert page_limit(None, 20, 100) == 20 and page_limit(300, 20, 100) == 100
     with pytest.raises(ValueError):
         page_limit("5")  # type: ignore[arg-type]
+
+
+class GrantedClient(WatchedClient):
+    def __init__(self, *grants: str) -> None:
+        super().__init__()
+        self.grants = tuple({"ns": g, "role": "reader", "prefix": ""} for g in grants)
+
+    async def auth_whoami(self) -> TokenInfo:
+        return TokenInfo("t1", "", self.grants, 0, 0)
+
+
+async def test_the_chooser_opens_a_namespace_the_token_names(app: ConsoleApp) -> None:
+    """Not the client's own ("default", which the token may not read: the nav link would
+    land on a 403), but the first namespace the grants name; none named: type one."""
+    client = GrantedClient("team-a", "team-*")
+    await client.put("k", b"v", ns="team-a")
+    s = await app.sessions.open(client, await client.auth_whoami())
+    _, html = await _get(app, s, page.browse)
+    assert 'id="keys-ns">team-a<' in html and 'data-key="k"' in html
+    assert 'id="ns-other"' in html  # the pattern grant: a text box
+    patterns_only = GrantedClient("team-*")
+    s = await app.sessions.open(patterns_only, await patterns_only.auth_whoami())
+    status, html = await _get(app, s, page.browse)
+    assert status == 200 and 'id="pick-namespace"' in html
+    assert [c[0] for c in patterns_only.inner.calls] == []  # no range of a namespace
