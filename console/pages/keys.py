@@ -20,6 +20,8 @@ Routes (the query string carries every parameter: the router has no path paramet
 
 from __future__ import annotations
 
+import asyncio
+
 from statekeeper.client.errors import Compacted, NotFound
 from statekeeper.console.context import PageContext
 from statekeeper.console.views.keys import (
@@ -42,7 +44,10 @@ TAIL_HELD = "keys.tail"
 TAIL_SHOWN = 50
 """Events a tail keeps and shows (newest first): a session's tail holds at most 50 values
 cut to 4 KiB each (views.keys.TAIL_TEXT), 256 sessions at most: 50 MiB in the worst case."""
-REVISIONS_SHOWN = 20
+REVISIONS_SHOWN = 10
+"""Revisions a key page lists (then "Older"): each costs one sequential read, ~10 ms each
+on a loaded 3-node cluster (benchmarks/console_keys_page.py: 20 of them made the page's
+median 203 ms, max 513 ms)."""
 
 LINKS = {"key": KEY, "diff": DIFF, "watch": WATCH, "tail": TAIL, "browse": PATH}
 
@@ -96,8 +101,11 @@ async def key(ctx: PageContext) -> Response:
     before = _int(ctx, "before")
     limit = _int(ctx, "limit") or REVISIONS_SHOWN
     try:
-        value = await key_value(ctx.client, ns, name, revision=_int(ctx, "rev"))
-        revisions = await key_revisions(ctx.client, ns, name, limit=limit, before=before)
+        # Together: the value's read does not wait for the revision walk (or the reverse).
+        value, revisions = await asyncio.gather(
+            key_value(ctx.client, ns, name, revision=_int(ctx, "rev")),
+            key_revisions(ctx.client, ns, name, limit=limit, before=before),
+        )
     except (NotFound, Compacted) as e:
         return _missing(ctx, e)
     return ctx.render(

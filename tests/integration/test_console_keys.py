@@ -43,8 +43,19 @@ def _css(browser, selector: str) -> list:
     return browser.find_elements(By.CSS_SELECTOR, selector)
 
 
+def _data(browser, selector: str, name: str) -> list[str]:
+    """The data-<name> of the elements matching ``selector``, read in one script: no stale
+    element between a find and a read while a page loads or htmx swaps the tail."""
+    return browser.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]))"
+        ".map(e => e.getAttribute(arguments[1]))",
+        selector,
+        f"data-{name}",
+    )
+
+
 def _keys(browser) -> list[str]:
-    return [tr.get_attribute("data-key") for tr in _css(browser, "tr.key-row")]
+    return _data(browser, "tr.key-row", "key")
 
 
 def test_browse_open_diff_and_tail(browser, console_cluster, writer) -> None:
@@ -71,7 +82,7 @@ def test_browse_open_diff_and_tail(browser, console_cluster, writer) -> None:
     shown = json.loads(browser.find_element(By.ID, "value").text)
     assert shown == json.loads(client.get("cfg/agent").value) == STATES[-1]
     assert browser.find_element(By.ID, "value-format").text == "json"
-    revisions = [int(tr.get_attribute("data-revision")) for tr in _css(browser, "tr.revision")]
+    revisions = [int(r) for r in _data(browser, "tr.revision", "revision")]
     assert (
         len(revisions) == 3 and "took 3 reads" in browser.find_element(By.ID, "revisions-cost").text
     )
@@ -99,11 +110,9 @@ def test_browse_open_diff_and_tail(browser, console_cluster, writer) -> None:
     browser.execute_script("window.skNoReload = 1")  # gone if the page were loaded again
     rev = client.put("cfg/new", json.dumps({"fresh": True}).encode()).revision
     client.put("other/y", b"not watched")
-    wait_for(browser, lambda b: _css(b, "tr.tail-event"))
-    rows = _css(browser, "tr.tail-event")
-    assert [(r.get_attribute("data-key"), int(r.get_attribute("data-revision"))) for r in rows] == [
-        ("cfg/new", rev)
-    ]
+    wait_for(browser, lambda b: _data(b, "tr.tail-event", "key"))
+    assert _data(browser, "tr.tail-event", "key") == ["cfg/new"]
+    assert _data(browser, "tr.tail-event", "revision") == [str(rev)]
     assert browser.execute_script("return window.skNoReload") == 1
 
 
