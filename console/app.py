@@ -90,7 +90,8 @@ class ConsoleApp:
         self.cluster = cluster
         self.nodes = tuple((n.id, cluster.url(n.id)) for n in cluster.nodes)
         self.make_client = make_client or client_factory(cluster)
-        self.sessions = sessions or Sessions()
+        # Not `sessions or Sessions()`: an empty table is falsy (Sessions has __len__).
+        self.sessions = sessions if sessions is not None else Sessions()
         # Secure cookies when served over TLS (the node's port is HTTPS under [tls]).
         self.secure = cluster.tls.enabled if secure_cookies is None else secure_cookies
         self.pages = tuple(pages)

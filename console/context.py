@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from statekeeper.console.views.paging import DEFAULT_LIMIT, page_limit
 from statekeeper.node.api.authz import ROLE_ALLOWS, ns_matches
 from statekeeper.node.api.server import Request, Response
 
@@ -20,10 +21,6 @@ if TYPE_CHECKING:
     from statekeeper.client.aio import AsyncClient
     from statekeeper.client.auth.commands import TokenInfo
     from statekeeper.console.session import Session
-
-# Paging of every list (CONSOLE.md): `limit` (default 50, at most 500) and an opaque `cursor`.
-DEFAULT_LIMIT = 50
-MAX_LIMIT = 500
 
 
 @dataclass
@@ -84,7 +81,7 @@ class PageContext:
             limit = int(self.query.get("limit", DEFAULT_LIMIT))
         except ValueError:
             limit = DEFAULT_LIMIT
-        return max(1, min(MAX_LIMIT, limit)), self.query.get("cursor") or None
+        return page_limit(limit), self.query.get("cursor") or None
 
     def render(self, template: str, status: int = 200, **values: Any) -> Response:
         """The page `template` (autoescaped) with `values`, and the base template's own."""

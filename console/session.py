@@ -12,23 +12,37 @@ a login beyond that closes the session idle the longest. Only a login that the c
 accepted (a valid token) makes a session, so filling the table needs valid tokens. A
 session unused for IDLE_SECONDS is gone (checked when it is next used, and swept at each
 login).
+
+Per-session resources (e.g. the Keys page's live tail, a watch held open on the
+cluster) are kept with :meth:`Session.hold`: one per name, and each is closed with the
+session however it ends (logout, idle expiry, eviction by a newer login), so a session
+that goes away leaves no watch running.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from statekeeper.client.aio import AsyncClient
     from statekeeper.client.auth.commands import TokenInfo
 
+log = logging.getLogger("statekeeper.console")
+
 MAX_SESSIONS = 256
+
+
+class Closable(Protocol):
+    async def close(self) -> None: ...
+
+
 IDLE_SECONDS = 30 * 60.0
 
 
@@ -40,12 +54,43 @@ class Session:
     # The hidden field every POST form carries (compared in constant time: csrf_ok).
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     last_used: float = 0.0
+    # Objects pages keep for this session (hold()), closed with it.
+    _held: dict[str, Closable] = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:  # never the session id, the token or the CSRF token
         return f"Session(token_id={self.whoami.id!r})"
 
     def csrf_ok(self, sent: str | None) -> bool:
         return sent is not None and hmac.compare_digest(sent.encode(), self.csrf.encode())
+
+    def held(self, name: str) -> Any:
+        """The resource held under ``name`` (None: none)."""
+        return self._held.get(name)
+
+    async def hold(self, name: str, resource: Closable) -> None:
+        """Keep ``resource`` under ``name`` until the session ends (then its ``close()`` is
+        awaited); the one it replaces is closed now."""
+        old = self._held.pop(name, None)
+        self._held[name] = resource
+        if old is not None and old is not resource:
+            await _close_quietly(old)
+
+    async def close(self) -> None:
+        """Close what the session holds, then its client."""
+        held, self._held = list(self._held.values()), {}
+        for resource in held:
+            await _close_quietly(resource)
+        await self.client.close()
+
+
+async def _close_quietly(resource: Closable) -> None:
+    # One resource failing to close must not keep the others (or the client) open.
+    try:
+        await resource.close()
+    except Exception:
+        log.warning(
+            "console: closing a session's %s failed", type(resource).__name__, exc_info=True
+        )
 
 
 class Sessions:
@@ -95,7 +140,7 @@ class Sessions:
     async def close(self, session_id: str) -> None:
         session = self._table.pop(session_id, None)
         if session is not None:
-            await session.client.close()
+            await session.close()
 
     async def close_all(self) -> None:
         for session_id in list(self._table):

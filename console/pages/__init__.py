@@ -3,6 +3,6 @@
 checks every page has its view and template). Adding a page = its three files + one
 entry here."""
 
-from statekeeper.console.pages import agents, cluster, coordination, langgraph, operations
+from statekeeper.console.pages import agents, cluster, coordination, keys, langgraph, operations
 
-PAGES = (cluster, agents, langgraph, coordination, operations)
+PAGES = (cluster, keys, agents, langgraph, coordination, operations)

@@ -33,6 +33,7 @@ from typing import Any
 from statekeeper.client.agent.listing import key_prefix_end as prefix_end
 from statekeeper.client.errors import Compacted, NotFound
 
+from .paging import DEFAULT_LIMIT, MAX_LIMIT, page_limit
 from .values import DecodedValue, ValueDiff, decode_value, diff_values
 
 __all__ = [
@@ -57,8 +58,6 @@ __all__ = [
     "visible_namespaces",
 ]
 
-DEFAULT_LIMIT = 50
-MAX_LIMIT = 500
 TAIL_BUFFER = 500
 """Decoded events a tail keeps (a ring: a page that polls less often than the keys change
 loses the oldest, counted in ``TailPage.dropped``). 500 values of up to 1 MiB each would be
@@ -67,11 +66,7 @@ TAIL_TEXT = 4096
 REVISIONS_LIMIT = 100
 
 
-def clamp_limit(limit: int | None, default: int = DEFAULT_LIMIT, most: int = MAX_LIMIT) -> int:
-    """A page size between 1 and ``most`` (None: ``default``)."""
-    if limit is None:
-        return default
-    return max(1, min(int(limit), most))
+clamp_limit = page_limit  # the name the agents view imports (console/views/paging.py)
 
 
 # -- namespaces ----------------------------------------------------------------------------

@@ -10,13 +10,14 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 
 
-def page_limit(limit: int | None) -> int:
-    """``limit`` bounded to 1..MAX_LIMIT (None: DEFAULT_LIMIT); a page never loads all."""
+def page_limit(limit: int | None, default: int = DEFAULT_LIMIT, most: int = MAX_LIMIT) -> int:
+    """``limit`` bounded to 1..``most`` (None: ``default``); a page never loads all. The
+    one clamper of the console: the views' limits and PageContext.page_args use it."""
     if limit is None:
-        return DEFAULT_LIMIT
+        return default
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise ValueError(f"limit must be an integer, not {limit!r}")
-    return max(1, min(limit, MAX_LIMIT))
+    return max(1, min(limit, most))
 
 
 def prefix_end(prefix: str) -> str | None:
