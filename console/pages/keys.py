@@ -46,7 +46,7 @@ TAIL_SHOWN = 50
 cut to 4 KiB each (views.keys.TAIL_TEXT), 256 sessions at most: 50 MiB in the worst case."""
 REVISIONS_SHOWN = 10
 """Revisions a key page lists (then "Older"): each costs one sequential read, ~10 ms each
-on a loaded 3-node cluster (benchmarks/console_keys_page.py: 20 of them made the page's
+on a loaded 3-node cluster (benchmarks/console_keys.py: 20 of them made the page's
 median 203 ms, max 513 ms)."""
 
 LINKS = {"key": KEY, "diff": DIFF, "watch": WATCH, "tail": TAIL, "browse": PATH}
