@@ -22,6 +22,7 @@ from tests.integration.cluster_fixture import running_cluster
 from tests.integration.console_fixture import console_url, login, screenshot, wait_for
 
 pytestmark = pytest.mark.integration
+LOG = "console.log"  # `statekeeper console`'s stderr in plain_console
 
 
 def _root(lc: LocalCluster) -> str:
@@ -117,11 +118,12 @@ def test_csp_header_and_no_inline_script_runs(browser, console_cluster: LocalClu
 def plain_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, str]]:
     """A TLS+auth cluster without [ui], and `statekeeper console` serving it."""
     directory = tmp_path_factory.mktemp("console-cli")
-    with running_cluster(directory, tls=True, auth=True) as lc:
+    with running_cluster(directory, tls=True, auth=True) as lc, open(directory / LOG, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "statekeeper.cluster.cli", "console", "--config",
              str(directory / "cluster.toml"), "--port", "0"],
             stdout=subprocess.PIPE,
+            stderr=log,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
@@ -147,3 +149,7 @@ def test_statekeeper_console_serves_a_cluster_without_ui(browser, plain_console)
     assert browser.current_url == url + "/cluster"
     assert len(browser.find_elements(By.CSS_SELECTOR, "tr.node")) == 3
     assert _by_id(browser, "leader").startswith("node-")
+    # Its log (stderr) has the audit line of the login (console/audit.py).
+    logged = (lc.config_path.parent / LOG).read_text()
+    pattern = r"INFO statekeeper\.auth: console_login: token root \(name root .*: done 303"
+    assert re.search(pattern, logged), logged
