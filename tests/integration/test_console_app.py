@@ -29,23 +29,35 @@ def _root(lc: LocalCluster) -> str:
     return root_token(lc.config.secret)
 
 
-def _by_id(browser, element_id: str) -> str:
-    from selenium.webdriver.common.by import By
+# The Cluster page's table is swapped by htmx every 2 s: an element found by one WebDriver
+# call may be gone by the next (StaleElementReferenceException, 2 runs in 4 before). Each
+# read below finds and reads in one script, inside the page, between two swaps.
 
-    return browser.find_element(By.ID, element_id).text
+
+def _by_id(browser, element_id: str) -> str:
+    return browser.execute_script(
+        "const e = document.getElementById(arguments[0]); return e ? e.textContent.trim() : ''",
+        element_id,
+    )
+
+
+def _all(browser, selector: str, what: str) -> list[str]:
+    """`what` ("text" or an attribute's name) of every element matching `selector`."""
+    return browser.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]))"
+        ".map(e => arguments[1] === 'text' ? e.textContent.trim() : e.getAttribute(arguments[1]))",
+        selector,
+        what,
+    )
 
 
 def _applied(browser) -> list[int]:
-    from selenium.webdriver.common.by import By
-
-    return [int(td.text) for td in browser.find_elements(By.CSS_SELECTOR, "tr.node td.applied")]
+    return [int(text) for text in _all(browser, "tr.node td.applied", "text")]
 
 
 def _chart_points(browser) -> int:
-    from selenium.webdriver.common.by import By
-
-    lines = browser.find_elements(By.CSS_SELECTOR, "tr.node svg.sparkline polyline")
-    return len(lines[0].get_attribute("points").split()) if lines else 0
+    lines = _all(browser, "tr.node svg.sparkline polyline", "points")
+    return len(lines[0].split()) if lines else 0
 
 
 def test_login_cluster_page_refresh_and_logout(browser, console_cluster: LocalCluster) -> None:
@@ -55,8 +67,7 @@ def test_login_cluster_page_refresh_and_logout(browser, console_cluster: LocalCl
     url = console_url(lc)
     login(browser, _root(lc), url)
     assert browser.current_url == url + "/cluster"
-    rows = browser.find_elements(By.CSS_SELECTOR, "tr.node")
-    assert sorted(r.get_attribute("data-node") for r in rows) == ["node-0", "node-1", "node-2"]
+    assert sorted(_all(browser, "tr.node", "data-node")) == ["node-0", "node-1", "node-2"]
     with Client(lc.config.http_urls(), token=_root(lc), tls=lc.tls) as c:
         leader = c.status()["leader"]
         assert _by_id(browser, "leader") == leader
@@ -81,6 +92,7 @@ def test_login_cluster_page_refresh_and_logout(browser, console_cluster: LocalCl
 
 def test_a_wrong_token_is_refused(browser, console_cluster: LocalCluster) -> None:
     url = console_url(console_cluster)
+    browser.delete_all_cookies()  # no session left by an earlier test
     login(browser, "sk_made-up_token", url)
     assert browser.current_url.endswith("/ui/login")
     assert "refused" in _by_id(browser, "login-error")
