@@ -27,56 +27,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import datetime as dt
-import http.client
 import multiprocessing
-import random
 import re
-import ssl
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
-from statekeeper.benchmarks.cluster_control import free_port_block
+from statekeeper.benchmarks.console_cluster import ConsoleCluster, ConsoleSession, console_cluster
 from statekeeper.benchmarks.load import append_section, markdown_table
 from statekeeper.client import AsyncClient
 from statekeeper.client.agent import AsyncAgent
-from statekeeper.client.auth.tokens import root_token
-from statekeeper.cluster.certs import init_cluster_tls
-from statekeeper.cluster.supervisor import LocalCluster
 from statekeeper.console.views.agents import list_agents
-from statekeeper.node import config as node_config
 
 OUT = Path(__file__).resolve().parent / "out"
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 NS = "bench"
 BIG = "big"
 COLUMNS = ("page", "GETs", "median ms", "min ms", "max ms", "reads", "client CPU ms/GET")
-
-
-def _config(workdir: Path, fsync: str) -> Path:
-    rng = random.Random()
-    http_base = free_port_block(3, set(), rng)
-    raft_base = free_port_block(3, set(range(http_base, http_base + 3)), rng)
-    cfg = node_config.local_cluster(
-        size=3, http_base_port=http_base, raft_base_port=raft_base, fsync=fsync,
-        secret="console-bench",
-    )  # fmt: skip
-    init_cluster_tls(workdir / "tls", [(n.id, n.host) for n in cfg.nodes])
-    tls = node_config.TlsSettings(
-        enabled=True, ca_file="tls/ca.pem", cert_file="tls/{id}.pem", key_file="tls/{id}-key.pem"
-    )
-    cfg = dataclasses.replace(
-        cfg, tls=tls, auth=node_config.AuthSettings(enabled=True),
-        ui=node_config.UiSettings(enabled=True),
-    )  # fmt: skip
-    path = workdir / "cluster.toml"
-    node_config.write(cfg, path)
-    return path
 
 
 # -- the data -------------------------------------------------------------------------------
@@ -137,59 +107,37 @@ def _write_load(urls: list[str], token: str, ca: str, rate: float, stop) -> None
 # -- the pages ------------------------------------------------------------------------------
 
 
-class Browser:
-    """One keep-alive HTTPS connection with a console session, as a browser has."""
-
-    def __init__(self, url: str, ca: str) -> None:
-        parts = urlsplit(url)
-        self.conn = http.client.HTTPSConnection(
-            parts.hostname, parts.port, context=ssl.create_default_context(cafile=ca), timeout=30
-        )
-        self.cookie = ""
-
-    def request(self, method: str, path: str, body: str = "", cookie: str = ""):
-        headers = {"Cookie": cookie or self.cookie}
-        if method == "POST":
-            headers["Content-Type"] = "application/x-www-form-urlencoded"
-        self.conn.request(method, path, body=body or None, headers=headers)
-        resp = self.conn.getresponse()
-        return resp, resp.read().decode()
-
-    def login(self, token: str) -> None:
-        resp, page = self.request("GET", "/ui/login")
-        nonce = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
-        body = urlencode({"csrf": nonce, "token": token})
-        resp, _ = self.request("POST", "/ui/login", body, cookie=f"sk_console_login={nonce}")
-        cookie = next(v for k, v in resp.getheaders() if k == "Set-Cookie" and "sk_console=" in v)
-        self.cookie = cookie.split(";")[0]
-
-    def measure(self, path: str, gets: int) -> tuple[list[float], float, str]:
-        """(ms of each GET, client CPU ms per GET, the last page)."""
-        resp, page = self.request("GET", path)  # warm (templates compiled, session hot)
-        assert resp.status == 200, (path, resp.status, page[:300])
-        times, cpu = [], time.process_time()
-        for _ in range(gets):
-            t = time.perf_counter()
-            resp, page = self.request("GET", path)
-            times.append((time.perf_counter() - t) * 1000)
-            assert resp.status == 200, (path, resp.status)
-        return times, (time.process_time() - cpu) * 1000 / gets, page
+def _measure(session: ConsoleSession, path: str, gets: int) -> tuple[list[float], float, str]:
+    """(ms of each GET, client CPU ms per GET, the last page)."""
+    status, page = session.get(path)  # warm (templates compiled, session hot)
+    assert status == 200, (path, status, page[:300])
+    times, cpu = [], time.process_time()
+    for _ in range(gets):
+        t = time.perf_counter()
+        status, page = session.get(path)
+        times.append((time.perf_counter() - t) * 1000)
+        assert status == 200, (path, status)
+    return times, (time.process_time() - cpu) * 1000 / gets, page.decode()
 
 
-async def _later_cursor(client: AsyncClient, agents: int) -> str:
-    """The list's cursor after the first ``agents`` agents (pages of 500)."""
+async def _later_cursor(client: AsyncClient, agents: int) -> str | None:
+    """The list's cursor after the first ``agents`` agents (pages of 500); None for fewer
+    than 500 (then there is no later page to time: --agents under 1,000)."""
     cursor = None
     for _ in range(agents // 500):
         cursor = (await list_agents(client, NS, limit=500, cursor=cursor)).cursor
     return cursor
 
 
-def _pages(later: str, skipped: int, middle: int) -> list[tuple[str, str]]:
+def _pages(later: str | None, skipped: int, middle: int) -> list[tuple[str, str]]:
     q = {"ns": NS}
-    return [
-        ("list, first page", "/ui/agents?" + urlencode(q)),
+    later_page = [] if later is None else [
         (f"list, page {skipped // 50 + 1} (after {skipped:,})",
          "/ui/agents?" + urlencode({**q, "cursor": later})),
+    ]  # fmt: skip
+    return [
+        ("list, first page", "/ui/agents?" + urlencode(q)),
+        *later_page,
         ("prefix search agent-071", "/ui/agents?" + urlencode({**q, "prefix": "agent-071"})),
         ("timeline, newest 50", "/ui/agents/timeline?" + urlencode({**q, "agent": BIG})),
         (f"timeline, before {middle:,}",
@@ -202,51 +150,42 @@ def _reads(page: str) -> str:
     return found.group(1) if found else "–"
 
 
-async def run(args: argparse.Namespace, say) -> tuple[list[list[str]], dict[str, str]]:
-    OUT.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="console-pages-", dir=OUT) as tmp:
-        path = _config(Path(tmp), args.fsync)
-        cfg = node_config.load(path)
-        ca = str(Path(tmp) / "tls" / "ca.pem")
-        token = root_token(cfg.secret)
-        lc = LocalCluster(cfg, path)
-        spawn = multiprocessing.get_context("spawn")  # no fork of a process with threads
-        stop = spawn.Event()
-        load = None
-        try:
-            await asyncio.to_thread(lc.up, timeout=60.0)
-            urls = cfg.http_urls()
-            async with AsyncClient(urls, token=token, ca=ca) as client:
-                t = time.monotonic()
-                say(f"seeding {args.agents} agents and {args.events} events of {BIG!r}")
-                await _seed_agents(client, args.agents, say)
-                await _seed_big(client, args.events, say)
-                say(f"seeded in {time.monotonic() - t:.0f} s")
-                skipped = min(5000, args.agents // 1000 * 500)  # the middle of the list
-                later = await _later_cursor(client, skipped)
-                leader = (await client.status())["leader"]
-            load = spawn.Process(
-                target=_write_load, args=(urls, token, ca, args.load_rate, stop), daemon=True
-            )
-            load.start()
-            await asyncio.sleep(2)
-            browser = Browser(cfg.url(leader), ca)
-            browser.login(token)
-            rows = []
-            for name, page_path in _pages(later, skipped, args.events // 2):
-                times, cpu, page = await asyncio.to_thread(browser.measure, page_path, args.gets)
-                rows.append([
-                    name, str(len(times)), f"{statistics.median(times):.1f}",
-                    f"{min(times):.1f}", f"{max(times):.1f}", _reads(page), f"{cpu:.2f}",
-                ])  # fmt: skip
-                say(" | ".join(rows[-1]))
-            return rows, {"leader": leader}
-        finally:
-            stop.set()
-            if load is not None:
-                load.join(10)
-            await asyncio.to_thread(lc.down, timeout=15.0)
-            lc.close()
+async def run(
+    cc: ConsoleCluster, args: argparse.Namespace, say
+) -> tuple[list[list[str]], dict[str, str]]:
+    ca, token, urls = cc.ca, cc.token, cc.urls
+    spawn = multiprocessing.get_context("spawn")  # no fork of a process with threads
+    stop = spawn.Event()
+    load = None
+    try:
+        async with AsyncClient(urls, token=token, ca=ca) as client:
+            t = time.monotonic()
+            say(f"seeding {args.agents} agents and {args.events} events of {BIG!r}")
+            await _seed_agents(client, args.agents, say)
+            await _seed_big(client, args.events, say)
+            say(f"seeded in {time.monotonic() - t:.0f} s")
+            skipped = min(5000, args.agents // 1000 * 500)  # the middle of the list
+            later = await _later_cursor(client, skipped)
+            leader = (await client.status())["leader"]
+        load = spawn.Process(
+            target=_write_load, args=(urls, token, ca, args.load_rate, stop), daemon=True
+        )
+        load.start()
+        await asyncio.sleep(2)
+        session = cc.session(token, node=leader)
+        rows = []
+        for name, page_path in _pages(later, skipped, args.events // 2):
+            times, cpu, page = await asyncio.to_thread(_measure, session, page_path, args.gets)
+            rows.append([
+                name, str(len(times)), f"{statistics.median(times):.1f}",
+                f"{min(times):.1f}", f"{max(times):.1f}", _reads(page), f"{cpu:.2f}",
+            ])  # fmt: skip
+            say(" | ".join(rows[-1]))
+        return rows, {"leader": leader}
+    finally:
+        stop.set()
+        if load is not None:
+            load.join(10)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -266,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    rows, info = asyncio.run(run(args, say))
+    OUT.mkdir(exist_ok=True)
+    with console_cluster(args.fsync, parent=OUT) as cc:
+        rows, info = asyncio.run(run(cc, args, say))
     table = markdown_table(rows, COLUMNS, numeric=COLUMNS[1:])
     print(table)
     if not args.no_results:

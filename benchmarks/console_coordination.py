@@ -16,20 +16,16 @@ replicas, 2 retention policies over 2,000 checkpoint keys, 10 archive segments.
 from __future__ import annotations
 
 import argparse
-import http.client
 import multiprocessing
-import re
 import statistics
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit
 
+from statekeeper.benchmarks.console_cluster import ConsoleSession, console_cluster
 from statekeeper.client import Client
-from statekeeper.client.auth.tokens import root_token
-from tests.integration.cluster_fixture import running_cluster
 
 NS = "bench"
 PATHS = (
@@ -102,36 +98,14 @@ def load(urls: list[str], token: str, ca: str, writers: int, seconds: float) -> 
     print(f"background load: {sum(counts) / seconds:.0f} puts/s", flush=True)
 
 
-def login(conn: http.client.HTTPSConnection, token: str) -> str:
-    conn.request("GET", "/ui/login")
-    resp = conn.getresponse()
-    html = resp.read().decode()
-    nonce = re.search(r'name="csrf" value="([^"]+)"', html).group(1)
-    body = urlencode({"csrf": nonce, "token": token})
-    conn.request(
-        "POST",
-        "/ui/login",
-        body,
-        {"Content-Type": "application/x-www-form-urlencoded",
-         "Cookie": f"sk_console_login={nonce}"},
-    )  # fmt: skip
-    resp = conn.getresponse()
-    resp.read()
-    cookie = next(v for k, v in resp.getheaders() if k.lower() == "set-cookie" and
-                  v.startswith("sk_console="))  # fmt: skip
-    return cookie.split(";")[0]
-
-
-def measure(conn: http.client.HTTPSConnection, cookie: str, path: str, rounds: int) -> list:
+def measure(session: ConsoleSession, path: str, rounds: int) -> list:
     times = []
     for _ in range(rounds):
         started = time.perf_counter()
-        conn.request("GET", path, headers={"Cookie": cookie})
-        resp = conn.getresponse()
-        body = resp.read()
+        status, body = session.get(path)
         times.append((time.perf_counter() - started) * 1000)
-        if resp.status != 200:
-            raise SystemExit(f"{path}: {resp.status} {body[:300]!r}")
+        if status != 200:
+            raise SystemExit(f"{path}: {status} {body[:300]!r}")
     return times
 
 
@@ -141,28 +115,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--path", action="append", help="a console path (repeatable)")
     p.add_argument("--writers", type=int, default=8, help="threads putting (default 8)")
     args = p.parse_args(argv)
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        running_cluster(Path(tmp), tls=True, auth=True, ui=True) as lc,
-    ):
-        token = root_token(lc.config.secret)
-        urls = lc.config.http_urls()
-        ca = str(Path(lc.config.base_dir) / lc.config.tls.ca_file)
+    with console_cluster() as cc, tempfile.TemporaryDirectory() as archive:
+        lc, token, urls, ca = cc.lc, cc.token, cc.urls, cc.ca
         paths = args.path or PATHS
         with Client(urls, token=token, tls=lc.tls, ns=NS) as c:
-            held = fill(c, Path(tmp) / "archive")
+            held = fill(c, Path(archive))
             seconds = 3 + len(paths) * (args.rounds + 2) * 0.3  # outlasts the measuring
             writers = multiprocessing.get_context("spawn").Process(
                 target=load, args=(urls, token, ca, args.writers, seconds)
             )
             writers.start()
             time.sleep(2)
-            target = urlsplit(urls[0])
-            conn = http.client.HTTPSConnection(target.hostname, target.port, context=lc.tls)
-            cookie = login(conn, token)
+            session = cc.session()
             for path in paths:
-                measure(conn, cookie, path, 2)  # warm-up
-                t = sorted(measure(conn, cookie, path, args.rounds))
+                measure(session, path, 2)  # warm-up
+                t = sorted(measure(session, path, args.rounds))
                 print(
                     f"{path:40s} median {statistics.median(t):6.1f} ms  "
                     f"min {t[0]:6.1f}  p90 {t[int(len(t) * 0.9) - 1]:6.1f}  max {t[-1]:6.1f}",

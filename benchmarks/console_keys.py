@@ -1,7 +1,7 @@
 """How long the console's Keys page takes to answer (issue 31: under 300 ms on a loaded
 3-node cluster), measured from a client on loopback.
 
-Starts a 3-node cluster with TLS, auth and [ui] (the tests' cluster fixture), writes
+Starts a 3-node cluster with TLS, auth and [ui] (benchmarks/console_cluster.py), writes
 10,000 keys with ~200-byte JSON values under ``k/`` and one key written 20 times, runs a
 write load in another process (2 threads of puts), logs in as a writer of the namespace,
 and times 20 GETs (with the session cookie, one keep-alive connection) of each view:
@@ -14,19 +14,14 @@ Prints the median, min and max per view in ms.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import multiprocessing
-import re
 import statistics
-import tempfile
 import threading
 import time
-from pathlib import Path
-from urllib.parse import urlencode
 
+from statekeeper.benchmarks.console_cluster import ConsoleSession, console_cluster
 from statekeeper.client import Client
-from tests.integration.cluster_fixture import mint_token, running_cluster
 
 NS = "bench-keys"
 KEYS = 10_000
@@ -50,37 +45,13 @@ def _load(urls: list[str], token: str, ca: str, stop: multiprocessing.Event) -> 
         th.join()
 
 
-def _login(conn: http.client.HTTPSConnection, token: str) -> str:
-    conn.request("GET", "/ui/login")
-    resp = conn.getresponse()
-    body = resp.read().decode()
-    nonce = re.search(r'name="csrf" value="([^"]+)"', body).group(1)
-    conn.request(
-        "POST",
-        "/ui/login",
-        urlencode({"csrf": nonce, "token": token}),
-        {
-            "content-type": "application/x-www-form-urlencoded",
-            "cookie": f"sk_console_login={nonce}",
-        },
-    )
-    resp = conn.getresponse()
-    resp.read()
-    cookie = next(
-        v for k, v in resp.getheaders() if k.lower() == "set-cookie" and "sk_console=" in v
-    )
-    return cookie.split(";", 1)[0]
-
-
-def _time(conn: http.client.HTTPSConnection, cookie: str, path: str, rounds: int) -> list[float]:
+def _time(session: ConsoleSession, path: str, rounds: int) -> list[float]:
     out = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        conn.request("GET", path, headers={"cookie": cookie})
-        resp = conn.getresponse()
-        resp.read()
+        status, _ = session.get(path)
         out.append((time.perf_counter() - t0) * 1000)
-        assert resp.status == 200, (path, resp.status)
+        assert status == 200, (path, status)
     return out
 
 
@@ -88,13 +59,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=20)
     args = ap.parse_args()
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        running_cluster(Path(tmp), tls=True, auth=True, ui=True) as lc,
-    ):
-        token = mint_token(lc, ns=NS, role="writer")
-        urls = lc.config.http_urls()
-        ca = str(Path(lc.config.base_dir) / lc.config.tls.ca_file)
+    with console_cluster() as cc:
+        token, urls, ca = cc.mint(ns=NS, role="writer"), cc.urls, cc.ca
         with Client(urls, token=token, ca=ca, ns=NS) as c:
             for start in range(0, KEYS, 500):
                 b = c.batch()
@@ -107,10 +73,8 @@ def main() -> None:
         load.start()
         try:
             time.sleep(2)
-            node = lc.config.nodes[0]
-            conn = http.client.HTTPSConnection(node.host, node.http_port, context=lc.tls)
-            cookie = _login(conn, token)
-            _time(conn, cookie, f"/ui/keys/watch?ns={NS}&prefix=load/", 1)  # the tail starts
+            session = cc.session(token)
+            _time(session, f"/ui/keys/watch?ns={NS}&prefix=load/", 1)  # the tail starts
             views = {
                 "browse 50 of 10,000": f"/ui/keys?ns={NS}&prefix=k/&cursor=k/05000",
                 "browse 500": f"/ui/keys?ns={NS}&prefix=k/&limit=500",
@@ -119,7 +83,7 @@ def main() -> None:
                 "tail poll (under load)": f"/ui/keys/tail?ns={NS}&prefix=load/",
             }
             for name, path in views.items():
-                ms = _time(conn, cookie, path, args.rounds)
+                ms = _time(session, path, args.rounds)
                 print(
                     f"{name:24s} median {statistics.median(ms):6.1f} ms"
                     f"  min {min(ms):6.1f}  max {max(ms):6.1f}  (n={len(ms)})"

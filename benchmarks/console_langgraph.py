@@ -22,53 +22,17 @@ the write load's own CPU is in it, so it is an upper bound).
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import http.client
-import re
 import statistics
-import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
-from urllib.parse import urlencode
 
+from statekeeper.benchmarks.console_cluster import ConsoleCluster, ConsoleSession, console_cluster
 from statekeeper.benchmarks.harness import proc_cpu_seconds
 from statekeeper.client import Client
-from statekeeper.client.auth.tokens import root_token
 from statekeeper.client.langgraph.saver import StatekeeperSaver
-from statekeeper.cluster.certs import init_cluster_tls
-from statekeeper.cluster.ports import free_ports
-from statekeeper.cluster.supervisor import LocalCluster
-from statekeeper.node import config as node_config
 
 NS = "langgraph"
-HOST = "127.0.0.1"
-
-
-def write_config(directory: Path) -> Path:
-    """A 3-node loopback cluster with TLS, auth and [ui] enabled."""
-    ports = free_ports(6)
-    nodes = tuple(
-        node_config.NodeConfig(
-            id=f"node-{i}", host=HOST, http_port=ports[2 * i], raft_port=ports[2 * i + 1]
-        )
-        for i in range(3)
-    )
-    init_cluster_tls(directory / "tls", [(n.id, n.host) for n in nodes])
-    tls = node_config.TlsSettings(
-        enabled=True, ca_file="tls/ca.pem", cert_file="tls/{id}.pem", key_file="tls/{id}-key.pem"
-    )
-    cfg = dataclasses.replace(
-        node_config.local_cluster(size=3, fsync="never", secret=uuid.uuid4().hex),
-        nodes=nodes,
-        tls=tls,
-        auth=node_config.AuthSettings(enabled=True),
-        ui=node_config.UiSettings(enabled=True),
-    )
-    path = directory / "cluster.toml"
-    node_config.write(cfg, path)
-    return path
 
 
 def checkpoint(step: int, notes: int) -> dict:
@@ -102,33 +66,6 @@ def fill(saver: StatekeeperSaver, threads: int, long: int) -> None:
         chain.append(put(saver, "long", parent, step, min(step, 200)))
 
 
-class Session:
-    """A console session on one node: the login, then GETs with its cookie."""
-
-    def __init__(self, lc: LocalCluster, token: str) -> None:
-        node = lc.config.nodes[0]
-        self.conn = http.client.HTTPSConnection(node.host, node.http_port, context=lc.tls)
-        self.conn.request("GET", "/ui/login")
-        resp = self.conn.getresponse()
-        body = resp.read().decode()
-        nonce = re.search(r'name="csrf" value="([^"]+)"', body).group(1)
-        form = urlencode({"csrf": nonce, "token": token})
-        headers = {
-            "Content-Type": "application/x-www-form-urlencoded",
-            "Cookie": f"sk_console_login={nonce}",
-        }
-        self.conn.request("POST", "/ui/login", form, headers)
-        resp = self.conn.getresponse()
-        resp.read()
-        cookie = next(v for k, v in resp.getheaders() if k.lower() == "set-cookie")
-        self.cookie = cookie.split(";")[0]
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        self.conn.request("GET", path, headers={"Cookie": self.cookie})
-        resp = self.conn.getresponse()
-        return resp.status, resp.read()
-
-
 def write_load(client: Client, stop: threading.Event) -> None:
     i = 0
     while not stop.is_set():
@@ -136,7 +73,7 @@ def write_load(client: Client, stop: threading.Event) -> None:
         i += 1
 
 
-def measure(session: Session, pid: int, path: str, rounds: int) -> dict:
+def measure(session: ConsoleSession, pid: int, path: str, rounds: int) -> dict:
     status, body = session.get(path)  # warm up (and check)
     assert status == 200, (path, status, body[:300])
     times = []
@@ -162,23 +99,17 @@ def main() -> None:
     p.add_argument("--long", type=int, default=500)
     p.add_argument("--rounds", type=int, default=20)
     args = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="sk-console-lg-") as tmp:
-        lc = LocalCluster(node_config.load(write_config(Path(tmp))), Path(tmp) / "cluster.toml")
-        try:
-            lc.up()
-            run(lc, args)
-        finally:
-            lc.kill_all()
-            lc.close()
+    with console_cluster() as cc:
+        run(cc, args)
 
 
-def run(lc: LocalCluster, args: argparse.Namespace) -> None:
-    token, urls = root_token(lc.config.secret), lc.config.http_urls()
+def run(cc: ConsoleCluster, args: argparse.Namespace) -> None:
+    lc, token, urls = cc.lc, cc.token, cc.urls
     t0 = time.monotonic()
     with StatekeeperSaver.from_endpoints(urls, ns=NS, token=token, tls=lc.tls) as saver:
         fill(saver, args.threads, args.long)
     print(f"filled {args.threads} threads + 1 of {args.long} in {time.monotonic() - t0:.0f} s")
-    session = Session(lc, token)
+    session = cc.session(token)
     pid = lc.pid("node-0")
     second = f"thread-{args.threads // 2:06d}"
     pages = [

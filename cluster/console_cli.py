@@ -6,13 +6,19 @@ It is a client of the cluster like any other: each user's session talks to the n
 --config through the public API with the token the user logged in with, trusting the
 config's CA under [tls]. It serves plain HTTP: keep it on loopback (the default host) or
 behind a TLS proxy, since the login form carries a token.
+
+Its log (stderr; level from STATEKEEPER_LOG, default INFO, as a node's) has the console's
+audit lines: one per login, logout and action (console/audit.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import os
 import signal
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -58,6 +64,11 @@ def cmd_console(args: argparse.Namespace) -> int:
     from statekeeper.node import config as node_config
 
     cfg = node_config.load(args.config)
+    logging.basicConfig(
+        level=os.environ.get("STATEKEEPER_LOG", "INFO"),
+        format="%(asctime)s console %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     asyncio.run(serve(cfg, args.host, args.port))
     return EXIT_OK
 

@@ -13,7 +13,9 @@ One object answers every request under /ui, as a handler of the node's own HTTP 
   a double-submit cookie, as there is no session yet), and an Origin, if sent, must be
   this site's; else 403 and the handler is not called;
 - the security headers of SECURITY_HEADERS on every answer (no inline script or style can
-  run: htmx works from attributes, charts are inline SVG elements).
+  run: htmx works from attributes, charts are inline SVG elements);
+- the audit: one line per action taken (login, logout, every POST, the GETs a page lists
+  in AUDITED), in the API's format and through its AuditLog (console/audit.py).
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ import jinja2
 
 from statekeeper.client.aio import AsyncClient
 from statekeeper.client.errors import PermissionDenied, StatekeeperError, Unauthenticated
+from statekeeper.console.audit import ConsoleAudit
 from statekeeper.console.charts import sparkline
 from statekeeper.console.context import PageContext
 from statekeeper.console.pages import PAGES
 from statekeeper.console.session import Session, Sessions
+from statekeeper.node.api.audit_log import AuditLog
 from statekeeper.node.api.server import Request, Response
 from statekeeper.node.config import ClusterConfig
 
@@ -76,7 +80,9 @@ def client_factory(cluster: ClusterConfig, timeout: float = 5.0) -> ClientFactor
 
 class ConsoleApp:
     """The console's handler: `await app.handle(request)` answers any request whose path
-    is /ui or under it. `close()` ends every session (their clients)."""
+    is /ui or under it. `close()` ends every session (their clients). `audit`: the node's
+    AuditLog when a node serves it (one budget for the API's lines and the console's); by
+    default one of its own on the same logger."""
 
     def __init__(
         self,
@@ -86,6 +92,7 @@ class ConsoleApp:
         sessions: Sessions | None = None,
         secure_cookies: bool | None = None,
         pages: Sequence[Any] = PAGES,
+        audit: AuditLog | None = None,
     ) -> None:
         self.cluster = cluster
         self.nodes = tuple((n.id, cluster.url(n.id)) for n in cluster.nodes)
@@ -97,6 +104,9 @@ class ConsoleApp:
         self.pages = tuple(pages)
         self.nav = tuple((page.TITLE, page.PATH) for page in self.pages)
         self.routes: dict[tuple[str, str], Handler] = {}
+        self.audit = ConsoleAudit(audit)
+        # Routes audited besides every POST: GETs that act (the backup download).
+        self.audited = {path for page in self.pages for path in getattr(page, "AUDITED", ())}
         for page in self.pages:
             for method, path, handler in page.ROUTES:
                 if (method, path) in self.routes:
@@ -148,6 +158,7 @@ class ConsoleApp:
             return self._login_page(request)
         session = await self.sessions.get(cookies.get(COOKIE))
         if method == "POST" and (session is None or not session.csrf_ok(form.get("csrf"))):
+            self.audit.action(request, session and session.whoami, form, 403)
             return self._plain(403, "refused: the form's CSRF token is missing or wrong")
         if session is None:
             if "hx-request" in request.headers:  # htmx: the whole page goes to the login
@@ -155,11 +166,21 @@ class ConsoleApp:
             return redirect(PREFIX + "/login")
         if path == PREFIX + "/logout" and method == "POST":
             await self.sessions.close(session.id)
+            self.audit.logout(request, session.whoami)
             return redirect(PREFIX + "/login", (("Set-Cookie", self._cookie(COOKIE, "", 0)),))
         handler = self.routes.get(("GET" if method == "HEAD" else method, path))
         if handler is None:
             return self._plain(404, f"no console page at {path[:200]}")
-        return await self._call(handler, self.context(request, session, form))
+        ctx = self.context(request, session, form)
+        if method != "POST" and path not in self.audited:
+            return await self._call(handler, ctx)
+        status = 500  # an exception out of the handler: handle() answers 500
+        try:
+            resp = await self._call(handler, ctx)
+            status = resp.status
+            return resp
+        finally:
+            self.audit.action(request, session.whoami, form or ctx.query, status)
 
     def context(self, request: Request, session: Session, form: dict | None = None) -> PageContext:
         """The PageContext of `request` in `session` (also for a page's unit tests)."""
@@ -192,23 +213,27 @@ class ConsoleApp:
 
     async def _login(self, request: Request, form: dict[str, str], cookies: dict) -> Response:
         sent, expected = form.get("csrf", ""), cookies.get(LOGIN_COOKIE, "")
-        if not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
-            return self._plain(403, "refused: the login form's CSRF token is missing or wrong")
         token = form.get("token", "").strip()
+        if not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
+            self.audit.login(request, token, 403, "the login form's CSRF token")
+            return self._plain(403, "refused: the login form's CSRF token is missing or wrong")
         try:
             client = self.make_client(token)
         except ValueError as e:  # a token with spaces or line breaks
+            self.audit.login(request, token, 400, "not a token")
             return self._login_page(request, str(e), 400)
         try:
             whoami = await client.auth_whoami()
         except Unauthenticated:
             await client.close()
+            self.audit.login(request, token, 401, "the cluster refused the token")
             return self._login_page(request, "the cluster refused this token", 401)
         except StatekeeperError as e:
             await client.close()
+            self.audit.login(request, token, 503, "cannot ask the cluster")
             return self._login_page(request, f"cannot ask the cluster: {e}", 503)
         session = await self.sessions.open(client, whoami)
-        log.info("console: login of token %s", whoami.id or "(auth off)")
+        self.audit.login(request, whoami, 303)
         return redirect(
             self.nav[0][1] if self.nav else PREFIX + "/",
             (

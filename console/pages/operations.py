@@ -95,3 +95,5 @@ async def backup(ctx: PageContext) -> Response | StreamedResponse:
 
 
 ROUTES = [("GET", PATH, page), ("GET", BACKUP, backup)]
+# A GET that acts: ConsoleApp writes an audit line for it as for every POST.
+AUDITED = (BACKUP,)

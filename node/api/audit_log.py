@@ -8,9 +8,11 @@ the storage quota, so 650 unauthenticated requests (0.6 s) raised the NOSPACE al
 - `loggable`: a field taken from a request (path, method, namespace, a message that quotes
   keys) is cut to LOG_FIELD_CHARS characters and escaped, so one line stays short and a
   newline or ANSI escape in it cannot forge another audit line (item 13).
-- `AuditLog`: at most AUDIT_LINES_PER_WINDOW 401/403 lines per AUDIT_WINDOW_SECONDS; the
+- `AuditLog`: at most AUDIT_LINES_PER_WINDOW audit lines per AUDIT_WINDOW_SECONDS; the
   rest are counted and reported as one "suppressed K more" line written with the first
   line of the next window (statekeeper_auth_denials_total still counts every denial).
+  The API writes its 401/403 lines through it; the web console, served by the node, its
+  line per action (console/audit.py), through the node's one AuditLog: one budget for both.
 
 The same fixed-window budget (`WindowBudget`) limits the read barriers an unknown token id
 may cost (node/api/routes.py, item 12).
@@ -22,9 +24,11 @@ import logging
 import time
 from collections.abc import Callable
 
+from statekeeper.client.auth.tokens import ROOT_PREFIX, parse_token
+
 # Characters of one request field in a log line (a path, a namespace, a message).
 LOG_FIELD_CHARS = 200
-# 401/403 audit lines per window; one more line reports what was suppressed.
+# Audit lines (401/403, console actions) per window; one more reports what was suppressed.
 AUDIT_LINES_PER_WINDOW = 20
 AUDIT_WINDOW_SECONDS = 10.0
 
@@ -81,25 +85,36 @@ class WindowBudget:
         return False, ended
 
 
+def token_label(token: str) -> str:
+    """What an audit line names a presented token by: its id (never the token or a part of
+    its secret), "root" for the root token, "-" for text that is no token."""
+    parsed = parse_token(token)
+    return parsed[0] if parsed else "root" if token.startswith(ROOT_PREFIX) else "-"
+
+
 class AuditLog:
-    """401/403 lines, rate-limited (see the module docstring)."""
+    """Audit lines, rate-limited (see the module docstring)."""
 
     def __init__(self, logger: logging.Logger, budget: WindowBudget | None = None) -> None:
         self.logger = logger
         self.budget = budget or WindowBudget(AUDIT_LINES_PER_WINDOW, AUDIT_WINDOW_SECONDS)
 
     def warning(self, fmt: str, *args: object) -> bool:
-        """Log one audit line if the budget allows; True if it was written."""
+        """Log one audit line at WARNING if the budget allows; True if it was written."""
+        return self.write(logging.WARNING, fmt, *args)
+
+    def write(self, level: int, fmt: str, *args: object) -> bool:
+        """Log one audit line at `level` if the budget allows; True if it was written."""
         allowed, suppressed = self.budget.take()
         if suppressed:
             b = self.budget
             self.logger.warning(
-                "suppressed %d more 401/403 lines (at most %d per %g s are logged; "
-                "statekeeper_auth_denials_total counts every one)",
+                "suppressed %d more audit lines (at most %d per %g s are logged; "
+                "statekeeper_auth_denials_total counts every 401/403)",
                 suppressed,
                 b.per_window,
                 b.window,
             )
         if allowed:
-            self.logger.warning(fmt, *args)
+            self.logger.log(level, fmt, *args)
         return allowed

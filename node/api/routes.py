@@ -13,7 +13,7 @@ from typing import Any
 
 from statekeeper.client.auth.tokens import parse_token, root_token
 from statekeeper.node.api import codec, liveness
-from statekeeper.node.api.audit_log import AuditLog, WindowBudget, loggable
+from statekeeper.node.api.audit_log import AuditLog, WindowBudget, loggable, token_label
 from statekeeper.node.api.authz import Authorizer, Principal
 from statekeeper.node.api.backup import CONTENT_TYPE as BACKUP_TYPE
 from statekeeper.node.api.backup import PATH as BACKUP_PATH
@@ -154,7 +154,8 @@ class Api:
         )
         # The web console at /ui ([ui] enabled = true): its requests skip the web guard and
         # the bearer check, for it has its own (sessions, CSRF, CSP: console/app.py).
-        self.console = _mount_console(cluster) if cluster.ui.enabled else None
+        # Its audit lines go through self.audit: the same log, format and budget as the API's.
+        self.console = _mount_console(cluster, self.audit) if cluster.ui.enabled else None
         # path template -> method -> handler
         self._methods: dict[str, dict[str, Any]] = {}
         # (method, path) -> handler and path -> metrics label, for paths that route:
@@ -326,10 +327,9 @@ class Api:
                     return self.authz.authenticate(header)
                 except OpError as again:
                     e = again if again.code == "unauthenticated" else first
-            token_id = parsed[0] if parsed else "root" if token.startswith("sk_root_") else "-"
             self.audit.warning(
                 "unauthenticated: token %s, %s %s, client %s: %s",
-                token_id,
+                token_label(token),
                 request.method,
                 loggable(request.path),
                 loggable(request.peer or "?"),
@@ -650,12 +650,12 @@ class Api:
         return self._respond(document(self.limits, auth=self.authz is not None), codec.JSON)
 
 
-def _mount_console(cluster: ClusterConfig) -> Any:
+def _mount_console(cluster: ClusterConfig, audit: AuditLog) -> Any:
     """The console's app, imported only here: a node without [ui] never loads the console,
     its templates or the client it calls the API with (.ci/server_imports.py)."""
     from statekeeper.console.app import ConsoleApp
 
-    return ConsoleApp(cluster)
+    return ConsoleApp(cluster, audit=audit)
 
 
 def _raise_unless_partly_applied(outcomes: list) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from statekeeper.client import Client
 from statekeeper.client.agent import Agent
-from statekeeper.client.auth.tokens import root_token
+from statekeeper.client.auth.tokens import parse_token, root_token
 from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import mint_token
 from tests.integration.console_fixture import console_url, login, screenshot, wait_for
@@ -63,7 +63,8 @@ def _login(browser, lc: LocalCluster, token: str, node: int = 0) -> str:
 
 def test_list_timeline_diff_rollback(browser, console_cluster: LocalCluster, api: Client) -> None:
     lc = console_cluster
-    url = _login(browser, lc, mint_token(lc, ns=NS, role="writer"), node=1)
+    writer = mint_token(lc, ns=NS, role="writer")
+    url = _login(browser, lc, writer, node=1)
     browser.get(f"{url}/agents")  # the namespace of the token's grant
     rows = {r.get_attribute("data-agent"): r for r in _css(browser, "tr.agent")}
     assert sorted(rows) == sorted(["planner", *(f"worker-{i}" for i in range(8))])
@@ -116,6 +117,13 @@ def test_list_timeline_diff_rollback(browser, console_cluster: LocalCluster, api
     assert _text(browser, "head") == f"#{now.n}"
     assert "#7" in _text(browser, "rolled")
     assert _css(browser, 'tr.row.rollback[data-ckpt="7"]')
+    # The node that served the console logged the action (console/audit.py), token by id.
+    lines = (lc.data_dir("node-1") / "node.log").read_text().splitlines()
+    done = [line for line in lines if "console_action:" in line and "/ui/agents/rollback" in line]
+    assert len(done) == 1 and writer not in done[0], done
+    assert f"token {parse_token(writer)[0]} (name " in done[0]
+    assert f"POST /ui/agents/rollback, ns {NS}, object " in done[0]
+    assert "agent=planner" in done[0] and "ckpt=2" in done[0] and done[0].endswith("done 303")
 
 
 def test_a_reader_cannot_roll_back(browser, console_cluster: LocalCluster, api: Client) -> None:

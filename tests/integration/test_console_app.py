@@ -22,29 +22,42 @@ from tests.integration.cluster_fixture import running_cluster
 from tests.integration.console_fixture import console_url, login, screenshot, wait_for
 
 pytestmark = pytest.mark.integration
+LOG = "console.log"  # `statekeeper console`'s stderr in plain_console
 
 
 def _root(lc: LocalCluster) -> str:
     return root_token(lc.config.secret)
 
 
-def _by_id(browser, element_id: str) -> str:
-    from selenium.webdriver.common.by import By
+# The Cluster page's table is swapped by htmx every 2 s: an element found by one WebDriver
+# call may be gone by the next (StaleElementReferenceException, 2 runs in 4 before). Each
+# read below finds and reads in one script, inside the page, between two swaps.
 
-    return browser.find_element(By.ID, element_id).text
+
+def _by_id(browser, element_id: str) -> str:
+    return browser.execute_script(
+        "const e = document.getElementById(arguments[0]); return e ? e.textContent.trim() : ''",
+        element_id,
+    )
+
+
+def _all(browser, selector: str, what: str) -> list[str]:
+    """`what` ("text" or an attribute's name) of every element matching `selector`."""
+    return browser.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]))"
+        ".map(e => arguments[1] === 'text' ? e.textContent.trim() : e.getAttribute(arguments[1]))",
+        selector,
+        what,
+    )
 
 
 def _applied(browser) -> list[int]:
-    from selenium.webdriver.common.by import By
-
-    return [int(td.text) for td in browser.find_elements(By.CSS_SELECTOR, "tr.node td.applied")]
+    return [int(text) for text in _all(browser, "tr.node td.applied", "text")]
 
 
 def _chart_points(browser) -> int:
-    from selenium.webdriver.common.by import By
-
-    lines = browser.find_elements(By.CSS_SELECTOR, "tr.node svg.sparkline polyline")
-    return len(lines[0].get_attribute("points").split()) if lines else 0
+    lines = _all(browser, "tr.node svg.sparkline polyline", "points")
+    return len(lines[0].split()) if lines else 0
 
 
 def test_login_cluster_page_refresh_and_logout(browser, console_cluster: LocalCluster) -> None:
@@ -54,8 +67,7 @@ def test_login_cluster_page_refresh_and_logout(browser, console_cluster: LocalCl
     url = console_url(lc)
     login(browser, _root(lc), url)
     assert browser.current_url == url + "/cluster"
-    rows = browser.find_elements(By.CSS_SELECTOR, "tr.node")
-    assert sorted(r.get_attribute("data-node") for r in rows) == ["node-0", "node-1", "node-2"]
+    assert sorted(_all(browser, "tr.node", "data-node")) == ["node-0", "node-1", "node-2"]
     with Client(lc.config.http_urls(), token=_root(lc), tls=lc.tls) as c:
         leader = c.status()["leader"]
         assert _by_id(browser, "leader") == leader
@@ -80,6 +92,7 @@ def test_login_cluster_page_refresh_and_logout(browser, console_cluster: LocalCl
 
 def test_a_wrong_token_is_refused(browser, console_cluster: LocalCluster) -> None:
     url = console_url(console_cluster)
+    browser.delete_all_cookies()  # no session left by an earlier test
     login(browser, "sk_made-up_token", url)
     assert browser.current_url.endswith("/ui/login")
     assert "refused" in _by_id(browser, "login-error")
@@ -117,11 +130,12 @@ def test_csp_header_and_no_inline_script_runs(browser, console_cluster: LocalClu
 def plain_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, str]]:
     """A TLS+auth cluster without [ui], and `statekeeper console` serving it."""
     directory = tmp_path_factory.mktemp("console-cli")
-    with running_cluster(directory, tls=True, auth=True) as lc:
+    with running_cluster(directory, tls=True, auth=True) as lc, open(directory / LOG, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "statekeeper.cluster.cli", "console", "--config",
              str(directory / "cluster.toml"), "--port", "0"],
             stdout=subprocess.PIPE,
+            stderr=log,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
@@ -147,3 +161,7 @@ def test_statekeeper_console_serves_a_cluster_without_ui(browser, plain_console)
     assert browser.current_url == url + "/cluster"
     assert len(browser.find_elements(By.CSS_SELECTOR, "tr.node")) == 3
     assert _by_id(browser, "leader").startswith("node-")
+    # Its log (stderr) has the audit line of the login (console/audit.py).
+    logged = (lc.config_path.parent / LOG).read_text()
+    pattern = r"INFO statekeeper\.auth: console_login: token root \(name root .*: done 303"
+    assert re.search(pattern, logged), logged

@@ -116,7 +116,7 @@ def test_audit_lines_past_the_budget_become_one_summary_line() -> None:
     assert records == ["denied 0", "denied 1", "denied 2"]
     now[0] += 10.0
     assert audit.warning("denied %d", 10)
-    assert records[3].startswith("suppressed 7 more 401/403 lines")
+    assert records[3].startswith("suppressed 7 more audit lines")
     assert records[4] == "denied 10"
     now[0] += 10.0
     assert audit.warning("denied %d", 11) and records[5] == "denied 11"  # nothing suppressed

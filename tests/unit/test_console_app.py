@@ -5,6 +5,7 @@ tests/integration/test_console_app.py."""
 
 from __future__ import annotations
 
+import logging
 import re
 import types
 from http.cookies import SimpleCookie
@@ -17,6 +18,7 @@ from statekeeper.console.app import CSP, ConsoleApp
 from statekeeper.console.pages import PAGES
 from statekeeper.console.session import Sessions
 from statekeeper.node import config as node_config
+from statekeeper.node.api.audit_log import AuditLog, WindowBudget
 from statekeeper.node.api.server import Request
 
 GOOD = "sk_good_token"
@@ -55,6 +57,7 @@ def _page_module(calls: list[str]) -> types.ModuleType:
     page = types.ModuleType("testpage")
     page.TITLE, page.PATH = "Test", "/ui/test"
     page.ROUTES = [("GET", "/ui/test", show), ("POST", "/ui/test", act), ("GET", "/ui/x", refused)]
+    page.AUDITED = ("/ui/x",)  # a GET that acts (as the backup download)
     return page
 
 
@@ -73,7 +76,7 @@ def _req(method: str, path: str, body: str = "", headers: dict | None = None, qu
     h = {"host": "127.0.0.1:7000", **(headers or {})}
     if method == "POST":
         h.setdefault("content-type", "application/x-www-form-urlencoded")
-    return Request(method, path, query, h, body.encode())
+    return Request(method, path, query, h, body.encode(), peer="10.0.0.9:5555")
 
 
 def _header(resp, name: str) -> list[str]:
@@ -250,3 +253,61 @@ async def test_can_write_follows_the_grants(app: ConsoleApp) -> None:
     ctx = app.context(_req("GET", "/ui/test", query="limit=9999"), session)
     assert ctx.can("app") and not ctx.can_write("app") and not ctx.can("other")
     assert ctx.page_args() == (500, None)
+
+
+def _audit_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "statekeeper.auth"]
+
+
+async def test_every_action_taken_writes_one_audit_line(
+    app: ConsoleApp, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 31, point 3: login (ok and refused), every POST, an audited GET and the logout
+    each write one line in the API's format on its logger, naming the token by id and
+    name, never the token."""
+    caplog.set_level(logging.INFO, logger="statekeeper.auth")
+    await _login(app, "sk_00000000000000b1_secretsecretsecret")
+    _, cookie, csrf = await _login(app)
+    h = {"cookie": cookie}
+    await app.handle(_req("POST", "/ui/test", f"ns=app&what=agent-7&csrf={csrf}", h))
+    await app.handle(_req("POST", "/ui/test", "ns=app&what=x&csrf=wrong", h))
+    await app.handle(_req("GET", "/ui/x", headers=h, query="ns=app&id=b1"))
+    await app.handle(_req("GET", "/ui/test", headers=h))  # a read: no line
+    await app.handle(_req("POST", "/ui/logout", f"csrf={csrf}", h))
+    client = "client 10.0.0.9:5555"
+    assert _audit_lines(caplog) == [
+        f"console_login: token 00000000000000b1, {client}: refused 401 (the cluster refused the token)",
+        f"console_login: token t1 (name reader), {client}: done 303",
+        "console_action: token t1 (name reader), POST /ui/test, ns app, object what=agent-7, "
+        f"{client}: done 200",
+        "console_action: token t1 (name reader), POST /ui/test, ns app, object what=x, "
+        f"{client}: refused 403",
+        f"console_action: token t1 (name reader), GET /ui/x, ns app, object id=b1, {client}: "
+        "refused 403",
+        f"console_logout: token t1 (name reader), {client}: done",
+    ]
+    levels = [r.levelno for r in caplog.records if r.name == "statekeeper.auth"]
+    assert levels == [logging.WARNING, logging.INFO, logging.INFO] + [logging.WARNING] * 2 + [
+        logging.INFO
+    ]
+    assert not any(GOOD in line or "secretsecret" in line for line in _audit_lines(caplog))
+
+
+async def test_a_flood_of_actions_cannot_flood_the_log(
+    calls: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lines go through the given AuditLog's window budget (the node passes its own:
+    one budget for the API's 401/403 lines and the console's)."""
+    now = [0.0]
+    audit = AuditLog(logging.getLogger("statekeeper.auth"), WindowBudget(3, 10.0, lambda: now[0]))
+    cfg = node_config.local_cluster(secret="s")
+    app = ConsoleApp(cfg, make_client=StandInClient, pages=(_page_module(calls),), audit=audit)
+    caplog.set_level(logging.INFO, logger="statekeeper.auth")
+    _, cookie, csrf = await _login(app)  # line 1
+    for i in range(50):
+        await app.handle(_req("POST", "/ui/test", f"what={i}&csrf={csrf}", {"cookie": cookie}))
+    assert len(calls) == 50 and len(_audit_lines(caplog)) == 3
+    now[0] += 10.0
+    await app.handle(_req("POST", "/ui/test", f"what=last&csrf={csrf}", {"cookie": cookie}))
+    lines = _audit_lines(caplog)
+    assert lines[3].startswith("suppressed 48 more audit lines") and "what=last" in lines[4]

@@ -44,3 +44,17 @@ def test_no_template_has_inline_script_or_style() -> None:
         for line in text.splitlines():
             if "<script" in line:
                 assert 'src="' in line, (template.name, line)
+
+
+def test_every_template_and_static_file_is_package_data() -> None:
+    """The console reads its templates and static files from the installed package: each
+    must match pyproject's package-data globs, or a wheel install serves no page (checked
+    by hand too: a wheel installed in a fresh venv renders /ui/login outside the checkout)."""
+    import fnmatch
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())
+    globs = pyproject["tool"]["setuptools"]["package-data"]["statekeeper.console"]
+    files = [p.relative_to(ROOT).as_posix() for d in ("templates", "static") for p in
+             sorted((ROOT / d).iterdir()) if p.is_file()]  # fmt: skip
+    assert files and [f for f in files if not any(fnmatch.fnmatch(f, g) for g in globs)] == []

@@ -206,3 +206,16 @@ def test_no_test_imports_a_private_name_of_the_code_it_tests() -> None:
     helpers shared between test files are not counted."""
     found = private_imports(("tests",))
     assert found == [], "\n".join(found)
+
+
+def test_no_installed_module_imports_the_tests() -> None:
+    """The installed packages (benchmarks included: `python -m statekeeper.benchmarks...`
+    runs from an installed wheel, which has no tests/) never import from tests/; the
+    console benchmarks share benchmarks/console_cluster.py instead of the tests' fixture."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {source}"
+        for module, path in _module_files(INSTALLED).items()
+        for source, _name, line in _imports(module, path)
+        if source == "tests" or source.startswith("tests.")
+    ]
+    assert found == [], "\n".join(found)
