@@ -27,9 +27,7 @@ from .locks.lock import AsyncLock
 from .responses import connection_error, error_from_response
 from .retry import Backoff
 from .watch.core import WatchSession
-from .wire import Request
-
-BACKUP_PATH = "/v1/admin/backup"  # node/api/backup.py PATH
+from .wire import BACKUP_PATH, Request
 
 __all__ = ["AsyncBatch", "AsyncClient"]
 

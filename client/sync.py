@@ -27,11 +27,11 @@ from .effects.ledger import Effects
 from .errors import StatekeeperError
 from .leases.keeper import Lease, ThreadKeeper
 from .locks.lock import Lock
-from .responses import connection_error
+from .responses import connection_error, error_from_response
 from .retry import Backoff
 from .sync_transport import SyncPool
 from .watch.core import WatchSession
-from .wire import Request
+from .wire import BACKUP_PATH, Request
 
 __all__ = ["Batch", "Client"]
 
@@ -217,6 +217,47 @@ class Client(Commands[Batch]):
             self._streams.discard(resp)
             resp.close()  # never reused: the stream may have ended anywhere
             resp.release_conn()
+
+    def backup(self, *, read_timeout: float = 120.0) -> Iterator[bytes]:
+        """GET /v1/admin/backup as it arrives: the pieces of the file `statekeeper backup`
+        writes (node/backup/file.py; restore it with `statekeeper restore`), as
+        AsyncClient.backup. The token must hold admin on every namespace (else
+        PermissionDenied, raised before any piece). Memory stays bounded: pieces of 64 KiB
+        are read as they are taken. The first endpoint that accepts the connection
+        answers (no retry once bytes have flowed: a backup cut short must be taken
+        again); ``read_timeout``: seconds without a byte before the read fails."""
+        urls = self._endpoints.urls
+        start = urls.index(self.endpoint) if self.endpoint in urls else 0
+        failures: list[StatekeeperError] = []
+        for url in urls[start:] + urls[:start]:
+            pool, prefix = self._pool(url)
+            headers = {"Accept": "*/*"}
+            try:
+                resp = pool.urlopen(
+                    "GET",
+                    prefix + BACKUP_PATH,
+                    headers=self._headers(headers) if self._authorization else headers,
+                    retries=False,
+                    redirect=False,
+                    timeout=urllib3.Timeout(connect=self.timeout, read=read_timeout),
+                    preload_content=False,
+                )
+            except _TRANSPORT_ERRORS as exc:
+                failures.append(connection_error(_kind(exc), url, exc))
+                continue
+            self._streams.add(resp)
+            try:
+                if resp.status != 200:
+                    raise error_from_response(
+                        resp.status, resp.headers.get("Content-Type"), resp.read()
+                    )
+                yield from resp.stream(1 << 16)
+                return
+            finally:
+                self._streams.discard(resp)
+                resp.close()
+                resp.release_conn()
+        raise failures[-1]
 
     def close(self) -> None:
         """Stop keeping leases alive (they expire after their TTL) and close every pooled

@@ -27,6 +27,7 @@ from .errors import InvalidRequest
 
 __all__ = [
     "ARCHIVED_MODES",
+    "BACKUP_PATH",
     "CONSISTENCY_LEVELS",
     "GET_HEADERS",
     "LINEARIZABLE",
@@ -52,6 +53,7 @@ CONSISTENCY_LEVELS: Final = (LINEARIZABLE, SERIALIZABLE)
 # Shared, never mutated: building header dicts per request is measurable overhead.
 POST_HEADERS: Final[Mapping[str, str]] = {"Content-Type": MSGPACK, "Accept": MSGPACK}
 GET_HEADERS: Final[Mapping[str, str]] = {"Accept": MSGPACK}
+BACKUP_PATH: Final = "/v1/admin/backup"  # node/api/backup.py PATH: a stream, not an op
 
 Parser = Callable[[int, "str | None", bytes], Any]
 

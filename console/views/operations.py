@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from statekeeper.client.wire import BACKUP_PATH
+
 from .paging import page_limit
 
 __all__ = [
@@ -39,7 +41,6 @@ __all__ = [
     "retention",
 ]
 
-BACKUP_PATH = "/v1/admin/backup"  # node/api/backup.py PATH
 BACKUP_CONTENT_TYPE = "application/vnd.statekeeper.backup"
 
 

@@ -12,6 +12,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from statekeeper.client import Client
 from statekeeper.client.auth.tokens import root_token
 from statekeeper.cluster.supervisor import LocalCluster
@@ -221,3 +223,34 @@ def test_backup_under_writes_and_restore_into_a_new_cluster(tmp_path):
                 assert local.get("after/2", min_revision=after + 1).value == b"two", lose
                 assert local.get(key(12_345)).value == b"v12345", lose
                 assert sum(1 for _ in local.scan("k/", keys_only=True, page_size=10_000)) == KEYS
+
+
+def test_both_clients_stream_a_backup_that_verifies_and_refuse_a_reader(
+    shared_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Client.backup() and AsyncClient.backup() (the console's download) give the file
+    `statekeeper restore` takes; a token without admin on every namespace gets
+    PermissionDenied before any byte."""
+    import asyncio
+
+    from statekeeper.client import AsyncClient, PermissionDenied
+    from tests.integration.cluster_fixture import mint_token
+
+    lc = shared_cluster
+    urls, tls = lc.config.http_urls(), lc.tls
+    root = root_token(lc.config.secret)
+    reader = mint_token(lc, ns="default", role="reader")
+    with Client(urls, token=root, tls=tls) as c:
+        c.put("backup-probe", "x")
+        (tmp_path / "sync.skb").write_bytes(b"".join(c.backup()))
+    with Client(urls, token=reader, tls=tls) as c, pytest.raises(PermissionDenied):
+        next(iter(c.backup()))
+
+    async def take() -> bytes:
+        async with AsyncClient(urls, token=root, tls=tls) as ac:
+            return b"".join([piece async for piece in ac.backup()])
+
+    (tmp_path / "async.skb").write_bytes(asyncio.run(take()))
+    for name in ("sync.skb", "async.skb"):
+        meta, _, _ = verify(str(tmp_path / name))
+        assert meta["revision"] >= 1, name
