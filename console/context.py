@@ -74,6 +74,18 @@ class PageContext:
     def can_write(self, ns: str, key: str = "") -> bool:
         return self.can(ns, "write", key)
 
+    def namespace(self) -> str:
+        """The namespace a page shows: ?ns=, else the first namespace the token is granted
+        by name (no wildcard), else the client's: a token scoped to one namespace opens
+        where it can look (one rule for every page)."""
+        if self.query.get("ns"):
+            return self.query["ns"]
+        for grant in self.whoami.grants:
+            ns = grant.get("ns", "")
+            if ns and "*" not in ns:
+                return str(ns)
+        return str(self.client.ns)
+
     def page_args(self) -> tuple[int, str | None]:
         """(limit, cursor) of a paged list: limit from ?limit= (default 50, 1..500), the
         cursor as given (opaque: the view made it), None when absent or empty."""

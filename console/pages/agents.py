@@ -39,18 +39,6 @@ def when(ms: int | None) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def namespace(ctx: PageContext) -> str:
-    """?ns=, else the first namespace the token names outright (no wildcard), else
-    "default": the page opens where a token scoped to one namespace can look."""
-    if ctx.query.get("ns"):
-        return ctx.query["ns"]
-    for grant in ctx.whoami.grants:
-        ns = grant.get("ns", "")
-        if ns and "*" not in ns:
-            return ns
-    return DEFAULT_NS
-
-
 def _int(ctx: PageContext, name: str) -> int | None:
     """?name= as an int (None: absent); a malformed one is the caller's 400."""
     raw = ctx.query.get(name, ctx.form.get(name, ""))
@@ -65,7 +53,7 @@ def _int(ctx: PageContext, name: str) -> int | None:
 def _render(ctx: PageContext, template: str, status: int = 200, **values) -> Response:
     """A template with the page's common values (paths, ns, the time format)."""
     return ctx.render(
-        template, status, paths=PATHS, ns=values.pop("ns", namespace(ctx)), when=when, **values
+        template, status, paths=PATHS, ns=values.pop("ns", ctx.namespace()), when=when, **values
     )
 
 
@@ -74,7 +62,7 @@ def _problem(ctx: PageContext, status: int, message: str) -> Response:
 
 
 async def _list_model(ctx: PageContext) -> tuple[str, av.AgentPage]:
-    ns = namespace(ctx)
+    ns = ctx.namespace()
     limit, cursor = ctx.page_args()
     return ns, await av.list_agents(
         ctx.client, ns, prefix=ctx.query.get("prefix", ""), limit=limit, cursor=cursor
@@ -102,7 +90,7 @@ def _agent(ctx: PageContext) -> str | None:
 
 
 async def timeline(ctx: PageContext) -> Response:
-    ns, agent = namespace(ctx), _agent(ctx)
+    ns, agent = ctx.namespace(), _agent(ctx)
     if agent is None:
         return _problem(ctx, 400, "which agent? (?agent=ID)")
     limit, _ = ctx.page_args()
@@ -121,7 +109,7 @@ async def timeline(ctx: PageContext) -> Response:
 
 
 async def state(ctx: PageContext) -> Response:
-    ns, agent = namespace(ctx), _agent(ctx)
+    ns, agent = ctx.namespace(), _agent(ctx)
     try:
         step = _int(ctx, "step")
     except ValueError as e:
@@ -133,7 +121,7 @@ async def state(ctx: PageContext) -> Response:
 
 
 async def diff(ctx: PageContext) -> Response:
-    ns, agent = namespace(ctx), _agent(ctx)
+    ns, agent = ctx.namespace(), _agent(ctx)
     try:
         left, right = _int(ctx, "left"), _int(ctx, "right")
     except ValueError as e:
@@ -159,7 +147,7 @@ def _target(ctx: PageContext) -> tuple[int | None, int | None]:
 
 async def _confirm(ctx: PageContext, status: int = 200, error: str = "") -> Response:
     """The confirmation page: the preview (what will change), and the form if allowed."""
-    ns, agent = namespace(ctx), _agent(ctx)
+    ns, agent = ctx.namespace(), _agent(ctx)
     to, ckpt = _target(ctx)
     preview = await av.rollback_preview(ctx.client, ns, agent, to=to, ckpt=ckpt)
     return _render(

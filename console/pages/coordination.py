@@ -59,17 +59,6 @@ class LeaseCountdown:
         return len(self._deadlines)
 
 
-def namespace(ctx: PageContext) -> str:
-    """?ns=, else the first namespace the token is granted by name, else the client's."""
-    if ctx.query.get("ns"):
-        return ctx.query["ns"]
-    for grant in ctx.whoami.grants:
-        ns = grant.get("ns", "")
-        if ns and "*" not in ns:
-            return ns
-    return ctx.client.ns
-
-
 async def section(read: Awaitable[Any]) -> tuple[Any, str | None]:
     """(the view's page, None), or (None, the API's refusal) when the token may not read it:
     one refused section does not hide the others."""
@@ -83,7 +72,7 @@ def _args(ctx: PageContext, name: str) -> dict[str, Any]:
     """The view arguments of one section: ns, prefix, limit and this section's cursor."""
     limit, _ = ctx.page_args()
     return {
-        "ns": namespace(ctx),
+        "ns": ctx.namespace(),
         "prefix": ctx.query.get("prefix", ""),
         "limit": limit,
         "cursor": ctx.query.get(f"{name}_cursor") or None,
@@ -106,7 +95,7 @@ async def _leases(ctx: PageContext) -> dict[str, Any]:
 
 def _values(ctx: PageContext) -> dict[str, Any]:
     """What every template of the page uses: the namespace, the filter and the links."""
-    ns, prefix = namespace(ctx), ctx.query.get("prefix", "")
+    ns, prefix = ctx.namespace(), ctx.query.get("prefix", "")
     return {
         "ns": ns,
         "name_prefix": prefix,

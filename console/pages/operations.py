@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 from statekeeper.client.errors import PermissionDenied
 from statekeeper.console.context import PageContext
-from statekeeper.console.pages.coordination import namespace, section
+from statekeeper.console.pages.coordination import section
 from statekeeper.console.views import operations as view
 from statekeeper.node.api.server import Response, StreamedResponse
 
@@ -40,7 +40,7 @@ async def _retention(ctx: PageContext, ns: str, limit: int) -> view.RetentionPag
 
 
 async def page(ctx: PageContext) -> Response:
-    ns = namespace(ctx)
+    ns = ctx.namespace()
     limit, _ = ctx.page_args()
     members_cursor = ctx.query.get("members_cursor") or None
     segments_cursor = ctx.query.get("segments_cursor") or None

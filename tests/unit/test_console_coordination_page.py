@@ -16,7 +16,6 @@ from statekeeper.client.effects.plan import EFFECTS_PREFIX
 from statekeeper.client.leases.results import LeaseInfo
 from statekeeper.client.locks.results import LockInfo, LockWaiter
 from statekeeper.console.app import ConsoleApp
-from statekeeper.console.pages import coordination
 from statekeeper.console.pages.coordination import LeaseCountdown
 from statekeeper.console.views.coordination import LeaseRow
 from statekeeper.node import config as node_config
@@ -149,6 +148,6 @@ async def test_the_namespace_comes_from_the_query_else_the_grants() -> None:
     resp = await app.handle(_req("GET", "/ui/coordination", "ns=other", cookie))
     html = resp.body.decode()
     assert 'value="other" id="ns"' in html and "/ui/coordination/locks?ns=other" in html
-    assert coordination.namespace(app.context(_req("GET", "/x"), app.sessions.sessions()[0])) == (
+    assert app.context(_req("GET", "/x"), app.sessions.sessions()[0]).namespace() == (
         "app"  # the token's grant
     )
