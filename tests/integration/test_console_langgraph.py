@@ -7,12 +7,9 @@ metadata are what saver.get_tuple returns. A token of another namespace is refus
 from __future__ import annotations
 
 import json
-import operator
 import uuid
-from typing import Annotated, TypedDict
 
 import pytest
-from langgraph.graph import END, START, StateGraph
 
 from statekeeper.client import Client
 from statekeeper.client.auth.tokens import root_token
@@ -20,23 +17,9 @@ from statekeeper.client.langgraph.inspect import jsonable
 from statekeeper.client.langgraph.saver import StatekeeperSaver
 from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.console_fixture import console_url, login, screenshot, wait_for
+from tests.integration.langgraph_helpers import think_act_graph
 
 pytestmark = pytest.mark.integration
-
-
-class State(TypedDict):
-    notes: Annotated[list[str], operator.add]
-    count: int
-
-
-def _graph(saver: StatekeeperSaver):
-    b = StateGraph(State)
-    b.add_node("think", lambda s: {"notes": [f"thought {s['count']}"], "count": s["count"] + 1})
-    b.add_node("act", lambda s: {"notes": ["acted"], "count": s["count"] + 10})
-    b.add_edge(START, "think")
-    b.add_edge("think", "act")
-    b.add_edge("act", END)
-    return b.compile(checkpointer=saver)
 
 
 def _saver(lc: LocalCluster, ns: str) -> StatekeeperSaver:
@@ -95,7 +78,7 @@ def test_threads_fork_and_checkpoint_in_the_browser(browser, console_cluster) ->
     ns, thread = f"lg-ui-{uuid.uuid4().hex[:6]}", "travel"
     config = {"configurable": {"thread_id": thread}}
     with _saver(lc, ns) as saver:
-        graph = _graph(saver)
+        graph = think_act_graph(saver)
         graph.invoke({"notes": [], "count": 0}, config)
         after_think = next(s for s in graph.get_state_history(config) if s.next == ("act",))
         # time travel: run "act" again from the checkpoint after "think", with a new count

@@ -4,34 +4,17 @@ values, writes and metadata as the saver reads them."""
 
 from __future__ import annotations
 
-import operator
 import uuid
-from typing import Annotated, TypedDict
 
 import pytest
-from langgraph.graph import END, START, StateGraph
 
 from statekeeper.client import AsyncClient
 from statekeeper.client.langgraph.saver import StatekeeperSaver
 from statekeeper.cluster.supervisor import LocalCluster
 from statekeeper.console.views import langgraph as view
+from tests.integration.langgraph_helpers import think_act_graph
 
 pytestmark = pytest.mark.integration
-
-
-class State(TypedDict):
-    notes: Annotated[list[str], operator.add]
-    count: int
-
-
-def _graph(saver: StatekeeperSaver):
-    b = StateGraph(State)
-    b.add_node("think", lambda s: {"notes": [f"thought {s['count']}"], "count": s["count"] + 1})
-    b.add_node("act", lambda s: {"notes": ["acted"], "count": s["count"] + 10})
-    b.add_edge(START, "think")
-    b.add_edge("think", "act")
-    b.add_edge("act", END)
-    return b.compile(checkpointer=saver)
 
 
 def _urls(lc: LocalCluster) -> list[str]:
@@ -42,7 +25,7 @@ async def test_a_time_travel_is_shown_as_a_fork(shared_cluster: LocalCluster) ->
     ns, thread = f"lg-view-{uuid.uuid4().hex[:6]}", "travel"
     config = {"configurable": {"thread_id": thread}}
     with StatekeeperSaver.from_endpoints(_urls(shared_cluster), ns=ns) as saver:
-        graph = _graph(saver)
+        graph = think_act_graph(saver)
         graph.invoke({"notes": [], "count": 0}, config)
         after_think = next(s for s in graph.get_state_history(config) if s.next == ("act",))
         # time travel: run "act" again from the checkpoint after "think", with a new count

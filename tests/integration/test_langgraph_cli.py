@@ -8,38 +8,21 @@ docs/langgraph.md gives for reading the key layout: it must print only the saver
 from __future__ import annotations
 
 import json
-import operator
 import re
 import shlex
 import uuid
 from pathlib import Path
-from typing import Annotated, TypedDict
 
 import pytest
-from langgraph.graph import END, START, StateGraph
 
 from statekeeper.client.langgraph.saver import StatekeeperSaver
 from statekeeper.cluster.supervisor import LocalCluster
+from tests.integration.langgraph_helpers import think_act_graph
 from tests.integration.test_kv_cli import ok, run
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class State(TypedDict):
-    notes: Annotated[list[str], operator.add]
-    count: int
-
-
-def _graph(saver: StatekeeperSaver, interrupt: bool = False):
-    b = StateGraph(State)
-    b.add_node("think", lambda s: {"notes": [f"thought {s['count']}"], "count": s["count"] + 1})
-    b.add_node("act", lambda s: {"notes": ["acted"], "count": s["count"] + 10})
-    b.add_edge(START, "think")
-    b.add_edge("think", "act")
-    b.add_edge("act", END)
-    return b.compile(checkpointer=saver, interrupt_before=["act"] if interrupt else None)
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +32,10 @@ def written(shared_cluster: LocalCluster) -> tuple[str, str, str]:
     urls = [shared_cluster.url(n) for n in shared_cluster.node_ids]
     done, paused = f"done-{uuid.uuid4().hex[:4]}", f"paused/{uuid.uuid4().hex[:4]}"
     with StatekeeperSaver.from_endpoints(urls, ns=ns) as saver:
-        _graph(saver).invoke({"notes": [], "count": 0}, {"configurable": {"thread_id": done}})
-        _graph(saver, interrupt=True).invoke(
+        think_act_graph(saver).invoke(
+            {"notes": [], "count": 0}, {"configurable": {"thread_id": done}}
+        )
+        think_act_graph(saver, interrupt=True).invoke(
             {"notes": ["hi"], "count": 1}, {"configurable": {"thread_id": paused}}
         )
     return ns, done, paused
