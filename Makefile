@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CONFIG ?= cluster.toml
 
-.PHONY: help venv up down status test lint clean cpu-per-put console-assets
+.PHONY: help venv up down status test lint clean cpu-per-put console-assets console-screenshots
 
 help:
 	@echo "make up      create .venv if needed and start a local 3-node cluster"
@@ -16,6 +16,7 @@ help:
 	@echo "make lint    ruff"
 	@echo "make cpu-per-put  leader/follower CPU, fsyncs, entries, syscalls per put at x1, x64"
 	@echo "make console-assets  rebuild console/static/htmx.min.js from console/assets (npm ci)"
+	@echo "make console-screenshots  the console's browser tests, writing docs/console/*.png"
 	@echo "make clean   stop the cluster, remove data/ and $(CONFIG)"
 
 $(BIN)/python:
@@ -53,6 +54,9 @@ cpu-per-put: $(STAMP)
 # The web console's vendored htmx: the version pinned in console/assets/package-lock.json,
 # installed by npm and copied next to the console's other static files. The built file is
 # committed, so a node never needs npm; run this after changing the pinned version.
+console-screenshots: $(STAMP)
+	STATEKEEPER_SCREENSHOTS=$(CURDIR)/docs/console $(BIN)/python -m pytest -q tests/integration -k console
+
 console-assets:
 	cd console/assets && npm ci --ignore-scripts --no-audit --no-fund
 	cp console/assets/node_modules/htmx.org/dist/htmx.min.js console/static/htmx.min.js

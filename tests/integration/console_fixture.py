@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -37,7 +38,13 @@ CHROMIUM_FLAGS = (
     "--disable-sync",
     "--window-size=1400,900",
 )
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+# Every browser test writes its pages' screenshots here: a run must not dirty the checkout,
+# so docs/console/ (the README's pictures) is written only when asked, by
+# `make console-screenshots` (STATEKEEPER_SCREENSHOTS=docs/console).
+SCREENSHOTS = Path(
+    os.environ.get("STATEKEEPER_SCREENSHOTS")
+    or Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
+)
 WAIT_SECONDS = 15
 
 

@@ -3,7 +3,7 @@
 list to its timeline, to a diff of two checkpoints, to a rollback it confirms, and the new
 head is the API's; a reader sees no rollback and a POST forged in its session is refused
 with nothing changed; a token of another namespace sees nothing of this one. Writes
-docs/console/agents.png and docs/console/agent-timeline.png."""
+the screenshots agents.png and agent-timeline.png (docs/console/ with `make console-screenshots`)."""
 
 from __future__ import annotations
 
