@@ -32,7 +32,7 @@ from statekeeper.client.agent.steps import at_step_plan
 from statekeeper.client.agent.timeline import checkpoint_row, event_row, merge_rows, stops_after
 from statekeeper.client.plan import AgentPlan, arun, call
 
-from .keys import MAX_LIMIT, clamp_limit
+from .paging import MAX_LIMIT, page_limit
 from .values import DecodedValue, ValueDiff, decode_value, diff_values
 
 __all__ = [
@@ -119,7 +119,7 @@ async def list_agents(
 ) -> AgentPage:
     """A page of the agents whose id starts with ``prefix`` (module docstring: one page of
     ids, then one batch for their heads and last events)."""
-    n = clamp_limit(limit)
+    n = page_limit(limit)
     after, token, done = _decode_cursor(cursor) if cursor else (None, None, False)
     ids = await arun(client, agent_page_plan(ns, prefix, n, after, token, done))
     summaries = await arun(client, summaries_plan(ns, ids.ids)) if ids.ids else []
@@ -224,7 +224,7 @@ async def agent_timeline(
 ) -> TimelinePage:
     """The window of ``limit`` events with seqs below ``before`` (None: the newest), with
     the checkpoints and rollbacks committed among them, at one revision."""
-    return await arun(client, _timeline_plan(_ctx(ns, agent_id), before, clamp_limit(limit)))
+    return await arun(client, _timeline_plan(_ctx(ns, agent_id), before, page_limit(limit)))
 
 
 # -- state at a step, checkpoint diff -------------------------------------------------------
@@ -272,7 +272,7 @@ async def state_at(
     client: Any, ns: str, agent_id: str, step: int, *, limit: int | None = None
 ) -> StateAt:
     """The state at the end of ``step``: its checkpoint's state and the events after it."""
-    return await arun(client, _state_at_plan(_ctx(ns, agent_id), step, clamp_limit(limit)))
+    return await arun(client, _state_at_plan(_ctx(ns, agent_id), step, page_limit(limit)))
 
 
 @dataclass(frozen=True, slots=True)

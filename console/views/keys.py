@@ -33,12 +33,10 @@ from typing import Any
 from statekeeper.client.agent.listing import key_prefix_end as prefix_end
 from statekeeper.client.errors import Compacted, NotFound
 
-from .paging import DEFAULT_LIMIT, MAX_LIMIT, page_limit
+from .paging import page_limit
 from .values import DecodedValue, ValueDiff, decode_value, diff_values
 
 __all__ = [
-    "DEFAULT_LIMIT",
-    "MAX_LIMIT",
     "TAIL_BUFFER",
     "KeyPage",
     "KeyRevision",
@@ -50,7 +48,6 @@ __all__ = [
     "TailEvent",
     "TailPage",
     "browse_keys",
-    "clamp_limit",
     "key_diff",
     "key_revisions",
     "key_value",
@@ -64,9 +61,6 @@ loses the oldest, counted in ``TailPage.dropped``). 500 values of up to 1 MiB ea
 500 MiB, so a tail keeps each value's shown text cut to TAIL_TEXT characters."""
 TAIL_TEXT = 4096
 REVISIONS_LIMIT = 100
-
-
-clamp_limit = page_limit  # the name the agents view imports (console/views/paging.py)
 
 
 # -- namespaces ----------------------------------------------------------------------------
@@ -138,7 +132,7 @@ async def browse_keys(
     client: Any, ns: str, prefix: str = "", *, limit: int | None = None, cursor: str | None = None
 ) -> KeyPage:
     """The keys starting with ``prefix`` from ``cursor`` on (one keys-only range)."""
-    n = clamp_limit(limit)
+    n = page_limit(limit)
     start = prefix if cursor is None or cursor < prefix else cursor
     # One more than the page: the cursor (the last key shown) is read again and dropped.
     rr = await client.range(start=start, end=prefix_end(prefix), limit=n + 1, keys_only=True, ns=ns)
@@ -209,7 +203,7 @@ async def key_revisions(
     """Up to ``limit`` (at most 100) versions of ``key`` newest first: the one current at
     ``before`` (default: now) and the ones before it. NotFound if the key does not exist
     at ``before``."""
-    n = clamp_limit(limit, 20, REVISIONS_LIMIT)
+    n = page_limit(limit, 20, REVISIONS_LIMIT)
     kv = await client.get(key, ns=ns, revision=before)
     rows = [KeyRevision(kv.mod_revision, kv.version, kv.create_revision, len(kv.value))]
     requests, compacted = 1, False
