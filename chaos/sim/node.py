@@ -45,7 +45,12 @@ class SimNode:
         self._seams = seams
         self._loop = loop
         self.applied_log: list[tuple[int, bytes]] = []  # (index, entry) in apply order
-        self.context.run(self._build, new_cluster)
+        try:
+            self.context.run(self._build, new_cluster)
+        except BaseException:
+            process.alive = False  # a start that failed is a process that died starting
+            self.close_files()
+            raise
 
     def _build(self, new_cluster: bool) -> None:
         cfg, node_id = self.cfg, self.node_id
@@ -111,7 +116,8 @@ class SimNode:
         """After the process is marked dead: RocksDB closed, other files of the data dir
         pointed at /dev/null (the module docstring says why)."""
         with contextlib.suppress(Exception):
-            self.sm.close()
+            if hasattr(self, "sm"):
+                self.sm.close()
         root = str(self.data_dir.resolve())
         null = os.open(os.devnull, os.O_RDWR)
         try:

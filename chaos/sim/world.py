@@ -8,6 +8,7 @@ import logging
 import random
 from pathlib import Path
 
+from statekeeper.chaos.sim.disk import SimDisks
 from statekeeper.chaos.sim.loop import Process, SimLoop, SimThread, VirtualClock
 from statekeeper.chaos.sim.network import SimNetwork, SimSocketModule
 from statekeeper.chaos.sim.node import SimNode
@@ -19,7 +20,14 @@ log = logging.getLogger("statekeeper.sim")
 
 
 class World:
-    def __init__(self, seed: int, root: Path, size: int = 3, raft: dict | None = None):
+    def __init__(
+        self,
+        seed: int,
+        root: Path,
+        size: int = 3,
+        raft: dict | None = None,
+        disk_mode: str = "plain",
+    ):
         self.seed = seed
         self.rng = random.Random(seed)
         self.clock = VirtualClock()
@@ -32,9 +40,18 @@ class World:
         self.seams = Seams(self.clock, SimSocketModule(self.net), seed)
         settings = dict(snapshot_min_entries=200, snapshot_min_seconds=5)
         settings.update(raft or {})
+        ids = [f"n{i}" for i in range(size)]
+        self.disks = SimDisks(root, ids, disk_mode)
+        self.on_crash = lambda node_id: None  # the run restarts crashed nodes
         nodes = tuple(
-            NodeConfig(id=f"n{i}", host="127.0.0.1", raft_port=7100 + i, http_port=7200 + i)
-            for i in range(size)
+            NodeConfig(
+                id=node_id,
+                host="127.0.0.1",
+                raft_port=7100 + i,
+                http_port=7200 + i,
+                data_dir=str(self.disks.data_dir(node_id)),
+            )
+            for i, node_id in enumerate(ids)
         )
         self.cfg = ClusterConfig(
             nodes=nodes,
@@ -43,8 +60,18 @@ class World:
             secret="sim-secret",
             raft=dataclasses.replace(RaftSettings(), **settings),
         )
+        self.loop.set_exception_handler(self._loop_error)
         thread_rng = random.Random(self.rng.random())
         SimThread.delay = staticmethod(lambda: thread_rng.uniform(0.0, 0.05))
+
+    def _loop_error(self, loop, context: dict) -> None:
+        """An exception out of a callback: into the trace (a node's own logging has its
+        own handlers; this is what nobody caught)."""
+        exc = context.get("exception")
+        what = f"{type(exc).__name__}: {exc}" if exc is not None else context.get("message", "")
+        if "was destroyed but it is pending" in context.get("message", ""):
+            return  # a dead process's task, collected
+        self.note(f"uncaught {what[:300]}")
 
     def _node_of(self, process: Process | None) -> str:
         return process.node_id if process is not None else "client"
@@ -57,10 +84,17 @@ class World:
         n = self.incarnations.get(node_id, 0) + 1
         self.incarnations[node_id] = n
         process = Process(node_id, n)
-        node = SimNode(self.cfg, node_id, process, self.seams, self.loop, new_cluster)
-        self.nodes[node_id] = node
         self.note(f"start {process.name}")
+        try:
+            node = SimNode(self.cfg, node_id, process, self.seams, self.loop, new_cluster)
+        except BaseException:
+            self.net.process_died(process, power_off=False)
+            raise
+        self.nodes[node_id] = node
         return node
+
+    def discard_failed_start(self, node_id: str) -> None:
+        """Nothing to do: a SimNode that failed to start closed its files itself."""
 
     def kill(self, node_id: str, power_off: bool = False) -> None:
         node = self.nodes.pop(node_id)
@@ -75,10 +109,11 @@ class World:
         self.note(f"crash {process.name} exit={process.exit_code}")
         if node is not None and node.process is process:
             self.kill(process.node_id)
+            self.on_crash(process.node_id)
 
     # -- running ----------------------------------------------------------------------
     def run(self, main) -> object:
-        with self.seams.installed():
+        with self.disks, self.seams.installed():
             bootstrap_new_cluster(self.cfg)
             try:
                 return self.loop.run_until_complete(main(self))
@@ -89,6 +124,35 @@ class World:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def any_members(self) -> list:
+        for node in self.nodes.values():
+            return node.raft.members()
+        return []
+
+    async def change_member(self, kind: str, member) -> bool:
+        """One membership change through the current leader; True once committed."""
+        for _ in range(50):
+            leader = next((n for n in self.nodes.values() if n.raft.is_leader()), None)
+            if leader is None:
+                await asyncio.sleep(0.2)
+                continue
+            fut = self.loop.create_future()
+
+            def done(err, fut=fut):
+                if not fut.done():
+                    self.loop.call_soon(fut.set_result, err)
+
+            leader.context.run(leader.raft.change_member, kind, member, done)
+            try:
+                err = await asyncio.wait_for(fut, 5.0)
+            except asyncio.TimeoutError:
+                err = "timeout"
+            self.note(f"member {kind} {member.id} via {leader.node_id}: {err or 'committed'}")
+            if err is None:
+                return True
+            await asyncio.sleep(0.3)
+        return False
 
     def leaders(self) -> list[str]:
         return [i for i, n in self.nodes.items() if n.raft.is_leader()]
