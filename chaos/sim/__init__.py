@@ -1,0 +1,1 @@
+"""Deterministic simulation: whole clusters in one process on virtual time (issue 32)."""
