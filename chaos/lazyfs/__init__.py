@@ -129,6 +129,11 @@ class LazyFS:
         return self.mountpoint / CONTROL_NAME
 
     @property
+    def pid(self) -> int | None:
+        """The daemon's process id while mounted (its CPU is in /proc/<pid>/stat)."""
+        return None if self._proc is None else self._proc.pid
+
+    @property
     def mounted(self) -> bool:
         return self._proc is not None and is_mounted(self.mountpoint)
 

@@ -1,0 +1,175 @@
+"""The simulator's disks on LazyFS (chaos/sim/disk.py): one mount per node, power cut per node.
+
+Needs what LazyFS needs (root, /dev/fuse, fusermount3, pyfuse3); without it every test here
+skips with chaos.lazyfs.available()'s reason. Plain mode: tests/unit/sim/test_disk.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from statekeeper.chaos.lazyfs import available
+from statekeeper.chaos.sim.disk import SimDiskError, SimDisks
+from statekeeper.node.store.backend import open_db
+from tests.loopback.test_lazyfs import fsync_path, write_file
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def mounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimDisks]:
+    ok, why = available()
+    if not ok:
+        pytest.skip(why)
+    with SimDisks(tmp_path_factory.mktemp("simdisk"), ["n1", "n2"], "lazyfs") as disks:
+        yield disks
+
+
+@pytest.fixture
+def disks(mounted: SimDisks) -> Iterator[SimDisks]:
+    """The module's mounts, emptied (the simulator reuses them from world to world)."""
+    mounted.reset()
+    yield mounted
+    for node_id in mounted.node_ids:
+        assert mounted.status(node_id)["errors"] == []  # type: ignore[index]
+
+
+def test_lazyfs_mode_has_no_degraded_reason(disks: SimDisks) -> None:
+    assert disks.mode == "lazyfs"
+    assert disks.degraded_reason is None
+    assert disks.data_dir("n1") != disks.data_dir("n2")
+
+
+def test_power_cut_keeps_only_the_fsynced_part_of_an_append(disks: SimDisks) -> None:
+    journal = disks.data_dir("n1") / "journal"
+    with open(journal, "ab") as f:
+        f.write(b"synced;")
+        f.flush()
+        os.fsync(f.fileno())
+        fsync_path(journal.parent)  # the file's entry
+        f.write(b"not synced")
+    assert journal.read_bytes() == b"synced;not synced"
+    report = disks.power_cut("n1")
+    assert journal.read_bytes() == b"synced;"
+    assert report == {"dirty_files": 1, "dirty_bytes": 4096, "pending_ops": 0}
+
+
+def test_rename_over_a_file_without_fsync_of_the_data(disks: SimDisks) -> None:
+    """LazyFS's rules (chaos/lazyfs/README.md, strict namespace): a rename is durable once
+    its directory is fsynced, the data only once the file is: renamed + dir fsynced leaves
+    the new name on an empty file; without the dir fsync the rename is undone."""
+    d = disks.data_dir("n1")
+    write_file(d / "a", b"old a", sync=True, sync_dir=True)
+    write_file(d / "b", b"old b", sync=True, sync_dir=True)
+    write_file(d / "a.tmp", b"new a", sync=False)
+    os.rename(d / "a.tmp", d / "a")
+    fsync_path(d)  # the rename is durable, the data of a.tmp is not
+    write_file(d / "b.tmp", b"new b", sync=False)
+    os.rename(d / "b.tmp", d / "b")  # no fsync of anything
+    assert (d / "a").read_bytes() == b"new a"
+    assert (d / "b").read_bytes() == b"new b"
+    disks.power_cut("n1")
+    assert (d / "a").read_bytes() == b""
+    assert (d / "b").read_bytes() == b"old b"
+    assert sorted(os.listdir(d)) == ["a", "b"]
+
+
+def test_power_cut_of_one_node_leaves_the_others_unsynced_data(disks: SimDisks) -> None:
+    for node_id in ("n1", "n2"):
+        write_file(disks.data_dir(node_id) / "f", b"unsynced", sync=False)
+    disks.power_cut("n1")
+    assert not (disks.data_dir("n1") / "f").exists()
+    assert (disks.data_dir("n2") / "f").read_bytes() == b"unsynced"
+    disks.power_cut("n2")  # it was unsynced: it survived n1's cut only because it is apart
+    assert not (disks.data_dir("n2") / "f").exists()
+
+
+def test_wipe_empties_even_what_was_durable(disks: SimDisks) -> None:
+    d = disks.data_dir("n1")
+    (d / "raft").mkdir()
+    fsync_path(d)
+    write_file(d / "raft" / "journal", b"durable", sync=True, sync_dir=True)
+    write_file(d / "unsynced", b"x", sync=False)
+    write_file(disks.data_dir("n2") / "f", b"other", sync=False)
+    disks.wipe("n1")
+    assert d.is_dir() and os.listdir(d) == []
+    disks.power_cut("n1")  # nothing comes back from the backing dir
+    assert os.listdir(d) == []
+    assert (disks.data_dir("n2") / "f").read_bytes() == b"other"
+
+
+def test_reset_empties_every_dir_and_keeps_the_mounts(disks: SimDisks) -> None:
+    pids = disks.daemon_pids()
+    for node_id in ("n1", "n2"):
+        write_file(disks.data_dir(node_id) / "f", b"x", sync=True, sync_dir=True)
+    disks.reset()
+    assert [os.listdir(disks.data_dir(n)) for n in ("n1", "n2")] == [[], []]
+    assert disks.daemon_pids() == pids
+
+
+def test_power_cut_refuses_while_files_are_open(disks: SimDisks) -> None:
+    path = disks.data_dir("n1") / "f"
+    with open(path, "wb") as f:
+        f.write(b"x")
+        with pytest.raises(SimDiskError, match="open"):
+            disks.power_cut("n1")
+        with pytest.raises(SimDiskError, match="open"):
+            disks.wipe("n1")
+    assert path.read_bytes() == b"x"  # nothing was cut
+
+
+def _rocksdb_with_an_unsynced_put(data_dir: Path):  # -> Rdict
+    db = open_db(data_dir / "db")
+    fsync_path(data_dir)  # the db dir's entry, as node/main.py does at start
+    db[b"k"] = b"v"  # WriteOptions without sync, as the store writes
+    return db
+
+
+def test_rocksdb_close_then_power_cut_keeps_an_unsynced_put(disks: SimDisks) -> None:
+    """The limit of a kill that closes RocksDB before the cut: rocksdict's close() (what
+    StateMachine.close() calls) flushes the memtable into synced SST files."""
+    d = disks.data_dir("n1")
+    _rocksdb_with_an_unsynced_put(d).close()
+    disks.power_cut("n1")
+    db = open_db(d / "db")
+    try:
+        assert db.get(b"k") == b"v"
+    finally:
+        db.close()
+
+
+def test_rocksdb_power_cut_then_close_loses_an_unsynced_put(disks: SimDisks) -> None:
+    """power_cut(open_files=True) before the close: the flush hits stale handles."""
+    d = disks.data_dir("n1")
+    db = _rocksdb_with_an_unsynced_put(d)
+    disks.power_cut("n1", open_files=True)
+    with pytest.raises(Exception, match="Stale file handle"):
+        db.close()
+    db = open_db(d / "db")
+    try:
+        assert db.get(b"k") is None
+    finally:
+        db.close()
+
+
+def test_the_same_writes_give_the_same_power_cut_report(disks: SimDisks) -> None:
+    def world() -> tuple[dict[str, int | str], bytes | None]:
+        d = disks.data_dir("n1")
+        db = _rocksdb_with_an_unsynced_put(d)
+        for i in range(200):
+            db[i.to_bytes(4, "big")] = b"v" * 100
+        db.close()
+        write_file(d / "journal", b"j" * 5000, sync=False)
+        report = disks.power_cut("n1")
+        db = open_db(d / "db")
+        try:
+            return report, db.get(b"k")
+        finally:
+            db.close()
+            disks.reset()
+
+    assert world() == world()
