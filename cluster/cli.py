@@ -707,6 +707,31 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return chaos_main(args.chaos_args or ["--help"], prog=f"{PROG} chaos")
 
 
+@command(
+    "sim",
+    help="deterministic simulation: sim run --seed S | sim explore --minutes M",
+    epilog="  statekeeper sim run --seed 7\n"
+    '  statekeeper sim run --seed 7 --steps 1500 --fault "@250 kill n1 hold=2.00s"\n'
+    "  statekeeper sim explore --minutes 10\n"
+    "  statekeeper sim run --help",
+    args=[
+        arg(
+            "sim_args",
+            nargs=argparse.REMAINDER,
+            metavar="ACTION ...",
+            help="run or explore, and their options",
+        )
+    ],
+)
+def cmd_sim(args: argparse.Namespace) -> int:
+    """Run whole clusters in this process on virtual time, a simulated network and
+    disks, from a seed: `run` replays one seed exactly, `explore` searches seeds for a
+    failure and shrinks it (docs/simulation.md)."""
+    from statekeeper.chaos.sim.cli import main as sim_main
+
+    return sim_main(args.sim_args or ["--help"], prog=f"{PROG} sim")
+
+
 from statekeeper.cluster import (  # noqa: E402 (their groups register here)
     agent_cli,
     archive_cli,

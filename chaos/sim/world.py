@@ -100,6 +100,8 @@ class World:
         node = self.nodes.pop(node_id)
         node.process.alive = False
         self.net.process_died(node.process, power_off)
+        if power_off:  # the disk first, under the open files: RocksDB's close then saves nothing
+            self.note(f"power cut {node_id}: {self.disks.power_cut(node_id, open_files=True)}")
         node.close_files()
         self.graveyard.append(node)
         self.note(f"{'power-off' if power_off else 'kill'} {node.process.name}")
@@ -146,13 +148,23 @@ class World:
             leader.context.run(leader.raft.change_member, kind, member, done)
             try:
                 err = await asyncio.wait_for(fut, 5.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 err = "timeout"
             self.note(f"member {kind} {member.id} via {leader.node_id}: {err or 'committed'}")
             if err is None:
                 return True
             await asyncio.sleep(0.3)
+            if self._member_change_done(kind, member):  # an attempt that timed out took effect
+                self.note(f"member {kind} {member.id}: committed meanwhile")
+                return True
         return False
+
+    def _member_change_done(self, kind: str, member) -> bool:
+        leader = next((n for n in self.nodes.values() if n.raft.is_leader()), None)
+        if leader is None or leader.raft.member_change_pending():
+            return False
+        present = any(m.id == member.id for m in leader.raft.members())
+        return present == (kind == "add")
 
     def leaders(self) -> list[str]:
         return [i for i, n in self.nodes.items() if n.raft.is_leader()]
