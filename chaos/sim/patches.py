@@ -105,7 +105,7 @@ class Seams:
         self._set(os, "_exit", sim_exit)
         random_state = random.getstate()
         random.seed(self.seed)
-        failpoints.configure("", seed=str(self.seed))
+        failpoints.configure(None, seed=str(self.seed))  # $STATEKEEPER_FAILPOINTS, seeded
         try:
             yield
         finally:

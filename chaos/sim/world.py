@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import random
@@ -42,6 +43,7 @@ class World:
         settings.update(raft or {})
         ids = [f"n{i}" for i in range(size)]
         self.disks = SimDisks(root, ids, disk_mode)
+        self.disks.__enter__()  # mounted now: the data dirs' paths depend on the mode it resolved
         self.on_crash = lambda node_id: None  # the run restarts crashed nodes
         nodes = tuple(
             NodeConfig(
@@ -115,7 +117,7 @@ class World:
 
     # -- running ----------------------------------------------------------------------
     def run(self, main) -> object:
-        with self.disks, self.seams.installed():
+        with contextlib.closing(self.disks), self.seams.installed():
             bootstrap_new_cluster(self.cfg)
             try:
                 return self.loop.run_until_complete(main(self))
