@@ -166,7 +166,9 @@ class ClientOps:
             st.process, "put", key, value=value, idempotency_key=ik, **extra
         )
         a = self._count("put_retry" if retry else "put", await send(node, body, self.timeout, True))
-        self._finish(op_id, a, revision=a.result.get("revision"), replayed=bool(a.result.get("replayed")))
+        self._finish(
+            op_id, a, revision=a.result.get("revision"), replayed=bool(a.result.get("replayed"))
+        )
         if a.outcome == OK:
             st.seen[key] = value
         elif a.outcome == UNKNOWN:
@@ -208,7 +210,9 @@ class ClientOps:
             else {"key": a, "target": "exists", "op": "==", "value": False}
         )
         success = [{"op": "put", "key": a, "value": va.encode()}]
-        success.append({"op": "put", "key": b, "value": vb.encode()} if both else {"op": "get", "key": b})
+        success.append(
+            {"op": "put", "key": b, "value": vb.encode()} if both else {"op": "get", "key": b}
+        )
         failure = [{"op": "get", "key": a}, {"op": "get", "key": b}]
         body = {"op": "txn", "ns": NS, "compare": [cmp], "success": success,
                 "failure": failure, "idempotency_key": ik}  # fmt: skip
@@ -253,7 +257,9 @@ class ClientOps:
                                         expect=expect, idempotency_key=ik, **extra)  # fmt: skip
         body = {"op": "append", "ns": NS, "stream": stream, "expect": expect, "idempotency_key": ik,
                 "events": [{"id": e["id"], "data": e["data"].encode()} for e in events]}  # fmt: skip
-        a = self._count("append_retry" if retry else "append", await send(node, body, self.timeout, True))
+        a = self._count(
+            "append_retry" if retry else "append", await send(node, body, self.timeout, True)
+        )
         r = a.result
         if a.outcome == OK:
             st.last_seq[stream] = r["last_seq"]
@@ -330,7 +336,7 @@ class ClientOps:
 
     async def _hold(self, st: ClientState, rng, fence: int, lease: int) -> None:
         h, p = self.rec.history, st.process
-        for c in range(rng.randint(1, 3)):
+        for _ in range(rng.randint(1, 3)):
             node = self.pick(rng)
             if node is None:
                 break
