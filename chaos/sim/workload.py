@@ -62,6 +62,7 @@ from statekeeper.chaos.sim.client_ops import (
     text,
 )
 from statekeeper.node.errors import OpError
+from statekeeper.node.ops.core import validate_op
 from statekeeper.node.store.changes import read_changes, selection
 
 KIND_WEIGHTS = {
@@ -204,18 +205,13 @@ def read_stream_whole(node, stream: str) -> list[tuple]:
                 "limit": 1000, "revision": None, "continuation": None, "wait_ms": None}  # fmt: skip
     rows: list[tuple] = []
     while True:
-        page = node.sm.read(_validated(op))
+        page = node.sm.read(
+            validate_op({k: v for k, v in op.items() if v is not None}, node.cfg.limits)
+        )
         rows += [tuple(r) for r in stream_rows(page["events"])]
         if not page.get("more"):
             return rows
         op = {"op": "read_stream", "ns": NS, "stream": stream, "continuation": page["continuation"]}
-
-
-def _validated(op: dict) -> dict:
-    from statekeeper.node.config import Limits
-    from statekeeper.node.ops.core import validate_op
-
-    return validate_op({k: v for k, v in op.items() if v is not None}, Limits())
 
 
 def stream_failures(ops, ref, nodes) -> list[str]:
