@@ -97,7 +97,8 @@ def _refusal(err: dict) -> dict:
 
 
 def text(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes | bytearray) else value
+    # a lock's waiter keys hold binary records: never a decode error in a check
+    return value.decode(errors="backslashreplace") if isinstance(value, bytes | bytearray) else value
 
 
 def kv_fields(kv: dict | None) -> dict:
