@@ -98,7 +98,9 @@ def _refusal(err: dict) -> dict:
 
 def text(value: Any) -> Any:
     # a lock's waiter keys hold binary records: never a decode error in a check
-    return value.decode(errors="backslashreplace") if isinstance(value, bytes | bytearray) else value
+    return (
+        value.decode(errors="backslashreplace") if isinstance(value, bytes | bytearray) else value
+    )
 
 
 def kv_fields(kv: dict | None) -> dict:

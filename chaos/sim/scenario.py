@@ -70,6 +70,7 @@ class Run:
         self.start_failures: Counter = Counter()
         self._leaders: tuple = ()
         self.replacing = False
+        self.stuck: list[str] = []
         self.workload = workload_factory(world) if workload_factory else None
 
     # -- undoing a fault later ------------------------------------------------------
@@ -242,7 +243,8 @@ class Run:
         committed = await self.liveness()
         if not committed:
             self.failures.append(
-                f"no progress: a write did not commit within {LIVENESS_SECONDS:g} s after every fault healed "
+                f"no progress: a write through {', '.join(self.stuck)} did not commit within "
+                f"{LIVENESS_SECONDS:g} s after every fault healed "
                 f"(leaders: {self._leaders or 'none'}; nodes up: {sorted(w.nodes)})"
             )
         for node_id in sorted(self.members - set(w.nodes)):
@@ -267,22 +269,29 @@ class Run:
         return all(n.raft.status().applied_index >= top for n in live)
 
     async def liveness(self) -> bool:
+        """After the heal, a write through EVERY node commits within LIVENESS_SECONDS (a
+        node that cannot start, a leader that never settles, or one wedged proposer each
+        fail this; the failure names the nodes)."""
         w = self.w
         deadline = w.clock.now + LIVENESS_SECONDS
-        while w.clock.now < deadline:
-            leaders = [n for n in w.nodes.values() if n.raft.is_leader()]
-            if leaders:
-                task = leaders[0].start_request(
-                    {"op": "put", "ns": "sim", "key": "liveness", "value": b"x"}
+        waiting = set(self.members)
+        while w.clock.now < deadline and waiting:
+            for node_id in sorted(waiting):
+                node = w.nodes.get(node_id)
+                if node is None:
+                    continue
+                task = node.start_request(
+                    {"op": "put", "ns": "sim", "key": f"liveness/{node_id}", "value": b"x"}
                 )
                 try:
                     await asyncio.wait_for(asyncio.shield(task), 5.0)
-                    w.note(f"liveness write committed on {leaders[0].node_id}")
-                    return True
+                    w.note(f"liveness write committed through {node_id}")
+                    waiting.discard(node_id)
                 except (TimeoutError, OpError):
                     pass
             await asyncio.sleep(0.2)
-        return False
+        self.stuck = sorted(waiting)
+        return not waiting
 
 
 def run(
