@@ -165,9 +165,12 @@ def configure(spec: str | None = None, seed: str | None = None) -> None:
 
 
 def enable(name: str, action: str = "on") -> None:
-    """Turn one failpoint on in this process, e.g. from a command-line flag."""
+    """Set one failpoint's action in this process, e.g. from a command-line flag; "off"
+    removes whatever it had (it used to leave an earlier action in place: found by the
+    simulator, tests/unit/test_failpoint_switch.py)."""
+    _points.pop(name, None)
     _points.update(parse(f"{name}={action}"))
-    log.warning("failpoint enabled: %s=%s", name, action)
+    log.warning("failpoint %s: %s", name, action)
 
 
 def active(name: str) -> bool:
