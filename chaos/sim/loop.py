@@ -32,6 +32,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+SPIN_LIMIT = 200_000  # loop passes at one instant before the world calls it a livelock
+
+
+class Livelock(RuntimeError):
+    """The loop ran SPIN_LIMIT passes without virtual time moving."""
+
 
 class NodeCrashed(BaseException):
     """Raised where a simulated node's code called os._exit: the node is dead from here."""
@@ -87,6 +93,7 @@ class SimSelector(selectors.BaseSelector):
         self._sockets = sockets  # fd -> a simulated socket (readable(), writable(), owner) or None
         self._idle_step = idle_step
         self._keys: dict[int, selectors.SelectorKey] = {}
+        self._spins = 0  # loop passes since virtual time last moved
 
     def register(self, fileobj, events, data=None):
         fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
@@ -134,6 +141,12 @@ class SimSelector(selectors.BaseSelector):
         return out
 
     def select(self, timeout=None):
+        self._spins += 1
+        if self._spins > SPIN_LIMIT:
+            raise Livelock(
+                f"{SPIN_LIMIT} loop passes at virtual time {self._clock.now:.6f} without time moving: "
+                "something reschedules itself at once, forever (a busy loop in a real node)"
+            )
         ready = self.ready()
         if ready:
             return ready
@@ -141,6 +154,7 @@ class SimSelector(selectors.BaseSelector):
             timeout = self._idle_step
         if timeout > 0:
             self._clock.now += timeout  # idle: straight to the next timer
+            self._spins = 0
         return []
 
 

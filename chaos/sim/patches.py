@@ -17,6 +17,10 @@ the simulator and the node; docs/architecture.md names it too:
   ThreadPoolExecutor (its fsync behind) is loop.InlineExecutor.
 - process exit: `os._exit` (failpoints' exit, node/fatal.stop_now) raises
   loop.NodeCrashed in the process that called it, which the loop turns into a crash.
+- RocksDB's background compactions: node/store/backend.py's `Options` makes them off
+  (set_disable_auto_compactions). When a compaction finishes depends on the wall clock
+  and the machine, and it changes the files a snapshot packs, hence its size and the
+  virtual time its transfer takes: seed 100004 ran two ways until they were off.
 - randomness: the global `random` (pysyncobj's election timeouts) is seeded from the
   world's seed, failpoints' own generator too.
 """
@@ -67,6 +71,7 @@ class Seams:
         from statekeeper.node import failpoints
         from statekeeper.node.raft import compaction, install, journal, raft_node
         from statekeeper.node.raft import syncobj as patched
+        from statekeeper.node.store import backend
 
         mono, wall = self.monotonic, self.wall
         self._set(time, "monotonic", mono)
@@ -93,6 +98,7 @@ class Seams:
         for mod in (raft_node, install, compaction):
             self._set(mod, "threading", sim_threading)
         self._set(journal, "ThreadPoolExecutor", lambda *a, **k: InlineExecutor())
+        self._set(backend, "Options", _options_without_compactions(backend.Options))
         real_exit = os._exit
 
         def sim_exit(code: int) -> None:
@@ -113,3 +119,14 @@ class Seams:
             while self._saved:
                 obj, name, old = self._saved.pop()
                 setattr(obj, name, old)
+
+
+def _options_without_compactions(options_class):
+    """RocksDB's Options with automatic compactions off (the module docstring says why)."""
+
+    def make(*args, **kwargs):
+        opts = options_class(*args, **kwargs)
+        opts.set_disable_auto_compactions(True)
+        return opts
+
+    return make

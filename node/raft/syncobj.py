@@ -287,6 +287,37 @@ logging.getLogger("pysyncobj.syncobj").addFilter(_TruncationLogFilter())
 _journal_patch_lock = threading.Lock()
 
 
+def serve_snapshot_while_packing(serializer) -> None:
+    """A follower that needs a snapshot while the leader packs the next one gets the
+    current snapshot file, instead of the leader spinning.
+
+    pysyncobj's Serializer answers getTransmissionData() with None while a snapshot is
+    being made (its `__pid` is set from serialize() until checkSerializing() reports the
+    end, which only a tick does), and SyncObj.__sendAppendEntries, for a follower whose
+    next index is below the log's start, loops `while nextNodeIndex <= last index`,
+    sending `serialized: None` on every pass without moving the index: it stops only when
+    the connection drops, by its connectionTimeout (1.4 s) of wall time. So every lagging
+    follower that (re)connected during a pack stalled the leader's loop ~1.4 s (no
+    heartbeats: an election) and flooded the link; in the simulator, where a callback
+    takes no virtual time, the loop never ended (`statekeeper sim run --seed 100004`,
+    found by the first exploration; tests/unit/test_snapshot_while_packing.py).
+    Serving the current file is safe: our packing writes a separate file and renames it
+    over snapshot.bin (RaftNode._pack_snapshot), so snapshot.bin is always a whole
+    snapshot, the one at the log's start; a transfer keeps its open file if the rename
+    happens during it."""
+    read = serializer.getTransmissionData
+
+    def transmission_data(transmission_id):
+        packing = serializer._Serializer__pid
+        serializer._Serializer__pid = 0
+        try:
+            return read(transmission_id)
+        finally:
+            serializer._Serializer__pid = packing
+
+    serializer.getTransmissionData = transmission_data
+
+
 class PatchedSyncObj(
     SnapshotInstallMixin,
     JournalBoundMixin,
@@ -376,6 +407,7 @@ class PatchedSyncObj(
             finally:
                 _syncobj_module.createJournal, _syncobj_module.createPoller = originals
         self._wake_by_driver()
+        serve_snapshot_while_packing(self._SyncObj__serializer)
         driver.start(self._tick_once)
 
     # The clock of pysyncobj's deadlines (election, heartbeats); prevote.py sets them too.

@@ -1,0 +1,44 @@
+"""A leader packing its next snapshot still sends the current one to a follower that
+needs it (node/raft/syncobj.py serve_snapshot_while_packing): pysyncobj answered None
+while packing, and its AppendEntries loop then spun until the connection timed out
+(found by `statekeeper sim run --seed 100004`)."""
+
+from __future__ import annotations
+
+from pysyncobj.config import SERIALIZER_STATE
+from pysyncobj.serializer import Serializer
+
+from statekeeper.node.raft.syncobj import serve_snapshot_while_packing
+
+
+def packing_serializer(path: str) -> Serializer:
+    """A Serializer in the state of a pack under way (our serializer callback started a
+    helper thread and returned; the checker still says SERIALIZING)."""
+    s = Serializer(
+        path,
+        1 << 20,
+        False,
+        serializer=lambda _path, _data: None,
+        deserializer=lambda _path: None,
+        serializeChecker=lambda: SERIALIZER_STATE.SERIALIZING,
+    )
+    s.serialize(("last", "prev", "members"), 7)
+    return s
+
+
+def test_pysyncobj_answers_nothing_while_packing(tmp_path):
+    path = tmp_path / "snapshot.bin"
+    path.write_bytes(b"the current snapshot")
+    assert packing_serializer(str(path)).getTransmissionData("n1") is None  # the defect
+
+
+def test_the_current_snapshot_is_sent_while_the_next_one_is_packed(tmp_path):
+    path = tmp_path / "snapshot.bin"
+    path.write_bytes(b"the current snapshot")
+    s = packing_serializer(str(path))
+    serve_snapshot_while_packing(s)
+    first = s.getTransmissionData("n1")
+    assert first == (b"the current snapshot", True, False)
+    assert s.getTransmissionData("n1") == (b"", False, True)  # the end of the transfer
+    # and the pack under way is still under way for pysyncobj's own bookkeeping
+    assert s._Serializer__pid != 0
