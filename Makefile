@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CONFIG ?= cluster.toml
 
-.PHONY: help venv up down status test lint clean cpu-per-put console-assets console-screenshots
+.PHONY: help venv up down status test lint clean cpu-per-put console-assets console-screenshots sim-explore
 
 help:
 	@echo "make up      create .venv if needed and start a local 3-node cluster"
@@ -17,6 +17,7 @@ help:
 	@echo "make cpu-per-put  leader/follower CPU, fsyncs, entries, syscalls per put at x1, x64"
 	@echo "make console-assets  rebuild console/static/htmx.min.js from console/assets (npm ci)"
 	@echo "make console-screenshots  the console's browser tests, writing docs/console/*.png"
+	@echo "make sim-explore  the long simulation run (SIM_MINUTES=120): seeds until one fails, shrunk"
 	@echo "make clean   stop the cluster, remove data/ and $(CONFIG)"
 
 $(BIN)/python:
@@ -50,6 +51,12 @@ lint: $(STAMP)
 # The write path's before/after check (benchmarks/README.md): a minute or two.
 cpu-per-put: $(STAMP)
 	$(BIN)/python -m statekeeper.benchmarks.cpu_per_op --quick --no-chart
+
+# The deterministic simulator's long exploration (docs/simulation.md); `make test` runs a
+# one-minute one (tests/integration/test_sim.py).
+SIM_MINUTES ?= 120
+sim-explore: $(STAMP)
+	$(BIN)/statekeeper sim explore --minutes $(SIM_MINUTES) --first-seed $${SIM_FIRST_SEED:-1} --keep-going --json sim-explore.json
 
 # The web console's vendored htmx: the version pinned in console/assets/package-lock.json,
 # installed by npm and copied next to the console's other static files. The built file is
