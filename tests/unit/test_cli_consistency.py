@@ -24,7 +24,7 @@ NO_OUTPUT = {
     ("node",), ("bench", "compare"), ("chaos",), ("cluster", "up"), ("cluster", "down"),
     ("cluster", "start"), ("cluster", "restart"), ("cluster", "kill"), ("cluster", "pause"),
     ("cluster", "resume"), ("cluster", "supervise"), ("cluster", "add-node"),
-    ("cluster", "remove-node"), ("tls", "init"), ("console",),
+    ("cluster", "remove-node"), ("tls", "init"), ("console",), ("sim",),
 }  # fmt: skip
 
 
