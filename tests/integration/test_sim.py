@@ -45,18 +45,19 @@ def test_a_shrunk_schedule_replays_from_its_command_line():
 
 def test_a_short_exploration_of_the_fixed_code_finds_nothing(tmp_path: Path):
     figures = tmp_path / "explore.json"
+    # seeds 100000 on, 3000 steps: the first seeds of the long exploration in RESULTS.md
     r = sim(
         "explore",
         "--minutes",
         "1",
         "--first-seed",
-        "1000",
+        "100000",
         "--steps",
-        "1500",
+        "3000",
         "--json",
         str(figures),
         timeout=600,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     f = json.loads(figures.read_text())
-    assert f["seeds"] >= 3 and f["failing_seeds"] == [], f
+    assert f["seeds"] >= 2 and f["failing_seeds"] == [], f
