@@ -219,7 +219,7 @@ class SimNetwork:
                 target = self._node(listener)
             me = self._node(s)
             if target is not None and not self.reachable(me, target):
-                if attempt + 1 >= len(SYN_RETRIES):
+                if attempt >= len(SYN_RETRIES):  # the last SYN's 64 s ran out: 127 s in all
                     self._fail(s, errno.ETIMEDOUT)
                 else:
                     self.loop.call_later(
