@@ -15,7 +15,13 @@ made them (loop.CURRENT). What TCP guarantees is kept and nothing more:
   with tcp_syn_retries = 6;
 - a killed process's connections get a FIN after what they had sent (its kernel closes
   them); a powered-off machine's get nothing: the peer sends into silence until its own
-  timeout, and once the machine is back its kernel answers old connections with a reset.
+  timeout, and once the machine is back its kernel answers old connections with a reset;
+- TCP keepalive as the socket asked for it (pysyncobj sets (16, 3, 5): a probe after 16 s
+  idle, every 3 s, 5 unanswered mean dead): an idle connection whose peer process is gone
+  breaks with a reset at the first probe once its machine is up again, with ETIMEDOUT
+  after idle + interval x count while the machine is off or cut off. Without it a
+  catching-up follower (it never sends first) kept a connection to a leader that had lost
+  power, and never caught up (seed 3, before this model).
 Faults: partition(a, b) / heal(); reset(node) breaks every connection of a node at once.
 """
 
@@ -66,6 +72,8 @@ class SimSocket:
         self.queue: deque = deque()  # (bytes | None for FIN) awaiting delivery, in order
         self.last_due = 0.0
         self.address: tuple[str, int] | None = None
+        self.keepalive: list = [False, 7200, 75, 9]  # on, idle s, interval s, count (Linux's)
+        self.last_heard = net.loop.time()  # the peer last proved alive (data or a probe's ACK)
         self.backlog: deque = deque()  # accepted connections waiting (listening)
 
     # -- what the selector asks ---------------------------------------------------------
@@ -86,8 +94,11 @@ class SimSocket:
     def fileno(self) -> int:
         return self.fd
 
-    def setsockopt(self, *args) -> None:
-        return None
+    def setsockopt(self, level, name, value, *args) -> None:
+        if name == _socket.SO_KEEPALIVE and level == _socket.SOL_SOCKET:
+            self.keepalive[0] = bool(value)
+        elif level == _socket.IPPROTO_TCP and name in _KEEPALIVE_SLOTS:
+            self.keepalive[_KEEPALIVE_SLOTS[name]] = value
 
     def getsockopt(self, level, name, *args) -> int:
         if name == _socket.SO_ERROR:
@@ -156,6 +167,10 @@ class SimSocket:
         return None
 
 
+_KEEPALIVE_SLOTS = {_socket.TCP_KEEPIDLE: 1, _socket.TCP_KEEPINTVL: 2, _socket.TCP_KEEPCNT: 3}
+KEEPALIVE_SWEEP = 1.0  # s between the network's keepalive checks
+
+
 def _socket_strerror(code: int) -> str:
     import os
 
@@ -177,6 +192,7 @@ class SimNetwork:
         self.delay_ms = (0.05, 1.0)  # a send's one-way delay, uniform
         self.spike = (0.02, 5.0, 40.0)  # probability, then ms range of a delayed send
         self.bytes_delivered = 0
+        self.loop.call_later(KEEPALIVE_SWEEP, self._keepalive_sweep, context=WORLD)
 
     def new_socket(self, owner: Process | None) -> SimSocket:
         self._next_fd += 1
@@ -277,7 +293,32 @@ class SimNetwork:
             peer.eof = True
         else:
             peer.inbox += chunk
+            peer.last_heard = s.last_heard = self.loop.time()  # its ACK comes back too
             self.bytes_delivered += len(chunk)
+
+    def _keepalive_sweep(self) -> None:
+        """Probes of idle connections (the module docstring)."""
+        now = self.loop.time()
+        for s in list(self.sockets.values()):
+            on, idle, interval, count = s.keepalive
+            if (
+                not on
+                or s.state != "connected"
+                or s.error
+                or s.peer is None
+                or now - s.last_heard < idle
+            ):
+                continue
+            peer, me = s.peer, self._node(s)
+            other = self._node(peer)
+            gone = peer.state == "closed" or (peer.owner is not None and not peer.owner.alive)
+            if self.reachable(me, other) and not gone:
+                s.last_heard = now  # the probe was answered
+            elif self.reachable(me, other):
+                s.error = errno.ECONNRESET  # the machine is back: its kernel resets
+            elif now - s.last_heard >= idle + interval * count:
+                s.error = errno.ETIMEDOUT
+        self.loop.call_later(KEEPALIVE_SWEEP, self._keepalive_sweep, context=WORLD)
 
     # -- faults -------------------------------------------------------------------------
     def partition(self, a: str, b: str) -> None:
