@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import hashlib
 
+SHOWN = 12  # violations reported in full
+
 
 class Invariants:
     def __init__(self) -> None:
         self.violations: list[str] = []
+        self.more = 0  # violations past the first SHOWN, counted only
         self._seen: set[str] = set()
         self.leader_of_term: dict[int, str] = {}
         self.entry_at: dict[int, tuple[bytes, str]] = {}  # index -> (digest, who applied it first)
@@ -30,9 +33,13 @@ class Invariants:
         self._consumed: dict[int, int] = {}  # id(SimNode) -> applied_log entries checked
 
     def _violate(self, key: str, text: str) -> None:
-        if key not in self._seen:
-            self._seen.add(key)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        if len(self.violations) < SHOWN:
             self.violations.append(text)
+        else:  # one broken entry breaks every later one: the first SHOWN say where
+            self.more += 1
 
     def check(self, step: int, nodes) -> None:
         for node in nodes:

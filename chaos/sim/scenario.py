@@ -266,7 +266,8 @@ class Run:
         if self.workload is not None:
             self.failures.extend(self.workload.check(w))
         self.inv.check_members(list(w.nodes.values()), self.members)
-        self.failures[:0] = self.inv.violations
+        more = [f"... and {self.inv.more} more invariant violations"] if self.inv.more else []
+        self.failures[:0] = self.inv.violations + more
 
     def _settled(self) -> bool:
         live = list(self.w.nodes.values())
