@@ -153,14 +153,12 @@ def _explore(args) -> int:
         return EXIT_OK
     v = e.failing
     print(f"seed {v.seed} FAILED:")
-    for line in v.failures:
-        print(f"  {line}")
+    _print_failures(v.failures)
     if not args.no_shrink:
         print("shrinking ...", flush=True)
         v = explore_mod.shrink(v, progress=lambda line: print(f"  {line}", flush=True))
         print(f"shrunk to {len(v.faults)} faults in {v.steps} steps:")
-        for line in v.failures:
-            print(f"  {line}")
+        _print_failures(v.failures)
         print("trace of the shrunk run:")
         for line in v.trace:
             print(f"  {line}")
@@ -170,6 +168,13 @@ def _explore(args) -> int:
     figures["replay"] = replay_command(v)
     _write_json(args.json, figures)
     return EXIT_FAILED
+
+
+def _print_failures(failures, shown: int = 30) -> None:
+    for line in failures[:shown]:
+        print(f"  {line}")
+    if len(failures) > shown:
+        print(f"  ... and {len(failures) - shown} more")
 
 
 def _write_json(path, figures) -> None:

@@ -85,7 +85,7 @@ def shrink(
     failing: Verdict,
     run: Callable[..., Verdict] = scenario.run,
     progress: Callable[[str], None] = lambda line: None,
-    budget: int = 60,
+    budget: int = 30,
 ) -> Verdict:
     """The smallest run found (at most `budget` more runs) failing as `failing` does."""
     want = kind(failing.failures[0])

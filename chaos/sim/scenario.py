@@ -39,6 +39,7 @@ log = logging.getLogger("statekeeper.sim")
 SETTLE_SECONDS = 20.0
 LIVENESS_SECONDS = 15.0
 RESTART_AFTER_CRASH = 1.0
+FAILURES_IN_TRACE = 30  # the first failures say what broke; the rest follow from them
 
 
 @dataclass
@@ -343,8 +344,10 @@ def run(
         verdict.failures = r.failures
         summary = r.workload.summary() if r.workload is not None else {}
         world.note(f"verdict {'PASS' if verdict.ok else 'FAIL'} {summary}")
-        for line in verdict.failures:
+        for line in verdict.failures[:FAILURES_IN_TRACE]:
             world.note(f"failure: {line}")
+        if len(verdict.failures) > FAILURES_IN_TRACE:
+            world.note(f"failure: ... and {len(verdict.failures) - FAILURES_IN_TRACE} more")
         verdict.trace = world.trace
         verdict.sim_seconds = world.clock.now - 1_000_000.0
     verdict.cpu_seconds = time.process_time() - started
