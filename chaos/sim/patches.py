@@ -66,11 +66,6 @@ class Seams:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        import pysyncobj.dns_resolver
-        import pysyncobj.syncobj
-        import pysyncobj.tcp_connection
-        import pysyncobj.tcp_server
-        import pysyncobj.transport
 
         from statekeeper.node import failpoints
         from statekeeper.node.raft import compaction, install, journal, raft_node
@@ -82,12 +77,7 @@ class Seams:
         self._set(time, "time", wall)
         self._set(time, "monotonic_ns", lambda: int(mono() * 1e9))
         self._set(time, "time_ns", lambda: int(wall() * 1e9))
-        for mod in (
-            pysyncobj.syncobj,
-            pysyncobj.tcp_connection,
-            pysyncobj.transport,
-            pysyncobj.dns_resolver,
-        ):
+        for mod in patched.CLOCK_MODULES:
             self._set(mod, "monotonicTime", mono)
         self._set(patched, "_pysyncobj_monotonic", mono)
         for cls in vars(patched).values():
@@ -95,8 +85,8 @@ class Seams:
                 for attr in ("_read_clock", "_seal_clock", "raft_clock"):
                     if attr in vars(cls):
                         self._set(cls, attr, staticmethod(mono))
-        self._set(pysyncobj.tcp_connection, "socket", self.socket_module)
-        self._set(pysyncobj.tcp_server, "socket", self.socket_module)
+        for mod in patched.SOCKET_MODULES:
+            self._set(mod, "socket", self.socket_module)
         sim_threading = types.SimpleNamespace(**vars(threading))
         sim_threading.Thread = SimThread
         for mod in (raft_node, install, compaction):

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import pysyncobj.dns_resolver as _dns_resolver_module
 import pysyncobj.syncobj as _syncobj_module
 import pysyncobj.tcp_connection as _tcp_connection_module
 import pysyncobj.tcp_server as _tcp_server_module
@@ -207,6 +208,12 @@ class PeerConnection(InPlaceBuffersMixin, PeerCodecMixin, TcpConnection):
     _read_clock = staticmethod(_pysyncobj_monotonic)
     _seal_clock = staticmethod(_pysyncobj_monotonic)  # what TcpConnection.send stamped with
 
+
+# pysyncobj's modules that bound `monotonicTime` at import, and the two that call the
+# `socket` module: the names a harness swaps to run nodes on virtual time over in-memory
+# sockets (chaos/sim/patches.py), so that nothing outside this module imports pysyncobj.
+CLOCK_MODULES = (_syncobj_module, _tcp_connection_module, _transport_module, _dns_resolver_module)
+SOCKET_MODULES = (_tcp_connection_module, _tcp_server_module)
 
 # The two places pysyncobj makes peer connections (its transport dials, its server accepts).
 _transport_module.TcpConnection = PeerConnection
