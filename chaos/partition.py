@@ -7,6 +7,11 @@ the wildcard address (`raft_bind`). A packet of the link i<->j then carries that
 as destination (dialler -> listener) or as source (listener -> dialler), so each link, and
 each direction of it, can be cut alone. Client (HTTP) traffic is never touched.
 
+Every cluster uses the same link addresses, so a rule also names the listener's raft port
+(dialler -> listener: --dport; listener -> dialler: --sport). Without it, two clusters
+partitioned at once on one machine (two pytest workers) cut each other's links: isolating
+node-1 of one cluster deposed the leader of another (tests/loopback/test_partition_scope.py).
+
 Rules live in a chain of their own per process, SKCHAOS-<pid>, jumped to from OUTPUT
 (loopback packets traverse OUTPUT once), so two runs never flush each other's rules;
 `heal()` / leaving the context manager flushes it, also on errors and Ctrl-C, and chains
@@ -82,6 +87,7 @@ class Partitioner:
 
     def __init__(self, cfg: ClusterConfig):
         self._index = {n.id: i for i, n in enumerate(cfg.nodes)}
+        self._port = {n.id: n.raft_port for n in cfg.nodes}
         self.active: list[str] = []
         self.chain = f"{CHAIN_PREFIX}{os.getpid()}"
 
@@ -104,17 +110,25 @@ class Partitioner:
         _ipt("-A", self.chain, *match, "-j", "DROP")
         self.active.append(why)
 
-    def cut(self, a: str, b: str, *, one_way: bool = False, probability: float | None = None) -> None:
+    def cut(
+        self, a: str, b: str, *, one_way: bool = False, probability: float | None = None
+    ) -> None:
         """Drop a's packets to b (and, unless one_way, b's to a). With probability, drop
         that fraction of packets at random instead of all (-m statistic)."""
         ia, ib = self._index[a], self._index[b]
-        stat = ["-m", "statistic", "--mode", "random", "--probability", f"{probability:.4f}"] if probability else []
-        # a -> b travels as dst=link(a,b) when a dialled, or src=link(b,a) when b dialled.
-        self._drop(["-d", link_address(ia, ib), *stat], f"{a}->{b}")
-        self._drop(["-s", link_address(ib, ia), *stat], f"{a}->{b}")
+        pa, pb = str(self._port[a]), str(self._port[b])
+        stat = (
+            ["-m", "statistic", "--mode", "random", "--probability", f"{probability:.4f}"]
+            if probability
+            else []
+        )
+        # a -> b travels as dst=link(a,b):port(b) when a dialled, or as src=link(b,a):port(a)
+        # (a answering) when b dialled.
+        self._drop(["-p", "tcp", "-d", link_address(ia, ib), "--dport", pb, *stat], f"{a}->{b}")
+        self._drop(["-p", "tcp", "-s", link_address(ib, ia), "--sport", pa, *stat], f"{a}->{b}")
         if not one_way:
-            self._drop(["-d", link_address(ib, ia), *stat], f"{b}->{a}")
-            self._drop(["-s", link_address(ia, ib), *stat], f"{b}->{a}")
+            self._drop(["-p", "tcp", "-d", link_address(ib, ia), "--dport", pa, *stat], f"{b}->{a}")
+            self._drop(["-p", "tcp", "-s", link_address(ia, ib), "--sport", pb, *stat], f"{b}->{a}")
 
     def isolate(self, node: str, others: Iterable[str] | None = None) -> None:
         """Cut every raft link between `node` and the others (both directions)."""
