@@ -37,6 +37,7 @@ STREAMS = ("s0", "s1")
 LOCK_NAME = "L"
 LOCK_KEY = "locked"  # written only by fenced puts (chaos.checker.locks)
 LEASE_TTL_MS = 3000
+REPLAYABLE = 32  # acknowledged puts a client keeps to replay (op_replay)
 
 OK, FAIL, UNKNOWN = "ok", "fail", "info"
 
@@ -125,6 +126,7 @@ class ClientState:
     seen: dict[str, Any] = field(default_factory=dict)
     last_seq: dict[str, int | None] = field(default_factory=dict)
     retries: list[tuple] = field(default_factory=list)  # (kind, args, node it went to)
+    acked: list[tuple] = field(default_factory=list)  # (key, value, ik, op id): op_replay
 
     def next_name(self) -> tuple[str, str]:
         self.n += 1
@@ -154,9 +156,12 @@ class ClientOps:
             h.info(op_id, error=a.error, node=a.node)
 
     # -- kv -------------------------------------------------------------------------
-    async def op_put(self, st: ClientState, node, rng, retry: tuple | None = None) -> None:
+    async def op_put(
+        self, st: ClientState, node, rng, retry: tuple | None = None, replay: bool = False
+    ) -> None:
         """A put with an idempotency key; an unknown outcome is re-sent later on another
-        node with the same key and value (up to twice): one logical write."""
+        node with the same key and value (up to twice): one logical write. `replay`: the
+        re-send of an acknowledged put (op_replay)."""
         if retry is None:
             key = rng.choice(KEYS)
             value, ik = st.next_name()
@@ -168,17 +173,33 @@ class ClientOps:
         op_id = self.rec.history.invoke(
             st.process, "put", key, value=value, idempotency_key=ik, **extra
         )
-        a = self._count("put_retry" if retry else "put", await send(node, body, self.timeout, True))
+        counted = "put_replay" if replay else "put_retry" if retry else "put"
+        a = self._count(counted, await send(node, body, self.timeout, True))
         self._finish(
             op_id, a, revision=a.result.get("revision"), replayed=bool(a.result.get("replayed"))
         )
+        if replay:  # it wrote nothing (or was applied again: the checks say so)
+            return
         if a.outcome == OK:
             st.seen[key] = value
+            if retry is None:
+                st.acked = [*st.acked[-(REPLAYABLE - 1) :], (key, value, ik, op_id)]
         elif a.outcome == UNKNOWN:
             st.seen.pop(key, None)
             first, left = (op_id, 2) if retry is None else (retry[3], retry[4])
             if left > 0:
                 st.retries.append(("put", (key, value, ik, first, left - 1), a.node))
+
+    async def op_replay(self, st: ClientState, node, rng) -> None:
+        """An agent back from a crash re-sends a write it had sent (and was answered)
+        seconds ago: a put acknowledged earlier, same key, value and idempotency key. Within
+        retention.idempotency_seconds (24 h) it must be answered `replayed` with the first
+        revision; one applied again is a duplicate application (checker, check 1). The
+        re-sends of unknown writes come at once, so without this nothing tests the window."""
+        if not st.acked:
+            return await self.op_put(st, node, rng)
+        key, value, ik, first = rng.choice(st.acked)
+        await self.op_put(st, node, rng, retry=(key, value, ik, first, 0), replay=True)
 
     async def op_get(self, st: ClientState, node, rng, serializable: bool = False) -> None:
         key = rng.choice(KEYS)

@@ -11,7 +11,7 @@ Each client, from its own random.Random drawn from `rng`, loops until the virtua
 reaches T: it re-sends a pending unknown write first (on another node), else draws an op
 kind (KIND_WEIGHTS) and a node from world.nodes (the live ones, sorted, so the draw is
 the same on a replay). The ops (chaos/sim/client_ops.py): idempotent puts and their
-re-sends, txns (compare + put), linearizable and serializable gets, stream appends and
+re-sends, replays of puts acknowledged earlier (an agent re-sending after a crash), txns (compare + put), linearizable and serializable gets, stream appends and
 their re-sends, whole-stream reads, and lock holds (lease grant, lock_acquire, fenced
 puts with keepalives, release, lease revoke). Everything goes into one chaos history.
 
@@ -68,6 +68,7 @@ from statekeeper.node.store.changes import read_changes, selection
 
 KIND_WEIGHTS = {
     "put": 30,
+    "replay": 4,
     "txn": 12,
     "get": 20,
     "get_serializable": 8,

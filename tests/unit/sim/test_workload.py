@@ -5,6 +5,7 @@ failpoint on a partitioned leader) and a write missing from the final state fail
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 
 import pytest
@@ -14,7 +15,7 @@ from statekeeper.chaos.sim.workload import Workload
 from statekeeper.chaos.sim.world import World
 from statekeeper.node import failpoints
 
-KINDS = ("put", "txn", "get", "get_serializable", "append", "read_stream", "lease_grant",
+KINDS = ("put", "put_replay", "txn", "get", "get_serializable", "append", "read_stream", "lease_grant",
          "lease_keepalive", "lease_revoke", "lock_acquire", "fenced_put", "lock_release")  # fmt: skip
 
 
@@ -96,6 +97,30 @@ def test_stale_reads_of_a_cut_off_leader_fail_the_checks(tmp_path):
     lines = out["failures"]
     assert any(line.startswith("not linearizable on") for line in lines), lines
     assert any(line.startswith("revision went back") for line in lines), lines
+
+
+def test_a_replay_applied_again_once_its_record_expired_fails_the_checks(tmp_path):
+    """A window of 1 s instead of 24 h: puts replayed more than 1 s after they applied
+    apply again, which is what a store that forgets its idempotency records too early (a
+    clock jumped ahead: chaos/sim/defects/idem-clock.patch) does within the 24 h."""
+    out: dict = {}
+
+    async def main(w: World) -> None:
+        w.cfg = dataclasses.replace(
+            w.cfg, retention=dataclasses.replace(w.cfg.retention, idempotency_seconds=1)
+        )
+        await _elect(w)
+        wl, tasks = _clients(w, 5.0)
+        await asyncio.gather(*tasks)
+        await w.sleep(1.0)
+        out["failures"] = wl.check(w)
+        out["summary"] = wl.summary()
+
+    World(7, tmp_path).run(main)
+    lines = out["failures"]
+    assert any(
+        line.startswith("duplicate application") and "a retry was applied" in line for line in lines
+    ), (lines, out["summary"])
 
 
 def test_one_seed_gives_the_same_history_twice(tmp_path):
