@@ -9,6 +9,10 @@ the command that replays the shrunk run. Exit codes: 0 passed, 1 a run failed, 2
 
 Replays need a fixed string hash seed (set iteration order), so the command re-executes
 itself with PYTHONHASHSEED=0 when it is not set so.
+
+SIGTERM ends a run as ^C does (SystemExit through the world's `with` blocks): the LazyFS
+daemons run in a session of their own, so a run killed outright left them and their
+mounts behind (tests/loopback/test_sim_disk.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -67,10 +72,15 @@ def _reexec_with_fixed_hash(argv: Sequence[str]) -> None:
         os.execve(sys.executable, [sys.executable, "-m", "statekeeper.chaos.sim", *argv], env)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser(prog).parse_args(argv)
     _reexec_with_fixed_hash(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     logging.basicConfig(level=logging.CRITICAL)  # the nodes' own logs: the trace says what matters
     if args.action == "run":
         return _run(args)

@@ -85,6 +85,8 @@ class Run:
             return
         try:
             self.w.start(node_id)
+        except (KeyboardInterrupt, SystemExit):  # ^C or SIGTERM (cli.py) ends the run
+            raise
         except BaseException as e:  # a node that cannot start: tried again, reported at the end
             self.start_failures[node_id] += 1
             self.w.note(f"start {node_id} failed: {type(e).__name__}: {str(e)[:200]}")

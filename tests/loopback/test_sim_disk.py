@@ -7,6 +7,10 @@ skips with chaos.lazyfs.available()'s reason. Plain mode: tests/unit/sim/test_di
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -173,3 +177,64 @@ def test_the_same_writes_give_the_same_power_cut_report(disks: SimDisks) -> None
             disks.reset()
 
     assert world() == world()
+
+
+def _lazyfs_children(parent: int) -> dict[int, str]:
+    """LazyFS daemons started by `parent`: pid -> mount point."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and b"statekeeper.chaos.lazyfs" in argv:
+            out[int(entry.name)] = argv[argv.index(b"--mount") + 1].decode()
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_terminated_run_unmounts_its_disks_and_stops_their_daemons() -> None:
+    """The daemons run in a session of their own (a ^C for the run must not cut a mount
+    from under it), so a SIGTERM that killed the run outright left three daemons and their
+    mounts behind (a stopped `sim explore`, seen on this machine)."""
+    ok, why = available()
+    if not ok:
+        pytest.skip(why)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "statekeeper.chaos.sim", "run", "--seed", "3", "--steps",
+         "100000", "--fault", "@50000 power n1 hold=1.00s"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    daemons: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while len(daemons) < 3 and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.2)
+            daemons = _lazyfs_children(run.pid)
+        assert len(daemons) == 3, f"the run did not mount three LazyFS disks: {daemons}"
+        time.sleep(1.0)  # the world runs
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(60) != 0
+        deadline = time.monotonic() + 20
+        while any(map(_alive, daemons)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        mounts = Path("/proc/mounts").read_text()
+        assert not [m for m in daemons.values() if f" {m} " in mounts], mounts
+        assert not [p for p in daemons if _alive(p)], "LazyFS daemons outlived their run"
+    finally:  # on a failure: what the run left behind (its daemons are orphans by now)
+        run.kill()
+        run.wait()
+        for pid, mount in daemons.items():
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+            subprocess.run(["fusermount3", "-uz", mount], capture_output=True)
