@@ -1,0 +1,66 @@
+"""A member change the harness gave up on may still commit (chaos/sim/scenario.py,
+Run._learn_unsure_changes): the settled leader's configuration says how it ended, and
+only the outcomes of those changes are accepted (seed 200063 failed "n2 reports members
+[n0, n1, n2], the log says [n1, n2]" when an add given up on committed 11 s later)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from statekeeper.chaos.sim.scenario import Run
+
+
+class _Raft:
+    def __init__(self, members: list[str], leader: bool, pending: bool = False):
+        self._members, self._leader, self._pending = members, leader, pending
+
+    def is_leader(self) -> bool:
+        return self._leader
+
+    def member_change_pending(self) -> bool:
+        return self._pending
+
+    def members(self):
+        return [SimpleNamespace(id=i) for i in self._members]
+
+
+def _run(members: set[str], unsure, leader_has: list[str], pending: bool = False) -> Run:
+    run = Run.__new__(Run)
+    notes: list[str] = []
+    run.w = SimpleNamespace(
+        nodes={
+            "n1": SimpleNamespace(raft=_Raft(leader_has, True, pending)),
+            "n2": SimpleNamespace(raft=_Raft(["n1"], False)),
+        },
+        note=notes.append,
+    )
+    run.members, run.unsure, run.notes = set(members), list(unsure), notes
+    return run
+
+
+def test_an_add_given_up_on_that_committed_makes_the_node_a_member():
+    run = _run({"n1", "n2"}, [("add", "n0")], ["n0", "n1", "n2"])
+    run._learn_unsure_changes()
+    assert run.members == {"n0", "n1", "n2"} and run.unsure == []
+    assert run.notes == ["member changes given up on took effect: members ['n0', 'n1', 'n2']"]
+
+
+def test_a_removal_given_up_on_may_have_committed_or_not():
+    run = _run({"n0", "n1", "n2"}, [("rem", "n0")], ["n1", "n2"])
+    run._learn_unsure_changes()
+    assert run.members == {"n1", "n2"}
+    run = _run({"n0", "n1", "n2"}, [("rem", "n0")], ["n0", "n1", "n2"])
+    run._learn_unsure_changes()
+    assert run.members == {"n0", "n1", "n2"} and run.notes == []
+
+
+def test_a_configuration_no_unsure_change_explains_is_not_accepted():
+    run = _run({"n0", "n1", "n2"}, [("rem", "n0")], ["n0", "n1"])
+    run._learn_unsure_changes()
+    assert run.members == {"n0", "n1", "n2"}  # check_members then reports the difference
+
+
+def test_nothing_is_decided_while_a_change_is_pending_or_without_one_leader():
+    run = _run({"n1", "n2"}, [("add", "n0")], ["n0", "n1", "n2"], pending=True)
+    run._learn_unsure_changes()
+    assert run.members == {"n1", "n2"} and run.unsure == [("add", "n0")]
