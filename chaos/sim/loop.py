@@ -94,6 +94,7 @@ class SimSelector(selectors.BaseSelector):
         self._idle_step = idle_step
         self._keys: dict[int, selectors.SelectorKey] = {}
         self._spins = 0  # loop passes since virtual time last moved
+        self.passes = 0  # loop passes in all (spin_watch.py: a callback that never returns)
 
     def register(self, fileobj, events, data=None):
         fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
@@ -142,6 +143,7 @@ class SimSelector(selectors.BaseSelector):
 
     def select(self, timeout=None):
         self._spins += 1
+        self.passes += 1
         if self._spins > SPIN_LIMIT:
             raise Livelock(
                 f"{SPIN_LIMIT} loop passes at virtual time {self._clock.now:.6f} without time moving: "
@@ -166,7 +168,8 @@ class SimLoop(asyncio.SelectorEventLoop):
     ):
         self._sim_clock = clock
         self._on_crash = on_crash  # on_crash(process): the world kills it
-        super().__init__(SimSelector(clock, sockets, idle_step))
+        self.sim_selector = SimSelector(clock, sockets, idle_step)
+        super().__init__(self.sim_selector)
         self.set_default_executor(InlineExecutor())
 
     def time(self) -> float:

@@ -30,6 +30,7 @@ from statekeeper.chaos.sim import faults as faults_mod
 from statekeeper.chaos.sim.faults import STEP, Fault
 from statekeeper.chaos.sim.invariants import Invariants
 from statekeeper.chaos.sim.network import WORLD
+from statekeeper.chaos.sim.spin_watch import CallbackSpin
 from statekeeper.chaos.sim.world import World
 from statekeeper.node import failpoints
 from statekeeper.node.errors import OpError
@@ -370,6 +371,8 @@ def run(
         world.note(f"seed {seed} steps {steps} faults {len(schedule)} disks {world.disks.mode}")
         try:
             world.run(r.main)
+        except CallbackSpin as e:  # a node's callback that never returns (spin_watch.py)
+            r.failures.append(f"spin: {e}")
         except Exception as e:  # the simulator itself failed: a failure of the run, with its cause
             log.exception("the simulated run failed")
             r.failures.append(f"the run raised {type(e).__name__}: {e}")

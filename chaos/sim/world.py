@@ -14,6 +14,7 @@ from statekeeper.chaos.sim.loop import Process, SimLoop, SimThread, VirtualClock
 from statekeeper.chaos.sim.network import SimNetwork, SimSocketModule
 from statekeeper.chaos.sim.node import SimNode
 from statekeeper.chaos.sim.patches import Seams
+from statekeeper.chaos.sim.spin_watch import SpinWatch
 from statekeeper.node.config import ClusterConfig, NodeConfig, RaftSettings
 from statekeeper.node.raft.data_dir import bootstrap_new_cluster
 
@@ -117,10 +118,21 @@ class World:
 
     # -- running ----------------------------------------------------------------------
     def run(self, main) -> object:
-        with contextlib.closing(self.disks), self.seams.installed():
+        """Run `main(world)` to its end; a callback that never returns (spin_watch.py)
+        ends it with CallbackSpin."""
+        watch = SpinWatch(
+            lambda: self.loop.sim_selector.passes,
+            lambda: self.clock.now - 1_000_000.0,
+            self.loop.stop,
+        )
+        with contextlib.closing(self.disks), self.seams.installed(), watch:
             bootstrap_new_cluster(self.cfg)
             try:
                 return self.loop.run_until_complete(main(self))
+            except BaseException:
+                if watch.spun is not None:
+                    raise watch.spun from None
+                raise
             finally:
                 for node_id in list(self.nodes):
                     self.kill(node_id)
