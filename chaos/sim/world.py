@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
+import os
 import random
 from pathlib import Path
 
@@ -119,7 +121,15 @@ class World:
     # -- running ----------------------------------------------------------------------
     def run(self, main) -> object:
         """Run `main(world)` to its end; a callback that never returns (spin_watch.py)
-        ends it with CallbackSpin."""
+        ends it with CallbackSpin. Descriptors the world's processes left open are closed
+        at the end (_close_leftover_fds)."""
+        before = _open_fds()
+        try:
+            return self._run(main)
+        finally:
+            _close_leftover_fds(before)
+
+    def _run(self, main) -> object:
         watch = SpinWatch(
             lambda: self.loop.sim_selector.passes,
             lambda: self.clock.now - 1_000_000.0,
@@ -182,3 +192,19 @@ class World:
 
     def leaders(self) -> list[str]:
         return [i for i, n in self.nodes.items() if n.raft.is_leader()]
+
+
+def _open_fds() -> set[int]:
+    return {int(name) for name in os.listdir("/proc/self/fd")}
+
+
+def _close_leftover_fds(before: set[int]) -> None:
+    """A killed process's raw descriptors (the journal's os.open files, its loop driver's
+    wake-up pipe) are never closed by it, as its kernel would: ~45 per world stayed open
+    in an exploration's process (3,000 after 60 seeds; a limit of 1,024 is reached after
+    ~22). Once the world is over and its objects are collected, nothing owns them: a file
+    object still alive would close its own descriptor, so gc runs first."""
+    gc.collect()
+    for fd in sorted(_open_fds() - before):
+        with contextlib.suppress(OSError):
+            os.close(fd)
