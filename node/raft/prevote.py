@@ -6,7 +6,16 @@ A mixin of the SyncObj subclass (node/raft/syncobj.py): it works through pysynco
 attributes on self (the name-mangled ones spelt out: self._SyncObj__raftElectionDeadline)
 and never imports pysyncobj. pysyncobj's deadlines are on its own clock (CLOCK_MONOTONIC_RAW,
 which NTP does not slew: it drifts from time.monotonic by up to 0.05% of the uptime), so
-they are read and set through `self.raft_clock`, never time.monotonic."""
+they are read and set through `self.raft_clock`, never time.monotonic.
+
+A refusal carries the voter's term (`voter_term`), and a node whose term is lower adopts
+it (as etcd's raft does with a rejected pre-vote answer of a higher term). Without it two
+voters could refuse each other for ever: one with the newer log but the lower term asks
+for term t+1, the other has t+1 already (it voted in it, say, just before a crash) and
+refuses, and its own older log wins nothing. The simulator found that (seed 300018: the
+third member had lost its disk; no leader in 36 s of virtual time, then never);
+tests/unit/test_prevote.py. Adopting a higher term is what any raft message does; it
+starts no election and deposes nobody (a node that pre-votes has no leader)."""
 
 from __future__ import annotations
 
@@ -54,7 +63,12 @@ class PreVoteMixin:
         term = self.raftCurrentTerm + 1
         self._prevote = (term, {self.selfNode})
         last_term, last_index = self._log_position()
-        request = {"type": PREVOTE_REQUEST, "term": term, "last_log_term": last_term, "last_log_index": last_index}
+        request = {
+            "type": PREVOTE_REQUEST,
+            "term": term,
+            "last_log_term": last_term,
+            "last_log_index": last_index,
+        }
         transport = self._SyncObj__transport
         for peer in self.otherNodes:
             transport.send(peer, request)
@@ -62,8 +76,13 @@ class PreVoteMixin:
         self._count_prevotes()  # a one-node cluster has its majority already
 
     def _on_prevote_request(self, node, m: dict) -> None:
-        heard_from_leader = time.monotonic() - self._last_leader_contact < self._election_timeout_min
-        up_to_date = (m.get("last_log_term", -1), m.get("last_log_index", -1)) >= self._log_position()
+        heard_from_leader = (
+            time.monotonic() - self._last_leader_contact < self._election_timeout_min
+        )
+        up_to_date = (
+            m.get("last_log_term", -1),
+            m.get("last_log_index", -1),
+        ) >= self._log_position()
         granted = (
             self.may_vote()
             and isinstance(m.get("term"), int)
@@ -72,9 +91,27 @@ class PreVoteMixin:
             and not self._isLeader()
             and not heard_from_leader
         )
-        self._SyncObj__transport.send(node, {"type": PREVOTE_RESPONSE, "term": m.get("term"), "granted": granted})
+        self._SyncObj__transport.send(
+            node,
+            {
+                "type": PREVOTE_RESPONSE,
+                "term": m.get("term"),
+                "granted": granted,
+                "voter_term": self.raftCurrentTerm,
+            },
+        )
 
     def _on_prevote_response(self, node, m: dict) -> None:
+        voter_term = m.get("voter_term")
+        if (
+            not m.get("granted")
+            and isinstance(voter_term, int)
+            and voter_term > self.raftCurrentTerm
+            and not self._isLeader()
+        ):
+            self._SyncObj__setCurrentTerm(voter_term, None)  # persisted, no vote cast
+            self._prevote = None
+            return
         if self._prevote is None or m.get("term") != self._prevote[0] or not m.get("granted"):
             return
         self._prevote[1].add(node)
