@@ -1,4 +1,5 @@
-"""A member change the harness gave up on may still commit (chaos/sim/scenario.py,
+"""How a run ends (chaos/sim/scenario.py): the checks wait for the clients' last ops, and
+a member change the harness gave up on may still commit (chaos/sim/scenario.py,
 Run._learn_unsure_changes): the settled leader's configuration says how it ended, and
 only the outcomes of those changes are accepted (seed 200063 failed "n2 reports members
 [n0, n1, n2], the log says [n1, n2]" when an add given up on committed 11 s later)."""
@@ -64,3 +65,29 @@ def test_nothing_is_decided_while_a_change_is_pending_or_without_one_leader():
     run = _run({"n1", "n2"}, [("add", "n0")], ["n0", "n1", "n2"], pending=True)
     run._learn_unsure_changes()
     assert run.members == {"n1", "n2"} and run.unsure == [("add", "n0")]
+
+
+def test_the_end_checks_wait_for_the_clients_last_ops(tmp_path):
+    """Seed 400015 failed "positions never became equal" (the leader had applied a
+    client's last entry, the followers not yet): the checks ran a fixed second after the
+    liveness writes while a client was still at work. quiesce() waits for the clients."""
+    import asyncio
+
+    from statekeeper.chaos.sim.world import World
+
+    out: dict = {}
+
+    async def main(w: World) -> None:
+        run = Run(w, [], 0, None)
+
+        async def last_op() -> None:
+            await asyncio.sleep(4.0)  # an op answered after its timeout, say
+
+        run.clients = [w.loop.create_task(last_op())]
+        start = w.clock.now
+        await run.quiesce()
+        out["waited"] = w.clock.now - start
+        out["done"] = run.clients[0].done()
+
+    World(1, tmp_path).run(main)
+    assert out["done"] and out["waited"] >= 4.0, out
