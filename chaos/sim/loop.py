@@ -81,7 +81,12 @@ class VirtualClock:
     """The world's time, in seconds. Starts at an arbitrary, fixed point."""
 
     def __init__(self, start: float = 1_000_000.0):
+        self.start = start
         self.now = start
+
+    def elapsed(self) -> float:
+        """Seconds since the world began (what traces and verdicts print)."""
+        return self.now - self.start
 
 
 class SimSelector(selectors.BaseSelector):

@@ -403,7 +403,7 @@ def run(
         if len(verdict.failures) > FAILURES_IN_TRACE:
             world.note(f"failure: ... and {len(verdict.failures) - FAILURES_IN_TRACE} more")
         verdict.trace = world.trace
-        verdict.sim_seconds = world.clock.now - 1_000_000.0
+        verdict.sim_seconds = world.clock.elapsed()
     verdict.cpu_seconds = time.process_time() - started
     return verdict
 

@@ -82,7 +82,7 @@ class World:
         return process.node_id if process is not None else "client"
 
     def note(self, what: str) -> None:
-        self.trace.append(f"{self.clock.now - 1_000_000.0:12.6f} {what}")
+        self.trace.append(f"{self.clock.elapsed():12.6f} {what}")
 
     # -- node lifecycle ---------------------------------------------------------------
     def start(self, node_id: str, new_cluster: bool = False) -> SimNode:
@@ -132,7 +132,7 @@ class World:
     def _run(self, main) -> object:
         watch = SpinWatch(
             lambda: self.loop.sim_selector.passes,
-            lambda: self.clock.now - 1_000_000.0,
+            self.clock.elapsed,
             self.loop.stop,
         )
         with contextlib.closing(self.disks), self.seams.installed(), watch:

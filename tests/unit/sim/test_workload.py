@@ -14,19 +14,19 @@ from statekeeper.chaos.sim.client_ops import KEYS
 from statekeeper.chaos.sim.workload import Workload
 from statekeeper.chaos.sim.world import World
 from statekeeper.node import failpoints
+from tests.unit.sim.worlds import elect
 
 KINDS = ("put", "put_replay", "txn", "get", "get_serializable", "append", "read_stream", "lease_grant",
          "lease_keepalive", "lease_revoke", "lock_acquire", "fenced_put", "lock_release")  # fmt: skip
 
 
-async def _elect(w: World) -> None:
-    for i in ("n0", "n1", "n2"):
-        w.start(i)
-    for _ in range(100):
-        await w.sleep(0.1)
-        if w.leaders():
-            return
-    raise AssertionError("no leader")
+async def _run_clients(w: World, seconds: float) -> Workload:
+    """Elect, run 4 clients for `seconds`, let the followers apply: ready for check()."""
+    await elect(w)
+    wl, tasks = _clients(w, seconds)
+    await asyncio.gather(*tasks)
+    await w.sleep(1.0)
+    return wl
 
 
 def _clients(w: World, seconds: float) -> tuple[Workload, list[asyncio.Task]]:
@@ -41,10 +41,7 @@ def fault_free(tmp_path_factory):
     out: dict = {}
 
     async def main(w: World) -> None:
-        await _elect(w)
-        wl, tasks = _clients(w, 3.0)
-        await asyncio.gather(*tasks)
-        await w.sleep(1.0)
+        wl = await _run_clients(w, 3.0)
         out["failures"] = wl.check(w)
         out["summary"] = wl.summary()
         # An acknowledged put the stores never saw: a lost write the check must name.
@@ -75,7 +72,7 @@ def test_stale_reads_of_a_cut_off_leader_fail_the_checks(tmp_path):
     out: dict = {}
 
     async def main(w: World) -> None:
-        await _elect(w)
+        await elect(w)
         wl, tasks = _clients(w, 3.0)
         await w.sleep(0.5)
         old = w.leaders()[0]
@@ -109,10 +106,7 @@ def test_a_replay_applied_again_once_its_record_expired_fails_the_checks(tmp_pat
         w.cfg = dataclasses.replace(
             w.cfg, retention=dataclasses.replace(w.cfg.retention, idempotency_seconds=1)
         )
-        await _elect(w)
-        wl, tasks = _clients(w, 5.0)
-        await asyncio.gather(*tasks)
-        await w.sleep(1.0)
+        wl = await _run_clients(w, 5.0)
         out["failures"] = wl.check(w)
         out["summary"] = wl.summary()
 
@@ -130,7 +124,7 @@ def test_one_seed_gives_the_same_history_twice(tmp_path):
         out: list[dict] = []
 
         async def main(w: World) -> None:
-            await _elect(w)
+            await elect(w)
             wl, tasks = _clients(w, 1.5)
             await asyncio.gather(*tasks)
             out.extend(wl.rec.events())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from statekeeper.chaos.sim.world import World
+from tests.unit.sim.worlds import elect
 
 
 def _fds() -> set[int]:
@@ -15,12 +16,7 @@ def _fds() -> set[int]:
 
 def test_a_world_with_a_kill_and_a_restart_leaves_no_descriptor_open(tmp_path):
     async def main(w: World) -> None:
-        for i in ("n0", "n1", "n2"):
-            w.start(i)
-        for _ in range(50):
-            await w.sleep(0.1)
-            if w.leaders():
-                break
+        await elect(w)
         w.kill(w.leaders()[0])
         await w.sleep(2.0)
         for i in ("n0", "n1", "n2"):
