@@ -8,6 +8,7 @@ import io
 import json
 import socket
 import threading
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -450,21 +451,40 @@ def test_unknown_appends_are_resent_with_the_same_events_and_a_new_op_key() -> N
     assert max(per_first) <= WorkloadConfig().stream_resends
 
 
+def unknown_for_a_quarter(
+    answer: Callable[[dict], tuple[int, dict]],
+) -> Callable[[dict], tuple[int, dict]]:
+    """``answer``, except that every attempt of a quarter of the op keys times out (504),
+    so those ops end unknown, as an overloaded node's do."""
+    err = {"error": {"code": "timeout", "message": "no commit in time"}}
+
+    def maybe_late(body: dict) -> tuple[int, dict]:
+        if zlib.crc32(body["idempotency_key"].encode()) % 4 == 0:
+            return 504, err
+        return answer(body)
+
+    return maybe_late
+
+
 def test_a_share_of_acknowledged_appends_is_resent_once() -> None:
-    with stream_node(appended_at(8)) as node:
+    # Some first attempts end unknown (under CI's load a 0.3 s deadline runs out); those are
+    # re-sent as unknown appends (the test above), which must not blur the acknowledged ones.
+    with stream_node(unknown_for_a_quarter(appended_at(8))) as node:
         ops = run_workload(
             [node.url], 1.0, stream_resend_share=0.5, stream_resend_delay=(0.01, 0.05),
             stream_read_share=0.0, **STREAMS_ONLY,
         )  # fmt: skip
     appends = {o.id: o for o in ops if o.f == "append"}
     resends = [o for o in appends.values() if "retry_of" in o.input]
-    firsts = [o for o in appends.values() if "retry_of" not in o.input]
-    assert resends and len(resends) < len(firsts)
-    for r in resends:
-        first = appends[r.input["retry_of"]]
-        assert first.outcome == "ok" and "retry_of" not in first.input
-        assert r.input["events"] == first.input["events"]
-    assert max(Counter(r.input["retry_of"] for r in resends).values()) == 1
+    acked = {i for i, o in appends.items() if o.outcome == "ok" and "retry_of" not in o.input}
+    assert any(o.outcome == "info" for o in appends.values() if "retry_of" not in o.input)
+    resent_acked = [r for r in resends if r.input["retry_of"] in acked]
+    assert resent_acked and len(resent_acked) < len(acked)
+    for r in resent_acked:
+        assert r.input["events"] == appends[r.input["retry_of"]].input["events"]
+    assert max(Counter(r.input["retry_of"] for r in resent_acked).values()) == 1
+    # every other re-send is of an unknown first attempt
+    assert {appends[r.input["retry_of"]].outcome for r in resends} <= {"ok", "info"}
 
 
 def test_the_stream_share_is_a_run_option_and_a_flag() -> None:
