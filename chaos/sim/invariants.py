@@ -30,7 +30,9 @@ class Invariants:
         self.state_at: dict[
             int, tuple[int, int, str]
         ] = {}  # applied index -> (revision, clock, who)
-        self._consumed: dict[int, int] = {}  # id(SimNode) -> applied_log entries checked
+        # incarnation ("n0#2") -> applied_log entries checked; not id(SimNode): a freed
+        # incarnation's address is reused by a new one, whose entries were then skipped
+        self._consumed: dict[str, int] = {}
 
     def _violate(self, key: str, text: str) -> None:
         if key in self._seen:
@@ -59,7 +61,7 @@ class Invariants:
             )
 
     def _entries(self, step: int, node) -> None:
-        start = self._consumed.get(id(node), 0)
+        start = self._consumed.get(node.process.name, 0)
         log = node.applied_log
         for index, payload in log[start:]:
             digest = hashlib.blake2b(payload, digest_size=12).digest()
@@ -69,7 +71,7 @@ class Invariants:
                     f"entry/{index}",
                     f"step {step}: entry {index} applied by {node.process.name} differs from the one {first[1]} applied",
                 )
-        self._consumed[id(node)] = len(log)
+        self._consumed[node.process.name] = len(log)
 
     def _state(self, step: int, node) -> None:
         sm = node.sm

@@ -59,7 +59,19 @@ def test_power_cut_keeps_only_the_fsynced_part_of_an_append(disks: SimDisks) -> 
     assert journal.read_bytes() == b"synced;not synced"
     report = disks.power_cut("n1")
     assert journal.read_bytes() == b"synced;"
-    assert report == {"dirty_files": 1, "dirty_bytes": 4096, "pending_ops": 0}
+    assert report == {"dirty_files": 1, "pending_ops": 0}
+
+
+def test_the_power_cut_report_leaves_out_how_many_bytes_were_unsynced(disks: SimDisks) -> None:
+    # RocksDB's info LOG is never synced, and its lines (durations in microseconds, written
+    # by background threads) vary in length from run to run: a byte count in the trace made
+    # a seed's two runs differ by a page (tests/integration/test_sim.py, seen in a make test)
+    reports = []
+    for size in (100, 5000):
+        write_file(disks.data_dir("n1") / "LOG", b"x" * size, sync=False)
+        reports.append(disks.power_cut("n1"))
+        disks.reset()
+    assert reports[0] == reports[1] == {"dirty_files": 1, "pending_ops": 1}
 
 
 def test_rename_over_a_file_without_fsync_of_the_data(disks: SimDisks) -> None:
