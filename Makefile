@@ -40,10 +40,11 @@ down: $(STAMP)
 status: $(STAMP)
 	$(BIN)/statekeeper cluster status --config $(CONFIG)
 
+# --durations: the log names the slowest tests (the budget is ~12 minutes).
 # Two workers: one worker's run keeps the machine's two cores 41% busy (19:14 wall for 963
 # s of CPU, on this 2-core machine); tests sharing iptables link addresses share a worker.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
