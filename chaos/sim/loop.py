@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import inspect
 import selectors
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,17 @@ class NodeCrashed(BaseException):
     def __init__(self, code: int):
         super().__init__(code)
         self.code = code
+
+
+def _close_unstarted(callback) -> None:
+    """A dead process's task step is dropped; if it was the task's first, its coroutine never
+    ran, and freeing it would warn "coroutine ... was never awaited" (a request a node got
+    just before it died): close it, which is all the warning asks."""
+    task = getattr(callback, "__self__", None)
+    if isinstance(task, asyncio.Task):
+        coro = task.get_coro()
+        if inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+            coro.close()
 
 
 @dataclass(eq=False)
@@ -187,6 +199,7 @@ class SimLoop(asyncio.SelectorEventLoop):
 
         def run(*args):
             if not process.alive:
+                _close_unstarted(callback)
                 return None
             if process.paused:
                 process.held.append((callback, args, context))

@@ -1,10 +1,12 @@
 """A world leaves no descriptor open behind it (chaos/sim/world.py, _close_leftover_fds):
 a killed incarnation never closes its raw descriptors, and an exploration runs hundreds
-of worlds in one process (45 more per world before the fix)."""
+of worlds in one process (45 more per world before the fix). Nor does a dead node's
+unstarted request print "never awaited" (chaos/sim/loop.py, _close_unstarted)."""
 
 from __future__ import annotations
 
 import os
+import warnings
 
 from statekeeper.chaos.sim.world import World
 from tests.unit.sim.worlds import elect
@@ -27,3 +29,17 @@ def test_a_world_with_a_kill_and_a_restart_leaves_no_descriptor_open(tmp_path):
     before = _fds()
     World(3, tmp_path / "a").run(main)
     assert _fds() == before
+
+
+def test_a_request_a_node_never_ran_before_it_died_ends_the_world_without_a_warning(tmp_path):
+    async def main(w: World) -> None:
+        await elect(w)
+        leader = w.leaders()[0]
+        w.nodes[leader].start_request({"op": "put", "key": "k", "value": "v"})
+        w.kill(leader)  # the request's task never takes its first step
+        await w.sleep(1.0)
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        World(3, tmp_path / "a").run(main)
+    assert not [(w.filename, w.lineno) for w in seen if "never awaited" in str(w.message)]
