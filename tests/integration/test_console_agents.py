@@ -16,7 +16,13 @@ from statekeeper.client.agent import Agent
 from statekeeper.client.auth.tokens import parse_token, root_token
 from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import mint_token
-from tests.integration.console_fixture import console_url, login, screenshot, wait_for
+from tests.integration.console_fixture import (
+    console_url,
+    login,
+    open_page,
+    screenshot,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +71,7 @@ def test_list_timeline_diff_rollback(browser, console_cluster: LocalCluster, api
     lc = console_cluster
     writer = mint_token(lc, ns=NS, role="writer")
     url = _login(browser, lc, writer, node=1)
-    browser.get(f"{url}/agents")  # the namespace of the token's grant
+    open_page(browser, f"{url}/agents")  # the namespace of the token's grant
     rows = {r.get_attribute("data-agent"): r for r in _css(browser, "tr.agent")}
     assert sorted(rows) == sorted(["planner", *(f"worker-{i}" for i in range(8))])
     head = Agent(api, "planner", ns=NS).latest()
@@ -78,7 +84,7 @@ def test_list_timeline_diff_rollback(browser, console_cluster: LocalCluster, api
     box.send_keys("work")
     wait_for(browser, lambda b: len(_css(b, "tr.agent")) == 8)
 
-    browser.get(f"{url}/agents?ns={NS}")
+    open_page(browser, f"{url}/agents?ns={NS}")
     browser.find_element("css selector", 'tr[data-agent="planner"] a.agent-link').click()
     wait_for(browser, lambda b: _css(b, "#agent-id"))
     assert _text(browser, "head") == f"#{head.n}" == "#6"
@@ -133,10 +139,10 @@ def test_a_reader_cannot_roll_back(browser, console_cluster: LocalCluster, api: 
     before = worker.latest()
     worker.checkpoint({"done": 30}, step=2)
     head = worker.latest()
-    browser.get(f"{url}/agents/timeline?ns={NS}&agent=worker-3")
+    open_page(browser, f"{url}/agents/timeline?ns={NS}&agent=worker-3")
     assert _text(browser, "head") == f"#{head.n}"
     assert not _css(browser, "a.rollback-link")
-    browser.get(f"{url}/agents/rollback?ns={NS}&agent=worker-3&ckpt={before.n}")
+    open_page(browser, f"{url}/agents/rollback?ns={NS}&agent=worker-3&ckpt={before.n}")
     assert _css(browser, "#rollback-readonly") and not _css(browser, "#rollback-form")
     # A form forged in the page, with the reader's own session and CSRF token: the API's
     # 403 comes back as a page that says so, and the agent is unchanged.
@@ -164,12 +170,12 @@ def test_another_namespace_sees_nothing_of_this_one(
 ) -> None:
     lc = console_cluster
     url = _login(browser, lc, mint_token(lc, ns="elsewhere", role="admin"), node=2)
-    browser.get(f"{url}/agents")
+    open_page(browser, f"{url}/agents")
     assert _css(browser, "#no-agents") and "elsewhere" in _text(browser, "no-agents")
     for path in (f"agents?ns={NS}", f"agents/timeline?ns={NS}&agent=planner",
                  f"agents/diff?ns={NS}&agent=planner&left=1&right=2",
                  f"agents/state?ns={NS}&agent=planner&step=4"):  # fmt: skip
-        browser.get(f"{url}/{path}")
+        open_page(browser, f"{url}/{path}")
         source = browser.page_source
         assert "Not allowed" in source, path
         assert not _css(browser, "tr.agent, tr.row, tr.change, #state-value"), path

@@ -19,7 +19,13 @@ from statekeeper.client import Client
 from statekeeper.client.auth.tokens import root_token
 from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import running_cluster
-from tests.integration.console_fixture import console_url, login, screenshot, wait_for
+from tests.integration.console_fixture import (
+    console_url,
+    login,
+    open_page,
+    screenshot,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 LOG = "console.log"  # `statekeeper console`'s stderr in plain_console
@@ -86,7 +92,7 @@ def test_login_cluster_page_refresh_and_logout(browser, console_cluster: LocalCl
     screenshot(browser, "cluster")
     browser.find_element(By.ID, "logout").click()
     wait_for(browser, lambda b: b.current_url.endswith("/ui/login"))
-    browser.get(url + "/cluster")  # the session is gone: back to the login
+    open_page(browser, url + "/cluster")  # the session is gone: back to the login
     assert browser.current_url.endswith("/ui/login")
 
 
@@ -96,7 +102,7 @@ def test_a_wrong_token_is_refused(browser, console_cluster: LocalCluster) -> Non
     login(browser, "sk_made-up_token", url)
     assert browser.current_url.endswith("/ui/login")
     assert "refused" in _by_id(browser, "login-error")
-    browser.get(url + "/cluster")
+    open_page(browser, url + "/cluster")
     assert browser.current_url.endswith("/ui/login")
 
 

@@ -13,7 +13,13 @@ import pytest
 from statekeeper.client import Client
 from statekeeper.client.auth.tokens import root_token
 from statekeeper.cluster.supervisor import LocalCluster
-from tests.integration.console_fixture import console_url, login, screenshot, wait_for
+from tests.integration.console_fixture import (
+    console_url,
+    login,
+    open_page,
+    screenshot,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +75,7 @@ def test_locks_live_leases_counting_effects_and_crdts(
         rb.sync()
 
         login(browser, root_token(lc.config.secret), url)
-        browser.get(f"{url}/coordination?ns={NS}")
+        open_page(browser, f"{url}/coordination?ns={NS}")
         row = 'tr[data-lock="job"]'
         assert _cell(browser, row, "fence") == str(held.fence)
         assert _cell(browser, row, "owner") == "pod-a"

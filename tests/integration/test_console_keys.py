@@ -13,7 +13,13 @@ import pytest
 from statekeeper.client import Client
 from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import mint_token
-from tests.integration.console_fixture import console_url, login, screenshot, wait_for
+from tests.integration.console_fixture import (
+    console_url,
+    login,
+    open_page,
+    screenshot,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +70,7 @@ def test_browse_open_diff_and_tail(browser, console_cluster, writer) -> None:
     token, client = writer
     url = console_url(console_cluster)
     login(browser, token, url)
-    browser.get(f"{url}/keys?limit=4")  # the token names NS only: the page opens it
+    open_page(browser, f"{url}/keys?limit=4")  # the token names NS only: the page opens it
     assert browser.find_element(By.ID, "keys-ns").text == NS
     prefix = browser.find_element(By.ID, "prefix")
     prefix.send_keys("cfg/")
@@ -105,7 +111,7 @@ def test_browse_open_diff_and_tail(browser, console_cluster, writer) -> None:
     ) in changes
     assert any(line.text == '+  "done": true,' for line in _css(browser, "#diff-lines .add"))
 
-    browser.get(f"{url}/keys/watch?ns={NS}&prefix=cfg/")
+    open_page(browser, f"{url}/keys/watch?ns={NS}&prefix=cfg/")
     wait_for(browser, lambda b: _css(b, "#keys-tail"))
     browser.execute_script("window.skNoReload = 1")  # gone if the page were loaded again
     rev = client.put("cfg/new", json.dumps({"fresh": True}).encode()).revision
@@ -121,7 +127,7 @@ def test_a_token_of_another_namespace_sees_nothing_of_it(browser, console_cluste
 
     url = console_url(console_cluster, 1)
     login(browser, mint_token(console_cluster, ns="keys-elsewhere", role="admin"), url)
-    browser.get(f"{url}/keys")
+    open_page(browser, f"{url}/keys")
     assert browser.find_element(By.ID, "keys-ns").text == "keys-elsewhere"
     assert _keys(browser) == []
     for path in (
@@ -131,7 +137,7 @@ def test_a_token_of_another_namespace_sees_nothing_of_it(browser, console_cluste
         f"/keys/diff?ns={NS}&key=cfg/agent&left=1&right=2",
         f"/keys/watch?ns={NS}&prefix=",
     ):
-        browser.get(url + path)
+        open_page(browser, url + path)
         assert browser.find_element(By.TAG_NAME, "h1").text == "Not allowed", path
         source = browser.page_source
         assert "cfg/0" not in source and '"step"' not in source and not _keys(browser), path

@@ -16,7 +16,13 @@ from statekeeper.client.auth.tokens import root_token
 from statekeeper.client.langgraph.inspect import jsonable
 from statekeeper.client.langgraph.saver import StatekeeperSaver
 from statekeeper.cluster.supervisor import LocalCluster
-from tests.integration.console_fixture import console_url, login, screenshot, wait_for
+from tests.integration.console_fixture import (
+    console_url,
+    login,
+    open_page,
+    screenshot,
+    wait_for,
+)
 from tests.integration.langgraph_helpers import think_act_graph
 
 pytestmark = pytest.mark.integration
@@ -141,6 +147,6 @@ def test_a_token_of_another_namespace_is_refused(browser, console_cluster) -> No
         other = c.auth_token_create(name="lg-other", ns="elsewhere", role="reader").token
     url = console_url(lc)
     login(browser, other, url)
-    browser.get(url + "/langgraph")
+    open_page(browser, url + "/langgraph")
     assert "Not allowed" in browser.find_element(By.TAG_NAME, "h1").text
     assert browser.find_elements(By.CSS_SELECTOR, "tr.thread") == []

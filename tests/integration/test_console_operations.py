@@ -19,7 +19,13 @@ from statekeeper.client import AsyncClient, Client
 from statekeeper.client.auth.tokens import root_token
 from statekeeper.cluster.supervisor import LocalCluster
 from tests.integration.cluster_fixture import mint_token
-from tests.integration.console_fixture import console_url, login, screenshot, wait_for
+from tests.integration.console_fixture import (
+    console_url,
+    login,
+    open_page,
+    screenshot,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +83,7 @@ def test_members_retention_and_backup_download(
         sealed = c.archive_run("runs/", within="ckpt", keep_last=1, to=str(tmp_path / "arch"))
         st = c.status()
     login(browser, root, url)
-    browser.get(f"{url}/operations?ns={NS}")
+    open_page(browser, f"{url}/operations?ns={NS}")
     members = sorted(st["members"], key=lambda m: m["id"])
     assert _attrs(browser, "tr.member", "data-member") == [m["id"] for m in members]
     assert _texts(browser, "tr.member td.url") == [m["url"] for m in members]
@@ -123,10 +129,10 @@ def test_a_reader_is_not_offered_the_backup(browser, console_cluster: LocalClust
     reader = mint_token(lc, ns=NS, role="reader")
     browser.delete_all_cookies()
     login(browser, reader, url)
-    browser.get(f"{url}/operations?ns={NS}")
+    open_page(browser, f"{url}/operations?ns={NS}")
     assert not browser.find_elements(By.ID, "backup-download")
     assert browser.find_elements(By.ID, "backup-refused")
     started = time.monotonic()
-    browser.get(f"{url}/operations/backup")  # asking anyway: the API's refusal, as a page
+    open_page(browser, f"{url}/operations/backup")  # asking anyway: the API's refusal, as a page
     assert time.monotonic() - started < 30
     assert "Not allowed" in browser.title or "Not allowed" in browser.page_source
