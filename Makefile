@@ -41,10 +41,11 @@ status: $(STAMP)
 	$(BIN)/statekeeper cluster status --config $(CONFIG)
 
 # --durations: the log names the slowest tests (the budget is ~12 minutes).
-# Two workers: one worker's run keeps the machine's two cores 41% busy (19:14 wall for 963
-# s of CPU, on this 2-core machine); tests sharing iptables link addresses share a worker.
+# Three workers: the tests wait more than they compute (two workers kept 2 cores 114% busy:
+# 15:05 wall; three, 141%: 13:31, both beside a simulation using one core, 2026-12-07);
+# tests sharing iptables link addresses share a worker (loadgroup).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15
+	$(BIN)/python -m pytest -q -n 3 --dist loadgroup --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
