@@ -29,6 +29,7 @@ from statekeeper.chaos.sim import faults as faults_mod
 
 PROG = "statekeeper sim"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_STOPPED = 130  # an exploration ended by ^C or SIGTERM: its totals so far are printed
 DEFAULT_STEPS = 3000  # 30 s of virtual time: a few faults, a heal, the checks
 
 
@@ -156,9 +157,16 @@ def _explore(args) -> int:
         "cpu_seconds": e.cpu_seconds,
         "faults": e.faults,
         "failing_seeds": e.failing_seeds,
+        "stopped": e.stopped,
     }
+    totals = f"{e.seeds} seeds ({e.sim_seconds:.0f} s simulated, {e.faults} faults)"
+    if e.stopped:
+        found = f"failing seeds {e.failing_seeds}" if e.failing_seeds else "no failure among them"
+        print(f"stopped after {totals}: {found}")
+        _write_json(args.json, figures)
+        return EXIT_STOPPED
     if e.failing is None:
-        print(f"no failure in {e.seeds} seeds ({e.sim_seconds:.0f} s simulated, {e.faults} faults)")
+        print(f"no failure in {totals}")
         _write_json(args.json, figures)
         return EXIT_OK
     v = e.failing

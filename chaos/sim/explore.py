@@ -41,6 +41,7 @@ class Exploration:
     faults: int = 0
     failing: Verdict | None = None
     failing_seeds: list[int] = field(default_factory=list)
+    stopped: bool = False  # by ^C or SIGTERM: the seed under way is not counted
 
     def rates(self) -> dict[str, float]:
         hours = max(self.wall_seconds, 1e-9) / 3600.0
@@ -56,14 +57,22 @@ def explore(
     first_seed: int,
     steps: int,
     progress: Callable[[Exploration, Verdict], None] = lambda e, v: None,
-    run: Callable[..., Verdict] = scenario.run,
+    run: Callable[..., Verdict] | None = None,
     stop_at_failure: bool = True,
 ) -> Exploration:
+    """Seeds from `first_seed` until one fails (or, not `stop_at_failure`, until the time is
+    up). A ^C or SIGTERM (SystemExit: cli.py) ends it with the seeds finished so far; the
+    world under way has taken its disks down on the way out."""
+    run = run or scenario.run
     e = Exploration()
     started = time.monotonic()
     seed = first_seed
     while time.monotonic() - started < minutes * 60.0:
-        v = run(seed, steps)
+        try:
+            v = run(seed, steps)
+        except (KeyboardInterrupt, SystemExit):
+            e.stopped = True
+            break
         e.seeds += 1
         e.sim_seconds += v.sim_seconds
         e.cpu_seconds += v.cpu_seconds
