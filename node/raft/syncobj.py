@@ -15,6 +15,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pysyncobj.dns_resolver as _dns_resolver_module
 import pysyncobj.syncobj as _syncobj_module
@@ -294,7 +295,7 @@ logging.getLogger("pysyncobj.syncobj").addFilter(_TruncationLogFilter())
 _journal_patch_lock = threading.Lock()
 
 
-def serve_snapshot_while_packing(serializer) -> None:
+def serve_snapshot_while_packing(serializer, on_unreadable: Callable[[Any], None] = lambda _n: None) -> None:
     """A follower that needs a snapshot while the leader packs the next one gets the
     current snapshot file, instead of the leader spinning.
 
@@ -311,16 +312,23 @@ def serve_snapshot_while_packing(serializer) -> None:
     Serving the current file is safe: our packing writes a separate file and renames it
     over snapshot.bin (RaftNode._pack_snapshot), so snapshot.bin is always a whole
     snapshot, the one at the log's start; a transfer keeps its open file if the rename
-    happens during it."""
+    happens during it.
+
+    With no pack to wait for, None means snapshot.bin could not be opened (gone, or no
+    descriptor left), and the same loop asked again on every pass: `on_unreadable(node)`
+    is told, so the leader can end the loop (PatchedSyncObj._snapshot_unreadable)."""
     read = serializer.getTransmissionData
 
     def transmission_data(transmission_id):
         packing = serializer._Serializer__pid
         serializer._Serializer__pid = 0
         try:
-            return read(transmission_id)
+            data = read(transmission_id)
         finally:
             serializer._Serializer__pid = packing
+        if data is None:
+            on_unreadable(transmission_id)
+        return data
 
     serializer.getTransmissionData = transmission_data
 
@@ -414,8 +422,22 @@ class PatchedSyncObj(
             finally:
                 _syncobj_module.createJournal, _syncobj_module.createPoller = originals
         self._wake_by_driver()
-        serve_snapshot_while_packing(self._SyncObj__serializer)
+        serve_snapshot_while_packing(self._SyncObj__serializer, self._snapshot_unreadable)
         driver.start(self._tick_once)
+
+    def _snapshot_unreadable(self, node) -> None:
+        """snapshot.bin could not be opened for `node`, which needs a snapshot. pysyncobj's
+        AppendEntries loop would ask again on every pass until its period ran out: ~0.1 s
+        of every tick and a logged traceback per pass, for ever on virtual time (the
+        simulator's seed 200061; tests/unit/sim/test_snapshot_unreadable.py). Dropping the
+        link ends the loop (it stops once the node is not connected; the link comes back
+        within connectionRetryTime), and a new snapshot is packed at the next tick that has
+        an applied entry to pack, so a later try finds one."""
+        log.warning("snapshot.bin cannot be opened for %s, which needs it: packing a new one", node)
+        conn = self._SyncObj__transport._connections.get(node)
+        if conn is not None:
+            conn.disconnect()
+        self.forceLogCompaction()
 
     # The clock of pysyncobj's deadlines (election, heartbeats); prevote.py sets them too.
     raft_clock = staticmethod(_pysyncobj_monotonic)

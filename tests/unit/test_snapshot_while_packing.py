@@ -42,3 +42,24 @@ def test_the_current_snapshot_is_sent_while_the_next_one_is_packed(tmp_path):
     assert s.getTransmissionData("n1") == (b"", False, True)  # the end of the transfer
     # and the pack under way is still under way for pysyncobj's own bookkeeping
     assert s._Serializer__pid != 0
+
+
+def test_a_snapshot_that_cannot_be_opened_is_reported_once_per_try(tmp_path):
+    # pysyncobj answers None and its AppendEntries loop asks again at once, for ever on
+    # virtual time (the simulator's spin at seed 200061), ~0.1 s per tick with a logged
+    # traceback per pass on a real clock: the hook ends the loop (see the world test)
+    s = Serializer(
+        str(tmp_path / "snapshot.bin"),
+        1 << 20,
+        False,
+        serializer=lambda _path, _data: None,
+        deserializer=lambda _path: None,
+        serializeChecker=lambda: SERIALIZER_STATE.NOT_SERIALIZING,
+    )
+    unreadable = []
+    serve_snapshot_while_packing(s, on_unreadable=unreadable.append)
+    assert s.getTransmissionData("n1") is None
+    assert unreadable == ["n1"]
+    (tmp_path / "snapshot.bin").write_bytes(b"a new snapshot")
+    assert s.getTransmissionData("n1") == (b"a new snapshot", True, False)
+    assert unreadable == ["n1"]
