@@ -315,8 +315,10 @@ def serve_snapshot_while_packing(serializer, on_unreadable: Callable[[Any], None
     happens during it.
 
     With no pack to wait for, None means snapshot.bin could not be opened (gone, or no
-    descriptor left), and the same loop asked again on every pass: `on_unreadable(node)`
-    is told, so the leader can end the loop (PatchedSyncObj._snapshot_unreadable)."""
+    descriptor left), and the same loop asked again on every pass; False means a read of
+    the open file failed, and the loop then raised TypeError (False[2]) out of the tick.
+    Both answer None here and tell `on_unreadable(node)`, so the leader can end the loop
+    (PatchedSyncObj._snapshot_unreadable); the next try opens the file from the start."""
     read = serializer.getTransmissionData
 
     def transmission_data(transmission_id):
@@ -326,8 +328,9 @@ def serve_snapshot_while_packing(serializer, on_unreadable: Callable[[Any], None
             data = read(transmission_id)
         finally:
             serializer._Serializer__pid = packing
-        if data is None:
+        if data is None or data is False:  # False: a read failed mid-transfer
             on_unreadable(transmission_id)
+            return None
         return data
 
     serializer.getTransmissionData = transmission_data

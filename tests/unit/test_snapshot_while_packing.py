@@ -63,3 +63,30 @@ def test_a_snapshot_that_cannot_be_opened_is_reported_once_per_try(tmp_path):
     (tmp_path / "snapshot.bin").write_bytes(b"a new snapshot")
     assert s.getTransmissionData("n1") == (b"a new snapshot", True, False)
     assert unreadable == ["n1"]
+
+
+def test_a_read_error_mid_transfer_is_an_unreadable_snapshot_not_a_crash(tmp_path):
+    # pysyncobj answers False when reading the open file fails, and its loop then indexes
+    # False[2]: a TypeError out of the leader's tick
+    path = tmp_path / "snapshot.bin"
+    path.write_bytes(b"x" * 10)
+    s = Serializer(
+        str(path),
+        4,
+        False,
+        serializer=lambda _path, _data: None,
+        deserializer=lambda _path: None,
+        serializeChecker=lambda: SERIALIZER_STATE.NOT_SERIALIZING,
+    )
+    unreadable = []
+    serve_snapshot_while_packing(s, on_unreadable=unreadable.append)
+    assert s.getTransmissionData("n1") == (b"xxxx", True, False)
+
+    class FailingFile:
+        def read(self, _n):
+            raise OSError(5, "Input/output error")
+
+    s._Serializer__transmissions["n1"]["file"] = FailingFile()
+    assert s.getTransmissionData("n1") is None
+    assert unreadable == ["n1"]
+    assert s.getTransmissionData("n1") == (b"xxxx", True, False)  # the next try starts over
