@@ -26,6 +26,18 @@ def packing_serializer(path: str) -> Serializer:
     return s
 
 
+def idle_serializer(path: str, batch: int = 1 << 20) -> Serializer:
+    """A Serializer with no pack under way, sending `batch` bytes per chunk."""
+    return Serializer(
+        path,
+        batch,
+        False,
+        serializer=lambda _path, _data: None,
+        deserializer=lambda _path: None,
+        serializeChecker=lambda: SERIALIZER_STATE.NOT_SERIALIZING,
+    )
+
+
 def test_pysyncobj_answers_nothing_while_packing(tmp_path):
     path = tmp_path / "snapshot.bin"
     path.write_bytes(b"the current snapshot")
@@ -48,14 +60,7 @@ def test_a_snapshot_that_cannot_be_opened_is_reported_once_per_try(tmp_path):
     # pysyncobj answers None and its AppendEntries loop asks again at once, for ever on
     # virtual time (the simulator's spin at seed 200061), ~0.1 s per tick with a logged
     # traceback per pass on a real clock: the hook ends the loop (see the world test)
-    s = Serializer(
-        str(tmp_path / "snapshot.bin"),
-        1 << 20,
-        False,
-        serializer=lambda _path, _data: None,
-        deserializer=lambda _path: None,
-        serializeChecker=lambda: SERIALIZER_STATE.NOT_SERIALIZING,
-    )
+    s = idle_serializer(str(tmp_path / "snapshot.bin"))
     unreadable = []
     serve_snapshot_while_packing(s, on_unreadable=unreadable.append)
     assert s.getTransmissionData("n1") is None
@@ -70,14 +75,7 @@ def test_a_read_error_mid_transfer_is_an_unreadable_snapshot_not_a_crash(tmp_pat
     # False[2]: a TypeError out of the leader's tick
     path = tmp_path / "snapshot.bin"
     path.write_bytes(b"x" * 10)
-    s = Serializer(
-        str(path),
-        4,
-        False,
-        serializer=lambda _path, _data: None,
-        deserializer=lambda _path: None,
-        serializeChecker=lambda: SERIALIZER_STATE.NOT_SERIALIZING,
-    )
+    s = idle_serializer(str(path), batch=4)
     unreadable = []
     serve_snapshot_while_packing(s, on_unreadable=unreadable.append)
     assert s.getTransmissionData("n1") == (b"xxxx", True, False)
