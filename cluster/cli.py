@@ -42,7 +42,7 @@ from statekeeper.cluster.supervisor import (
 from statekeeper.node import config as node_config
 from statekeeper.node.config import FSYNC_MODES, ClusterConfig, ConfigError
 from statekeeper.node.pod_identity import node_id_from_hostname
-from statekeeper.node.raft.data_dir import NEW_CLUSTER_HELP
+from statekeeper.node.raft.data_dir import JOIN_HELP, NEW_CLUSTER_HELP, EmptyStart
 
 PROG = "statekeeper"
 DEFAULT_CONFIG = "cluster.toml"
@@ -396,6 +396,7 @@ def how_to_connect(cfg: ClusterConfig, config: str = DEFAULT_CONFIG) -> str:
             "state without the raft barrier, i.e. break linearizability on purpose",
         ),
         arg("--new-cluster", action="store_true", help=NEW_CLUSTER_HELP),
+        arg("--join", action="store_true", help=JOIN_HELP),
     ],
 )
 def cmd_node(args: argparse.Namespace) -> int:
@@ -412,6 +413,10 @@ def cmd_node(args: argparse.Namespace) -> int:
         except ConfigError as e:
             raise UserError(str(e)) from None
     check_node_id(cfg, args.node_id)
+    try:
+        empty_start = EmptyStart.from_flags(args.new_cluster, args.join)
+    except ValueError as e:
+        raise UserError(str(e)) from None
     # Imported here: `statekeeper cluster ...` must work without the node's dependencies loaded.
     try:
         from statekeeper.node.main import run_node
@@ -425,7 +430,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         str(Path(args.config).resolve()),
         args.node_id,
         unsafe_reads=args.unsafe_reads,
-        new_cluster=args.new_cluster,
+        empty_start=empty_start,
     )
 
 

@@ -200,16 +200,9 @@ class Membership:
         started = time.monotonic()
         deadline = started + self.timeout
         before = self.cfg.nodes
-        self._issue_certificate(node)
-        node_config.validate(dataclasses.replace(self.cfg, nodes=(*before, node)))
-        self._write_nodes((*before, node))
-        self.say(
-            f"{node.id}: written to {self.path} (http {node.http_port}, raft {node.raft_port})"
-        )
         added = False
         try:
-            self.lc.start_node(node.id)
-            self.lc.wait_live(node.id, timeout=self.timeout)
+            self.start_new_member(node)
             self.say(f"{node.id}: running; asking the leader to add it")
             body = {"id": node.id, "host": node.host, "raft_port": node.raft_port}
             doc = self.change(
@@ -221,13 +214,43 @@ class Membership:
             )
             self._wait_caught_up(node.id, deadline)
         except BaseException:
-            if not added and not self._is_member(node.id):
-                self.say(f"{node.id}: not added; stopping it and taking it out of {self.path}")
-                self.lc.stop_node(node.id)
-                self._write_nodes(before)
+            if not added:
+                self._undo_start(node, before)
             raise
         self.say(f"{node.id}: caught up and voting, {time.monotonic() - started:.1f} s in all")
         return doc
+
+    def start_new_member(self, node: NodeConfig) -> None:
+        """Write `node` to cluster.toml and start it with --join, before the leader adds it:
+        the change takes effect at its append (Raft's single-server rule), so from then
+        on the new configuration's quorum counts it, and a leader restarted before the
+        add committed needs its vote (a one-member cluster: the only other vote). A start
+        without --join would be a non-voter until caught up, and no leader would ever
+        come to catch it up (node/raft/catchup.py; found by the simulator, seed 810258)."""
+        self._issue_certificate(node)
+        node_config.validate(dataclasses.replace(self.cfg, nodes=(*self.cfg.nodes, node)))
+        self._write_nodes((*self.cfg.nodes, node))
+        self.say(
+            f"{node.id}: written to {self.path} (http {node.http_port}, raft {node.raft_port})"
+        )
+        self.lc.start_node(node.id, join=True)
+        self.lc.wait_live(node.id, timeout=self.timeout)
+
+    def _undo_start(self, node: NodeConfig, before: tuple[NodeConfig, ...]) -> None:
+        """An add that failed: stop the node only if a leader says it is no member. With
+        no leader to ask, the add may sit uncommitted in a log and count the node in its
+        quorum: stopping it could leave that configuration without a majority for good."""
+        member = self._is_member(node.id)
+        if member is None:
+            self.say(
+                f"{node.id}: no leader to say whether it was added; left running and in "
+                f"{self.path}. Once a leader is back, its /v1/status lists the members; if "
+                f"{node.id} is not one, stop it and delete it from {self.path}"
+            )
+        elif not member:
+            self.say(f"{node.id}: not added; stopping it and taking it out of {self.path}")
+            self.lc.stop_node(node.id)
+            self._write_nodes(before)
 
     def _issue_certificate(self, node: NodeConfig) -> None:
         t = self.cfg.tls
@@ -246,11 +269,12 @@ class Membership:
         init_cluster_tls(tls_dir, [(node.id, node.host)])
         self.say(f"{node.id}: certificate issued by the cluster CA ({cert})")
 
-    def _is_member(self, node_id: str) -> bool:
+    def _is_member(self, node_id: str) -> bool | None:
+        """What the leader's configuration says; None with no leader to ask."""
         for doc in self.statuses().values():
             if doc.get("role") == "leader":
                 return any(m["id"] == node_id for m in doc.get("members") or ())
-        return False
+        return None
 
     def _wait_caught_up(self, node_id: str, deadline: float) -> None:
         """The node counts itself a member and is ready (applied up to the leader's commit)."""

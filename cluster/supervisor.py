@@ -336,17 +336,21 @@ class LocalCluster:
     def _node_child_env(self, node_id: str, extra: dict[str, str] | None) -> dict[str, str]:
         return self._child_env({**self.node_env.get(node_id, {}), **(extra or {})})
 
-    def start_node(self, node_id: str, env: dict[str, str] | None = None) -> int:
+    def start_node(
+        self, node_id: str, env: dict[str, str] | None = None, join: bool = False
+    ) -> int:
         """Start one node detached; return its pid (the running one's if already up).
 
         `env` adds variables for this start of this node only (fault hooks in tests);
-        `node_env[node_id]` (see __init__) applies to every start of it.
+        `node_env[node_id]` (see __init__) applies to every start of it. `join`: the
+        node is new and about to be added online (`--join`: with no raft state it votes
+        at once; node/raft/catchup.py); only add-node's first start passes it.
         Does not wait: see wait_live / wait_ready.
         """
         with self._lock:
-            return self._start_node(node_id, env)
+            return self._start_node(node_id, env, join)
 
-    def _start_node(self, node_id: str, env: dict[str, str] | None) -> int:
+    def _start_node(self, node_id: str, env: dict[str, str] | None, join: bool) -> int:
         node = self.config.node(node_id)
         pid = self.pid(node_id)
         if pid is not None:
@@ -358,8 +362,8 @@ class LocalCluster:
                     f"{node_id}: {node.host}:{port} is already in use by another process"
                 )
         # A cluster none of whose nodes has raft state is being created: its nodes vote from
-        # their first start. Otherwise a node without raft state (wiped, a lost disk, a new
-        # member) votes only once caught up (node/raft/catchup.py).
+        # their first start. Otherwise a node without raft state votes only once caught up
+        # (a lost disk), unless it is a new member joining (`join`; node/raft/catchup.py).
         if bootstrap_new_cluster(self.config):
             self._say(f"new cluster: raft dirs created for {', '.join(self.node_ids)}")
         data_dir = self.data_dir(node_id)
@@ -367,6 +371,8 @@ class LocalCluster:
         # The node reads the secret from the config, a file or its environment: never its
         # command line, which any local user can read (/proc/PID/cmdline, ps).
         argv = [*self.node_command, "--config", str(self.config_path), "--id", node_id]
+        if join:
+            argv.append("--join")
         secret = self.config.secret
         if secret and any(secret in a for a in argv):
             raise NodeStartError(f"{node_id}: refusing to put the cluster secret on a command line")

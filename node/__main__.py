@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from statekeeper.node.raft.data_dir import NEW_CLUSTER_HELP
+from statekeeper.node.raft.data_dir import JOIN_HELP, NEW_CLUSTER_HELP, EmptyStart
 
 
 def parser() -> argparse.ArgumentParser:
@@ -27,7 +27,9 @@ def parser() -> argparse.ArgumentParser:
         help="DEBUG ONLY (chaos mutation test): serve linearizable reads from local state "
         "without ReadIndex or a barrier, i.e. break linearizability on purpose",
     )
-    p.add_argument("--new-cluster", action="store_true", help=NEW_CLUSTER_HELP)
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--new-cluster", action="store_true", help=NEW_CLUSTER_HELP)
+    start.add_argument("--join", action="store_true", help=JOIN_HELP)
     return p
 
 
@@ -42,7 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from statekeeper.node.main import run_node
 
     return run_node(
-        args.config, args.node_id, unsafe_reads=args.unsafe_reads, new_cluster=args.new_cluster
+        args.config,
+        args.node_id,
+        unsafe_reads=args.unsafe_reads,
+        empty_start=EmptyStart.from_flags(args.new_cluster, args.join),
     )
 
 

@@ -23,6 +23,7 @@ from statekeeper.node.proposer import Proposer
 from statekeeper.node.quota.disk_watch import DiskWatch
 from statekeeper.node.raft import RaftNode
 from statekeeper.node.raft.cluster_clock import ClusterClock
+from statekeeper.node.raft.data_dir import EmptyStart
 from statekeeper.node.shutdown import Shutdown
 from statekeeper.node.snapshot_file import fsync_dir
 from statekeeper.node.store import StateMachine
@@ -112,9 +113,11 @@ class _Parts:
     verify: recovery.BackgroundVerify  # the DB's checksum scan, started once ready
 
 
-def _open_store(cfg: config_mod.ClusterConfig, node_id: str, new_cluster: bool) -> StateMachine:
+def _open_store(
+    cfg: config_mod.ClusterConfig, node_id: str, empty_start: EmptyStart
+) -> StateMachine:
     data_dir = cfg.node_data_dir(node_id)
-    recovery.note_lost_state(data_dir, new_cluster)  # a lost disk: no vote until caught up
+    recovery.note_lost_state(data_dir, empty_start)  # a lost disk: no vote until caught up
     file_modes.private_data_dir(data_dir)  # 0700; warns about (and fixes) an open one
     fatal.report_to(data_dir)  # where a fatal stop leaves last_stop.json
     started = time.monotonic()
@@ -141,9 +144,9 @@ def _open_store(cfg: config_mod.ClusterConfig, node_id: str, new_cluster: bool) 
     return sm
 
 
-def _build(cfg: config_mod.ClusterConfig, node_id: str, new_cluster: bool) -> _Parts:
+def _build(cfg: config_mod.ClusterConfig, node_id: str, empty_start: EmptyStart) -> _Parts:
     """The store, raft, the disk watch and the proposer; nothing serves yet."""
-    sm = _open_store(cfg, node_id, new_cluster)
+    sm = _open_store(cfg, node_id, empty_start)
     opened = time.monotonic()
     after_apply: list = []
     # The clock the leader stamps entries with; the lease expiry task reads it too.
@@ -161,7 +164,7 @@ def _build(cfg: config_mod.ClusterConfig, node_id: str, new_cluster: bool) -> _P
         clock=clock,
         metrics=metrics,
         loop=asyncio.get_running_loop(),
-        new_cluster=new_cluster,
+        empty_start=empty_start,
     )
     log.info(
         "raft journal loaded in %.2f s (%s)", time.monotonic() - opened, raft.journal_summary()
@@ -235,12 +238,16 @@ def _shutdown_plan(
 
 
 async def serve(
-    cfg: config_mod.ClusterConfig, node_id: str, unsafe_reads: bool = False, new_cluster: bool = False
+    cfg: config_mod.ClusterConfig,
+    node_id: str,
+    unsafe_reads: bool = False,
+    empty_start: EmptyStart = EmptyStart.LOST_DISK,
 ) -> int:
-    """`new_cluster`: a start with no raft state votes at once (node/raft/catchup.py)."""
+    """`empty_start` (--new-cluster, --join): what a start with no raft state is
+    (node/raft/catchup.py)."""
     me = cfg.node(node_id)
     started = time.monotonic()
-    n = _build(cfg, node_id, new_cluster)
+    n = _build(cfg, node_id, empty_start)
     if unsafe_reads:
         failpoints.enable("read-barrier-skip")
     api = Api(cfg, node_id, n.sm, n.raft, n.proposer, n.metrics, n.disk.quota, n.disk.free_now)
@@ -280,7 +287,10 @@ async def serve(
 
 
 def run_node(
-    config_path: str, node_id: str, unsafe_reads: bool = False, new_cluster: bool = False
+    config_path: str,
+    node_id: str,
+    unsafe_reads: bool = False,
+    empty_start: EmptyStart = EmptyStart.LOST_DISK,
 ) -> int:
     # Raft and HTTP share one thread, but snapshot packing, backups and reclaim run on
     # helper threads: the default 5 ms switch interval would let one of them stall the loop
@@ -310,7 +320,7 @@ def run_node(
     except ImportError:
         pass
     try:
-        return asyncio.run(serve(cfg, node_id, unsafe_reads, new_cluster))
+        return asyncio.run(serve(cfg, node_id, unsafe_reads, empty_start))
     except config_mod.ConfigError as e:
         print(f"statekeeper node: {e}", file=sys.stderr)
         return 2

@@ -65,8 +65,9 @@ Data dir lost
     voted at once, and a candidate missing an acknowledged write could win with its vote.
     A member of a cluster being created has no raft state either: `cluster up` creates
     the raft dirs of a cluster none of whose nodes has any (node/raft/data_dir.py), and
-    `statekeeper node --new-cluster` does it for one node. A lost disk restarted with that
-    flag votes at once, as before: replace it without (docs/protocol.md, "A lost disk").
+    `statekeeper node --new-cluster` does it for one node; `--join` (which `cluster
+    add-node` passes) for a node added online. A lost disk restarted with either flag
+    votes at once, as before: restart it without (docs/protocol.md, "A lost disk").
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from statekeeper.node.raft.data_dir import has_raft_state
+from statekeeper.node.raft.data_dir import EmptyStart, has_raft_state
 from statekeeper.node.snapshot_file import fsync_dir
 from statekeeper.node.store import snapshot
 
@@ -92,12 +93,12 @@ CHUNK_RECORDS = 20_000  # ~15 ms of reading at 0.72 us a record (3.04 s / 4,224,
 PAUSE_SECONDS = 0.01  # between chunks
 
 
-def note_lost_state(data_dir: Path, new_cluster: bool = False) -> bool:
+def note_lost_state(data_dir: Path, empty_start: EmptyStart = EmptyStart.LOST_DISK) -> bool:
     """Log loudly when the node has no raft state; True if it had some."""
     if has_raft_state(data_dir):
         return True
-    if new_cluster:
-        log.info("no raft state in %s: a member of a new cluster (--new-cluster), votes", data_dir)
+    if empty_start is not EmptyStart.LOST_DISK:
+        log.info("no raft state in %s: a new member (--%s)", data_dir, empty_start.value)
         return False
     log.warning(
         "no raft state in %s: starting EMPTY. If this node ran before, it LOST ITS DISK; "

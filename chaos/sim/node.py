@@ -29,13 +29,20 @@ from statekeeper.node.ops.core import is_write, validate_op
 from statekeeper.node.proposer import Proposer
 from statekeeper.node.raft import RaftNode
 from statekeeper.node.raft.cluster_clock import ClusterClock
+from statekeeper.node.raft.data_dir import EmptyStart
 from statekeeper.node.reads import ReadPolicy
 from statekeeper.node.store import StateMachine
 
 
 class SimNode:
     def __init__(
-        self, cfg: ClusterConfig, node_id: str, process: Process, seams, loop, new_cluster: bool
+        self,
+        cfg: ClusterConfig,
+        node_id: str,
+        process: Process,
+        seams,
+        loop,
+        empty_start: EmptyStart,
     ):
         self.node_id = node_id
         self.process = process
@@ -46,13 +53,13 @@ class SimNode:
         self._loop = loop
         self.applied_log: list[tuple[int, bytes]] = []  # (index, entry) in apply order
         try:
-            self.context.run(self._build, new_cluster)
+            self.context.run(self._build, empty_start)
         except BaseException:
             process.alive = False  # a start that failed is a process that died starting
             self.close_files()
             raise
 
-    def _build(self, new_cluster: bool) -> None:
+    def _build(self, empty_start: EmptyStart) -> None:
         cfg, node_id = self.cfg, self.node_id
         self.sm = sm = StateMachine(
             self.data_dir / "db", limits=cfg.limits, retention=cfg.retention
@@ -67,7 +74,7 @@ class SimNode:
             sm,
             clock=self.clock,
             loop=self._loop,
-            new_cluster=new_cluster,
+            empty_start=empty_start,
         )
         self.proposer = Proposer(
             self.raft.submit,

@@ -18,7 +18,7 @@ from statekeeper.chaos.sim.node import SimNode
 from statekeeper.chaos.sim.patches import Seams
 from statekeeper.chaos.sim.spin_watch import SpinWatch
 from statekeeper.node.config import ClusterConfig, NodeConfig, RaftSettings
-from statekeeper.node.raft.data_dir import bootstrap_new_cluster
+from statekeeper.node.raft.data_dir import EmptyStart, bootstrap_new_cluster
 
 log = logging.getLogger("statekeeper.sim")
 
@@ -85,13 +85,13 @@ class World:
         self.trace.append(f"{self.clock.elapsed():12.6f} {what}")
 
     # -- node lifecycle ---------------------------------------------------------------
-    def start(self, node_id: str, new_cluster: bool = False) -> SimNode:
+    def start(self, node_id: str, empty_start: EmptyStart = EmptyStart.LOST_DISK) -> SimNode:
         n = self.incarnations.get(node_id, 0) + 1
         self.incarnations[node_id] = n
         process = Process(node_id, n)
         self.note(f"start {process.name}")
         try:
-            node = SimNode(self.cfg, node_id, process, self.seams, self.loop, new_cluster)
+            node = SimNode(self.cfg, node_id, process, self.seams, self.loop, empty_start)
         except BaseException:
             self.net.process_died(process, power_off=False)
             raise

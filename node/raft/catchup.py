@@ -39,6 +39,23 @@ non-voter does not do is help elect. In a 3-node cluster a lost disk therefore l
 other two to elect: one of them down as well means no leader until it is back (rather than
 a leader missing acknowledged writes).
 
+A new member joining online (issue 32, seed 810258). The change takes effect at its
+append, so the configuration's quorum counts the new member from then on: a one-member
+cluster whose lone leader restarted before the add committed needs the new member's
+vote, and a new member started like a lost disk withheld it until a leader caught it up,
+which no one could be: no leader, for good. A member that never held data has
+acknowledged nothing and voted for no one, so Raft's rule holds for it and it may vote
+at once (a removed member's data deleted counts as new: every entry it acknowledged was
+in every log of the majority that committed its removal). `--join` (`cluster add-node`
+passes it) writes raft/joining instead: such a node grants votes and pre-votes by the
+usual rules from its first start, and, like a catching-up node, stands for no election
+and takes no hand-over until caught up. Standing would be unsafe: its configuration
+comes from cluster.toml, not a log, and two new members (or one and a stale
+configuration) voting for each other's empty logs elected a leader missing every
+committed entry (seen in the simulator at once when the joiners stood). Whether a start
+is a join cannot be told from the disk either: the operator says it, as for a new
+cluster below.
+
 Telling a new cluster from a lost disk. Every node of a brand-new cluster has no raft
 state and someone must vote, so emptiness cannot decide it (a committed entry held by
 two nodes of which one lost its disk and the other is down, next to a never-started
@@ -59,47 +76,53 @@ from __future__ import annotations
 import logging
 import os
 
-from statekeeper.node.raft.data_dir import CATCHING_UP_FILE
+from statekeeper.node.raft.data_dir import CATCHING_UP_FILE, JOINING_FILE
 from statekeeper.node.snapshot_file import fsync_dir
 
 log = logging.getLogger("statekeeper.raft")
 
 
 class CatchUpMixin:
-    """Call _init_catch_up(raft_dir, catching_up) before SyncObj.__init__; the subclass
-    calls _catch_up_tick() at every tick before _prevote_tick(), and drops the messages
+    """Call _init_catch_up(raft_dir, marker) before SyncObj.__init__ (marker: the file
+    data_dir.prepare_raft_dir found or wrote, or None); the subclass calls
+    _catch_up_tick() at every tick before _prevote_tick(), and drops the messages
     `refused_while_catching_up` names. Listed before PreVoteMixin: its may_vote() is the
     one pre-vote asks before granting."""
 
-    def _init_catch_up(self, raft_dir: str, catching_up: bool) -> None:
+    def _init_catch_up(self, raft_dir: str, marker: str | None) -> None:
         self._catch_up_raft_dir = raft_dir
-        self.catching_up = catching_up
+        self._catch_up_marker = marker
+        self.catching_up = marker == CATCHING_UP_FILE  # a lost disk: no vote either
+        self.joining = marker == JOINING_FILE  # a new member: votes, does not stand
 
     def may_vote(self) -> bool:  # overrides PreVoteMixin's
         return not self.catching_up
 
     def refused_while_catching_up(self, kind: str | None) -> bool:
         """No vote (its old one is forgotten) and no hand-over to a node still behind."""
-        return self.catching_up and kind in ("request_vote", "timeout_now")
+        if self.catching_up:
+            return kind in ("request_vote", "timeout_now")
+        return self.joining and kind == "timeout_now"
 
     def _catch_up_tick(self) -> None:
-        if not self.catching_up:
+        if not (self.catching_up or self.joining):
             return
         if self._caught_up():
             self._journal.sync()  # what it holds is durable before it may vote on it
             try:
-                os.unlink(os.path.join(self._catch_up_raft_dir, CATCHING_UP_FILE))
+                os.unlink(os.path.join(self._catch_up_raft_dir, self._catch_up_marker))
                 fsync_dir(self._catch_up_raft_dir)
-            except OSError as e:  # stays a non-voter; tried again at the next tick
-                log.error("could not remove %s: %s", CATCHING_UP_FILE, e)
+            except OSError as e:  # stays as it is; tried again at the next tick
+                log.error("could not remove %s: %s", self._catch_up_marker, e)
                 self._stand_for_no_election()
                 return
-            self.catching_up = False
             log.info(
-                "caught up to commit index %d of term %d: this node votes from now on",
+                "caught up to commit index %d of term %d: this node %s from now on",
                 self.raftCommitIndex,
                 self.raftCurrentTerm,
+                "votes" if self.catching_up else "stands for election",
             )
+            self.catching_up = self.joining = False
             return
         self._stand_for_no_election()  # install.py: pushes the election deadline on
 

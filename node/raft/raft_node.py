@@ -20,7 +20,7 @@ from statekeeper.node import failpoints, snapshot_file
 from statekeeper.node.config import RAFT_ENTRY_LIMIT_BYTES, ClusterConfig, ConfigError
 from statekeeper.node.fatal import STATE_MACHINE_EXIT_CODE, stop_now
 from statekeeper.node.raft.cluster_clock import ClusterClock
-from statekeeper.node.raft.data_dir import prepare_raft_dir
+from statekeeper.node.raft.data_dir import EmptyStart, prepare_raft_dir
 from statekeeper.node.raft.install import SyncBehind
 from statekeeper.node.raft.interface import FSM, ApplyFn, Callback, RaftStatus, SubmitError
 from statekeeper.node.raft.log import RaftLog, entry_tuple
@@ -75,15 +75,16 @@ class RaftNode:
         clock: ClusterClock | None = None,
         metrics: NodeMetrics | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
-        new_cluster: bool = False,
+        empty_start: EmptyStart = EmptyStart.LOST_DISK,
     ):
         """`loop`: the running asyncio loop of the node, which then also drives raft (one
         thread per node, loop_driver.py); call from that loop's thread. None: raft gets a
         loop on a thread of its own (an embedding without asyncio).
 
-        `new_cluster`: this node is a member of a cluster being created, so a start with
-        no raft dir votes at once; without it such a start (a lost disk, a member added
-        online) votes only once caught up (catchup.py). Ignored when the raft dir exists."""
+        `empty_start`: what a start with no raft dir is: a lost disk (no vote and no
+        election until caught up), a member of a new cluster (both at once) or a new
+        member joining (votes at once, stands once caught up); catchup.py. Ignored when
+        the raft dir exists."""
         if not cluster.secret:
             raise ConfigError(
                 "the cluster needs a secret ([cluster] secret or STATEKEEPER_SECRET): raft "
@@ -98,7 +99,7 @@ class RaftNode:
         self._sync_behind = SyncBehind() if self._durable else None
         self._addr_to_id = {n.raft_address: n.id for n in cluster.nodes}
         self._raft_dir = str(cluster.node_data_dir(node_id) / "raft")
-        catching_up = prepare_raft_dir(self._raft_dir, new_cluster)
+        start_marker = prepare_raft_dir(self._raft_dir, empty_start)
         self._snapshot_state = SERIALIZER_STATE.NOT_SERIALIZING
         self.snapshots_taken = 0
         # A snapshot loaded (installed from the leader) since this node's own pack started:
@@ -152,7 +153,7 @@ class RaftNode:
                 driver=self._driver,
                 state_machine_restoring=lambda: self.restoring,
                 sync_behind=self._sync_behind,
-                catching_up=catching_up,
+                start_marker=start_marker,
             )
         )
 

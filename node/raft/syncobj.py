@@ -371,7 +371,7 @@ class PatchedSyncObj(
         driver: LoopDriver,
         state_machine_restoring: Callable[[], bool] = lambda: False,
         sync_behind: SyncBehind | None = None,
-        catching_up: bool = False,
+        start_marker: str | None = None,
     ):
         # Built on the driver's loop thread (RaftNode): pysyncobj binds and subscribes its
         # sockets in __init__, and the loop's reader registry is not thread-safe.
@@ -387,8 +387,9 @@ class PatchedSyncObj(
         # None outside a pass.
         self.send_pass: PassEncoder | None = None
         self._init_prevote(conf.raftMinTimeout)
-        # No raft state at start: no vote until caught up (catchup.py).
-        self._init_catch_up(os.path.dirname(conf.journalFile), catching_up)
+        # No raft state at start: no vote (a lost disk) or no election (a new member
+        # joining) until caught up (catchup.py).
+        self._init_catch_up(os.path.dirname(conf.journalFile), start_marker)
         self._leadership_lost: list[Callable[[], None]] = []
         # New leaders seen (itself included), counted once per tick; read by metrics.
         self.leader_changes = 0

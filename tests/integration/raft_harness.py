@@ -19,7 +19,7 @@ from statekeeper.cluster.ports import free_ports
 from statekeeper.node import entry
 from statekeeper.node.config import ClusterConfig, NodeConfig, RaftSettings
 from statekeeper.node.raft import RaftNode, SubmitError
-from statekeeper.node.raft.data_dir import bootstrap_new_cluster
+from statekeeper.node.raft.data_dir import EmptyStart, bootstrap_new_cluster
 from statekeeper.node.store import StateMachine
 
 
@@ -40,10 +40,12 @@ def config(base: Path, size: int, fsync: str = "always", **raft) -> ClusterConfi
 
 
 class Member:
-    def __init__(self, cfg: ClusterConfig, node_id: str):
+    def __init__(
+        self, cfg: ClusterConfig, node_id: str, empty_start: EmptyStart = EmptyStart.LOST_DISK
+    ):
         self.node_id = node_id
         self.sm = StateMachine(cfg.node_data_dir(node_id) / "db")
-        self.raft = RaftNode(cfg, node_id, self.sm.apply, self.sm)
+        self.raft = RaftNode(cfg, node_id, self.sm.apply, self.sm, empty_start=empty_start)
 
     @property
     def obj(self):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from statekeeper.node.raft.catchup import CATCHING_UP_FILE
+from statekeeper.node.raft.data_dir import JOINING_FILE, EmptyStart
 from tests.integration.raft_harness import Member, config, leader_of, wait_for
 
 pytestmark = pytest.mark.integration
@@ -93,3 +94,24 @@ def test_a_new_clusters_nodes_vote_from_their_first_start(tmp_path: Path, nodes)
     for m in nodes.values():
         assert m.raft.status().voter
         assert not (cfg.node_data_dir(m.node_id) / "raft" / CATCHING_UP_FILE).exists()
+
+
+def test_new_members_joining_vote_but_stand_for_no_election_until_caught_up(
+    tmp_path: Path, nodes
+) -> None:
+    """--join (issue 32, seed 810258): a new member votes from its first start, but its
+    configuration comes from cluster.toml, not a log, so it must not stand: two joiners
+    whose empty logs satisfy each other elected one of them, a leader missing every
+    committed entry (the simulator: two leaders in term 1). Here: two joiners alone elect
+    no one; with a member holding the log, they elect it and then catch up."""
+    cfg = config(tmp_path, 3)
+    for i in range(3):
+        shutil.rmtree(cfg.node_data_dir(f"n{i}") / "raft")
+    nodes.update({i: Member(cfg, i, EmptyStart.JOIN) for i in ("n1", "n2")})
+    assert all(m.raft.status().voter for m in nodes.values())
+    with pytest.raises(AssertionError, match="a leader"):
+        leader_of(list(nodes.values()), timeout=3)
+    nodes["n0"] = Member(cfg, "n0", EmptyStart.NEW_CLUSTER)
+    assert leader_of(list(nodes.values()), timeout=20).node_id == "n0"
+    for i in ("n1", "n2"):
+        wait_for(lambda i=i: not (cfg.node_data_dir(i) / "raft" / JOINING_FILE).exists(), 20)

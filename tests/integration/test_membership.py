@@ -202,3 +202,51 @@ def test_the_cli_adds_and_removes_a_node(cluster: LocalCluster, membership: Memb
     bad = subprocess.run([*run, "remove-node", "-c", cfg, "node-9"], cwd=root,
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert bad.returncode == 1 and "no node node-9" in bad.stderr
+
+
+@pytest.mark.cluster_options(size=1)
+def test_a_one_member_cluster_whose_leader_dies_before_an_add_commits_elects_again(
+    cluster: LocalCluster, membership: Membership
+) -> None:
+    """The simulator's seed 810258. An add takes effect when appended, so a lone leader
+    whose log ends in an uncommitted add of node-1 needs node-1's vote after a restart.
+    add-node started node-1 without raft state as a lost disk is started: a non-voter
+    until a leader caught it up, and no leader could be elected to do it, ever. add-node
+    starts a new member with --join now: it votes from its first start."""
+    m = membership
+    node = m.new_node()
+    m.start_new_member(node)  # as add-node does, before asking the leader
+    assert m.lc.status(node.id)["voter"], "a node started to be added must vote"
+    m.lc.pause_node(node.id)  # its acknowledgement is the new quorum's second: no commit
+    body = {"id": node.id, "host": node.host, "raft_port": node.raft_port}
+    url = m.cfg.url("node-0") + "/v1/cluster/members/add"
+    code, doc = post_json(url, {**body, "http_port": node.http_port}, m.lc.tls, m.token, 3)
+    assert code != 200, doc  # not committed: unknown
+    assert node.id in _members(m.lc, "node-0")  # appended, so in effect
+    cluster.kill_node("node-0")  # the fixture's supervisor: node-0 is its child to reap
+    cluster.start_node("node-0")
+    m.lc.resume_node(node.id)
+    leader = m.leader(time.monotonic() + 30)  # before: no leader, for good
+    assert sorted(x["id"] for x in leader["members"]) == ["node-0", node.id]
+    _put_many(m, 3)
+
+
+@pytest.mark.cluster_options(size=1)
+def test_an_add_no_leader_answered_leaves_the_new_node_running_and_configured(
+    cluster_config, tmp_path: Path
+) -> None:
+    """With no leader to ask, an add's outcome is unknown: it may sit uncommitted in a log
+    whose quorum now counts the new node, and stopping the node could leave that
+    configuration without a majority for good. add-node stopped it and deleted it from
+    cluster.toml all the same; now it leaves both and says so."""
+    said: list[str] = []
+    m = Membership(cluster_config.path, say=said.append, timeout=3.0)
+    node = m.new_node()  # node-0 never started: no leader
+    try:
+        with pytest.raises(Exception, match="no leader answered"):
+            m.add_node(node)
+        assert m.lc.is_running(node.id)
+        assert f'id = "{node.id}"' in cluster_config.path.read_text()
+        assert any("no leader to say whether it was added" in s for s in said), said
+    finally:
+        m.lc.kill_node(node.id)
