@@ -34,6 +34,7 @@ from statekeeper.chaos.sim.spin_watch import CallbackSpin
 from statekeeper.chaos.sim.world import World
 from statekeeper.node import failpoints
 from statekeeper.node.errors import OpError
+from statekeeper.node.raft.data_dir import EmptyStart
 
 log = logging.getLogger("statekeeper.sim")
 
@@ -76,6 +77,7 @@ class Run:
         self.replacing = False
         self.stuck: list[str] = []
         self.lost_disks: set[str] = set()  # wiped, not a voter again yet
+        self.joining: set[str] = set()  # started to be added; no member until the add commits
         self.unsure: list[tuple[str, str]] = []  # member changes given up on: maybe applied
         self.workload = workload_factory(world) if workload_factory else None
         self.clients: list[asyncio.Task] = []
@@ -85,17 +87,24 @@ class Run:
         self.w.loop.call_later(seconds, fn, *args, context=WORLD)
 
     def restart(self, node_id: str) -> None:
-        if node_id in self.w.nodes or node_id not in self.members or node_id in self.w.net.down:
+        if node_id in self.w.nodes or node_id in self.w.net.down:
             return
+        if node_id not in self.members | self.joining:
+            return
+        if not self._start(node_id, EmptyStart.LOST_DISK):
+            self.later(RESTART_AFTER_CRASH, self.restart, node_id)
+
+    def _start(self, node_id: str, empty_start: EmptyStart) -> bool:
         try:
-            self.w.start(node_id)
+            self.w.start(node_id, empty_start)
         except (KeyboardInterrupt, SystemExit):  # ^C or SIGTERM (cli.py) ends the run
             raise
         except BaseException as e:  # a node that cannot start: tried again, reported at the end
             self.start_failures[node_id] += 1
             self.w.note(f"start {node_id} failed: {type(e).__name__}: {str(e)[:200]}")
             self.w.discard_failed_start(node_id)
-            self.later(RESTART_AFTER_CRASH, self.restart, node_id)
+            return False
+        return True
 
     def on_crash(self, node_id: str) -> None:
         self.later(RESTART_AFTER_CRASH, self.restart, node_id)
@@ -145,11 +154,18 @@ class Run:
         is no defect to find. A member is without its data from its wipe until it is a
         voter again (caught up, node/raft/catchup.py; `lost_disks`, cleared by observe()).
         Another member merely down is fine: it comes back with its data (the chaos suite's
-        lost-disk scenario loses a disk just then)."""
+        lost-disk scenario loses a disk just then). Nor in a configuration of fewer than
+        three members, or while a member is being added: the one other member cannot
+        elect without the lost disk's vote, which waits for a leader to catch it up, so
+        a restart of that member leaves no leader until an operator acts (by design,
+        docs/protocol.md, 'A lost disk')."""
         if self.replacing or (self.lost_disks - {node_id}):
             self.w.note(
                 f"(disk of {node_id} kept: {sorted(self.lost_disks) or 'a replace'} not caught up)"
             )
+            return False
+        if self.joining or len(self.members) < 3:
+            self.w.note(f"(disk of {node_id} kept: members {sorted(self.members)})")
             return False
         return True
 
@@ -196,11 +212,19 @@ class Run:
         self.w.disks.wipe(node_id)
         self.lost_disks.add(node_id)
         await asyncio.sleep(0.5)
+        # As `cluster add-node` does: the new member runs, started with --join, before the
+        # leader appends the add (the add counts it in the quorum from its append on; a
+        # new member that waited to be started after the commit, or did not vote until
+        # caught up, left a one-member cluster without a leader for good: seed 810258).
+        if node_id in self.w.net.down or not self._start(node_id, EmptyStart.JOIN):
+            self.w.note(f"re-adding {node_id}: it did not start; it stays out")
+            return
+        self.joining.add(node_id)  # restarted after a crash like a member (a supervisor)
         if await self.w.change_member("add", member):
             self.members.add(node_id)
-            self.restart(node_id)
-        else:
-            self.w.note(f"re-adding {node_id} failed: it stays out")
+            self.joining.discard(node_id)
+        else:  # left running, as add-node leaves it: the add may have taken effect
+            self.w.note(f"re-adding {node_id} failed: it stays out unless the add took effect")
             self.unsure.append(("add", node_id))
 
     # -- the run ----------------------------------------------------------------------
@@ -254,7 +278,7 @@ class Run:
             if node.process.paused:
                 w.loop.resume(node.process)
             node.process.wall_skew = 0.0
-        for node_id in sorted(self.members):
+        for node_id in sorted(self.members | self.joining):
             self.restart(node_id)
 
     async def settle(self) -> None:
@@ -264,7 +288,7 @@ class Run:
             await asyncio.sleep(0.1)
             self.observe(-1)
             self._learn_unsure_changes()
-            for node_id in sorted(self.members - set(w.nodes)):
+            for node_id in sorted((self.members | self.joining) - set(w.nodes)):
                 self.restart(node_id)
             if self._settled():
                 break
@@ -306,6 +330,10 @@ class Run:
             self.w.note(f"member changes given up on took effect: members {sorted(have)}")
             self.members = have
         self.unsure.clear()
+        self.joining.clear()
+        for node_id in sorted(set(self.w.nodes) - self.members):  # as add-node stops it
+            self.w.note(f"{node_id} is no member: stopped")
+            self.w.kill(node_id)
 
     async def quiesce(self) -> None:
         """Before the end checks read the stores: the clients' last ops answered (an op may

@@ -61,3 +61,19 @@ def test_a_short_exploration_of_the_fixed_code_finds_nothing(tmp_path: Path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     f = json.loads(figures.read_text())
     assert f["seeds"] >= 2 and f["failing_seeds"] == [], f
+
+
+# Seed 810258 (issue 32): two replaces at once shrink the cluster to n0 alone, and n0 dies
+# right after it started to add n1 back. The harness added a member before starting it,
+# which in a one-member cluster can never commit (the add counts the new member in its
+# own quorum), and a new member started like a lost disk withheld the vote the restarted
+# n0 needed: no leader, for good. Now n1 runs first, with --join (cluster add-node's order).
+ONE_MEMBER_ADD = ["@100 replace n1 hold=1s", "@100 replace n2 hold=1s", "@151 kill n0 hold=1s"]
+
+
+def test_a_one_member_cluster_whose_leader_died_during_an_add_elects_and_adds():
+    r = sim("run", "--seed", "1", "--steps", "600", *(f"--fault={f}" for f in ONE_MEMBER_ADD))
+    assert r.returncode == 0 and "seed 1: PASS" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    for line in ("member rem n2 via n0: committed", "member rem n1 via n0: committed",
+                 "kill n0#1", "member add n1"):  # fmt: skip
+        assert line in r.stdout, line

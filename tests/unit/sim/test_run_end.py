@@ -25,17 +25,19 @@ class _Raft:
         return [SimpleNamespace(id=i) for i in self._members]
 
 
-def _run(members: set[str], unsure, leader_has: list[str], pending: bool = False) -> Run:
+def _run(
+    members: set[str], unsure, leader_has: list[str], pending: bool = False, joining=()
+) -> Run:
     run = Run.__new__(Run)
     notes: list[str] = []
-    run.w = SimpleNamespace(
-        nodes={
-            "n1": SimpleNamespace(raft=_Raft(leader_has, True, pending)),
-            "n2": SimpleNamespace(raft=_Raft(["n1"], False)),
-        },
-        note=notes.append,
-    )
+    nodes = {
+        "n1": SimpleNamespace(raft=_Raft(leader_has, True, pending)),
+        "n2": SimpleNamespace(raft=_Raft(["n1"], False)),
+    }
+    nodes.update({i: SimpleNamespace(raft=_Raft([], False)) for i in joining})
+    run.w = SimpleNamespace(nodes=nodes, note=notes.append, kill=nodes.pop)
     run.members, run.unsure, run.notes = set(members), list(unsure), notes
+    run.joining = set(joining)
     return run
 
 
@@ -44,6 +46,21 @@ def test_an_add_given_up_on_that_committed_makes_the_node_a_member():
     run._learn_unsure_changes()
     assert run.members == {"n0", "n1", "n2"} and run.unsure == []
     assert run.notes == ["member changes given up on took effect: members ['n0', 'n1', 'n2']"]
+
+
+def test_a_new_member_whose_add_was_given_up_on_and_did_not_take_effect_is_stopped():
+    """The harness starts a new member before the add (as add-node does) and leaves it
+    running when it gives the add up; once the leader says it is no member, it stops."""
+    run = _run({"n1", "n2"}, [("add", "n0")], ["n1", "n2"], joining=["n0"])
+    run._learn_unsure_changes()
+    assert run.members == {"n1", "n2"} and not run.joining
+    assert "n0" not in run.w.nodes and run.notes == ["n0 is no member: stopped"]
+
+
+def test_a_new_member_whose_add_was_given_up_on_but_committed_stays():
+    run = _run({"n1", "n2"}, [("add", "n0")], ["n0", "n1", "n2"], joining=["n0"])
+    run._learn_unsure_changes()
+    assert run.members == {"n0", "n1", "n2"} and "n0" in run.w.nodes and not run.joining
 
 
 def test_a_removal_given_up_on_may_have_committed_or_not():
