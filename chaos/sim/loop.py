@@ -8,13 +8,25 @@ Which node a callback belongs to is carried by a context variable (CURRENT): a n
 started inside a context naming its Process, and asyncio copies the context into every
 handle, task and future callback scheduled from there, so everything the node's code
 schedules runs as that node. SimLoop wraps each handle with its Process's guard:
-- a killed Process's handles are dropped (its timers, its tasks' next steps);
+- a killed Process's handles are dropped (its timers, its tasks' next steps), and its
+  unfinished tasks are kept until the world ends (bury, close_buried: below);
 - a paused Process's handles are held and run, in order, when it resumes (SIGSTOP);
 - a handle that asked the process to exit (os._exit, patched: patches.py) kills it.
 
 Socket readiness comes from the simulated network (network.py): the selector asks each
 registered simulated socket whether it is readable or writable; real descriptors (the
 loop's self-pipe) are never reported, since nothing here runs on another thread.
+
+A dead process's tasks. Dropped, a task suspended at an await becomes garbage, and the
+cyclic GC closes its coroutine whenever it runs: the dead node's `finally` blocks then
+run in the middle of someone else's step, and CPython 3.11 can crash doing it (seed
+1000000 segfaulted in the explorer: the GC closed a coroutine another garbage task's
+coroutine was awaiting; closing that task re-entered the half-closed one, whose awaited
+object was already freed: gen_close_iter, _PyObject_LookupAttr). So a task created as a
+process is remembered (SimLoop's task factory); at the kill, its unfinished ones are
+kept by the Process (bury: a dead process runs no code), and at the world's end each is
+closed from its outermost coroutine (close_buried), the order in which no coroutine is
+closed twice.
 
 Determinism: handles run in the order asyncio orders them (time, then FIFO); sockets are
 polled in descriptor order, descriptors are numbered in creation order; the executor and
@@ -29,6 +41,7 @@ import concurrent.futures
 import contextvars
 import inspect
 import selectors
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +82,8 @@ class Process:
     paused: bool = False
     exit_code: int | None = None  # set by a patched os._exit
     held: list = field(default_factory=list)  # (callback, args, context) while paused
+    tasks: weakref.WeakSet = field(default_factory=weakref.WeakSet)  # created as this process
+    buried: list = field(default_factory=list)  # its unfinished tasks once dead (bury)
     clock_skew: float = 0.0  # added to this process's monotonic clock (clock faults)
     wall_skew: float = 0.0  # added to its wall clock only
 
@@ -80,6 +95,24 @@ class Process:
 CURRENT: contextvars.ContextVar[Process | None] = contextvars.ContextVar(
     "sim_process", default=None
 )
+
+
+def bury(process: Process) -> None:
+    """The process is dead: its handles are dropped from now on, and its unfinished tasks
+    are kept (never left to the GC) until close_buried (the module docstring)."""
+    process.alive = False
+    process.buried = [t for t in process.tasks if not t.done()]
+
+
+def close_buried(process: Process) -> None:
+    """At the world's end: close each buried task's coroutine from the outermost one."""
+    buried, process.buried = process.buried, []
+    for task in buried:
+        task._log_destroy_pending = False  # it is, on purpose: no "destroyed but pending"
+        try:
+            task.get_coro().close()
+        except Exception:  # noqa: BLE001 - a dead node's cleanup failing changes nothing
+            pass
 
 
 def context_of(process: Process | None) -> contextvars.Context:
@@ -177,6 +210,15 @@ class SimSelector(selectors.BaseSelector):
         return []
 
 
+def _task_of_process(loop, coro, context=None) -> asyncio.Task:
+    """asyncio's Task, remembered by the Process it is created as (bury)."""
+    task = asyncio.Task(coro, loop=loop, context=context)
+    process = context.get(CURRENT) if context is not None else CURRENT.get()
+    if process is not None:
+        process.tasks.add(task)
+    return task
+
+
 class SimLoop(asyncio.SelectorEventLoop):
     """asyncio on virtual time, with every handle run as the Process it belongs to."""
 
@@ -188,6 +230,7 @@ class SimLoop(asyncio.SelectorEventLoop):
         self.sim_selector = SimSelector(clock, sockets, idle_step)
         super().__init__(self.sim_selector)
         self.set_default_executor(InlineExecutor())
+        self.set_task_factory(_task_of_process)
 
     def time(self) -> float:
         return self._sim_clock.now

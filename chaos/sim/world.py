@@ -12,7 +12,14 @@ import random
 from pathlib import Path
 
 from statekeeper.chaos.sim.disk import SimDisks
-from statekeeper.chaos.sim.loop import Process, SimLoop, SimThread, VirtualClock
+from statekeeper.chaos.sim.loop import (
+    Process,
+    SimLoop,
+    SimThread,
+    VirtualClock,
+    bury,
+    close_buried,
+)
 from statekeeper.chaos.sim.network import SimNetwork, SimSocketModule
 from statekeeper.chaos.sim.node import SimNode
 from statekeeper.chaos.sim.patches import Seams
@@ -38,6 +45,7 @@ class World:
         self.trace: list[str] = []
         self.nodes: dict[str, SimNode] = {}
         self.graveyard: list[SimNode] = []  # dead incarnations, kept so nothing closes their fds
+        self.dead: list[Process] = []  # dead incarnations' processes: their tasks (loop.bury)
         self.incarnations: dict[str, int] = {}
         self.loop = SimLoop(self.clock, lambda fd: self.net.socket_of(fd), self._crashed)
         self.net = SimNetwork(self.loop, random.Random(self.rng.random()), self._node_of)
@@ -93,6 +101,8 @@ class World:
         try:
             node = SimNode(self.cfg, node_id, process, self.seams, self.loop, empty_start)
         except BaseException:
+            bury(process)
+            self.dead.append(process)
             self.net.process_died(process, power_off=False)
             raise
         self.nodes[node_id] = node
@@ -103,7 +113,8 @@ class World:
 
     def kill(self, node_id: str, power_off: bool = False) -> None:
         node = self.nodes.pop(node_id)
-        node.process.alive = False
+        bury(node.process)
+        self.dead.append(node.process)
         self.net.process_died(node.process, power_off)
         if power_off:  # the disk first, under the open files: RocksDB's close then saves nothing
             self.note(f"power cut {node_id}: {self.disks.power_cut(node_id, open_files=True)}")
@@ -146,6 +157,8 @@ class World:
             finally:
                 for node_id in list(self.nodes):
                     self.kill(node_id)
+                for process in self.dead:
+                    close_buried(process)
                 self.loop.close()
 
     async def sleep(self, seconds: float) -> None:
