@@ -14,10 +14,14 @@ by: apply agrees.
 
 Nothing expires early, whatever the nodes' wall clocks say, across any number of leader
 changes. A renewal appended at real time r with entry clock c sets expires_ms = c + ttl;
-every leader's time, at any later real time τ, is <= c + (τ - r) (node/raft/cluster_clock.py
-proves it: stamps and leader time are anchor + monotonic time, anchors are earlier
-stamps, so the clock's offset from real time only ever decreases). So a leader finds the
-lease due only once ttl of real time has passed since the renewal. Before this, the
+every leader's time, at any later real time τ, is < c + (τ - r) + 1 ms
+(node/raft/cluster_clock.py proves it without the 1 ms: stamps and leader time are anchor
++ monotonic time, anchors are earlier stamps, so the clock's offset from real time only
+ever decreases; the clock counts elapsed time in whole ms, truncated, so a stamp can lag
+the real time it was taken at by up to 1 ms). So a lease is due only once the leader's
+time is a tick past expires_ms (due_by), once ttl of real time has passed since the
+renewal. Deciding at expires_ms exactly expired a lease 1 ms early
+(test_lease_expiry.py::test_a_lease_is_not_due_a_millisecond_early_through_the_clocks_truncation). Before this, the
 leader's time was its wall clock bounded to 60 s ahead: a new leader whose wall clock
 was ahead expired every lease with less than that left, live ones included (audit gap
 10; tests/unit/test_lease_expiry.py has the skewed-leader and the simulated-cluster
@@ -58,6 +62,13 @@ from statekeeper.node.tasks.leader_task import LeaderTask, raft_leadership
 log = logging.getLogger("statekeeper.leases")
 
 DEFAULT_INTERVAL = 0.2
+CLOCK_TICK_MS = 1  # ClusterClock's resolution: its stamps lag real time by less than this
+
+
+def due_by(now_ms: int) -> int:
+    """The expiry time up to which leases are due at leader time `now_ms` (the module
+    docstring: one clock tick later than expires_ms, never earlier than its TTL)."""
+    return now_ms - CLOCK_TICK_MS
 
 
 class LeaseExpiry(LeaderTask):
@@ -112,7 +123,7 @@ class LeaseExpiry(LeaderTask):
         for _ in range(self._max_batches):
             if not self.may_act():
                 break
-            ids = self._due(self._now_ms(), self._batch)
+            ids = self._due(due_by(self._now_ms()), self._batch)
             if not ids:
                 break
             try:

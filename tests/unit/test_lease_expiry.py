@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from statekeeper.node.errors import OpError
 from statekeeper.node.raft.cluster_clock import ClusterClock
 from statekeeper.node.store.leases import due_leases
-from statekeeper.node.tasks.leases import LeaseExpiry
+from statekeeper.node.tasks.leases import LeaseExpiry, due_by
 from tests.unit.store.util import Node
 
 
@@ -161,6 +161,42 @@ def test_a_leader_whose_wall_clock_is_ahead_expires_nothing_early():
     assert clock.peek() >= expires  # and it does expire once its TTL has run
 
 
+async def test_a_lease_is_not_due_a_millisecond_early_through_the_clocks_truncation():
+    """ClusterClock counts elapsed monotonic time in whole ms, truncated: a renewal at
+    real time R+2 ms can be stamped R+1 (float seconds: 1000000.002 - 1000000.0 is
+    0.00199...), so the lease looked due at R+5001 ms, 4999 ms of real time after the
+    renewal (the simulated-cluster property test below found it: "expired 1 ms early")."""
+    real = [1_000_000_000]  # ms
+    replicated = [real[0]]
+    clock = ClusterClock(
+        lambda: replicated[0], wall=lambda: real[0] / 1000, monotonic=lambda: real[0] / 1000
+    )
+    clock.anchor()
+    real[0] += 2
+    renewed_at, expires = real[0], clock.stamp() + TTL  # the keepalive's entry time + TTL
+    replicated[0] = expires - TTL
+    real[0] = renewed_at + TTL - 1  # 1 ms of the TTL left
+    proposed: list[list[int]] = []
+
+    async def propose(op: dict) -> dict:
+        proposed.append(op["leases"])
+        return {"revision": 1, "expired": op["leases"], "deleted": 0}
+
+    e = LeaseExpiry(
+        leadership=lambda: (True, 1),
+        due=lambda now, limit: [7] if expires <= now else [],
+        now_ms=clock.now,
+        propose=propose,
+        grace=0.0,
+        monotonic=lambda: 10.0,
+    )
+    await e.tick()
+    assert proposed == [], "expired before its TTL had run in real time"
+    real[0] += 2  # the TTL has run, and the clock's tick: due
+    await e.tick()
+    assert proposed == [[7]]
+
+
 TTL = 5_000
 ACTIONS = ("renew", "write", "expire")
 
@@ -209,7 +245,7 @@ def test_no_lease_expires_early_across_leader_changes_with_any_wall_clocks(data)
             elif action == "write":  # some other client's write
                 log.append(clock.stamp())
                 applied[0] = max(log)
-            elif lease is not None and clock.peek() >= lease[1]:  # due: lease_expire
+            elif lease is not None and due_by(clock.peek()) >= lease[1]:  # due: lease_expire
                 log.append(clock.stamp())
                 applied[0] = max(log)
                 if lease[1] <= applied[0]:  # apply's re-check
@@ -241,14 +277,14 @@ async def test_expiry_against_a_state_machine(tmp_path):
         propose=propose,
         grace=0.0,
     )
-    now[0] = 2_999
+    now[0] = 3_000  # expires_ms exactly: one clock tick short (leases.due_by)
     assert await e.tick() == 0 and e.proposals == 0  # nothing due: no entry at all
-    now[0] = 3_000
+    now[0] = 3_001
     assert await e.tick() == 1
     assert node.value("a") is None and node.value("b") == b"2"
     node.one({"op": "lease_keepalive", "leases": [2]}, t=4_000)  # now expires at 8_000
-    now[0] = 7_000
-    assert await e.tick() == 0
     now[0] = 8_000
+    assert await e.tick() == 0
+    now[0] = 8_001
     assert await e.tick() == 1 and node.value("b") is None
     node.sm.close()
